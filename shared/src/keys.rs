@@ -1,0 +1,18 @@
+//! Label, annotation and field-manager names, in one place.
+//!
+//! User-facing keys are Liqo's, spelled as the seed documents spell them; Refract's own
+//! bookkeeping keys live under `offloading.refract.io/` and `refract.io/`.
+
+/// Field manager of everything the remote agent applies.
+pub const REMOTE_FIELD_MANAGER: &str = "refract-remote-agent";
+/// Field manager of everything the local agent applies in the origin cluster.
+pub const LOCAL_FIELD_MANAGER: &str = "refract-local-agent";
+
+/// Label on provider objects: the origin cluster id (the tenant).
+pub const ORIGIN_LABEL: &str = "offloading.refract.io/origin";
+/// Label on provider objects: the provider cluster id they were reflected to.
+pub const DESTINATION_LABEL: &str = "offloading.refract.io/destination";
+/// Label on provider namespaces owned by a tenant: the tenant's cluster id.
+pub const TENANT_NAMESPACE_LABEL: &str = "refract.io/tenant";
+/// Annotation on provider objects: hash of the desired state last applied.
+pub const DESIRED_HASH_ANNOTATION: &str = "refract.io/desired-hash";

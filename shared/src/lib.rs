@@ -1,0 +1,19 @@
+//! Refract's shared core.
+//!
+//! - [`proto`]: the `refract.v1` wire API (generated from `proto/refract/v1`).
+//! - [`tls`]: certificate identity (`spiffe://refract/cluster/<id>`), loading and validating
+//!   PEM files, and rustls configurations that follow their files on disk.
+//! - [`keys`]: every label, annotation and field-manager name Refract reads or writes.
+//! - [`telemetry`]: logging setup and the admin endpoint (`/healthz`, `/readyz`, `/metrics`)
+//!   both agents serve.
+//!
+//! Data flow: a local agent turns origin objects into `Upsert`s; the remote agent authorizes
+//! them by the identity [`tls`] extracts from the verified client certificate.
+
+pub mod keys;
+pub mod proto;
+pub mod telemetry;
+pub mod tls;
+
+/// This build's version, sent in Hello and Welcome.
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");

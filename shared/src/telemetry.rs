@@ -1,0 +1,146 @@
+//! Logging and the admin endpoint, identical in both agents.
+//!
+//! The admin endpoint serves `/healthz` (the process is alive), `/readyz` (the agent has done
+//! its first sync and can do its job) and `/metrics` (Prometheus text format).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// The logging and admin flags both agents take.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TelemetryArgs {
+    /// Log line format.
+    #[arg(long, value_enum, default_value = "plain", env = "REFRACT_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
+    /// Log filter in tracing's EnvFilter syntax, e.g. `info` or `info,refract_remote_agent=debug`.
+    #[arg(long, default_value = "info", env = "REFRACT_LOG_LEVEL")]
+    pub log_level: String,
+
+    /// Address of the admin HTTP endpoint serving /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub admin_listen: SocketAddr,
+}
+
+/// Installs the global tracing subscriber.
+pub fn init_logging(args: &TelemetryArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", args.log_level))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Plain => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    }
+    .map_err(|e| anyhow::anyhow!("failed to install logger: {e}"))
+}
+
+/// Readiness and metrics shared between an agent's tasks and its admin endpoint.
+#[derive(Clone, Default)]
+pub struct Admin {
+    ready: Arc<AtomicBool>,
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl Admin {
+    /// Marks the agent ready (or not) for `/readyz`.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Lets a component register its metrics under a prefix.
+    pub fn register(&self, prefix: &str, f: impl FnOnce(&mut Registry)) {
+        let mut registry = self.registry.lock().expect("metrics registry poisoned");
+        f(registry.sub_registry_with_prefix(prefix));
+    }
+
+    /// Binds the admin endpoint (failing now if the address is taken) and serves it until
+    /// `shutdown`.
+    pub async fn spawn(
+        &self,
+        addr: SocketAddr,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<SocketAddr> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("failed to bind admin endpoint {addr}: {e}"))?;
+        let local = listener.local_addr()?;
+        let app = axum::Router::new()
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
+            .with_state(self.clone());
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                .await;
+            if let Err(error) = served {
+                tracing::error!(%error, "admin endpoint failed");
+            }
+        });
+        tracing::info!(%local, "admin endpoint serving /healthz /readyz /metrics");
+        Ok(local)
+    }
+}
+
+async fn readyz(State(admin): State<Admin>) -> impl IntoResponse {
+    if admin.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+    let mut body = String::new();
+    let encoded = {
+        let registry = admin.registry.lock().expect("metrics registry poisoned");
+        prometheus_client::encoding::text::encode(&mut body, &registry)
+    };
+    match encoded {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Resolves when the process receives SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("failed to install SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
