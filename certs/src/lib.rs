@@ -14,8 +14,8 @@ pub mod output;
 use std::net::IpAddr;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use refract_shared::tls::identity::{self, ClusterId};
 use time::{Duration, OffsetDateTime};
@@ -113,13 +113,17 @@ pub fn issue(ca: &Issued, request: &LeafRequest) -> Result<Issued, CertError> {
         },
         request.cluster_id
     ));
-    params.subject_alt_names.push(SanType::URI(
-        rcgen::string::Ia5String::try_from(request.cluster_id.spiffe_uri())?,
-    ));
+    params
+        .subject_alt_names
+        .push(SanType::URI(rcgen::string::Ia5String::try_from(
+            request.cluster_id.spiffe_uri(),
+        )?));
     for dns in &request.dns_names {
         params
             .subject_alt_names
-            .push(SanType::DnsName(rcgen::string::Ia5String::try_from(dns.as_str())?));
+            .push(SanType::DnsName(rcgen::string::Ia5String::try_from(
+                dns.as_str(),
+            )?));
     }
     for ip in &request.ips {
         params.subject_alt_names.push(SanType::IpAddress(*ip));
@@ -151,8 +155,7 @@ pub fn request_from_cert(cert_pem: &str, validity: Validity) -> Result<LeafReque
     let cluster_id = summary
         .cluster_id
         .map_err(|e| CertError::Read(e.to_string()))?;
-    let (_, cert) =
-        X509Certificate::from_der(&der).map_err(|e| CertError::Read(e.to_string()))?;
+    let (_, cert) = X509Certificate::from_der(&der).map_err(|e| CertError::Read(e.to_string()))?;
     let role = match cert.extended_key_usage() {
         Ok(Some(eku)) if eku.value.server_auth => Role::Server,
         Ok(Some(eku)) if eku.value.client_auth => Role::Client,

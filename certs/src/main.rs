@@ -109,7 +109,11 @@ impl LeafArgs {
         let read = |f: &str| {
             let path = self.ca_dir.join(f);
             std::fs::read_to_string(&path).with_context(|| {
-                format!("failed to read {} (create a CA with `refract-certs ca --out {}`)", path.display(), self.ca_dir.display())
+                format!(
+                    "failed to read {} (create a CA with `refract-certs ca --out {}`)",
+                    path.display(),
+                    self.ca_dir.display()
+                )
             })
         };
         Ok(Issued {
@@ -120,10 +124,16 @@ impl LeafArgs {
 
     fn emit(&self, ca: &Issued, leaf: &Issued) -> anyhow::Result<()> {
         if let Some(name) = &self.secret {
-            print!("{}", output::secret_manifest(name, &self.namespace, leaf, &ca.cert_pem));
+            print!(
+                "{}",
+                output::secret_manifest(name, &self.namespace, leaf, &ca.cert_pem)
+            );
             return Ok(());
         }
-        let dir = self.out.as_deref().expect("clap requires --out or --secret");
+        let dir = self
+            .out
+            .as_deref()
+            .expect("clap requires --out or --secret");
         output::write_files(dir, leaf, &ca.cert_pem)
             .with_context(|| format!("failed to write certificate files into {}", dir.display()))?;
         eprintln!("wrote {}/{{tls.crt,tls.key,ca.crt}}", dir.display());
@@ -138,7 +148,12 @@ fn parse_rfc3339(s: &str) -> Result<time::OffsetDateTime, String> {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Ca { out, name, days, force } => create_ca(&out, &name, days, force),
+        Command::Ca {
+            out,
+            name,
+            days,
+            force,
+        } => create_ca(&out, &name, days, force),
         Command::Issue {
             cluster_id,
             role,
@@ -147,7 +162,9 @@ fn main() -> anyhow::Result<()> {
             common,
         } => {
             if role == Role::Server && dns_names.is_empty() && ips.is_empty() {
-                bail!("a server certificate needs at least one --dns or --ip that local agents dial");
+                bail!(
+                    "a server certificate needs at least one --dns or --ip that local agents dial"
+                );
             }
             let ca = common.load_ca()?;
             let request = LeafRequest {
@@ -221,7 +238,10 @@ fn print_summary(path: &Path, json: bool) -> anyhow::Result<()> {
         if remaining.is_negative() {
             println!("status:     EXPIRED {} days ago", -remaining.whole_days());
         } else {
-            println!("status:     valid, expires in {} days", remaining.whole_days());
+            println!(
+                "status:     valid, expires in {} days",
+                remaining.whole_days()
+            );
         }
     }
     Ok(())

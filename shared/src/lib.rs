@@ -10,6 +10,7 @@
 //! Data flow: a local agent turns origin objects into `Upsert`s; the remote agent authorizes
 //! them by the identity [`tls`] extracts from the verified client certificate.
 
+pub mod duration;
 pub mod keys;
 pub mod proto;
 pub mod telemetry;

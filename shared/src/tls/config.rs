@@ -19,10 +19,12 @@ fn err(e: impl std::fmt::Display) -> ConfigError {
 /// every client to present a certificate that chains to `material`'s CA bundle.
 pub fn server_config(material: &TlsMaterial) -> Result<Arc<rustls::ServerConfig>, ConfigError> {
     let provider = super::crypto_provider();
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(material.roots.clone()), provider.clone())
-            .build()
-            .map_err(err)?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(material.roots.clone()),
+        provider.clone(),
+    )
+    .build()
+    .map_err(err)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(err)?

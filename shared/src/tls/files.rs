@@ -98,12 +98,10 @@ impl TlsFiles {
             path: self.cert.clone(),
             source,
         })?;
-        let identity = summary
-            .cluster_id
-            .map_err(|source| LoadError::Identity {
-                path: self.cert.clone(),
-                source,
-            })?;
+        let identity = summary.cluster_id.map_err(|source| LoadError::Identity {
+            path: self.cert.clone(),
+            source,
+        })?;
         let key = PrivateKeyDer::from_pem_slice(key)
             .map_err(|e| pem_err(&self.key, format!("no private key: {e}")))?;
         let provider = super::crypto_provider();

@@ -46,7 +46,9 @@ impl ClusterId {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         {
-            return Err(invalid("only lowercase letters, digits and '-' are allowed"));
+            return Err(invalid(
+                "only lowercase letters, digits and '-' are allowed",
+            ));
         }
         if id.starts_with('-') || id.ends_with('-') {
             return Err(invalid("must start and end with a letter or digit"));

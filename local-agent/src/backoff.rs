@@ -1,0 +1,62 @@
+//! Jittered exponential backoff for reconnects.
+
+use std::time::Duration;
+
+/// Delays that double from `min` to `max`, each drawn uniformly from its upper half, so that
+/// many local agents cut off together do not reconnect in lockstep.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    /// A backoff starting at `min`, capped at `max`.
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max: max.max(min),
+            current: min,
+        }
+    }
+
+    /// The next delay to wait.
+    pub fn next_delay(&mut self) -> Duration {
+        let ceiling = self.current;
+        self.current = (self.current * 2).min(self.max);
+        let half = ceiling / 2;
+        half + half.mul_f64(fastrand::f64())
+    }
+
+    /// Starts over after a success.
+    pub fn reset(&mut self) {
+        self.current = self.min;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_within_bounds_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut ceilings = vec![];
+        for _ in 0..8 {
+            let before = b.current;
+            let d = b.next_delay();
+            assert!(
+                d >= before / 2 && d <= before,
+                "{d:?} outside [{:?}, {before:?}]",
+                before / 2
+            );
+            ceilings.push(before);
+        }
+        assert_eq!(ceilings[0], Duration::from_millis(100));
+        assert_eq!(ceilings[1], Duration::from_millis(200));
+        assert_eq!(*ceilings.last().unwrap(), Duration::from_secs(1));
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+}

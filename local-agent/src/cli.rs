@@ -1,0 +1,80 @@
+//! Command-line flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use refract_shared::telemetry::TelemetryArgs;
+use refract_shared::tls::ClusterId;
+
+/// Refract's origin-side agent.
+///
+/// Connects to one provider's remote agent over mutual TLS (`refract.v1.Reflection/Sync`),
+/// identifying itself with the cluster id in its client certificate, and streams the desired
+/// state of the objects it reflects. It holds no credential for the provider's Kubernetes API.
+/// When the stream drops it reconnects with jittered exponential backoff; a dead link is
+/// detected with HTTP/2 keepalive.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "local-agent", version, about, long_about)]
+pub struct Args {
+    /// The remote agent's address, `host:port`. The host must be a DNS name or IP in the
+    /// remote agent's serving certificate (or see --tls-server-name).
+    #[arg(long)]
+    pub remote: String,
+
+    /// Name to verify the remote agent's certificate against, when it differs from the host in
+    /// --remote.
+    #[arg(long)]
+    pub tls_server_name: Option<String>,
+
+    /// This origin's client certificate chain (PEM). Re-read when it changes.
+    #[arg(long)]
+    pub tls_cert: PathBuf,
+
+    /// The client certificate's private key (PEM). Re-read when it changes.
+    #[arg(long)]
+    pub tls_key: PathBuf,
+
+    /// CA bundle (PEM) the remote agent's serving certificate must chain to.
+    #[arg(long)]
+    pub server_ca: PathBuf,
+
+    /// This origin's cluster id; must match the SAN URI of --tls-cert.
+    #[arg(long)]
+    pub cluster_id: ClusterId,
+
+    /// The provider's cluster id; the remote agent's certificate must carry it.
+    #[arg(long)]
+    pub remote_cluster_id: ClusterId,
+
+    /// Kubeconfig of the origin cluster; else the in-cluster service account, else $KUBECONFIG.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// HTTP/2 keepalive ping interval on the stream.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub keepalive_interval: Duration,
+
+    /// How long to wait for a keepalive answer before declaring the link dead.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub keepalive_timeout: Duration,
+
+    /// First reconnect delay; doubles on each failure (with jitter) up to --max-backoff.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub min_backoff: Duration,
+
+    /// Longest reconnect delay.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub max_backoff: Duration,
+
+    /// How often certificate files are checked for changes.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub cert_poll_interval: Duration,
+
+    /// Logging and admin endpoint.
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    refract_shared::duration::parse(s)
+}

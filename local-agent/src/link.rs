@@ -1,0 +1,191 @@
+//! The link to the remote agent: connect, Hello/Welcome, pump messages, reconnect.
+//!
+//! The link publishes the current session's sender on a watch channel; whoever produces
+//! desired state watches it and resends everything on each new session (followed by
+//! SnapshotComplete), so a reconnect never leaves the provider with a stale view. Messages from
+//! the remote agent are forwarded to `inbound_tx`.
+
+use std::time::{Duration, Instant};
+
+use refract_shared::proto::reflection_client::ReflectionClient;
+use refract_shared::proto::{local_message, remote_message, Hello, LocalMessage, RemoteMessage};
+use refract_shared::tls::ClusterId;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Endpoint;
+
+use crate::backoff::Backoff;
+use crate::connector::Connector;
+use crate::metrics::Metrics;
+
+/// How long the remote agent has to answer Hello.
+const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
+/// Outbound messages buffered per session before producers wait.
+const OUTBOUND_BUFFER: usize = 1024;
+/// A session that lived this long resets the backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// The sending side of the current session.
+#[derive(Clone, Debug)]
+pub struct SessionTx {
+    /// Increases with every new session.
+    pub generation: u64,
+    /// The remote agent's session id from Welcome.
+    pub session_id: String,
+    /// Messages to send on this session.
+    pub tx: mpsc::Sender<LocalMessage>,
+}
+
+/// What the link needs to know.
+#[derive(Clone)]
+pub struct LinkConfig {
+    /// How to dial.
+    pub connector: Connector,
+    /// This origin.
+    pub cluster_id: ClusterId,
+    /// HTTP/2 keepalive interval.
+    pub keepalive_interval: Duration,
+    /// HTTP/2 keepalive timeout.
+    pub keepalive_timeout: Duration,
+    /// Reconnect backoff.
+    pub backoff: Backoff,
+}
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Could not connect.
+    #[error(transparent)]
+    Connect(#[from] tonic::transport::Error),
+    /// The remote agent refused or ended the stream.
+    #[error("remote agent ended the stream: {code:?}: {message}")]
+    Status {
+        /// gRPC code.
+        code: tonic::Code,
+        /// Message.
+        message: String,
+    },
+    /// The first answer was not Welcome.
+    #[error("remote agent did not answer Hello with Welcome: {0}")]
+    NoWelcome(String),
+    /// The stream closed.
+    #[error("remote agent closed the stream")]
+    Closed,
+}
+
+impl From<tonic::Status> for SessionError {
+    fn from(s: tonic::Status) -> Self {
+        Self::Status {
+            code: s.code(),
+            message: s.message().to_string(),
+        }
+    }
+}
+
+/// Runs the link until `shutdown`; returns the watch of the current session.
+pub fn spawn_link(
+    config: LinkConfig,
+    inbound_tx: mpsc::Sender<RemoteMessage>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> watch::Receiver<Option<SessionTx>> {
+    let (session_tx, session_rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let mut backoff = config.backoff.clone();
+        let mut generation = 0;
+        loop {
+            generation += 1;
+            let started = Instant::now();
+            let result = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = run_session(&config, generation, &session_tx, &inbound_tx, &metrics) => r,
+            };
+            session_tx.send_replace(None);
+            metrics.connected.set(0);
+            if started.elapsed() > STABLE_AFTER {
+                backoff.reset();
+            }
+            let delay = backoff.next_delay();
+            metrics.reconnects.inc();
+            match result {
+                Ok(()) | Err(SessionError::Closed) => {
+                    tracing::warn!(retry_in = ?delay, "stream to the remote agent closed; reconnecting")
+                }
+                Err(error) => {
+                    tracing::warn!(%error, retry_in = ?delay, "stream to the remote agent failed; reconnecting")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    });
+    session_rx
+}
+
+async fn run_session(
+    config: &LinkConfig,
+    generation: u64,
+    session_tx: &watch::Sender<Option<SessionTx>>,
+    inbound_tx: &mpsc::Sender<RemoteMessage>,
+    metrics: &Metrics,
+) -> Result<(), SessionError> {
+    let connector = config.connector.clone();
+    // The URI only names the authority for HTTP/2; the connector dials and does TLS itself.
+    let channel = Endpoint::from_shared(format!("http://{}", connector.addr))?
+        .connect_timeout(Duration::from_secs(10))
+        .http2_keep_alive_interval(config.keepalive_interval)
+        .keep_alive_timeout(config.keepalive_timeout)
+        .keep_alive_while_idle(true)
+        .connect_with_connector(tower::service_fn(move |_| {
+            let connector = connector.clone();
+            async move { connector.connect().await }
+        }))
+        .await?;
+
+    let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
+    tx.send(LocalMessage {
+        kind: Some(local_message::Kind::Hello(Hello {
+            cluster_id: config.cluster_id.to_string(),
+            agent_version: refract_shared::AGENT_VERSION.to_string(),
+            protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+        })),
+    })
+    .await
+    .map_err(|_| SessionError::Closed)?;
+    let mut inbound = ReflectionClient::new(channel)
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .sync(ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+
+    let welcome = match tokio::time::timeout(WELCOME_TIMEOUT, inbound.message()).await {
+        Err(_) => return Err(SessionError::NoWelcome("no answer within 10s".into())),
+        Ok(Err(status)) => return Err(status.into()),
+        Ok(Ok(None)) => return Err(SessionError::Closed),
+        Ok(Ok(Some(RemoteMessage {
+            kind: Some(remote_message::Kind::Welcome(w)),
+        }))) => w,
+        Ok(Ok(Some(other))) => return Err(SessionError::NoWelcome(format!("{other:?}"))),
+    };
+    tracing::info!(
+        remote = %welcome.cluster_id,
+        session = %welcome.session_id,
+        remote_version = %welcome.agent_version,
+        "connected to remote agent"
+    );
+    metrics.connected.set(1);
+    session_tx.send_replace(Some(SessionTx {
+        generation,
+        session_id: welcome.session_id,
+        tx,
+    }));
+    while let Some(message) = inbound.message().await? {
+        if inbound_tx.send(message).await.is_err() {
+            return Ok(());
+        }
+    }
+    Err(SessionError::Closed)
+}

@@ -1,0 +1,74 @@
+//! Command-line flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use refract_shared::telemetry::TelemetryArgs;
+use refract_shared::tls::ClusterId;
+
+/// Refract's provider-side agent.
+///
+/// Serves the `refract.v1.Reflection` stream over mutual TLS. Every origin cluster (tenant) is
+/// identified by the cluster id in its client certificate (`spiffe://refract/cluster/<id>`),
+/// signed by a CA in `--client-ca`; the remote agent writes that tenant's objects into the
+/// tenant's own namespaces only, with its own Kubernetes identity. Also serves
+/// `grpc.health.v1.Health`, gRPC server reflection and the read-only `refract.v1.Inspect`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "remote-agent", version, about, long_about)]
+pub struct Args {
+    /// Address to serve gRPC on.
+    #[arg(long, default_value = "0.0.0.0:6443")]
+    pub listen: SocketAddr,
+
+    /// This provider's serving certificate chain (PEM). Re-read when it changes.
+    #[arg(long)]
+    pub tls_cert: PathBuf,
+
+    /// The serving certificate's private key (PEM). Re-read when it changes.
+    #[arg(long)]
+    pub tls_key: PathBuf,
+
+    /// CA bundle (PEM) that origin client certificates must chain to. Re-read when it changes.
+    #[arg(long)]
+    pub client_ca: PathBuf,
+
+    /// This provider's cluster id; must match the SAN URI of --tls-cert.
+    #[arg(long)]
+    pub cluster_id: ClusterId,
+
+    /// Kubeconfig of the provider cluster; else the in-cluster service account, else $KUBECONFIG.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Client identities (cluster ids) allowed to see every tenant through Inspect. Any other
+    /// client sees only itself.
+    #[arg(long = "inspect-admin")]
+    pub inspect_admins: Vec<ClusterId>,
+
+    /// Close connections older than this (after a grace period) so long-lived streams move
+    /// onto rotated certificates.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub max_connection_age: Duration,
+
+    /// HTTP/2 keepalive ping interval; a peer silent for this plus the timeout is dropped.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub keepalive_interval: Duration,
+
+    /// How long to wait for a keepalive answer.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub keepalive_timeout: Duration,
+
+    /// How often certificate files are checked for changes.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub cert_poll_interval: Duration,
+
+    /// Logging and admin endpoint.
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+}
+
+/// Parses durations such as `500ms`, `20s`, `5m`, `1h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    refract_shared::duration::parse(s)
+}

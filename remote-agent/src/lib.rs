@@ -1,0 +1,139 @@
+//! Refract's provider-side agent.
+//!
+//! Data flow: [`tls_listener`] accepts mutual-TLS connections with the current certificate;
+//! tonic routes `refract.v1.Reflection/Sync` to [`sync`], which takes the tenant from the
+//! verified client certificate ([`peer`]), checks Hello, and runs the tenant's session:
+//! each Upsert/Delete goes to [`apply`] and is answered with an Ack. [`registry`] keeps
+//! per-tenant state that [`inspect`] serves read-only. [`metrics`] are served on the admin port.
+
+pub mod apply;
+mod cli;
+pub mod inspect;
+pub mod metrics;
+pub mod peer;
+pub mod registry;
+pub mod sync;
+pub mod tls_listener;
+
+pub use cli::{parse_duration, Args};
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context;
+use refract_shared::proto::inspect_server::InspectServer;
+use refract_shared::proto::reflection_server::ReflectionServer;
+use refract_shared::telemetry::Admin;
+use refract_shared::tls::{self, TlsFiles, Watched};
+use tokio_util::sync::CancellationToken;
+
+/// Runs the remote agent until `shutdown` resolves.
+pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    tls::install_default_crypto_provider();
+    let token = CancellationToken::new();
+    let admin = Admin::default();
+    let metrics = metrics::Metrics::register(&admin);
+    let admin_addr = admin
+        .spawn(args.telemetry.admin_listen, token.clone())
+        .await?;
+
+    let files = TlsFiles {
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+        ca: args.client_ca.clone(),
+    };
+    let server_tls: Watched<Arc<rustls::ServerConfig>> = Watched::spawn(
+        files,
+        args.cert_poll_interval,
+        tls::server_config,
+        token.clone(),
+    )
+    .context("failed to load the serving certificate")?;
+    let own = server_tls.current().identity.clone();
+    if own != args.cluster_id {
+        anyhow::bail!(
+            "--tls-cert identifies cluster {own:?} but --cluster-id is {:?}; issue the serving certificate for this cluster",
+            args.cluster_id.as_str()
+        );
+    }
+
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let registry = registry::Registry::default();
+    let reflection = sync::ReflectionService {
+        cluster_id: args.cluster_id.clone(),
+        registry: registry.clone(),
+        applier: apply::Applier::new(client),
+        metrics: metrics.clone(),
+    };
+    let inspect = inspect::InspectService {
+        registry,
+        admins: args.inspect_admins.iter().cloned().collect(),
+    };
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<ReflectionServer<sync::ReflectionService>>()
+        .await;
+    health_reporter
+        .set_serving::<InspectServer<inspect::InspectService>>()
+        .await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(refract_shared::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    // grpcurl 1.8 and many tools still ask the v1alpha reflection service.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(refract_shared::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("failed to bind --listen {}", args.listen))?;
+    let grpc_addr = listener.local_addr()?;
+    let incoming = tls_listener::incoming(
+        listener,
+        server_tls,
+        metrics.handshakes.clone(),
+        token.clone(),
+    );
+    tracing::info!(%grpc_addr, %admin_addr, cluster_id = %args.cluster_id, "remote agent serving");
+    admin.set_ready(true);
+
+    let serve_token = token.clone();
+    let served = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(args.keepalive_interval))
+        .http2_keepalive_timeout(Some(args.keepalive_timeout))
+        .max_connection_age(args.max_connection_age)
+        .max_connection_age_grace(std::time::Duration::from_secs(30))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(ReflectionServer::new(reflection))
+        .add_service(InspectServer::new(inspect))
+        .serve_with_incoming_shutdown(incoming, async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = serve_token.cancelled() => {}
+            }
+        });
+    let result = served.await;
+    token.cancel();
+    tracing::info!("remote agent stopped");
+    result.context("gRPC server failed")
+}
+
+/// A client for the provider cluster: `--kubeconfig`, else in-cluster, else `$KUBECONFIG`.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("failed to read --kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig given and neither in-cluster config nor $KUBECONFIG works")?,
+    };
+    kube::Client::try_from(config).context("failed to build Kubernetes client")
+}

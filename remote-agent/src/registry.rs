@@ -1,0 +1,254 @@
+//! What the remote agent knows about its tenants: connection state, the objects each has sent
+//! and their last outcome, and a tap of each tenant's live messages. Read by Inspect.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use refract_shared::proto::{
+    self, local_message, remote_message, tap_event, LocalMessage, ObjectRef, ObjectStatus, Outcome,
+    RemoteMessage, TapEvent,
+};
+use refract_shared::tls::ClusterId;
+use tokio::sync::broadcast;
+
+/// How many messages a slow tap reader may fall behind before it loses some.
+const TAP_BUFFER: usize = 1024;
+
+/// The tenants, shared between the Sync streams and Inspect.
+#[derive(Clone, Default)]
+pub struct Registry {
+    inner: Arc<Mutex<BTreeMap<ClusterId, TenantState>>>,
+}
+
+struct TenantState {
+    connected: bool,
+    agent_version: String,
+    peer: Option<SocketAddr>,
+    session_id: String,
+    connected_since: String,
+    disconnected_at: String,
+    cert_not_after: String,
+    connections: u64,
+    objects: BTreeMap<(String, String, String), ObjectStatus>,
+    tap: broadcast::Sender<TapEvent>,
+}
+
+impl TenantState {
+    fn new() -> Self {
+        Self {
+            connected: false,
+            agent_version: String::new(),
+            peer: None,
+            session_id: String::new(),
+            connected_since: String::new(),
+            disconnected_at: String::new(),
+            cert_not_after: String::new(),
+            connections: 0,
+            objects: BTreeMap::new(),
+            tap: broadcast::channel(TAP_BUFFER).0,
+        }
+    }
+}
+
+/// A connection's details, recorded when its Hello is accepted.
+pub struct Session {
+    /// The local agent's version.
+    pub agent_version: String,
+    /// Where the connection comes from.
+    pub peer: Option<SocketAddr>,
+    /// The stream's id.
+    pub session_id: String,
+    /// The client certificate's expiry.
+    pub cert_not_after: time::OffsetDateTime,
+}
+
+/// Marks the tenant disconnected when the stream's task ends, however it ends.
+pub struct ConnectedGuard {
+    registry: Registry,
+    tenant: ClusterId,
+    session_id: String,
+}
+
+impl Drop for ConnectedGuard {
+    fn drop(&mut self) {
+        let mut tenants = self.registry.lock();
+        if let Some(t) = tenants.get_mut(&self.tenant) {
+            // A newer stream of the same tenant may have replaced this one already.
+            if t.session_id == self.session_id {
+                t.connected = false;
+                t.disconnected_at = now();
+            }
+        }
+    }
+}
+
+fn now() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn object_key(o: &ObjectRef) -> (String, String, String) {
+    (o.kind.clone(), o.namespace.clone(), o.name.clone())
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ClusterId, TenantState>> {
+        self.inner.lock().expect("registry poisoned")
+    }
+
+    /// Records a new stream of `tenant`; the returned guard marks it closed when dropped.
+    pub fn connect(&self, tenant: &ClusterId, session: Session) -> ConnectedGuard {
+        let mut tenants = self.lock();
+        let t = tenants
+            .entry(tenant.clone())
+            .or_insert_with(TenantState::new);
+        t.connected = true;
+        t.agent_version = session.agent_version;
+        t.peer = session.peer;
+        t.session_id = session.session_id.clone();
+        t.connected_since = now();
+        t.disconnected_at.clear();
+        t.cert_not_after = session
+            .cert_not_after
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        t.connections += 1;
+        ConnectedGuard {
+            registry: self.clone(),
+            tenant: tenant.clone(),
+            session_id: session.session_id,
+        }
+    }
+
+    /// Records the outcome of a request about one object.
+    pub fn record(
+        &self,
+        tenant: &ClusterId,
+        object: &ObjectRef,
+        revision: &str,
+        outcome: Outcome,
+        message: &str,
+    ) {
+        let mut tenants = self.lock();
+        let t = tenants
+            .entry(tenant.clone())
+            .or_insert_with(TenantState::new);
+        t.objects.insert(
+            object_key(object),
+            ObjectStatus {
+                object: Some(object.clone()),
+                revision: revision.to_string(),
+                outcome: outcome as i32,
+                message: message.to_string(),
+                updated_at: now(),
+            },
+        );
+    }
+
+    /// Forgets an object the tenant deleted.
+    pub fn forget(&self, tenant: &ClusterId, object: &ObjectRef) {
+        if let Some(t) = self.lock().get_mut(tenant) {
+            t.objects.remove(&object_key(object));
+        }
+    }
+
+    /// Copies a message to the tenant's tap readers, if any. Never blocks.
+    pub fn tap(&self, tenant: &ClusterId, message: TapMessage<'_>) {
+        let tenants = self.lock();
+        let Some(t) = tenants.get(tenant) else { return };
+        if t.tap.receiver_count() == 0 {
+            return;
+        }
+        let message = match message {
+            TapMessage::FromLocal(m) => tap_event::Message::FromLocal(m.clone()),
+            TapMessage::FromRemote(m) => tap_event::Message::FromRemote(m.clone()),
+        };
+        let _ = t.tap.send(TapEvent {
+            at: time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+            message: Some(message),
+            dropped_before: 0,
+        });
+    }
+
+    /// Subscribes to a tenant's live messages (creating the tenant entry if needed, so a tap
+    /// can wait for a tenant that has not connected yet).
+    pub fn subscribe(&self, tenant: &ClusterId) -> broadcast::Receiver<TapEvent> {
+        self.lock()
+            .entry(tenant.clone())
+            .or_insert_with(TenantState::new)
+            .tap
+            .subscribe()
+    }
+
+    /// Every tenant that has connected, or only `only` when given.
+    pub fn tenants(&self, only: Option<&ClusterId>) -> Vec<proto::Tenant> {
+        self.lock()
+            .iter()
+            .filter(|(id, t)| only.is_none_or(|o| o == *id) && t.connections > 0)
+            .map(|(id, t)| proto::Tenant {
+                cluster_id: id.to_string(),
+                connected: t.connected,
+                agent_version: t.agent_version.clone(),
+                peer_address: t.peer.map(|p| p.to_string()).unwrap_or_default(),
+                session_id: t.session_id.clone(),
+                connected_since: t.connected_since.clone(),
+                disconnected_at: t.disconnected_at.clone(),
+                certificate_not_after: t.cert_not_after.clone(),
+                connections: t.connections,
+                objects: t.objects.len() as u64,
+            })
+            .collect()
+    }
+
+    /// A tenant's objects, filtered by kind and namespace when those are non-empty.
+    pub fn objects(&self, tenant: &ClusterId, kind: &str, namespace: &str) -> Vec<ObjectStatus> {
+        let tenants = self.lock();
+        let Some(t) = tenants.get(tenant) else {
+            return Vec::new();
+        };
+        t.objects
+            .iter()
+            .filter(|((k, ns, _), _)| {
+                (kind.is_empty() || k == kind) && (namespace.is_empty() || ns == namespace)
+            })
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+}
+
+/// A message to copy to tap readers.
+pub enum TapMessage<'a> {
+    /// Sent by the local agent.
+    FromLocal(&'a LocalMessage),
+    /// Sent by the remote agent.
+    FromRemote(&'a RemoteMessage),
+}
+
+/// A short name of a message's kind, for logs and metrics.
+pub fn local_kind(m: &LocalMessage) -> &'static str {
+    match &m.kind {
+        Some(local_message::Kind::Hello(_)) => "hello",
+        Some(local_message::Kind::Upsert(_)) => "upsert",
+        Some(local_message::Kind::Delete(_)) => "delete",
+        Some(local_message::Kind::SnapshotComplete(_)) => "snapshot_complete",
+        Some(local_message::Kind::StatusAck(_)) => "status_ack",
+        None => "empty",
+    }
+}
+
+/// See [`local_kind`].
+pub fn remote_kind(m: &RemoteMessage) -> &'static str {
+    match &m.kind {
+        Some(remote_message::Kind::Welcome(_)) => "welcome",
+        Some(remote_message::Kind::Ack(_)) => "ack",
+        Some(remote_message::Kind::PodStatus(_)) => "pod_status",
+        Some(remote_message::Kind::Event(_)) => "event",
+        Some(remote_message::Kind::Capacity(_)) => "capacity",
+        Some(remote_message::Kind::PersistentVolume(_)) => "persistent_volume",
+        None => "empty",
+    }
+}

@@ -1,0 +1,227 @@
+//! `refract.v1.Reflection`: accepting a tenant's stream and running its session.
+
+use std::time::Duration;
+
+use refract_shared::proto::reflection_server::Reflection;
+use refract_shared::proto::{
+    local_message, remote_message, Ack, LocalMessage, ObjectRef, Outcome, RemoteMessage, Welcome,
+};
+use refract_shared::tls::ClusterId;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use crate::apply::Applier;
+use crate::metrics::{label, Metrics};
+use crate::peer::Peer;
+use crate::registry::{local_kind, Registry, Session, TapMessage};
+
+/// How long a new stream may take to send Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Outbound messages buffered per stream before the session waits for the peer to read.
+const OUTBOUND_BUFFER: usize = 256;
+
+/// The Reflection service.
+#[derive(Clone)]
+pub struct ReflectionService {
+    /// This provider's cluster id, sent in Welcome.
+    pub cluster_id: ClusterId,
+    /// Tenant bookkeeping.
+    pub registry: Registry,
+    /// Kubernetes writer.
+    pub applier: Applier,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+#[tonic::async_trait]
+impl Reflection for ReflectionService {
+    type SyncStream = ReceiverStream<Result<RemoteMessage, Status>>;
+
+    async fn sync(
+        &self,
+        request: Request<Streaming<LocalMessage>>,
+    ) -> Result<Response<Self::SyncStream>, Status> {
+        let peer = Peer::from_request(&request)?;
+        let mut inbound = request.into_inner();
+        let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
+            Err(_) => {
+                return Err(self.refuse(
+                    "hello_timeout",
+                    Status::deadline_exceeded("no Hello within 10s"),
+                ))
+            }
+            Ok(Err(status)) => return Err(status),
+            Ok(Ok(None)) => return Err(Status::cancelled("stream closed before Hello")),
+            Ok(Ok(Some(LocalMessage {
+                kind: Some(local_message::Kind::Hello(hello)),
+            }))) => hello,
+            Ok(Ok(Some(other))) => {
+                return Err(self.refuse(
+                    "no_hello",
+                    Status::failed_precondition(format!(
+                        "first message must be Hello, got {}",
+                        local_kind(&other)
+                    )),
+                ))
+            }
+        };
+        if hello.cluster_id != peer.cluster_id.as_str() {
+            return Err(self.refuse(
+                "identity_mismatch",
+                Status::permission_denied(format!(
+                    "Hello names cluster {:?} but the client certificate identifies {:?}",
+                    hello.cluster_id,
+                    peer.cluster_id.as_str()
+                )),
+            ));
+        }
+        if hello.protocol_version != refract_shared::proto::PROTOCOL_VERSION {
+            return Err(self.refuse(
+                "protocol_version",
+                Status::failed_precondition(format!(
+                    "protocol version {} is not supported (this remote agent speaks {})",
+                    hello.protocol_version,
+                    refract_shared::proto::PROTOCOL_VERSION
+                )),
+            ));
+        }
+
+        let session_id = format!("{:016x}", fastrand::u64(..));
+        let guard = self.registry.connect(
+            &peer.cluster_id,
+            Session {
+                agent_version: hello.agent_version.clone(),
+                peer: peer.addr,
+                session_id: session_id.clone(),
+                cert_not_after: peer.not_after,
+            },
+        );
+        let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
+        let session = TenantSession {
+            service: self.clone(),
+            tenant: peer.cluster_id.clone(),
+            tx,
+        };
+        let welcome = RemoteMessage {
+            kind: Some(remote_message::Kind::Welcome(Welcome {
+                cluster_id: self.cluster_id.to_string(),
+                agent_version: refract_shared::AGENT_VERSION.to_string(),
+                protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+                session_id: session_id.clone(),
+            })),
+        };
+        session.send(welcome).await;
+        let span = tracing::info_span!("session", tenant = %peer.cluster_id, session = %session_id);
+        span.in_scope(|| {
+            tracing::info!(peer = ?peer.addr, version = %hello.agent_version, cert_not_after = %peer.not_after, "tenant connected")
+        });
+        let metrics = self.metrics.clone();
+        tokio::spawn(
+            async move {
+                metrics.streams.inc();
+                let _guard = guard;
+                match session.run(&mut inbound).await {
+                    Ok(()) => tracing::info!("tenant closed the stream"),
+                    Err(status) => tracing::info!(code = ?status.code(), message = status.message(), "stream ended"),
+                }
+                metrics.streams.dec();
+            }
+            .instrument(span),
+        );
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+impl ReflectionService {
+    fn refuse(&self, reason: &str, status: Status) -> Status {
+        tracing::warn!(reason, message = status.message(), "refused stream");
+        self.metrics
+            .streams_refused
+            .get_or_create(&label("reason", reason))
+            .inc();
+        status
+    }
+}
+
+/// One open stream of one tenant.
+struct TenantSession {
+    service: ReflectionService,
+    tenant: ClusterId,
+    tx: mpsc::Sender<Result<RemoteMessage, Status>>,
+}
+
+impl TenantSession {
+    async fn send(&self, message: RemoteMessage) {
+        self.service
+            .registry
+            .tap(&self.tenant, TapMessage::FromRemote(&message));
+        // A closed receiver means the stream is gone; the read loop notices and ends.
+        let _ = self.tx.send(Ok(message)).await;
+    }
+
+    async fn run(&self, inbound: &mut Streaming<LocalMessage>) -> Result<(), Status> {
+        while let Some(message) = inbound.message().await? {
+            self.service
+                .registry
+                .tap(&self.tenant, TapMessage::FromLocal(&message));
+            self.service
+                .metrics
+                .received
+                .get_or_create(&label("kind", local_kind(&message)))
+                .inc();
+            self.handle(message).await;
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, message: LocalMessage) {
+        use local_message::Kind;
+        match message.kind {
+            Some(Kind::Upsert(upsert)) => {
+                let object = upsert.object.clone().unwrap_or_default();
+                let (outcome, msg) = self.service.applier.upsert(&self.tenant, &upsert).await;
+                self.service.registry.record(
+                    &self.tenant,
+                    &object,
+                    &upsert.revision,
+                    outcome,
+                    &msg,
+                );
+                self.ack(object, upsert.revision, outcome, msg).await;
+            }
+            Some(Kind::Delete(delete)) => {
+                let object = delete.object.clone().unwrap_or_default();
+                let (outcome, msg) = self.service.applier.delete(&self.tenant, &delete).await;
+                if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
+                    self.service.registry.forget(&self.tenant, &object);
+                }
+                self.ack(object, delete.revision, outcome, msg).await;
+            }
+            Some(Kind::SnapshotComplete(_)) | Some(Kind::StatusAck(_)) => {}
+            Some(Kind::Hello(_)) => tracing::warn!("ignoring a second Hello on an open stream"),
+            None => tracing::debug!("ignoring a message of a kind this version does not know"),
+        }
+    }
+
+    async fn ack(&self, object: ObjectRef, revision: String, outcome: Outcome, message: String) {
+        self.service
+            .metrics
+            .acks
+            .get_or_create(&label("outcome", outcome.as_str_name()))
+            .inc();
+        if !matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
+            tracing::info!(object = %object.display(), outcome = outcome.as_str_name(), %message, "request not applied");
+        }
+        self.send(RemoteMessage {
+            kind: Some(remote_message::Kind::Ack(Ack {
+                object: Some(object),
+                revision,
+                outcome: outcome as i32,
+                message,
+            })),
+        })
+        .await;
+    }
+}

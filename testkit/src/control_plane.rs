@@ -1,0 +1,373 @@
+//! One real control plane: etcd, kube-apiserver, and optionally scheduler and controller
+//! manager, as child processes on loopback.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use tokio::process::{Child, Command};
+
+use crate::pki;
+use crate::ports::free_port;
+
+/// The Kubernetes version testkit runs.
+pub const K8S_VERSION: &str = "1.20.2";
+/// The admin bearer token written into the kubeconfig (member of `system:masters`).
+pub const ADMIN_TOKEN: &str = "refract-testkit-admin";
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A name for logs and file names, e.g. `origin` or `provider`.
+    pub name: String,
+    /// Also run kube-scheduler.
+    pub scheduler: bool,
+    /// Also run kube-controller-manager (without the EndpointSlice controllers).
+    pub controller_manager: bool,
+    /// The Service CIDR.
+    pub service_cidr: String,
+    /// Where to keep files; a fresh temporary folder when `None`.
+    pub dir: Option<PathBuf>,
+}
+
+impl Options {
+    /// An apiserver only, named `name`.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            scheduler: false,
+            controller_manager: false,
+            service_cidr: "10.96.0.0/16".to_string(),
+            dir: None,
+        }
+    }
+
+    /// Also run the scheduler and the controller manager.
+    pub fn with_controllers(mut self) -> Self {
+        self.scheduler = true;
+        self.controller_manager = true;
+        self
+    }
+}
+
+/// A running control plane. Dropping it stops the processes and removes the files.
+pub struct ControlPlane {
+    /// The options it was started with.
+    pub options: Options,
+    /// `https://127.0.0.1:<port>`.
+    pub server: String,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The folder with logs, certificates and etcd data.
+    pub dir: PathBuf,
+    children: Vec<(String, Child)>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// Where the Kubernetes binaries are.
+pub fn k8s_bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("REFRACT_K8S_BIN") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let cache = std::env::var_os("REFRACT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".cache/refract"));
+    cache.join(format!("k8s-{K8S_VERSION}"))
+}
+
+fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let path = k8s_bin_dir().join(name);
+    if !path.is_file() {
+        bail!(
+            "{} not found: run `scripts/ensure-toolchain.sh` to build the Kubernetes {K8S_VERSION} control plane (or set REFRACT_K8S_BIN)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn etcd_binary() -> anyhow::Result<PathBuf> {
+    for dir in ["/usr/bin", "/usr/local/bin"] {
+        let p = Path::new(dir).join("etcd");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!("etcd not found: run `scripts/ensure-toolchain.sh` (installs Debian's etcd-server)")
+}
+
+impl ControlPlane {
+    /// Starts a control plane and waits until it serves requests.
+    pub async fn start(options: Options) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        let (dir, tmp) = match &options.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (d.clone(), None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix(&format!("refract-{}-", options.name))
+                    .tempdir()?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        pki::write_apiserver_pki(&dir)?;
+        std::fs::write(
+            dir.join("tokens.csv"),
+            format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"),
+        )?;
+        let mut cp = Self {
+            server: String::new(),
+            kubeconfig: dir.join("kubeconfig"),
+            dir: dir.clone(),
+            options: options.clone(),
+            children: Vec::new(),
+            _tmp: tmp,
+        };
+
+        let etcd_port = free_port()?;
+        let peer_port = free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        cp.spawn(
+            "etcd",
+            &etcd_binary()?,
+            &[
+                "--name=testkit".into(),
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-cluster=testkit=http://127.0.0.1:{peer_port}"),
+                "--log-level=warn".into(),
+                "--logger=zap".into(),
+            ],
+        )?;
+
+        let port = free_port()?;
+        cp.server = format!("https://127.0.0.1:{port}");
+        let p = |f: &str| dir.join(f).display().to_string();
+        cp.spawn(
+            "kube-apiserver",
+            &binary("kube-apiserver")?,
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                "--insecure-port=0".into(),
+                format!("--tls-cert-file={}", p("serving.crt")),
+                format!("--tls-private-key-file={}", p("serving.key")),
+                format!("--client-ca-file={}", p("ca.crt")),
+                format!("--service-account-key-file={}", p("sa.pub")),
+                format!("--service-account-signing-key-file={}", p("sa.key")),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                "--api-audiences=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--token-auth-file={}", p("tokens.csv")),
+                "--authorization-mode=Node,RBAC".into(),
+                format!("--service-cluster-ip-range={}", options.service_cidr),
+                "--runtime-config=discovery.k8s.io/v1beta1=false".into(),
+                "--enable-priority-and-fairness=false".into(),
+                "--profiling=false".into(),
+                "--v=0".into(),
+            ],
+        )?;
+        cp.write_kubeconfig()?;
+        cp.wait_ready(Duration::from_secs(90)).await?;
+        crate::control_plane::install_endpointslice_shim(&cp.client().await?).await?;
+
+        if options.controller_manager {
+            let kc = cp.kubeconfig.display().to_string();
+            cp.spawn(
+                "kube-controller-manager",
+                &binary("kube-controller-manager")?,
+                &[
+                    format!("--kubeconfig={kc}"),
+                    format!("--authentication-kubeconfig={kc}"),
+                    format!("--authorization-kubeconfig={kc}"),
+                    "--bind-address=127.0.0.1".into(),
+                    "--port=0".into(),
+                    format!("--secure-port={}", free_port()?),
+                    "--leader-elect=false".into(),
+                    "--controllers=*,-endpointslice,-endpointslicemirroring,-nodeipam".into(),
+                    format!("--service-account-private-key-file={}", p("sa.key")),
+                    format!("--root-ca-file={}", p("ca.crt")),
+                    "--use-service-account-credentials=false".into(),
+                ],
+            )?;
+        }
+        if options.scheduler {
+            let kc = cp.kubeconfig.display().to_string();
+            cp.spawn(
+                "kube-scheduler",
+                &binary("kube-scheduler")?,
+                &[
+                    format!("--kubeconfig={kc}"),
+                    format!("--authentication-kubeconfig={kc}"),
+                    format!("--authorization-kubeconfig={kc}"),
+                    "--bind-address=127.0.0.1".into(),
+                    "--port=0".into(),
+                    format!("--secure-port={}", free_port()?),
+                    "--leader-elect=false".into(),
+                ],
+            )?;
+        }
+        tracing::info!(
+            name = %options.name,
+            server = %cp.server,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "control plane ready"
+        );
+        Ok(cp)
+    }
+
+    /// An admin client for this control plane.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    fn spawn(&mut self, name: &str, bin: &Path, args: &[String]) -> anyhow::Result<()> {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
+        let child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("failed to start {}", bin.display()))?;
+        self.children.push((name.to_string(), child));
+        Ok(())
+    }
+
+    fn write_kubeconfig(&self) -> anyhow::Result<()> {
+        let name = &self.options.name;
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {name}-admin\n  user:\n    token: {ADMIN_TOKEN}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}-admin\ncurrent-context: {name}\n",
+            server = self.server,
+            ca = self.dir.join("ca.crt").display(),
+        );
+        std::fs::write(&self.kubeconfig, yaml)?;
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut last_error: String;
+        loop {
+            for (name, child) in &mut self.children {
+                if let Some(status) = child.try_wait()? {
+                    bail!(
+                        "{name} exited ({status}) during startup; see {}",
+                        self.dir.join(format!("{name}.log")).display()
+                    );
+                }
+            }
+            match self.readyz().await {
+                Ok(()) => return Ok(()),
+                Err(e) => last_error = e.to_string(),
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "kube-apiserver of {} not ready after {timeout:?}: {last_error}; see {}",
+                    self.options.name,
+                    self.dir.join("kube-apiserver.log").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn readyz(&self) -> anyhow::Result<()> {
+        let client = self.client().await?;
+        let req = http_get("/readyz")?;
+        let body = client.request_text(req).await?;
+        if body.trim() == "ok" {
+            Ok(())
+        } else {
+            bail!("readyz said {body:?}")
+        }
+    }
+
+    /// Stops the processes (apiserver side first) and waits for them.
+    pub async fn stop(mut self) {
+        self.stop_children().await;
+    }
+
+    async fn stop_children(&mut self) {
+        while let Some((_, mut child)) = self.children.pop() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+}
+
+fn http_get(path: &str) -> anyhow::Result<http::Request<Vec<u8>>> {
+    Ok(http::Request::get(path).body(Vec::new())?)
+}
+
+/// Serves `discovery.k8s.io/v1` EndpointSlices on a 1.20 apiserver through a CRD.
+///
+/// 1.20 only serves v1beta1 (switched off with `--runtime-config`); the CRD lets the agents use
+/// the v1 API they use against current clusters, with the same server-side apply and watch
+/// semantics.
+pub async fn install_endpointslice_shim(client: &kube::Client) -> anyhow::Result<()> {
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": "endpointslices.discovery.k8s.io",
+            "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/752"}
+        },
+        "spec": {
+            "group": "discovery.k8s.io",
+            "scope": "Namespaced",
+            "names": {"plural": "endpointslices", "singular": "endpointslice", "kind": "EndpointSlice", "listKind": "EndpointSliceList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+            }]
+        }
+    }))?;
+    install_crd(client, crd).await
+}
+
+/// Creates a CRD (if missing) and waits until it is established.
+pub async fn install_crd(
+    client: &kube::Client,
+    crd: CustomResourceDefinition,
+) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    match api.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e).with_context(|| format!("failed to create CRD {name}")),
+    }
+    let cond = kube::runtime::wait::conditions::is_crd_established();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        kube::runtime::wait::await_condition(api, &name, cond),
+    )
+    .await
+    .with_context(|| format!("CRD {name} not established after 30s"))??;
+    Ok(())
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // kill_on_drop sends SIGKILL to each child when `children` is dropped.
+        for (_, child) in &mut self.children {
+            let _ = child.start_kill();
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! Real Kubernetes control planes for Refract's end-to-end tests and demo.
+//!
+//! [`ControlPlane::start`] runs etcd and kube-apiserver 1.20.2 (optionally kube-scheduler and
+//! kube-controller-manager) as child processes on free 127.0.0.1 ports, writes an admin
+//! kubeconfig, and installs the `discovery.k8s.io/v1` EndpointSlice shim (see
+//! `shared/design/testing.md`). Dropping it stops everything and removes its files.
+//!
+//! [`fake_kubelet`] stands in for the provider's kubelets: it registers Nodes with capacity and
+//! runs the pods bound to them (Running, with IPs from a pod CIDR).
+//!
+//! Binaries come from `$REFRACT_K8S_BIN` or `~/.cache/refract/k8s-1.20.2/`, built by
+//! `scripts/ensure-toolchain.sh`.
+
+pub mod control_plane;
+pub mod fake_kubelet;
+pub mod pki;
+pub mod ports;
+
+pub use control_plane::{ControlPlane, Options};

@@ -1,0 +1,41 @@
+//! Throwaway keys and certificates for a test apiserver.
+
+use std::path::Path;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+
+/// Writes `ca.crt`, `serving.crt`/`serving.key` (for 127.0.0.1 and localhost) and
+/// `sa.key`/`sa.pub` (service-account signing key) into `dir`.
+pub fn write_apiserver_pki(dir: &Path) -> anyhow::Result<()> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "testkit-ca");
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let serving_key = KeyPair::generate()?;
+    let mut serving = CertificateParams::new(vec![
+        "localhost".to_string(),
+        "kubernetes".to_string(),
+        "kubernetes.default.svc".to_string(),
+    ])?;
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse()?));
+    serving
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kube-apiserver");
+    let serving_cert = serving.signed_by(&serving_key, &issuer)?;
+
+    let sa_key = KeyPair::generate()?;
+    std::fs::write(dir.join("ca.crt"), ca_cert.pem())?;
+    std::fs::write(dir.join("serving.crt"), serving_cert.pem())?;
+    std::fs::write(dir.join("serving.key"), serving_key.serialize_pem())?;
+    std::fs::write(dir.join("sa.key"), sa_key.serialize_pem())?;
+    // 1.20 reads verification keys only from PUBLIC KEY blocks, not from a PKCS#8 private key.
+    std::fs::write(dir.join("sa.pub"), sa_key.public_key_pem())?;
+    Ok(())
+}
