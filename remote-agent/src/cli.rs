@@ -51,6 +51,11 @@ pub struct Args {
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub max_connection_age: Duration,
 
+    /// How long a connection past --max-connection-age keeps its open streams before it is
+    /// closed.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub max_connection_age_grace: Duration,
+
     /// HTTP/2 keepalive ping interval; a peer silent for this plus the timeout is dropped.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub keepalive_interval: Duration,

@@ -27,6 +27,9 @@ use refract_shared::telemetry::Admin;
 use refract_shared::tls::{self, TlsFiles, Watched};
 use tokio_util::sync::CancellationToken;
 
+/// How long open connections get to close after a shutdown signal.
+const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs the remote agent until `shutdown` resolves.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tls::install_default_crypto_provider();
@@ -64,6 +67,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         registry: registry.clone(),
         applier: apply::Applier::new(client),
         metrics: metrics.clone(),
+        shutdown: token.clone(),
     };
     let inspect = inspect::InspectService {
         registry,
@@ -100,24 +104,33 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     tracing::info!(%grpc_addr, %admin_addr, cluster_id = %args.cluster_id, "remote agent serving");
     admin.set_ready(true);
 
-    let serve_token = token.clone();
+    let signal_token = token.clone();
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(args.keepalive_interval))
         .http2_keepalive_timeout(Some(args.keepalive_timeout))
         .max_connection_age(args.max_connection_age)
-        .max_connection_age_grace(std::time::Duration::from_secs(30))
+        .max_connection_age_grace(args.max_connection_age_grace)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(ReflectionServer::new(reflection))
         .add_service(InspectServer::new(inspect))
         .serve_with_incoming_shutdown(incoming, async move {
-            tokio::select! {
-                _ = shutdown => {}
-                _ = serve_token.cancelled() => {}
-            }
+            shutdown.await;
+            // Stops accepting, ends open sessions, then lets tonic drain.
+            signal_token.cancel();
         });
-    let result = served.await;
+    let drain_deadline = async {
+        token.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_DRAIN).await;
+    };
+    let result = tokio::select! {
+        r = served => r,
+        _ = drain_deadline => {
+            tracing::warn!(after = ?SHUTDOWN_DRAIN, "connections still open at shutdown; closing them");
+            Ok(())
+        }
+    };
     token.cancel();
     tracing::info!("remote agent stopped");
     result.context("gRPC server failed")

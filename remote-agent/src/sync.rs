@@ -33,6 +33,8 @@ pub struct ReflectionService {
     pub applier: Applier,
     /// Metrics.
     pub metrics: Metrics,
+    /// Cancelled when the agent shuts down; open sessions end with UNAVAILABLE.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 #[tonic::async_trait]
@@ -162,7 +164,17 @@ impl TenantSession {
     }
 
     async fn run(&self, inbound: &mut Streaming<LocalMessage>) -> Result<(), Status> {
-        while let Some(message) = inbound.message().await? {
+        loop {
+            let message = tokio::select! {
+                _ = self.service.shutdown.cancelled() => {
+                    let _ = self.tx.send(Err(Status::unavailable("remote agent is shutting down"))).await;
+                    return Ok(());
+                }
+                message = inbound.message() => match message? {
+                    Some(m) => m,
+                    None => return Ok(()),
+                },
+            };
             self.service
                 .registry
                 .tap(&self.tenant, TapMessage::FromLocal(&message));
@@ -173,7 +185,6 @@ impl TenantSession {
                 .inc();
             self.handle(message).await;
         }
-        Ok(())
     }
 
     async fn handle(&self, message: LocalMessage) {
