@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test: unit and golden-file tests, in-process mTLS stream tests, and end-to-end
+# tests of the real binaries against real control planes. Installs or builds what is missing
+# first (cached), and says what it is doing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '\033[1m[test]\033[0m %s\n' "$*" >&2; }
+start=$(date +%s)
+
+say "1/4 toolchain: etcd, Kubernetes 1.20.2 control plane, grpcurl (cached after the first run)"
+eval "$(scripts/ensure-toolchain.sh | grep '^REFRACT_K8S_BIN=')"
+export REFRACT_K8S_BIN
+
+say "2/4 building the workspace and its tests"
+cargo build --workspace --bins --tests --locked
+
+say "3/4 format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+say "4/4 running tests (unit, in-process, end-to-end)"
+cargo test --workspace --locked -- --test-threads="${REFRACT_TEST_THREADS:-2}"
+
+say "all tests passed in $(( $(date +%s) - start ))s"

