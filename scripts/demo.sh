@@ -57,7 +57,8 @@ say "Starting local-agent in the origin cluster"
   --kubeconfig "$ORIGIN" --admin-listen 127.0.0.1:0 >"$DEMO/local-agent.log" 2>&1 &
 pids+=($!)
 
-G=(grpcurl -cacert "$DEMO/certs/ca/ca.crt" -cert "$DEMO/certs/local-agent/tls.crt" -key "$DEMO/certs/local-agent/tls.key" "127.0.0.1:$PORT")
+GFLAGS=(-cacert "$DEMO/certs/ca/ca.crt" -cert "$DEMO/certs/local-agent/tls.crt" -key "$DEMO/certs/local-agent/tls.key")
+G=(grpcurl "${GFLAGS[@]}" "127.0.0.1:$PORT")
 for _ in $(seq 30); do "${G[@]}" refract.v1.Inspect/ListTenants 2>/dev/null | grep -q '"connected": true' && break; sleep 1; done
 
 say "What the remote agent serves (grpcurl with the origin's client certificate)"
@@ -80,7 +81,7 @@ cat >&2 <<MSG
 
 Demo is up. Try:
   ${G[*]} refract.v1.Inspect/ListTenants
-  ${G[*]} -d '{"clusterId":"origin"}' refract.v1.Inspect/Tap
+  grpcurl ${GFLAGS[*]} -d '{"clusterId":"origin"}' 127.0.0.1:$PORT refract.v1.Inspect/Tap
   kubectl --kubeconfig $ORIGIN get ns
   kubectl --kubeconfig $PROVIDER get ns
 Logs: $DEMO/{remote-agent,local-agent,testkit}.log
