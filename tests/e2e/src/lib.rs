@@ -17,7 +17,10 @@ pub fn bin_dir() -> PathBuf {
     }
     // target/<profile>/deps/<test-binary> -> target/<profile>
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
 }
 
 /// The path of one of the workspace's binaries, failing with instructions if it is missing.
@@ -80,7 +83,9 @@ impl Certs {
     pub fn new(dir: &Path) -> Self {
         let ca = dir.join("ca");
         run_ok(bin("refract-certs"), &["ca", "--out", ca.to_str().unwrap()]);
-        Self { dir: dir.to_path_buf() }
+        Self {
+            dir: dir.to_path_buf(),
+        }
     }
 
     /// `refract-certs issue` into `dir/<name>` with extra flags.
@@ -117,7 +122,10 @@ impl Agent {
         let file = std::fs::File::create(&log).expect("log file");
         let child = Command::new(bin(binary))
             .args(args)
-            .env("REFRACT_LOG_LEVEL", "info,refract_remote_agent=debug,refract_local_agent=debug")
+            .env(
+                "REFRACT_LOG_LEVEL",
+                "info,refract_remote_agent=debug,refract_local_agent=debug",
+            )
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -135,7 +143,9 @@ impl Agent {
     /// Sends SIGTERM and waits for the process to exit.
     pub async fn stop(mut self) -> std::process::ExitStatus {
         if let Some(pid) = self.child.id() {
-            let _ = StdCommand::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = StdCommand::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
         }
         tokio::time::timeout(Duration::from_secs(15), self.child.wait())
             .await
@@ -181,7 +191,12 @@ impl Peering {
         )
         .context("failed to start control planes")?;
         let certs = Certs::new(dir.path());
-        certs.issue("server", "provider", "server", &["--ip", "127.0.0.1", "--dns", "localhost"]);
+        certs.issue(
+            "server",
+            "provider",
+            "server",
+            &["--ip", "127.0.0.1", "--dns", "localhost"],
+        );
         certs.issue("client", "origin", "client", &[]);
         let remote_addr = format!("127.0.0.1:{}", free_port());
         let mut peering = Self {
@@ -210,7 +225,11 @@ impl Peering {
             format!("--kubeconfig={}", self.provider.kubeconfig.display()),
             format!("--admin-listen=127.0.0.1:{}", free_port()),
         ];
-        self.remote = Some(Agent::spawn("remote-agent", &args, self.dir.path().join("remote-agent.log")));
+        self.remote = Some(Agent::spawn(
+            "remote-agent",
+            &args,
+            self.dir.path().join("remote-agent.log"),
+        ));
     }
 
     /// Starts (or restarts) the local agent.
@@ -228,14 +247,23 @@ impl Peering {
             "--min-backoff=100ms".into(),
             "--max-backoff=1s".into(),
         ];
-        self.local = Some(Agent::spawn("local-agent", &args, self.dir.path().join("local-agent.log")));
+        self.local = Some(Agent::spawn(
+            "local-agent",
+            &args,
+            self.dir.path().join("local-agent.log"),
+        ));
     }
 
     /// `grpcurl` with the certificate in `certs/<client>` (no client certificate when `None`);
     /// `data` is the request body (`-d`), `args` what follows the address.
     pub fn grpcurl_with(&self, client: Option<&str>, data: Option<&str>, args: &[&str]) -> Output {
         let ca = self.certs.dir.join("ca/ca.crt");
-        let mut all: Vec<String> = vec!["-max-time".into(), "10".into(), "-cacert".into(), ca.display().to_string()];
+        let mut all: Vec<String> = vec![
+            "-max-time".into(),
+            "10".into(),
+            "-cacert".into(),
+            ca.display().to_string(),
+        ];
         if let Some(c) = client {
             let d = self.certs.dir.join(c);
             all.extend([
@@ -260,7 +288,12 @@ impl Peering {
     }
 
     /// Polls `check` until it returns `Some`, failing with the agents' logs after `within`.
-    pub async fn eventually<T>(&self, within: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    pub async fn eventually<T>(
+        &self,
+        within: Duration,
+        what: &str,
+        mut check: impl FnMut() -> Option<T>,
+    ) -> T {
         let deadline = Instant::now() + within;
         loop {
             if let Some(v) = check() {
@@ -275,7 +308,10 @@ impl Peering {
 
     /// The remote agent's log.
     pub fn remote_log(&self) -> String {
-        self.remote.as_ref().map(Agent::log_text).unwrap_or_default()
+        self.remote
+            .as_ref()
+            .map(Agent::log_text)
+            .unwrap_or_default()
     }
 
     /// The local agent's log.

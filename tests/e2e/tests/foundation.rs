@@ -8,39 +8,72 @@ use refract_e2e::{bin, json_of, run, run_ok, Peering};
 fn tenant_connected(p: &Peering) -> Option<serde_json::Value> {
     let out = p.grpcurl(Some("client"), &["refract.v1.Inspect/ListTenants"]);
     let v = json_of(&out).ok()?;
-    let t = v["tenants"].as_array()?.iter().find(|t| t["clusterId"] == "origin")?.clone();
+    let t = v["tenants"]
+        .as_array()?
+        .iter()
+        .find(|t| t["clusterId"] == "origin")?
+        .clone();
     (t["connected"] == true).then_some(t)
 }
 
 #[tokio::test]
 async fn grpcurl_sees_services_and_the_connected_tenant() {
     let p = Peering::start(false).await.expect("peering");
-    let tenant = p.eventually(Duration::from_secs(30), "tenant origin connected", || tenant_connected(&p)).await;
+    let tenant = p
+        .eventually(Duration::from_secs(30), "tenant origin connected", || {
+            tenant_connected(&p)
+        })
+        .await;
     assert_eq!(tenant["agentVersion"], env!("CARGO_PKG_VERSION"));
 
     let list = p.grpcurl(Some("client"), &["list"]);
     let services = String::from_utf8_lossy(&list.stdout);
-    for s in ["refract.v1.Reflection", "refract.v1.Inspect", "grpc.health.v1.Health"] {
-        assert!(services.lines().any(|l| l == s), "`grpcurl list` lacks {s}: {services}");
+    for s in [
+        "refract.v1.Reflection",
+        "refract.v1.Inspect",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            services.lines().any(|l| l == s),
+            "`grpcurl list` lacks {s}: {services}"
+        );
     }
     let described = p.grpcurl(Some("client"), &["describe", "refract.v1.Reflection"]);
-    assert!(String::from_utf8_lossy(&described.stdout).contains("rpc Sync ( stream .refract.v1.LocalMessage ) returns ( stream .refract.v1.RemoteMessage )"));
+    assert!(String::from_utf8_lossy(&described.stdout).contains(
+        "rpc Sync ( stream .refract.v1.LocalMessage ) returns ( stream .refract.v1.RemoteMessage )"
+    ));
 
     let health = json_of(&p.grpcurl(Some("client"), &["grpc.health.v1.Health/Check"])).unwrap();
     assert_eq!(health["status"], "SERVING");
-    let health = json_of(&p.grpcurl_with(Some("client"), Some(r#"{"service":"refract.v1.Reflection"}"#), &["grpc.health.v1.Health/Check"])).unwrap();
+    let health = json_of(&p.grpcurl_with(
+        Some("client"),
+        Some(r#"{"service":"refract.v1.Reflection"}"#),
+        &["grpc.health.v1.Health/Check"],
+    ))
+    .unwrap();
     assert_eq!(health["status"], "SERVING");
 
     // A tenant may not look at another tenant.
-    let other = p.grpcurl_with(Some("client"), Some(r#"{"clusterId":"someone-else"}"#), &["refract.v1.Inspect/ListObjects"]);
+    let other = p.grpcurl_with(
+        Some("client"),
+        Some(r#"{"clusterId":"someone-else"}"#),
+        &["refract.v1.Inspect/ListObjects"],
+    );
     assert!(!other.status.success());
-    assert!(String::from_utf8_lossy(&other.stderr).contains("PermissionDenied"), "{}", String::from_utf8_lossy(&other.stderr));
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("PermissionDenied"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
 }
 
 #[tokio::test]
 async fn wrong_expired_and_missing_client_certificates_are_refused() {
     let p = Peering::start(false).await.expect("peering");
-    p.eventually(Duration::from_secs(30), "tenant origin connected", || tenant_connected(&p)).await;
+    p.eventually(Duration::from_secs(30), "tenant origin connected", || {
+        tenant_connected(&p)
+    })
+    .await;
 
     // A certificate for the same identity from another CA with the same name as ours.
     let other = refract_e2e::Certs::new(&p.dir.path().join("other"));
@@ -51,20 +84,44 @@ async fn wrong_expired_and_missing_client_certificates_are_refused() {
         std::fs::copy(foreign.join(f), p.certs.dir.join("foreign").join(f)).unwrap();
     }
     // An expired certificate from the right CA.
-    p.certs.issue("expired", "origin", "client", &["--not-before", "2020-01-01T00:00:00Z", "--days", "1"]);
-    let inspect = run_ok(bin("refract-certs"), &["inspect", p.certs.dir.join("expired/tls.crt").to_str().unwrap()]);
+    p.certs.issue(
+        "expired",
+        "origin",
+        "client",
+        &["--not-before", "2020-01-01T00:00:00Z", "--days", "1"],
+    );
+    let inspect = run_ok(
+        bin("refract-certs"),
+        &[
+            "inspect",
+            p.certs.dir.join("expired/tls.crt").to_str().unwrap(),
+        ],
+    );
     assert!(inspect.contains("EXPIRED"), "{inspect}");
 
     // grpcurl only sees the connection fail; the remote agent's log says why.
-    for (client, why) in [(Some("foreign"), "invalid peer certificate: BadSignature"), (Some("expired"), "certificate expired"), (None, "no certificates")] {
+    for (client, why) in [
+        (Some("foreign"), "invalid peer certificate: BadSignature"),
+        (Some("expired"), "certificate expired"),
+        (None, "no certificates"),
+    ] {
         let before = p.remote_log().matches(why).count();
         let out = p.grpcurl(client, &["list"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{client:?} was accepted: {}", String::from_utf8_lossy(&out.stdout));
-        assert!(stderr.to_lowercase().contains("failed to dial"), "{client:?}: {stderr}");
-        p.eventually(Duration::from_secs(5), &format!("remote agent logging {why:?} for {client:?}"), || {
-            (p.remote_log().matches(why).count() > before).then_some(())
-        })
+        assert!(
+            !out.status.success(),
+            "{client:?} was accepted: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.to_lowercase().contains("failed to dial"),
+            "{client:?}: {stderr}"
+        );
+        p.eventually(
+            Duration::from_secs(5),
+            &format!("remote agent logging {why:?} for {client:?}"),
+            || (p.remote_log().matches(why).count() > before).then_some(()),
+        )
         .await;
     }
     // And the good tenant is still connected.
@@ -74,26 +131,60 @@ async fn wrong_expired_and_missing_client_certificates_are_refused() {
 #[tokio::test]
 async fn local_agent_reconnects_when_the_remote_agent_process_restarts() {
     let mut p = Peering::start(false).await.expect("peering");
-    p.eventually(Duration::from_secs(30), "first connection", || tenant_connected(&p)).await;
+    p.eventually(Duration::from_secs(30), "first connection", || {
+        tenant_connected(&p)
+    })
+    .await;
     let status = p.remote.take().unwrap().stop().await;
-    assert!(status.success(), "remote agent exited with {status} on SIGTERM");
+    assert!(
+        status.success(),
+        "remote agent exited with {status} on SIGTERM"
+    );
     p.start_remote();
-    p.eventually(Duration::from_secs(30), "reconnection", || tenant_connected(&p)).await;
+    p.eventually(Duration::from_secs(30), "reconnection", || {
+        tenant_connected(&p)
+    })
+    .await;
     assert!(p.local_log().contains("reconnecting"), "{}", p.local_log());
 }
 
 #[tokio::test]
 async fn deploy_bases_pass_server_side_dry_run() {
-    let cp = refract_testkit::ControlPlane::start(refract_testkit::Options::named("deploy")).await.unwrap();
+    let cp = refract_testkit::ControlPlane::start(refract_testkit::Options::named("deploy"))
+        .await
+        .unwrap();
     let kc = cp.kubeconfig.to_str().unwrap().to_string();
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy");
-    run_ok("kubectl", &["--kubeconfig", &kc, "create", "namespace", "refract-system"]);
+    run_ok(
+        "kubectl",
+        &["--kubeconfig", &kc, "create", "namespace", "refract-system"],
+    );
     for base in ["remote-agent", "local-agent"] {
         let path = format!("{root}/{base}");
-        let out = run("kubectl", &["--kubeconfig", &kc, "apply", "--dry-run=server", "-k", &path]);
+        let out = run(
+            "kubectl",
+            &[
+                "--kubeconfig",
+                &kc,
+                "apply",
+                "--dry-run=server",
+                "-k",
+                &path,
+            ],
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{base}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-        for kind in ["serviceaccount", "clusterrole.rbac", "clusterrolebinding.rbac", "deployment.apps", "service/"] {
+        assert!(
+            out.status.success(),
+            "{base}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for kind in [
+            "serviceaccount",
+            "clusterrole.rbac",
+            "clusterrolebinding.rbac",
+            "deployment.apps",
+            "service/",
+        ] {
             assert!(stdout.contains(kind), "{base}: no {kind} in {stdout}");
         }
     }
