@@ -11,8 +11,14 @@
 //! them by the identity [`tls`] extracts from the verified client certificate.
 
 pub mod duration;
+pub mod forge;
+pub mod hash;
 pub mod keys;
+pub mod options;
+pub mod policy;
 pub mod proto;
+pub mod remap;
+pub mod selector;
 pub mod telemetry;
 pub mod tls;
 

@@ -1,0 +1,25 @@
+//! A stable hash of a desired state, so an unchanged object is never rewritten.
+
+use sha2::{Digest, Sha256};
+
+/// SHA-256 (hex, first 32 characters) of the canonical JSON of `value`. serde_json's maps are
+/// ordered (BTreeMap), so equal objects always hash equally.
+pub fn desired_hash(value: &serde_json::Value) -> String {
+    let bytes = serde_json::to_vec(value).expect("JSON values always serialize");
+    let digest = Sha256::digest(bytes);
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_order_does_not_matter() {
+        let a: serde_json::Value = serde_json::from_str(r#"{"a":1,"b":{"c":2,"d":3}}"#).unwrap();
+        let b: serde_json::Value = serde_json::from_str(r#"{"b":{"d":3,"c":2},"a":1}"#).unwrap();
+        assert_eq!(desired_hash(&a), desired_hash(&b));
+        let c: serde_json::Value = serde_json::from_str(r#"{"a":2}"#).unwrap();
+        assert_ne!(desired_hash(&a), desired_hash(&c));
+    }
+}

@@ -1,0 +1,245 @@
+//! What the reflection rules depend on: cluster ids, policies, skip lists, remapping.
+//!
+//! The same options come from flags, from a YAML file mirroring Liqo's Helm values
+//! (`offloading.reflection.<resource>.type|workers`, `offloading.reflection.skip.labels|annotations`),
+//! or from `local-agent preview`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::policy::Policy;
+use crate::remap::Remapping;
+
+/// A kind the local agent reflects to the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// core/v1 ConfigMap.
+    ConfigMap,
+    /// core/v1 Secret.
+    Secret,
+    /// core/v1 Service.
+    Service,
+    /// networking.k8s.io/v1 Ingress.
+    Ingress,
+    /// discovery.k8s.io/v1 EndpointSlice.
+    EndpointSlice,
+}
+
+impl Kind {
+    /// Every reflected kind.
+    pub const ALL: [Kind; 5] = [Kind::ConfigMap, Kind::Secret, Kind::Service, Kind::Ingress, Kind::EndpointSlice];
+
+    /// The Kubernetes kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Secret => "Secret",
+            Kind::Service => "Service",
+            Kind::Ingress => "Ingress",
+            Kind::EndpointSlice => "EndpointSlice",
+        }
+    }
+
+    /// The Kubernetes apiVersion.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::ConfigMap | Kind::Secret | Kind::Service => "v1",
+            Kind::Ingress => "networking.k8s.io/v1",
+            Kind::EndpointSlice => "discovery.k8s.io/v1",
+        }
+    }
+
+    /// The key in Helm values and flag names (`configmap`, `endpointslice`, ...).
+    pub fn key(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "configmap",
+            Kind::Secret => "secret",
+            Kind::Service => "service",
+            Kind::Ingress => "ingress",
+            Kind::EndpointSlice => "endpointslice",
+        }
+    }
+
+    /// Looks a kind up by its Kubernetes kind.
+    pub fn from_kind(kind: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.kind() == kind)
+    }
+
+    /// Default number of workers (Liqo's defaults).
+    pub fn default_workers(self) -> u32 {
+        match self {
+            Kind::EndpointSlice => 10,
+            _ => 3,
+        }
+    }
+}
+
+/// Per-kind settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KindOptions {
+    /// DenyList or AllowList. EndpointSlices inherit the Service policy.
+    pub policy: Policy,
+    /// Concurrent workers; 0 disables the kind.
+    pub workers: u32,
+}
+
+/// Annotations never reflected by default: set by cloud controllers for the origin cluster.
+pub const DEFAULT_SKIP_ANNOTATIONS: &[&str] = &[
+    "cloud.google.com/neg",
+    "cloud.google.com/neg-status",
+    "kubernetes.digitalocean.com/load-balancer-id",
+    "ingress.kubernetes.io/backends",
+    "ingress.kubernetes.io/forwarding-rule",
+    "ingress.kubernetes.io/target-proxy",
+    "ingress.kubernetes.io/url-map",
+    "metallb.universe.tf/address-pool",
+    "metallb.universe.tf/ip-allocated-from-pool",
+    "metallb.universe.tf/loadBalancerIPs",
+    "loadbalancer.openstack.org/load-balancer-id",
+];
+
+/// Everything the forge needs to turn an origin object into the provider's desired object.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReflectionOptions {
+    /// The origin cluster id.
+    pub local_cluster_id: String,
+    /// The provider cluster id.
+    pub remote_cluster_id: String,
+    /// Rewrites endpoint addresses for the provider.
+    #[serde(default)]
+    pub remapping: Remapping,
+    /// Label keys never reflected.
+    #[serde(default)]
+    pub skip_labels: BTreeSet<String>,
+    /// Annotation keys never reflected.
+    #[serde(default = "default_skip_annotations")]
+    pub skip_annotations: BTreeSet<String>,
+    /// Per-kind policy and workers; kinds not listed use the defaults.
+    #[serde(default)]
+    pub kinds: BTreeMap<Kind, KindOptions>,
+}
+
+fn default_skip_annotations() -> BTreeSet<String> {
+    DEFAULT_SKIP_ANNOTATIONS.iter().map(|s| s.to_string()).collect()
+}
+
+impl ReflectionOptions {
+    /// Options with Liqo's defaults for a peering.
+    pub fn new(local_cluster_id: &str, remote_cluster_id: &str) -> Self {
+        Self {
+            local_cluster_id: local_cluster_id.to_string(),
+            remote_cluster_id: remote_cluster_id.to_string(),
+            remapping: Remapping::default(),
+            skip_labels: BTreeSet::new(),
+            skip_annotations: default_skip_annotations(),
+            kinds: BTreeMap::new(),
+        }
+    }
+
+    /// The settings of `kind` (EndpointSlices take the Service policy).
+    pub fn kind(&self, kind: Kind) -> KindOptions {
+        let mut o = self.kinds.get(&kind).copied().unwrap_or(KindOptions {
+            policy: Policy::DenyList,
+            workers: kind.default_workers(),
+        });
+        if kind == Kind::EndpointSlice {
+            o.policy = self.kind(Kind::Service).policy;
+        }
+        o
+    }
+
+    /// Applies a Helm-values-shaped YAML document on top of these options.
+    pub fn merge_values(&mut self, values: &HelmValues) {
+        let Some(reflection) = values.offloading.as_ref().and_then(|o| o.reflection.as_ref()) else {
+            return;
+        };
+        for kind in Kind::ALL {
+            if let Some(r) = reflection.resources.get(kind.key()) {
+                let mut o = self.kind(kind);
+                if let Some(p) = r.r#type {
+                    o.policy = p;
+                }
+                if let Some(w) = r.workers {
+                    o.workers = w;
+                }
+                self.kinds.insert(kind, o);
+            }
+        }
+        if let Some(skip) = &reflection.skip {
+            self.skip_labels.extend(skip.labels.iter().cloned());
+            self.skip_annotations.extend(skip.annotations.iter().cloned());
+        }
+    }
+}
+
+/// The subset of Liqo's Helm values Refract understands.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelmValues {
+    /// `offloading:`
+    pub offloading: Option<OffloadingValues>,
+}
+
+/// `offloading:`
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffloadingValues {
+    /// `offloading.reflection:`
+    pub reflection: Option<ReflectionValues>,
+}
+
+/// `offloading.reflection:`
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct ReflectionValues {
+    /// `offloading.reflection.skip:`
+    pub skip: Option<SkipValues>,
+    /// `offloading.reflection.<resource>:`
+    #[serde(flatten)]
+    pub resources: BTreeMap<String, ResourceValues>,
+}
+
+/// `offloading.reflection.skip:`
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkipValues {
+    /// Label keys never reflected.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Annotation keys never reflected.
+    #[serde(default)]
+    pub annotations: Vec<String>,
+}
+
+/// `offloading.reflection.<resource>:`
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceValues {
+    /// `type: DenyList|AllowList`
+    pub r#type: Option<Policy>,
+    /// `workers: N`
+    pub workers: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helm_values_override_defaults() {
+        let values: HelmValues = serde_yaml_ng::from_str(
+            "offloading:\n  reflection:\n    secret:\n      type: AllowList\n    configmap:\n      workers: 0\n    service:\n      type: AllowList\n    skip:\n      labels: [team]\n      annotations: [a.b/c]\n",
+        )
+        .unwrap();
+        let mut o = ReflectionOptions::new("origin", "provider");
+        o.merge_values(&values);
+        assert_eq!(o.kind(Kind::Secret).policy, Policy::AllowList);
+        assert_eq!(o.kind(Kind::Secret).workers, 3);
+        assert_eq!(o.kind(Kind::ConfigMap).workers, 0);
+        assert_eq!(o.kind(Kind::EndpointSlice).policy, Policy::AllowList);
+        assert_eq!(o.kind(Kind::EndpointSlice).workers, 10);
+        assert!(o.skip_labels.contains("team"));
+        assert!(o.skip_annotations.contains("a.b/c"));
+        assert!(o.skip_annotations.contains("cloud.google.com/neg"));
+    }
+}

@@ -1,0 +1,93 @@
+//! Reflection policies: which objects are reflected, decided by annotations.
+
+use std::collections::BTreeMap;
+
+/// The annotation that excludes an object under [`Policy::DenyList`].
+pub const SKIP_ANNOTATION: &str = "liqo.io/skip-reflection";
+/// The annotation that includes an object under [`Policy::AllowList`].
+pub const ALLOW_ANNOTATION: &str = "liqo.io/allow-reflection";
+
+/// How a kind decides what to reflect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+pub enum Policy {
+    /// Reflect everything except objects annotated `liqo.io/skip-reflection`.
+    #[default]
+    DenyList,
+    /// Reflect nothing except objects annotated `liqo.io/allow-reflection`.
+    AllowList,
+}
+
+impl Policy {
+    /// The name used in flags, files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::DenyList => "DenyList",
+            Policy::AllowList => "AllowList",
+        }
+    }
+}
+
+/// An annotation counts as set when present with any value but (case-insensitive) `false`.
+fn is_set(annotations: Option<&BTreeMap<String, String>>, key: &str) -> bool {
+    annotations
+        .and_then(|a| a.get(key))
+        .is_some_and(|v| !v.eq_ignore_ascii_case("false"))
+}
+
+/// Why an object is not reflected under `policy`, or `None` if it is.
+pub fn skip_reason(policy: Policy, annotations: Option<&BTreeMap<String, String>>) -> Option<String> {
+    match policy {
+        Policy::DenyList if is_set(annotations, SKIP_ANNOTATION) => {
+            Some(format!("annotated {SKIP_ANNOTATION} (policy DenyList)"))
+        }
+        Policy::AllowList if !is_set(annotations, ALLOW_ANNOTATION) => {
+            Some(format!("not annotated {ALLOW_ANNOTATION} (policy AllowList)"))
+        }
+        _ => None,
+    }
+}
+
+/// An explicit decision from the object's own annotations, whatever the policy: `Some(true)`
+/// to reflect, `Some(false)` to skip, `None` when neither annotation is set.
+pub fn forced(annotations: Option<&BTreeMap<String, String>>) -> Result<Option<bool>, String> {
+    match (is_set(annotations, ALLOW_ANNOTATION), is_set(annotations, SKIP_ANNOTATION)) {
+        (true, true) => Err(format!(
+            "both {ALLOW_ANNOTATION} and {SKIP_ANNOTATION} are set; remove one"
+        )),
+        (true, false) => Ok(Some(true)),
+        (false, true) => Ok(Some(false)),
+        (false, false) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn deny_list_skips_only_annotated_objects() {
+        assert!(skip_reason(Policy::DenyList, None).is_none());
+        assert!(skip_reason(Policy::DenyList, Some(&ann(&[(SKIP_ANNOTATION, "")]))).is_some());
+        assert!(skip_reason(Policy::DenyList, Some(&ann(&[(SKIP_ANNOTATION, "true")]))).is_some());
+        assert!(skip_reason(Policy::DenyList, Some(&ann(&[(SKIP_ANNOTATION, "FALSE")]))).is_none());
+    }
+
+    #[test]
+    fn allow_list_reflects_only_annotated_objects() {
+        assert!(skip_reason(Policy::AllowList, None).is_some());
+        assert!(skip_reason(Policy::AllowList, Some(&ann(&[(ALLOW_ANNOTATION, "yes")]))).is_none());
+        assert!(skip_reason(Policy::AllowList, Some(&ann(&[(ALLOW_ANNOTATION, "false")]))).is_some());
+    }
+
+    #[test]
+    fn forced_decisions() {
+        assert_eq!(forced(None), Ok(None));
+        assert_eq!(forced(Some(&ann(&[(ALLOW_ANNOTATION, "")]))), Ok(Some(true)));
+        assert_eq!(forced(Some(&ann(&[(SKIP_ANNOTATION, "1")]))), Ok(Some(false)));
+        assert!(forced(Some(&ann(&[(SKIP_ANNOTATION, "1"), (ALLOW_ANNOTATION, "1")]))).is_err());
+    }
+}
