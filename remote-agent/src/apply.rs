@@ -1,44 +1,367 @@
 //! Applying tenants' requests to the provider cluster.
+//!
+//! Every write is checked against the tenant taken from the client certificate: namespaced
+//! objects go only into namespaces labelled as that tenant's, and only the allowed kinds. The
+//! origin and destination labels are set here from the authenticated identity, whatever the
+//! message says. An object of the same name without those labels is foreign: never written,
+//! never deleted (`Conflict`). A hash of the desired state is stored on each object; a request
+//! whose hash matches is answered `Unchanged` without a write.
 
-use refract_shared::proto::{Delete, Outcome, Upsert};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use kube::ResourceExt;
+use refract_shared::hash::desired_hash;
+use refract_shared::keys::{
+    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, REMOTE_FIELD_MANAGER, TENANT_NAMESPACE_LABEL,
+};
+use refract_shared::proto::{Delete, ObjectRef, Outcome, Upsert};
 use refract_shared::tls::ClusterId;
+
+use crate::kinds::Allowed;
+
+/// Annotation on a twin namespace: the origin namespace it mirrors.
+pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";
+
+/// What the remote agent wants each tenant object to be, for restoring copies edited or
+/// deleted on the provider.
+#[derive(Clone, Default)]
+pub struct DesiredStore {
+    inner: Arc<Mutex<BTreeMap<ObjectKey, Remembered>>>,
+}
+
+/// Identifies one tenant object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Tenant.
+    pub tenant: ClusterId,
+    /// Kind.
+    pub kind: Allowed,
+    /// Namespace (empty for namespaces).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+#[derive(Clone)]
+struct Remembered {
+    object: serde_json::Value,
+    resource_version: Option<String>,
+}
+
+impl DesiredStore {
+    fn remember(&self, key: ObjectKey, object: serde_json::Value, resource_version: Option<String>) {
+        self.inner.lock().expect("desired store poisoned").insert(key, Remembered { object, resource_version });
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.inner.lock().expect("desired store poisoned").remove(key);
+    }
+
+    /// The desired object for `key`, if it differs from what was last written at
+    /// `resource_version` (or the object is gone, `None`).
+    pub fn needs_restore(&self, key: &ObjectKey, resource_version: Option<&str>) -> Option<serde_json::Value> {
+        let map = self.inner.lock().expect("desired store poisoned");
+        let r = map.get(key)?;
+        match (resource_version, r.resource_version.as_deref()) {
+            (Some(seen), Some(written)) if seen == written => None,
+            _ => Some(r.object.clone()),
+        }
+    }
+
+    fn set_written(&self, key: &ObjectKey, resource_version: Option<String>) {
+        if let Some(r) = self.inner.lock().expect("desired store poisoned").get_mut(key) {
+            r.resource_version = resource_version;
+        }
+    }
+}
 
 /// Writes tenants' objects into the provider cluster with the remote agent's own identity.
 #[derive(Clone)]
 pub struct Applier {
-    #[allow(dead_code)]
     client: kube::Client,
+    provider: ClusterId,
+    pod_security_level: String,
+    /// The desired state of every tenant object this process has been sent.
+    pub desired: DesiredStore,
+}
+
+/// The result of one request.
+pub type Answer = (Outcome, String);
+
+fn api_error(e: kube::Error) -> Answer {
+    match e {
+        kube::Error::Api(s) if s.code == 400 || s.code == 422 => (Outcome::Invalid, s.message),
+        kube::Error::Api(s) if s.code == 403 => (Outcome::Denied, format!("provider API refused: {}", s.message)),
+        other => (Outcome::Transient, other.to_string()),
+    }
 }
 
 impl Applier {
-    /// An applier writing with `client`.
-    pub fn new(client: kube::Client) -> Self {
-        Self { client }
+    /// An applier writing with `client` as provider `provider`.
+    pub fn new(client: kube::Client, provider: ClusterId, pod_security_level: String) -> Self {
+        Self {
+            client,
+            provider,
+            pod_security_level,
+            desired: DesiredStore::default(),
+        }
+    }
+
+    fn api(&self, kind: Allowed, namespace: &str) -> Api<DynamicObject> {
+        let ar = kind.resource();
+        match kind {
+            Allowed::Namespace => Api::all_with(self.client.clone(), &ar),
+            Allowed::Reflected(_) => Api::namespaced_with(self.client.clone(), namespace, &ar),
+        }
+    }
+
+    fn is_ours(&self, tenant: &ClusterId, obj: &DynamicObject) -> bool {
+        let labels = obj.labels();
+        labels.get(ORIGIN_LABEL).map(String::as_str) == Some(tenant.as_str())
+            && labels.get(DESTINATION_LABEL).map(String::as_str) == Some(self.provider.as_str())
+    }
+
+    /// Whether `namespace` exists and belongs to `tenant`.
+    async fn owns_namespace(&self, tenant: &ClusterId, namespace: &str) -> Result<bool, Answer> {
+        let ns = self
+            .api(Allowed::Namespace, "")
+            .get_opt(namespace)
+            .await
+            .map_err(api_error)?;
+        Ok(ns.is_some_and(|ns| ns.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str())))
+    }
+
+    /// Checks a request's kind and namespace against the tenant's rights.
+    async fn authorize(&self, tenant: &ClusterId, object: &ObjectRef) -> Result<Allowed, Answer> {
+        let kind = Allowed::lookup(&object.api_version, &object.kind).ok_or_else(|| {
+            (
+                Outcome::Denied,
+                format!("{} {} is not a kind tenants may write", object.api_version, object.kind),
+            )
+        })?;
+        if kind != Allowed::Namespace && !self.owns_namespace(tenant, &object.namespace).await? {
+            return Err((
+                Outcome::Denied,
+                format!("namespace {:?} is not a namespace of tenant {tenant}", object.namespace),
+            ));
+        }
+        Ok(kind)
     }
 
     /// Applies one Upsert for `tenant`.
-    pub async fn upsert(&self, _tenant: &ClusterId, upsert: &Upsert) -> (Outcome, String) {
-        let kind = upsert
-            .object
-            .as_ref()
-            .map(|o| o.kind.as_str())
-            .unwrap_or("");
-        (
-            Outcome::Denied,
-            format!("kind {kind:?} is not reflected by this remote agent"),
-        )
+    pub async fn upsert(&self, tenant: &ClusterId, upsert: &Upsert) -> Answer {
+        match self.try_upsert(tenant, upsert).await {
+            Ok(a) | Err(a) => a,
+        }
     }
 
-    /// Applies one Delete for `tenant`.
-    pub async fn delete(&self, _tenant: &ClusterId, delete: &Delete) -> (Outcome, String) {
-        let kind = delete
-            .object
-            .as_ref()
-            .map(|o| o.kind.as_str())
-            .unwrap_or("");
-        (
-            Outcome::Denied,
-            format!("kind {kind:?} is not reflected by this remote agent"),
-        )
+    async fn try_upsert(&self, tenant: &ClusterId, upsert: &Upsert) -> Result<Answer, Answer> {
+        let object = upsert.object.as_ref().ok_or((Outcome::Invalid, "Upsert without object".to_string()))?;
+        let kind = self.authorize(tenant, object).await?;
+        let mut desired = self.desired_object(tenant, kind, object, &upsert.object_json)?;
+        let hash = desired_hash(&desired);
+        desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
+        let key = ObjectKey {
+            tenant: tenant.clone(),
+            kind,
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+        };
+        let api = self.api(kind, &object.namespace);
+        if let Some(existing) = api.get_opt(&object.name).await.map_err(api_error)? {
+            let foreign = match kind {
+                Allowed::Namespace => {
+                    existing.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) != Some(tenant.as_str())
+                }
+                Allowed::Reflected(_) => !self.is_ours(tenant, &existing),
+            };
+            if foreign {
+                return Ok((
+                    Outcome::Conflict,
+                    format!(
+                        "{} {} exists on cluster {:?} and was not reflected by {tenant}; left untouched",
+                        kind.kind(),
+                        object.display_name(),
+                        self.provider.as_str()
+                    ),
+                ));
+            }
+            if existing.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
+                self.desired.remember(key, desired, existing.resource_version());
+                return Ok((Outcome::Unchanged, String::new()));
+            }
+        }
+        let written = self.apply(&api, &object.name, &desired).await?;
+        self.desired.remember(key, desired, written);
+        Ok((Outcome::Applied, String::new()))
+    }
+
+    async fn apply(&self, api: &Api<DynamicObject>, name: &str, desired: &serde_json::Value) -> Result<Option<String>, Answer> {
+        let params = PatchParams::apply(REMOTE_FIELD_MANAGER).force();
+        let applied = api.patch(name, &params, &Patch::Apply(desired)).await.map_err(api_error)?;
+        Ok(applied.resource_version())
+    }
+
+    /// Re-applies a remembered desired object (restoring a copy edited or deleted on the
+    /// provider); returns the outcome for logs.
+    pub async fn restore(&self, key: &ObjectKey, desired: &serde_json::Value) -> Answer {
+        let api = self.api(key.kind, &key.namespace);
+        match self.apply(&api, &key.name, desired).await {
+            Ok(rv) => {
+                self.desired.set_written(key, rv);
+                (Outcome::Applied, String::new())
+            }
+            Err(a) => a,
+        }
+    }
+
+    /// Decodes the message's object, checks it names what the envelope names, and stamps the
+    /// labels and annotations the remote agent owns.
+    fn desired_object(&self, tenant: &ClusterId, kind: Allowed, object: &ObjectRef, json: &[u8]) -> Result<serde_json::Value, Answer> {
+        let invalid = |m: String| (Outcome::Invalid, m);
+        let mut value: serde_json::Value =
+            serde_json::from_slice(json).map_err(|e| invalid(format!("object is not valid JSON: {e}")))?;
+        if !value.is_object() || !value["metadata"].is_object() {
+            return Err(invalid("object has no metadata".into()));
+        }
+        let field = |v: &serde_json::Value, f: &str| v[f].as_str().unwrap_or_default().to_string();
+        let meta = &value["metadata"];
+        let (name, namespace) = (field(meta, "name"), field(meta, "namespace"));
+        let expected_namespace = match kind {
+            Allowed::Namespace => "",
+            Allowed::Reflected(_) => object.namespace.as_str(),
+        };
+        if field(&value, "kind") != object.kind
+            || field(&value, "apiVersion") != object.api_version
+            || name != object.name
+            || namespace != expected_namespace
+        {
+            return Err(invalid(format!(
+                "object {}/{} {namespace}/{name} does not match the envelope {}",
+                field(&value, "apiVersion"),
+                field(&value, "kind"),
+                object.display_name()
+            )));
+        }
+        let meta = value["metadata"].as_object_mut().expect("checked above");
+        let labels = meta.entry("labels").or_insert_with(|| serde_json::json!({}));
+        if !labels.is_object() {
+            return Err(invalid("metadata.labels is not a map".into()));
+        }
+        labels[ORIGIN_LABEL] = tenant.as_str().into();
+        labels[DESTINATION_LABEL] = self.provider.as_str().into();
+        if kind == Allowed::Namespace {
+            labels[TENANT_NAMESPACE_LABEL] = tenant.as_str().into();
+            labels["pod-security.kubernetes.io/enforce"] = self.pod_security_level.clone().into();
+        }
+        let annotations = meta.entry("annotations").or_insert_with(|| serde_json::json!({}));
+        if !annotations.is_object() {
+            return Err(invalid("metadata.annotations is not a map".into()));
+        }
+        Ok(value)
+    }
+
+    /// Applies one Delete for `tenant`. A foreign object is never deleted.
+    pub async fn delete(&self, tenant: &ClusterId, delete: &Delete) -> Answer {
+        let result = async {
+            let object = delete.object.as_ref().ok_or((Outcome::Invalid, "Delete without object".to_string()))?;
+            let kind = match Allowed::lookup(&object.api_version, &object.kind) {
+                Some(Allowed::Namespace) => Allowed::Namespace,
+                _ => self.authorize(tenant, object).await?,
+            };
+            self.desired.forget(&ObjectKey {
+                tenant: tenant.clone(),
+                kind,
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+            });
+            self.delete_owned(tenant, kind, &object.namespace, &object.name, delete.grace_period_seconds).await
+        }
+        .await;
+        match result {
+            Ok(a) | Err(a) => a,
+        }
+    }
+
+    async fn delete_owned(&self, tenant: &ClusterId, kind: Allowed, namespace: &str, name: &str, grace: Option<i64>) -> Result<Answer, Answer> {
+        let api = self.api(kind, namespace);
+        let Some(existing) = api.get_opt(name).await.map_err(api_error)? else {
+            return Ok((Outcome::Unchanged, "already absent".into()));
+        };
+        let ours = match kind {
+            Allowed::Namespace => existing.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str()),
+            Allowed::Reflected(_) => self.is_ours(tenant, &existing),
+        };
+        if !ours {
+            return Ok((Outcome::Conflict, format!("{} {namespace}/{name} is not the tenant's; left untouched", kind.kind())));
+        }
+        let mut params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: existing.uid(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        if let Some(g) = grace {
+            params.grace_period_seconds = Some(g.max(0) as u32);
+        }
+        match api.delete(name, &params).await {
+            Ok(_) => Ok((Outcome::Applied, String::new())),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok((Outcome::Unchanged, "already absent".into())),
+            Err(e) => Err(api_error(e)),
+        }
+    }
+
+    /// Deletes `tenant`'s objects of `kind` in `namespace` whose names are not in `keep`:
+    /// called only after the tenant said it sent every such object (SnapshotComplete).
+    pub async fn delete_orphans(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+        keep: &std::collections::BTreeSet<String>,
+    ) -> Result<Vec<String>, Answer> {
+        if kind != Allowed::Namespace && !self.owns_namespace(tenant, namespace).await? {
+            return Ok(Vec::new());
+        }
+        let selector = format!("{ORIGIN_LABEL}={tenant},{DESTINATION_LABEL}={}", self.provider);
+        let list = self
+            .api(kind, namespace)
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+            .map_err(api_error)?;
+        let mut deleted = Vec::new();
+        for obj in list.items {
+            let name = obj.name_any();
+            if keep.contains(&name) {
+                continue;
+            }
+            self.desired.forget(&ObjectKey {
+                tenant: tenant.clone(),
+                kind,
+                namespace: namespace.to_string(),
+                name: name.clone(),
+            });
+            if let Ok((Outcome::Applied, _)) = self.delete_owned(tenant, kind, namespace, &name, None).await {
+                deleted.push(name);
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+trait DisplayName {
+    fn display_name(&self) -> String;
+}
+
+impl DisplayName for ObjectRef {
+    fn display_name(&self) -> String {
+        if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{}", self.namespace, self.name)
+        }
     }
 }

@@ -41,6 +41,11 @@ pub struct Args {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
 
+    /// Pod Security Admission level enforced on tenant namespaces (privileged, baseline or
+    /// restricted).
+    #[arg(long, default_value = "baseline", value_parser = ["privileged", "baseline", "restricted"])]
+    pub pod_security_level: String,
+
     /// Client identities (cluster ids) allowed to see every tenant through Inspect. Any other
     /// client sees only itself.
     #[arg(long = "inspect-admin")]

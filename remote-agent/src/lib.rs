@@ -9,9 +9,11 @@
 pub mod apply;
 mod cli;
 pub mod inspect;
+pub mod kinds;
 pub mod metrics;
 pub mod peer;
 pub mod registry;
+pub mod restore;
 pub mod sync;
 pub mod tls_listener;
 
@@ -62,10 +64,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let registry = registry::Registry::default();
+    let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), args.pod_security_level.clone());
+    restore::spawn_restorers(client, applier.clone(), args.cluster_id.clone(), token.clone());
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),
-        applier: apply::Applier::new(client),
+        applier,
         metrics: metrics.clone(),
         shutdown: token.clone(),
     };

@@ -1,10 +1,11 @@
 //! `refract.v1.Reflection`: accepting a tenant's stream and running its session.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use refract_shared::proto::reflection_server::Reflection;
 use refract_shared::proto::{
-    local_message, remote_message, Ack, LocalMessage, ObjectRef, Outcome, RemoteMessage, Welcome,
+    local_message, remote_message, Ack, LocalMessage, ObjectRef, Outcome, RemoteMessage, SnapshotComplete, Welcome,
 };
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
@@ -13,6 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::apply::Applier;
+use crate::kinds::Allowed;
 use crate::metrics::{label, Metrics};
 use crate::peer::Peer;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
@@ -105,6 +107,7 @@ impl Reflection for ReflectionService {
             service: self.clone(),
             tenant: peer.cluster_id.clone(),
             tx,
+            seen: Default::default(),
         };
         let welcome = RemoteMessage {
             kind: Some(remote_message::Kind::Welcome(Welcome {
@@ -152,6 +155,8 @@ struct TenantSession {
     service: ReflectionService,
     tenant: ClusterId,
     tx: mpsc::Sender<Result<RemoteMessage, Status>>,
+    /// Names upserted on this stream, by kind and namespace: what a SnapshotComplete keeps.
+    seen: std::sync::Mutex<BTreeMap<(Allowed, String), BTreeSet<String>>>,
 }
 
 impl TenantSession {
@@ -192,6 +197,7 @@ impl TenantSession {
         match message.kind {
             Some(Kind::Upsert(upsert)) => {
                 let object = upsert.object.clone().unwrap_or_default();
+                self.see(&object, true);
                 let (outcome, msg) = self.service.applier.upsert(&self.tenant, &upsert).await;
                 self.service.registry.record(
                     &self.tenant,
@@ -204,15 +210,59 @@ impl TenantSession {
             }
             Some(Kind::Delete(delete)) => {
                 let object = delete.object.clone().unwrap_or_default();
+                self.see(&object, false);
                 let (outcome, msg) = self.service.applier.delete(&self.tenant, &delete).await;
                 if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
                     self.service.registry.forget(&self.tenant, &object);
                 }
                 self.ack(object, delete.revision, outcome, msg).await;
             }
-            Some(Kind::SnapshotComplete(_)) | Some(Kind::StatusAck(_)) => {}
+            Some(Kind::SnapshotComplete(done)) => self.collect_orphans(done).await,
+            Some(Kind::StatusAck(_)) => {}
             Some(Kind::Hello(_)) => tracing::warn!("ignoring a second Hello on an open stream"),
             None => tracing::debug!("ignoring a message of a kind this version does not know"),
+        }
+    }
+
+    fn see(&self, object: &ObjectRef, present: bool) {
+        let Some(kind) = Allowed::lookup(&object.api_version, &object.kind) else { return };
+        let mut seen = self.seen.lock().expect("seen set poisoned");
+        let names = seen.entry((kind, object.namespace.clone())).or_default();
+        if present {
+            names.insert(object.name.clone());
+        } else {
+            names.remove(&object.name);
+        }
+    }
+
+    /// After the tenant listed everything of a kind in a namespace, removes what it no longer
+    /// has. Never runs on a partial view: only this stream's own listing counts.
+    async fn collect_orphans(&self, done: SnapshotComplete) {
+        let Some(kind) = Allowed::lookup(&done.api_version, &done.kind) else {
+            tracing::warn!(kind = %done.kind, "SnapshotComplete for a kind tenants may not write");
+            return;
+        };
+        let keep = self
+            .seen
+            .lock()
+            .expect("seen set poisoned")
+            .get(&(kind, done.namespace.clone()))
+            .cloned()
+            .unwrap_or_default();
+        match self.service.applier.delete_orphans(&self.tenant, kind, &done.namespace, &keep).await {
+            Ok(deleted) if !deleted.is_empty() => {
+                for name in &deleted {
+                    self.service.registry.forget(&self.tenant, &ObjectRef {
+                        api_version: done.api_version.clone(),
+                        kind: done.kind.clone(),
+                        namespace: done.namespace.clone(),
+                        name: name.clone(),
+                    });
+                }
+                tracing::info!(kind = %done.kind, namespace = %done.namespace, ?deleted, "deleted objects the tenant no longer has")
+            }
+            Ok(_) => {}
+            Err((outcome, message)) => tracing::warn!(kind = %done.kind, namespace = %done.namespace, outcome = outcome.as_str_name(), %message, "failed to collect orphans"),
         }
     }
 

@@ -14,6 +14,7 @@ pub mod duration;
 pub mod forge;
 pub mod hash;
 pub mod keys;
+pub mod offloading;
 pub mod options;
 pub mod policy;
 pub mod proto;

@@ -1,0 +1,53 @@
+//! The kinds a tenant may write, and how to reach them in the provider's API.
+
+use kube::api::ApiResource;
+use refract_shared::options::Kind;
+
+/// A kind the remote agent accepts from tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Allowed {
+    /// The tenant's twin namespace itself.
+    Namespace,
+    /// A namespaced reflected kind.
+    Reflected(Kind),
+}
+
+impl Allowed {
+    /// Looks up the kind named by a request, checking its apiVersion too.
+    pub fn lookup(api_version: &str, kind: &str) -> Option<Self> {
+        if kind == "Namespace" && api_version == "v1" {
+            return Some(Allowed::Namespace);
+        }
+        Kind::from_kind(kind)
+            .filter(|k| k.api_version() == api_version)
+            .map(Allowed::Reflected)
+    }
+
+    /// The API resource for dynamic requests.
+    pub fn resource(self) -> ApiResource {
+        use k8s_openapi::api::{core::v1, discovery, networking};
+        match self {
+            Allowed::Namespace => ApiResource::erase::<v1::Namespace>(&()),
+            Allowed::Reflected(Kind::ConfigMap) => ApiResource::erase::<v1::ConfigMap>(&()),
+            Allowed::Reflected(Kind::Secret) => ApiResource::erase::<v1::Secret>(&()),
+            Allowed::Reflected(Kind::Service) => ApiResource::erase::<v1::Service>(&()),
+            Allowed::Reflected(Kind::Ingress) => ApiResource::erase::<networking::v1::Ingress>(&()),
+            Allowed::Reflected(Kind::EndpointSlice) => {
+                ApiResource::erase::<discovery::v1::EndpointSlice>(&())
+            }
+        }
+    }
+
+    /// The Kubernetes kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Allowed::Namespace => "Namespace",
+            Allowed::Reflected(k) => k.kind(),
+        }
+    }
+
+    /// Every allowed kind.
+    pub fn all() -> impl Iterator<Item = Allowed> {
+        std::iter::once(Allowed::Namespace).chain(Kind::ALL.into_iter().map(Allowed::Reflected))
+    }
+}
