@@ -13,6 +13,9 @@ use refract_shared::tls::ClusterId;
 /// state of the objects it reflects. It holds no credential for the provider's Kubernetes API.
 /// When the stream drops it reconnects with jittered exponential backoff; a dead link is
 /// detected with HTTP/2 keepalive.
+///
+/// Also: `local-agent preview --help` (what would be sent for given objects, offline) and
+/// `local-agent crd` (print the NamespaceOffloading CRD).
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "local-agent", version, about, long_about)]
 pub struct Args {
@@ -69,6 +72,10 @@ pub struct Args {
     /// How often certificate files are checked for changes.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub cert_poll_interval: Duration,
+
+    /// What is reflected, and how.
+    #[command(flatten)]
+    pub reflection: crate::config::ReflectionFlags,
 
     /// Logging and admin endpoint.
     #[command(flatten)]

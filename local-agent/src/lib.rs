@@ -1,15 +1,23 @@
 //! Refract's origin-side agent.
 //!
 //! Data flow: [`link`] keeps one mutual-TLS stream to the remote agent open ([`connector`]
-//! dials and checks the provider's identity, [`backoff`] spaces reconnects); producers of
-//! desired state send on the current session; messages from the remote agent come back on
-//! an inbound channel and are dispatched here.
+//! dials and checks the provider's identity, [`backoff`] spaces reconnects). [`extension`]
+//! turns `NamespaceOffloading`s ([`crd`]) into twin namespaces on the provider and publishes
+//! which namespaces are extended on the current session; one [`reflect`] reflector per kind
+//! forges and sends the desired state of their objects (options from [`config`]). Acks come
+//! back on the inbound channel and are routed by [`acks`].
 
+pub mod acks;
 pub mod backoff;
 mod cli;
+pub mod config;
 pub mod connector;
+pub mod crd;
+pub mod extension;
 pub mod link;
 pub mod metrics;
+pub mod preview;
+pub mod reflect;
 
 pub use cli::Args;
 
@@ -17,10 +25,18 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context;
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::ResourceExt;
+use refract_shared::forge;
+use refract_shared::offloading;
+use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::proto::{remote_message, Outcome, RemoteMessage};
 use refract_shared::telemetry::Admin;
 use refract_shared::tls::{self, TlsFiles, Watched};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 /// Runs the local agent until `shutdown` resolves.
@@ -54,7 +70,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     }
     let server_name = connector::server_name_of(&args.remote, args.tls_server_name.as_deref())
         .map_err(anyhow::Error::msg)?;
-    let _origin = kube_client(args.kubeconfig.as_deref()).await?;
+    let origin = kube_client(args.kubeconfig.as_deref()).await?;
+    let options = Arc::new(
+        args.reflection
+            .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?,
+    );
 
     let (inbound_tx, mut inbound_rx) = mpsc::channel(1024);
     let mut sessions = link::spawn_link(
@@ -74,6 +94,24 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         metrics,
         token.clone(),
     );
+    let acks = acks::AckRouter::default();
+    let (extension_tx, extension_rx) = watch::channel(extension::Extension::default());
+    tokio::spawn(extension::run(
+        origin.clone(),
+        extension::ExtensionConfig {
+            local_cluster_id: args.cluster_id.to_string(),
+            remote_cluster_id: args.remote_cluster_id.to_string(),
+            virtual_node_labels: offloading::virtual_node_labels(
+                args.remote_cluster_id.as_str(),
+                &args.reflection.node_labels(),
+            ),
+        },
+        sessions.clone(),
+        acks.clone(),
+        extension_tx,
+        token.clone(),
+    ));
+    spawn_reflectors(origin, options, extension_rx, &acks, &args, token.clone());
     tracing::info!(remote = %args.remote, cluster_id = %args.cluster_id, remote_cluster_id = %args.remote_cluster_id, "local agent started");
 
     tokio::pin!(shutdown);
@@ -88,7 +126,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                     admin.set_ready(true);
                 }
             }
-            Some(message) = inbound_rx.recv() => dispatch(message),
+            Some(message) = inbound_rx.recv() => dispatch(&acks, message),
         }
     }
     token.cancel();
@@ -96,15 +134,108 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     Ok(())
 }
 
-fn dispatch(message: RemoteMessage) {
+fn dispatch(acks: &acks::AckRouter, message: RemoteMessage) {
     match message.kind {
         Some(remote_message::Kind::Ack(ack)) => {
             let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
-            let object = ack.object.map(|o| o.display()).unwrap_or_default();
+            let object = ack.object.as_ref().map(|o| o.display()).unwrap_or_default();
             tracing::debug!(%object, outcome = outcome.as_str_name(), message = %ack.message, "ack");
+            acks.dispatch(ack);
         }
         other => tracing::debug!(?other, "message from remote agent"),
     }
+}
+
+/// Starts one reflector per enabled kind, plus the Node and Service stores EndpointSlices need.
+fn spawn_reflectors(
+    client: kube::Client,
+    options: Arc<ReflectionOptions>,
+    extension: watch::Receiver<extension::Extension>,
+    acks: &acks::AckRouter,
+    args: &Args,
+    token: CancellationToken,
+) {
+    use k8s_openapi::api::{core::v1, discovery, networking};
+    let reporter = Reporter {
+        controller: "refract-local-agent".into(),
+        instance: Some(format!("{}-{}", args.cluster_id, args.remote_cluster_id)),
+    };
+    let (nodes, nodes_writer) = reflector::store::<v1::Node>();
+    let (services, services_writer) = reflector::store::<v1::Service>();
+    let shared = reflect::Shared {
+        options,
+        extension,
+        nodes,
+        services,
+        recorder: Recorder::new(client.clone(), reporter),
+    };
+    reflect::spawn::<v1::ConfigMap>(
+        client.clone(),
+        Kind::ConfigMap,
+        shared.clone(),
+        acks,
+        token.clone(),
+    );
+    reflect::spawn::<v1::Secret>(
+        client.clone(),
+        Kind::Secret,
+        shared.clone(),
+        acks,
+        token.clone(),
+    );
+    reflect::spawn::<v1::Service>(
+        client.clone(),
+        Kind::Service,
+        shared.clone(),
+        acks,
+        token.clone(),
+    );
+    reflect::spawn::<networking::v1::Ingress>(
+        client.clone(),
+        Kind::Ingress,
+        shared.clone(),
+        acks,
+        token.clone(),
+    );
+    let Some(slices) = reflect::spawn::<discovery::v1::EndpointSlice>(
+        client.clone(),
+        Kind::EndpointSlice,
+        shared,
+        acks,
+        token.clone(),
+    ) else {
+        return;
+    };
+    // A slice's reflection depends on its Service's annotations and on the nodes.
+    let slices_for_services = slices.clone();
+    let watch_services = watcher(
+        Api::<v1::Service>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(services_writer)
+    .applied_objects()
+    .for_each(move |svc| {
+        if let Ok(svc) = svc {
+            let name = svc.name_any();
+            slices_for_services.enqueue_matching(&svc.namespace().unwrap_or_default(), |s| {
+                s.labels().get(forge::endpointslice::SERVICE_NAME_LABEL) == Some(&name)
+            });
+        }
+        futures::future::ready(())
+    });
+    let watch_nodes = watcher(Api::<v1::Node>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(nodes_writer)
+        .applied_objects()
+        .for_each(|_| futures::future::ready(()));
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = token.cancelled() => {}
+            _ = watch_services => {}
+            _ = watch_nodes => {}
+        }
+    });
 }
 
 /// A client for the origin cluster: `--kubeconfig`, else in-cluster, else `$KUBECONFIG`.

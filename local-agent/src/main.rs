@@ -1,9 +1,24 @@
-//! The `local-agent` binary: parse flags, run.
+//! The `local-agent` binary: run the agent, or `preview` / `crd`.
 use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = refract_local_agent::Args::parse();
-    refract_shared::telemetry::init_logging(&args.telemetry)?;
-    refract_local_agent::run(args, refract_shared::telemetry::shutdown_signal()).await
+    // The agent's flags stay top-level (`local-agent --remote ...`); the two tools are
+    // subcommands.
+    match std::env::args().nth(1).as_deref() {
+        Some("preview") => {
+            let args =
+                refract_local_agent::preview::PreviewArgs::parse_from(std::env::args().skip(1));
+            refract_local_agent::preview::run(args).await
+        }
+        Some("crd") => {
+            print!("{}", refract_local_agent::crd::crd_yaml());
+            Ok(())
+        }
+        _ => {
+            let args = refract_local_agent::Args::parse();
+            refract_shared::telemetry::init_logging(&args.telemetry)?;
+            refract_local_agent::run(args, refract_shared::telemetry::shutdown_signal()).await
+        }
+    }
 }

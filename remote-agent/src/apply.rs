@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use kube::ResourceExt;
-use refract_shared::hash::desired_hash;
+use refract_shared::hash::object_hash;
 use refract_shared::keys::{
-    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, REMOTE_FIELD_MANAGER, TENANT_NAMESPACE_LABEL,
+    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, REMOTE_FIELD_MANAGER,
+    TENANT_NAMESPACE_LABEL,
 };
 use refract_shared::proto::{Delete, ObjectRef, Outcome, Upsert};
 use refract_shared::tls::ClusterId;
@@ -51,17 +52,35 @@ struct Remembered {
 }
 
 impl DesiredStore {
-    fn remember(&self, key: ObjectKey, object: serde_json::Value, resource_version: Option<String>) {
-        self.inner.lock().expect("desired store poisoned").insert(key, Remembered { object, resource_version });
+    fn remember(
+        &self,
+        key: ObjectKey,
+        object: serde_json::Value,
+        resource_version: Option<String>,
+    ) {
+        self.inner.lock().expect("desired store poisoned").insert(
+            key,
+            Remembered {
+                object,
+                resource_version,
+            },
+        );
     }
 
     fn forget(&self, key: &ObjectKey) {
-        self.inner.lock().expect("desired store poisoned").remove(key);
+        self.inner
+            .lock()
+            .expect("desired store poisoned")
+            .remove(key);
     }
 
     /// The desired object for `key`, if it differs from what was last written at
     /// `resource_version` (or the object is gone, `None`).
-    pub fn needs_restore(&self, key: &ObjectKey, resource_version: Option<&str>) -> Option<serde_json::Value> {
+    pub fn needs_restore(
+        &self,
+        key: &ObjectKey,
+        resource_version: Option<&str>,
+    ) -> Option<serde_json::Value> {
         let map = self.inner.lock().expect("desired store poisoned");
         let r = map.get(key)?;
         match (resource_version, r.resource_version.as_deref()) {
@@ -71,7 +90,12 @@ impl DesiredStore {
     }
 
     fn set_written(&self, key: &ObjectKey, resource_version: Option<String>) {
-        if let Some(r) = self.inner.lock().expect("desired store poisoned").get_mut(key) {
+        if let Some(r) = self
+            .inner
+            .lock()
+            .expect("desired store poisoned")
+            .get_mut(key)
+        {
             r.resource_version = resource_version;
         }
     }
@@ -93,7 +117,10 @@ pub type Answer = (Outcome, String);
 fn api_error(e: kube::Error) -> Answer {
     match e {
         kube::Error::Api(s) if s.code == 400 || s.code == 422 => (Outcome::Invalid, s.message),
-        kube::Error::Api(s) if s.code == 403 => (Outcome::Denied, format!("provider API refused: {}", s.message)),
+        kube::Error::Api(s) if s.code == 403 => (
+            Outcome::Denied,
+            format!("provider API refused: {}", s.message),
+        ),
         other => (Outcome::Transient, other.to_string()),
     }
 }
@@ -130,7 +157,9 @@ impl Applier {
             .get_opt(namespace)
             .await
             .map_err(api_error)?;
-        Ok(ns.is_some_and(|ns| ns.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str())))
+        Ok(ns.is_some_and(|ns| {
+            ns.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str())
+        }))
     }
 
     /// Checks a request's kind and namespace against the tenant's rights.
@@ -138,13 +167,19 @@ impl Applier {
         let kind = Allowed::lookup(&object.api_version, &object.kind).ok_or_else(|| {
             (
                 Outcome::Denied,
-                format!("{} {} is not a kind tenants may write", object.api_version, object.kind),
+                format!(
+                    "{} {} is not a kind tenants may write",
+                    object.api_version, object.kind
+                ),
             )
         })?;
         if kind != Allowed::Namespace && !self.owns_namespace(tenant, &object.namespace).await? {
             return Err((
                 Outcome::Denied,
-                format!("namespace {:?} is not a namespace of tenant {tenant}", object.namespace),
+                format!(
+                    "namespace {:?} is not a namespace of tenant {tenant}",
+                    object.namespace
+                ),
             ));
         }
         Ok(kind)
@@ -158,10 +193,13 @@ impl Applier {
     }
 
     async fn try_upsert(&self, tenant: &ClusterId, upsert: &Upsert) -> Result<Answer, Answer> {
-        let object = upsert.object.as_ref().ok_or((Outcome::Invalid, "Upsert without object".to_string()))?;
+        let object = upsert
+            .object
+            .as_ref()
+            .ok_or((Outcome::Invalid, "Upsert without object".to_string()))?;
         let kind = self.authorize(tenant, object).await?;
         let mut desired = self.desired_object(tenant, kind, object, &upsert.object_json)?;
-        let hash = desired_hash(&desired);
+        let hash = object_hash(&desired);
         desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
         let key = ObjectKey {
             tenant: tenant.clone(),
@@ -173,7 +211,11 @@ impl Applier {
         if let Some(existing) = api.get_opt(&object.name).await.map_err(api_error)? {
             let foreign = match kind {
                 Allowed::Namespace => {
-                    existing.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) != Some(tenant.as_str())
+                    existing
+                        .labels()
+                        .get(TENANT_NAMESPACE_LABEL)
+                        .map(String::as_str)
+                        != Some(tenant.as_str())
                 }
                 Allowed::Reflected(_) => !self.is_ours(tenant, &existing),
             };
@@ -189,7 +231,8 @@ impl Applier {
                 ));
             }
             if existing.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
-                self.desired.remember(key, desired, existing.resource_version());
+                self.desired
+                    .remember(key, desired, existing.resource_version());
                 return Ok((Outcome::Unchanged, String::new()));
             }
         }
@@ -198,9 +241,17 @@ impl Applier {
         Ok((Outcome::Applied, String::new()))
     }
 
-    async fn apply(&self, api: &Api<DynamicObject>, name: &str, desired: &serde_json::Value) -> Result<Option<String>, Answer> {
+    async fn apply(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        desired: &serde_json::Value,
+    ) -> Result<Option<String>, Answer> {
         let params = PatchParams::apply(REMOTE_FIELD_MANAGER).force();
-        let applied = api.patch(name, &params, &Patch::Apply(desired)).await.map_err(api_error)?;
+        let applied = api
+            .patch(name, &params, &Patch::Apply(desired))
+            .await
+            .map_err(api_error)?;
         Ok(applied.resource_version())
     }
 
@@ -219,10 +270,16 @@ impl Applier {
 
     /// Decodes the message's object, checks it names what the envelope names, and stamps the
     /// labels and annotations the remote agent owns.
-    fn desired_object(&self, tenant: &ClusterId, kind: Allowed, object: &ObjectRef, json: &[u8]) -> Result<serde_json::Value, Answer> {
+    fn desired_object(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        object: &ObjectRef,
+        json: &[u8],
+    ) -> Result<serde_json::Value, Answer> {
         let invalid = |m: String| (Outcome::Invalid, m);
-        let mut value: serde_json::Value =
-            serde_json::from_slice(json).map_err(|e| invalid(format!("object is not valid JSON: {e}")))?;
+        let mut value: serde_json::Value = serde_json::from_slice(json)
+            .map_err(|e| invalid(format!("object is not valid JSON: {e}")))?;
         if !value.is_object() || !value["metadata"].is_object() {
             return Err(invalid("object has no metadata".into()));
         }
@@ -246,7 +303,9 @@ impl Applier {
             )));
         }
         let meta = value["metadata"].as_object_mut().expect("checked above");
-        let labels = meta.entry("labels").or_insert_with(|| serde_json::json!({}));
+        let labels = meta
+            .entry("labels")
+            .or_insert_with(|| serde_json::json!({}));
         if !labels.is_object() {
             return Err(invalid("metadata.labels is not a map".into()));
         }
@@ -256,7 +315,9 @@ impl Applier {
             labels[TENANT_NAMESPACE_LABEL] = tenant.as_str().into();
             labels["pod-security.kubernetes.io/enforce"] = self.pod_security_level.clone().into();
         }
-        let annotations = meta.entry("annotations").or_insert_with(|| serde_json::json!({}));
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| serde_json::json!({}));
         if !annotations.is_object() {
             return Err(invalid("metadata.annotations is not a map".into()));
         }
@@ -266,7 +327,10 @@ impl Applier {
     /// Applies one Delete for `tenant`. A foreign object is never deleted.
     pub async fn delete(&self, tenant: &ClusterId, delete: &Delete) -> Answer {
         let result = async {
-            let object = delete.object.as_ref().ok_or((Outcome::Invalid, "Delete without object".to_string()))?;
+            let object = delete
+                .object
+                .as_ref()
+                .ok_or((Outcome::Invalid, "Delete without object".to_string()))?;
             let kind = match Allowed::lookup(&object.api_version, &object.kind) {
                 Some(Allowed::Namespace) => Allowed::Namespace,
                 _ => self.authorize(tenant, object).await?,
@@ -277,7 +341,14 @@ impl Applier {
                 namespace: object.namespace.clone(),
                 name: object.name.clone(),
             });
-            self.delete_owned(tenant, kind, &object.namespace, &object.name, delete.grace_period_seconds).await
+            self.delete_owned(
+                tenant,
+                kind,
+                &object.namespace,
+                &object.name,
+                delete.grace_period_seconds,
+            )
+            .await
         }
         .await;
         match result {
@@ -285,17 +356,36 @@ impl Applier {
         }
     }
 
-    async fn delete_owned(&self, tenant: &ClusterId, kind: Allowed, namespace: &str, name: &str, grace: Option<i64>) -> Result<Answer, Answer> {
+    async fn delete_owned(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+        name: &str,
+        grace: Option<i64>,
+    ) -> Result<Answer, Answer> {
         let api = self.api(kind, namespace);
         let Some(existing) = api.get_opt(name).await.map_err(api_error)? else {
             return Ok((Outcome::Unchanged, "already absent".into()));
         };
         let ours = match kind {
-            Allowed::Namespace => existing.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str()),
+            Allowed::Namespace => {
+                existing
+                    .labels()
+                    .get(TENANT_NAMESPACE_LABEL)
+                    .map(String::as_str)
+                    == Some(tenant.as_str())
+            }
             Allowed::Reflected(_) => self.is_ours(tenant, &existing),
         };
         if !ours {
-            return Ok((Outcome::Conflict, format!("{} {namespace}/{name} is not the tenant's; left untouched", kind.kind())));
+            return Ok((
+                Outcome::Conflict,
+                format!(
+                    "{} {namespace}/{name} is not the tenant's; left untouched",
+                    kind.kind()
+                ),
+            ));
         }
         let mut params = DeleteParams {
             preconditions: Some(Preconditions {
@@ -309,7 +399,9 @@ impl Applier {
         }
         match api.delete(name, &params).await {
             Ok(_) => Ok((Outcome::Applied, String::new())),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok((Outcome::Unchanged, "already absent".into())),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                Ok((Outcome::Unchanged, "already absent".into()))
+            }
             Err(e) => Err(api_error(e)),
         }
     }
@@ -326,7 +418,10 @@ impl Applier {
         if kind != Allowed::Namespace && !self.owns_namespace(tenant, namespace).await? {
             return Ok(Vec::new());
         }
-        let selector = format!("{ORIGIN_LABEL}={tenant},{DESTINATION_LABEL}={}", self.provider);
+        let selector = format!(
+            "{ORIGIN_LABEL}={tenant},{DESTINATION_LABEL}={}",
+            self.provider
+        );
         let list = self
             .api(kind, namespace)
             .list_metadata(&ListParams::default().labels(&selector))
@@ -344,7 +439,10 @@ impl Applier {
                 namespace: namespace.to_string(),
                 name: name.clone(),
             });
-            if let Ok((Outcome::Applied, _)) = self.delete_owned(tenant, kind, namespace, &name, None).await {
+            if let Ok((Outcome::Applied, _)) = self
+                .delete_owned(tenant, kind, namespace, &name, None)
+                .await
+            {
                 deleted.push(name);
             }
         }

@@ -64,8 +64,17 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let registry = registry::Registry::default();
-    let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), args.pod_security_level.clone());
-    restore::spawn_restorers(client, applier.clone(), args.cluster_id.clone(), token.clone());
+    let applier = apply::Applier::new(
+        client.clone(),
+        args.cluster_id.clone(),
+        args.pod_security_level.clone(),
+    );
+    restore::spawn_restorers(
+        client,
+        applier.clone(),
+        args.cluster_id.clone(),
+        token.clone(),
+    );
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),

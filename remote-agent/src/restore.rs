@@ -18,7 +18,12 @@ use crate::apply::{Applier, ObjectKey};
 use crate::kinds::Allowed;
 
 /// Starts one restore watch per allowed kind.
-pub fn spawn_restorers(client: kube::Client, applier: Applier, provider: ClusterId, shutdown: CancellationToken) {
+pub fn spawn_restorers(
+    client: kube::Client,
+    applier: Applier,
+    provider: ClusterId,
+    shutdown: CancellationToken,
+) {
     for kind in Allowed::all() {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
         let config = watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}"));
@@ -40,15 +45,26 @@ pub fn spawn_restorers(client: kube::Client, applier: Applier, provider: Cluster
                     }
                     Ok(watcher::Event::Delete(obj)) => check(&applier, kind, &obj, None).await,
                     Ok(_) => {}
-                    Err(error) => tracing::debug!(kind = kind.kind(), %error, "restore watch error; retrying"),
+                    Err(error) => {
+                        tracing::debug!(kind = kind.kind(), %error, "restore watch error; retrying")
+                    }
                 }
             }
         });
     }
 }
 
-async fn check(applier: &Applier, kind: Allowed, obj: &DynamicObject, resource_version: Option<&str>) {
-    let Some(tenant) = obj.labels().get(ORIGIN_LABEL).and_then(|t| ClusterId::parse(t).ok()) else {
+async fn check(
+    applier: &Applier,
+    kind: Allowed,
+    obj: &DynamicObject,
+    resource_version: Option<&str>,
+) {
+    let Some(tenant) = obj
+        .labels()
+        .get(ORIGIN_LABEL)
+        .and_then(|t| ClusterId::parse(t).ok())
+    else {
         return;
     };
     let key = ObjectKey {
@@ -60,7 +76,11 @@ async fn check(applier: &Applier, kind: Allowed, obj: &DynamicObject, resource_v
     let Some(desired) = applier.desired.needs_restore(&key, resource_version) else {
         return;
     };
-    let what = if resource_version.is_none() { "deleted" } else { "changed" };
+    let what = if resource_version.is_none() {
+        "deleted"
+    } else {
+        "changed"
+    };
     let (outcome, message) = applier.restore(&key, &desired).await;
     tracing::info!(
         tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name,

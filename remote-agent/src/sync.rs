@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use refract_shared::proto::reflection_server::Reflection;
 use refract_shared::proto::{
-    local_message, remote_message, Ack, LocalMessage, ObjectRef, Outcome, RemoteMessage, SnapshotComplete, Welcome,
+    local_message, remote_message, Ack, LocalMessage, ObjectRef, Outcome, RemoteMessage,
+    SnapshotComplete, Welcome,
 };
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
@@ -225,7 +226,9 @@ impl TenantSession {
     }
 
     fn see(&self, object: &ObjectRef, present: bool) {
-        let Some(kind) = Allowed::lookup(&object.api_version, &object.kind) else { return };
+        let Some(kind) = Allowed::lookup(&object.api_version, &object.kind) else {
+            return;
+        };
         let mut seen = self.seen.lock().expect("seen set poisoned");
         let names = seen.entry((kind, object.namespace.clone())).or_default();
         if present {
@@ -249,20 +252,30 @@ impl TenantSession {
             .get(&(kind, done.namespace.clone()))
             .cloned()
             .unwrap_or_default();
-        match self.service.applier.delete_orphans(&self.tenant, kind, &done.namespace, &keep).await {
+        match self
+            .service
+            .applier
+            .delete_orphans(&self.tenant, kind, &done.namespace, &keep)
+            .await
+        {
             Ok(deleted) if !deleted.is_empty() => {
                 for name in &deleted {
-                    self.service.registry.forget(&self.tenant, &ObjectRef {
-                        api_version: done.api_version.clone(),
-                        kind: done.kind.clone(),
-                        namespace: done.namespace.clone(),
-                        name: name.clone(),
-                    });
+                    self.service.registry.forget(
+                        &self.tenant,
+                        &ObjectRef {
+                            api_version: done.api_version.clone(),
+                            kind: done.kind.clone(),
+                            namespace: done.namespace.clone(),
+                            name: name.clone(),
+                        },
+                    );
                 }
                 tracing::info!(kind = %done.kind, namespace = %done.namespace, ?deleted, "deleted objects the tenant no longer has")
             }
             Ok(_) => {}
-            Err((outcome, message)) => tracing::warn!(kind = %done.kind, namespace = %done.namespace, outcome = outcome.as_str_name(), %message, "failed to collect orphans"),
+            Err((outcome, message)) => {
+                tracing::warn!(kind = %done.kind, namespace = %done.namespace, outcome = outcome.as_str_name(), %message, "failed to collect orphans")
+            }
         }
     }
 

@@ -89,11 +89,17 @@ fn parse<T: DeserializeOwned>(kind: Kind, object: &serde_json::Value) -> Result<
 }
 
 fn skip(reason: impl Into<String>) -> Decision {
-    Decision::Skip { reason: reason.into() }
+    Decision::Skip {
+        reason: reason.into(),
+    }
 }
 
 /// Forges the provider's object for one origin object of `kind`, or says why it is skipped.
-pub fn forge(kind: Kind, object: &serde_json::Value, ctx: &Context<'_>) -> Result<Decision, ForgeError> {
+pub fn forge(
+    kind: Kind,
+    object: &serde_json::Value,
+    ctx: &Context<'_>,
+) -> Result<Decision, ForgeError> {
     let policy = ctx.options.kind(kind).policy;
     let decision = match kind {
         Kind::ConfigMap => {

@@ -10,6 +10,25 @@ pub fn desired_hash(value: &serde_json::Value) -> String {
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The hash the remote agent stores on an object in [`crate::keys::DESIRED_HASH_ANNOTATION`]:
+/// of the object as applied, with an annotations map present and without the hash itself.
+/// `local-agent preview` uses the same function to tell whether the provider is up to date.
+pub fn object_hash(object: &serde_json::Value) -> String {
+    let mut normalized = object.clone();
+    if let Some(meta) = normalized
+        .get_mut("metadata")
+        .and_then(|m| m.as_object_mut())
+    {
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(a) = annotations.as_object_mut() {
+            a.remove(crate::keys::DESIRED_HASH_ANNOTATION);
+        }
+    }
+    desired_hash(&normalized)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

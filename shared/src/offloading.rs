@@ -12,7 +12,17 @@ pub const VIRTUAL_NODE_TYPE: &str = "virtual-node";
 pub const REMOTE_CLUSTER_ID_LABEL: &str = "liqo.io/remote-cluster-id";
 
 /// How the twin namespace on the provider is named.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub enum MappingStrategy {
     /// `<local namespace>-<local cluster id>`, cut to 63 characters.
     #[default]
@@ -45,7 +55,10 @@ pub fn remote_namespace_name(
 }
 
 /// The labels a peer's virtual node carries, for cluster selectors.
-pub fn virtual_node_labels(remote_cluster_id: &str, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub fn virtual_node_labels(
+    remote_cluster_id: &str,
+    extra: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     let mut labels = extra.clone();
     labels.insert(VIRTUAL_NODE_TYPE_LABEL.into(), VIRTUAL_NODE_TYPE.into());
     labels.insert(REMOTE_CLUSTER_ID_LABEL.into(), remote_cluster_id.into());
@@ -65,13 +78,28 @@ mod tests {
     #[test]
     fn names() {
         let n = |s, sel, ns| remote_namespace_name(s, sel, ns, "origin");
-        assert_eq!(n(MappingStrategy::DefaultName, None, "shop").unwrap(), "shop-origin");
-        assert_eq!(n(MappingStrategy::EnforceSameName, None, "shop").unwrap(), "shop");
-        assert_eq!(n(MappingStrategy::SelectedName, Some("elsewhere"), "shop").unwrap(), "elsewhere");
+        assert_eq!(
+            n(MappingStrategy::DefaultName, None, "shop").unwrap(),
+            "shop-origin"
+        );
+        assert_eq!(
+            n(MappingStrategy::EnforceSameName, None, "shop").unwrap(),
+            "shop"
+        );
+        assert_eq!(
+            n(MappingStrategy::SelectedName, Some("elsewhere"), "shop").unwrap(),
+            "elsewhere"
+        );
         assert!(n(MappingStrategy::SelectedName, None, "shop").is_err());
         let long = "x".repeat(60);
-        assert_eq!(n(MappingStrategy::DefaultName, None, &long).unwrap(), format!("{long}-or"));
+        assert_eq!(
+            n(MappingStrategy::DefaultName, None, &long).unwrap(),
+            format!("{long}-or")
+        );
         let longer = "y".repeat(62);
-        assert_eq!(n(MappingStrategy::DefaultName, None, &longer).unwrap(), longer);
+        assert_eq!(
+            n(MappingStrategy::DefaultName, None, &longer).unwrap(),
+            longer
+        );
     }
 }

@@ -10,7 +10,9 @@ use crate::policy::Policy;
 use crate::remap::Remapping;
 
 /// A kind the local agent reflects to the provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// core/v1 ConfigMap.
@@ -27,7 +29,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every reflected kind.
-    pub const ALL: [Kind; 5] = [Kind::ConfigMap, Kind::Secret, Kind::Service, Kind::Ingress, Kind::EndpointSlice];
+    pub const ALL: [Kind; 5] = [
+        Kind::ConfigMap,
+        Kind::Secret,
+        Kind::Service,
+        Kind::Ingress,
+        Kind::EndpointSlice,
+    ];
 
     /// The Kubernetes kind.
     pub fn kind(self) -> &'static str {
@@ -121,7 +129,10 @@ pub struct ReflectionOptions {
 }
 
 fn default_skip_annotations() -> BTreeSet<String> {
-    DEFAULT_SKIP_ANNOTATIONS.iter().map(|s| s.to_string()).collect()
+    DEFAULT_SKIP_ANNOTATIONS
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 impl ReflectionOptions {
@@ -151,7 +162,11 @@ impl ReflectionOptions {
 
     /// Applies a Helm-values-shaped YAML document on top of these options.
     pub fn merge_values(&mut self, values: &HelmValues) {
-        let Some(reflection) = values.offloading.as_ref().and_then(|o| o.reflection.as_ref()) else {
+        let Some(reflection) = values
+            .offloading
+            .as_ref()
+            .and_then(|o| o.reflection.as_ref())
+        else {
             return;
         };
         for kind in Kind::ALL {
@@ -168,7 +183,8 @@ impl ReflectionOptions {
         }
         if let Some(skip) = &reflection.skip {
             self.skip_labels.extend(skip.labels.iter().cloned());
-            self.skip_annotations.extend(skip.annotations.iter().cloned());
+            self.skip_annotations
+                .extend(skip.annotations.iter().cloned());
         }
     }
 }

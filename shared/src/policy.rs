@@ -8,7 +8,17 @@ pub const SKIP_ANNOTATION: &str = "liqo.io/skip-reflection";
 pub const ALLOW_ANNOTATION: &str = "liqo.io/allow-reflection";
 
 /// How a kind decides what to reflect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
 pub enum Policy {
     /// Reflect everything except objects annotated `liqo.io/skip-reflection`.
     #[default]
@@ -35,14 +45,17 @@ fn is_set(annotations: Option<&BTreeMap<String, String>>, key: &str) -> bool {
 }
 
 /// Why an object is not reflected under `policy`, or `None` if it is.
-pub fn skip_reason(policy: Policy, annotations: Option<&BTreeMap<String, String>>) -> Option<String> {
+pub fn skip_reason(
+    policy: Policy,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Option<String> {
     match policy {
         Policy::DenyList if is_set(annotations, SKIP_ANNOTATION) => {
             Some(format!("annotated {SKIP_ANNOTATION} (policy DenyList)"))
         }
-        Policy::AllowList if !is_set(annotations, ALLOW_ANNOTATION) => {
-            Some(format!("not annotated {ALLOW_ANNOTATION} (policy AllowList)"))
-        }
+        Policy::AllowList if !is_set(annotations, ALLOW_ANNOTATION) => Some(format!(
+            "not annotated {ALLOW_ANNOTATION} (policy AllowList)"
+        )),
         _ => None,
     }
 }
@@ -50,7 +63,10 @@ pub fn skip_reason(policy: Policy, annotations: Option<&BTreeMap<String, String>
 /// An explicit decision from the object's own annotations, whatever the policy: `Some(true)`
 /// to reflect, `Some(false)` to skip, `None` when neither annotation is set.
 pub fn forced(annotations: Option<&BTreeMap<String, String>>) -> Result<Option<bool>, String> {
-    match (is_set(annotations, ALLOW_ANNOTATION), is_set(annotations, SKIP_ANNOTATION)) {
+    match (
+        is_set(annotations, ALLOW_ANNOTATION),
+        is_set(annotations, SKIP_ANNOTATION),
+    ) {
         (true, true) => Err(format!(
             "both {ALLOW_ANNOTATION} and {SKIP_ANNOTATION} are set; remove one"
         )),
@@ -65,7 +81,10 @@ mod tests {
     use super::*;
 
     fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -80,14 +99,28 @@ mod tests {
     fn allow_list_reflects_only_annotated_objects() {
         assert!(skip_reason(Policy::AllowList, None).is_some());
         assert!(skip_reason(Policy::AllowList, Some(&ann(&[(ALLOW_ANNOTATION, "yes")]))).is_none());
-        assert!(skip_reason(Policy::AllowList, Some(&ann(&[(ALLOW_ANNOTATION, "false")]))).is_some());
+        assert!(skip_reason(
+            Policy::AllowList,
+            Some(&ann(&[(ALLOW_ANNOTATION, "false")]))
+        )
+        .is_some());
     }
 
     #[test]
     fn forced_decisions() {
         assert_eq!(forced(None), Ok(None));
-        assert_eq!(forced(Some(&ann(&[(ALLOW_ANNOTATION, "")]))), Ok(Some(true)));
-        assert_eq!(forced(Some(&ann(&[(SKIP_ANNOTATION, "1")]))), Ok(Some(false)));
-        assert!(forced(Some(&ann(&[(SKIP_ANNOTATION, "1"), (ALLOW_ANNOTATION, "1")]))).is_err());
+        assert_eq!(
+            forced(Some(&ann(&[(ALLOW_ANNOTATION, "")]))),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            forced(Some(&ann(&[(SKIP_ANNOTATION, "1")]))),
+            Ok(Some(false))
+        );
+        assert!(forced(Some(&ann(&[
+            (SKIP_ANNOTATION, "1"),
+            (ALLOW_ANNOTATION, "1")
+        ])))
+        .is_err());
     }
 }

@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement};
 /// selector without terms selects everything. `matchFields` cannot be evaluated on labels and
 /// makes a term fail.
 pub fn matches(selector: Option<&NodeSelector>, labels: &BTreeMap<String, String>) -> bool {
-    let Some(selector) = selector else { return true };
+    let Some(selector) = selector else {
+        return true;
+    };
     if selector.node_selector_terms.is_empty() {
         return true;
     }
@@ -31,8 +33,12 @@ fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, St
         "NotIn" => value.is_none_or(|v| !values.contains(v)),
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
-        "Gt" => matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b),
-        "Lt" => matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b),
+        "Gt" => {
+            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
+        }
+        "Lt" => {
+            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
+        }
         _ => false,
     }
 }
@@ -46,16 +52,23 @@ mod tests {
     }
 
     fn labels() -> BTreeMap<String, String> {
-        [("liqo.io/type", "virtual-node"), ("region", "eu"), ("gpus", "4")]
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect()
+        [
+            ("liqo.io/type", "virtual-node"),
+            ("region", "eu"),
+            ("gpus", "4"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect()
     }
 
     #[test]
     fn empty_selects_all() {
         assert!(matches(None, &labels()));
-        assert!(matches(Some(&selector(serde_json::json!({"nodeSelectorTerms": []}))), &labels()));
+        assert!(matches(
+            Some(&selector(serde_json::json!({"nodeSelectorTerms": []}))),
+            &labels()
+        ));
     }
 
     #[test]

@@ -15,9 +15,12 @@ use refract_shared::options::{Kind, ReflectionOptions};
 use serde_json::{json, Value};
 
 fn run_case(dir: &Path) -> Value {
-    let input: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("input.yaml")).unwrap()).unwrap();
+    let input: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("input.yaml")).unwrap()).unwrap();
     let mut opts: Value = match std::fs::read_to_string(dir.join("options.yaml")) {
-        Ok(text) => serde_yaml_ng::from_str::<Option<Value>>(&text).unwrap().unwrap_or(json!({})),
+        Ok(text) => serde_yaml_ng::from_str::<Option<Value>>(&text)
+            .unwrap()
+            .unwrap_or(json!({})),
         Err(_) => json!({}),
     };
     let map = opts.as_object_mut().unwrap();
@@ -25,7 +28,9 @@ fn run_case(dir: &Path) -> Value {
         .remove("remoteNamespace")
         .map(|v| v.as_str().unwrap().to_string())
         .unwrap_or_else(|| "shop-origin".into());
-    let nodes = |v: Option<Value>| -> Option<BTreeSet<String>> { v.map(|v| serde_json::from_value(v).unwrap()) };
+    let nodes = |v: Option<Value>| -> Option<BTreeSet<String>> {
+        v.map(|v| serde_json::from_value(v).unwrap())
+    };
     let provider_nodes = nodes(map.remove("providerNodes")).unwrap_or_default();
     let known_nodes = nodes(map.remove("knownNodes"));
     map.entry("localClusterId").or_insert(json!("origin"));
@@ -52,9 +57,16 @@ fn run_case(dir: &Path) -> Value {
 fn golden_cases() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let bless = std::env::var_os("REFRACT_BLESS").is_some();
-    let mut cases: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut cases: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     cases.sort();
-    assert!(cases.len() >= 15, "golden cases missing from {}", root.display());
+    assert!(
+        cases.len() >= 15,
+        "golden cases missing from {}",
+        root.display()
+    );
     let mut failures = Vec::new();
     for dir in &cases {
         let got = run_case(dir);
@@ -63,9 +75,20 @@ fn golden_cases() {
         match std::fs::read_to_string(&expected_path) {
             Ok(expected) if expected == rendered => {}
             _ if bless => std::fs::write(&expected_path, &rendered).unwrap(),
-            Ok(expected) => failures.push(format!("{}:\n--- expected\n{expected}\n--- got\n{rendered}", dir.display())),
-            Err(_) => failures.push(format!("{}: no expected.json (run with REFRACT_BLESS=1 and review)", dir.display())),
+            Ok(expected) => failures.push(format!(
+                "{}:\n--- expected\n{expected}\n--- got\n{rendered}",
+                dir.display()
+            )),
+            Err(_) => failures.push(format!(
+                "{}: no expected.json (run with REFRACT_BLESS=1 and review)",
+                dir.display()
+            )),
         }
     }
-    assert!(failures.is_empty(), "{} golden case(s) differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} golden case(s) differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -40,7 +40,12 @@ pub fn forge(cm: &ConfigMap, ctx: &Context<'_>) -> Result<Decision, ForgeError> 
         binary_data: cm.binary_data.clone(),
         immutable: cm.immutable,
     };
-    Ok(reflect(Kind::ConfigMap, ctx.remote_namespace, &remote_name, &out))
+    Ok(reflect(
+        Kind::ConfigMap,
+        ctx.remote_namespace,
+        &remote_name,
+        &out,
+    ))
 }
 
 #[cfg(test)]
@@ -49,7 +54,10 @@ mod tests {
 
     #[test]
     fn root_ca_names() {
-        assert_eq!(remote_root_ca_name("local-cluster-id"), "kube-root-ca.crt.local");
+        assert_eq!(
+            remote_root_ca_name("local-cluster-id"),
+            "kube-root-ca.crt.local"
+        );
         assert_eq!(remote_root_ca_name("abcd-xyz"), "kube-root-ca.crt.abcd-a");
         assert_eq!(remote_root_ca_name("ab"), "kube-root-ca.crt.ab");
     }

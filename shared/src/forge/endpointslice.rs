@@ -25,8 +25,12 @@ pub const MANAGED_BY_REFRACT: &str = "endpointslice.reflection.refract.io";
 pub fn skip_reason(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Option<String>, ForgeError> {
     let meta = &slice.metadata;
     let service_name = meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
-    if meta.namespace.as_deref() == Some("default") && service_name.map(String::as_str) == Some("kubernetes") {
-        return Ok(Some("EndpointSlices of the default/kubernetes Service are never reflected".into()));
+    if meta.namespace.as_deref() == Some("default")
+        && service_name.map(String::as_str) == Some("kubernetes")
+    {
+        return Ok(Some(
+            "EndpointSlices of the default/kubernetes Service are never reflected".into(),
+        ));
     }
     match policy::forced(meta.annotations.as_ref()).map_err(ForgeError::Annotations)? {
         Some(true) => return Ok(None),
@@ -38,10 +42,12 @@ pub fn skip_reason(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Option<St
         (Some(_), Some(svc)) => svc.metadata.annotations.as_ref(),
         _ => meta.annotations.as_ref(),
     };
-    Ok(policy::skip_reason(policy, annotations).map(|r| match service_name {
-        Some(s) if ctx.service.is_some() => format!("its Service {s} is not reflected: {r}"),
-        _ => r,
-    }))
+    Ok(
+        policy::skip_reason(policy, annotations).map(|r| match service_name {
+            Some(s) if ctx.service.is_some() => format!("its Service {s} is not reflected: {r}"),
+            _ => r,
+        }),
+    )
 }
 
 /// Forges an EndpointSlice.
@@ -64,7 +70,12 @@ pub fn forge(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Decision, Forge
         endpoints,
         ports: slice.ports.clone(),
     };
-    Ok(reflect(Kind::EndpointSlice, ctx.remote_namespace, name, &out))
+    Ok(reflect(
+        Kind::EndpointSlice,
+        ctx.remote_namespace,
+        name,
+        &out,
+    ))
 }
 
 fn endpoint_wanted(e: &Endpoint, ctx: &Context<'_>) -> bool {

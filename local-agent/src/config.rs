@@ -1,0 +1,128 @@
+//! Reflection settings from flags and from a Helm-values-shaped YAML file.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use refract_shared::options::{HelmValues, Kind, KindOptions, ReflectionOptions};
+use refract_shared::policy::Policy;
+use refract_shared::remap::Rule;
+
+/// Flags that shape what is reflected and how. Flags win over `--reflection-config`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ReflectionFlags {
+    /// YAML file in the shape of Liqo's Helm values: `offloading.reflection.<resource>.type`
+    /// (DenyList|AllowList), `.workers`, and `offloading.reflection.skip.labels|annotations`.
+    #[arg(long, value_name = "FILE")]
+    pub reflection_config: Option<PathBuf>,
+
+    /// Rewrite endpoint addresses for the provider: FROM_CIDR=TO_CIDR, same prefix length
+    /// (repeatable; the first match applies).
+    #[arg(long = "remap", value_name = "FROM=TO")]
+    pub remap: Vec<Rule>,
+
+    /// Label key never reflected (repeatable).
+    #[arg(long = "skip-label", value_name = "KEY")]
+    pub skip_labels: Vec<String>,
+
+    /// Annotation key never reflected (repeatable; cloud-provider keys are skipped by default).
+    #[arg(long = "skip-annotation", value_name = "KEY")]
+    pub skip_annotations: Vec<String>,
+
+    /// ConfigMap reflection policy.
+    #[arg(long, value_enum)]
+    pub configmap_reflection_type: Option<Policy>,
+    /// ConfigMap reflection workers (0 disables; default 3).
+    #[arg(long)]
+    pub configmap_reflection_workers: Option<u32>,
+    /// Secret reflection policy.
+    #[arg(long, value_enum)]
+    pub secret_reflection_type: Option<Policy>,
+    /// Secret reflection workers (0 disables; default 3).
+    #[arg(long)]
+    pub secret_reflection_workers: Option<u32>,
+    /// Service reflection policy (EndpointSlices inherit it).
+    #[arg(long, value_enum)]
+    pub service_reflection_type: Option<Policy>,
+    /// Service reflection workers (0 disables; default 3).
+    #[arg(long)]
+    pub service_reflection_workers: Option<u32>,
+    /// Ingress reflection policy.
+    #[arg(long, value_enum)]
+    pub ingress_reflection_type: Option<Policy>,
+    /// Ingress reflection workers (0 disables; default 3).
+    #[arg(long)]
+    pub ingress_reflection_workers: Option<u32>,
+    /// EndpointSlice reflection workers (0 disables; default 10).
+    #[arg(long)]
+    pub endpointslice_reflection_workers: Option<u32>,
+
+    /// Extra label of this peer's virtual node, matched by NamespaceOffloading cluster
+    /// selectors: KEY=VALUE (repeatable).
+    #[arg(long = "virtual-node-label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub virtual_node_labels: Vec<(String, String)>,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} must be KEY=VALUE"))
+}
+
+impl ReflectionFlags {
+    /// The options for a peering: defaults, then the file, then flags.
+    pub fn options(&self, local: &str, remote: &str) -> anyhow::Result<ReflectionOptions> {
+        let mut o = ReflectionOptions::new(local, remote);
+        if let Some(path) = &self.reflection_config {
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!("failed to read --reflection-config {}", path.display())
+            })?;
+            let values: HelmValues = serde_yaml_ng::from_str(&text)
+                .with_context(|| format!("invalid --reflection-config {}", path.display()))?;
+            o.merge_values(&values);
+        }
+        o.remapping.0.extend(self.remap.iter().cloned());
+        o.skip_labels.extend(self.skip_labels.iter().cloned());
+        o.skip_annotations
+            .extend(self.skip_annotations.iter().cloned());
+        let per_kind = [
+            (
+                Kind::ConfigMap,
+                self.configmap_reflection_type,
+                self.configmap_reflection_workers,
+            ),
+            (
+                Kind::Secret,
+                self.secret_reflection_type,
+                self.secret_reflection_workers,
+            ),
+            (
+                Kind::Service,
+                self.service_reflection_type,
+                self.service_reflection_workers,
+            ),
+            (
+                Kind::Ingress,
+                self.ingress_reflection_type,
+                self.ingress_reflection_workers,
+            ),
+            (
+                Kind::EndpointSlice,
+                None,
+                self.endpointslice_reflection_workers,
+            ),
+        ];
+        for (kind, policy, workers) in per_kind {
+            let mut k: KindOptions = o.kind(kind);
+            k.policy = policy.unwrap_or(k.policy);
+            k.workers = workers.unwrap_or(k.workers);
+            o.kinds.insert(kind, k);
+        }
+        Ok(o)
+    }
+
+    /// The extra virtual node labels as a map.
+    pub fn node_labels(&self) -> BTreeMap<String, String> {
+        self.virtual_node_labels.iter().cloned().collect()
+    }
+}

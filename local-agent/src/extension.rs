@@ -1,0 +1,398 @@
+//! Namespace extension: which origin namespaces are extended to this agent's provider.
+//!
+//! For every `NamespaceOffloading` named `offloading` whose cluster selector matches this
+//! peer's virtual node labels, the controller asks the remote agent (an Upsert of kind
+//! Namespace) to create the twin namespace, waits for the answer, records it in the
+//! NamespaceOffloading status, and publishes the confirmed namespaces for the reflectors. On
+//! each new session it re-sends every twin namespace and then `SnapshotComplete`, so twin
+//! namespaces whose NamespaceOffloading disappeared while the link was down are removed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
+use refract_shared::keys::LOCAL_FIELD_MANAGER;
+use refract_shared::offloading;
+use refract_shared::proto::{
+    local_message, Delete, LocalMessage, ObjectRef, Outcome, SnapshotComplete, Upsert,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::acks::AckRouter;
+use crate::crd::{self, NamespaceOffloading, NamespaceOffloadingStatus, RemoteNamespaceCondition};
+use crate::link::SessionTx;
+
+/// How long the remote agent has to answer a namespace request before it is retried.
+const ACK_TIMEOUT: Duration = Duration::from_secs(15);
+/// Annotation on a twin namespace naming its origin namespace.
+pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";
+
+/// What reflectors act on: the current session and the namespaces extended on it.
+#[derive(Clone, Debug, Default)]
+pub struct Extension {
+    /// The open session, if any.
+    pub session: Option<SessionTx>,
+    /// Local namespace → twin namespace, confirmed by the remote agent on this session.
+    pub namespaces: BTreeMap<String, String>,
+}
+
+impl Extension {
+    /// The session's generation (0 when disconnected).
+    pub fn generation(&self) -> u64 {
+        self.session.as_ref().map_or(0, |s| s.generation)
+    }
+}
+
+/// Settings of the controller.
+#[derive(Clone)]
+pub struct ExtensionConfig {
+    /// The origin cluster id.
+    pub local_cluster_id: String,
+    /// The provider cluster id.
+    pub remote_cluster_id: String,
+    /// The peer's virtual node labels, matched by cluster selectors.
+    pub virtual_node_labels: BTreeMap<String, String>,
+}
+
+/// Why a namespace is not (yet) extended.
+#[derive(Clone, Debug, PartialEq)]
+enum Failure {
+    /// Permanent until something changes (conflict, invalid name).
+    Refused(String),
+    /// Will be retried (link down, timeout, transient error).
+    Pending(String),
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(
+    client: kube::Client,
+    config: ExtensionConfig,
+    mut sessions: watch::Receiver<Option<SessionTx>>,
+    acks: AckRouter,
+    extension_tx: watch::Sender<Extension>,
+    shutdown: CancellationToken,
+) {
+    let api: Api<NamespaceOffloading> = Api::all(client.clone());
+    let (store, writer) = reflector::store();
+    // The watch runs in its own task so the store fills while this loop waits on it.
+    let (changed_tx, mut changed_rx) = mpsc::channel::<()>(1);
+    let watch_shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects()
+            .boxed();
+        loop {
+            tokio::select! {
+                _ = watch_shutdown.cancelled() => return,
+                event = events.next() => match event {
+                    Some(Ok(_)) => { let _ = changed_tx.try_send(()); }
+                    Some(Err(error)) => tracing::warn!(%error, "NamespaceOffloading watch error"),
+                    None => return,
+                },
+            }
+        }
+    });
+    let mut state = State {
+        client,
+        config,
+        store: store.clone(),
+        acks,
+        generation: 0,
+        confirmed: BTreeMap::new(),
+        failures: BTreeMap::new(),
+        snapshot_sent: false,
+    };
+    let mut retry = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = sessions.changed() => if changed.is_err() { return },
+            changed = changed_rx.recv() => if changed.is_none() { return },
+            _ = retry.tick(), if state.has_pending() => {}
+        }
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
+        let session = sessions.borrow().clone();
+        state.reconcile(session.clone()).await;
+        let next = Extension {
+            session,
+            namespaces: state.confirmed.clone(),
+        };
+        extension_tx.send_if_modified(|current| {
+            let changed =
+                current.generation() != next.generation() || current.namespaces != next.namespaces;
+            if changed {
+                *current = next;
+            }
+            changed
+        });
+    }
+}
+
+struct State {
+    client: kube::Client,
+    config: ExtensionConfig,
+    store: Store<NamespaceOffloading>,
+    acks: AckRouter,
+    generation: u64,
+    confirmed: BTreeMap<String, String>,
+    failures: BTreeMap<String, Failure>,
+    snapshot_sent: bool,
+}
+
+impl State {
+    fn has_pending(&self) -> bool {
+        self.failures
+            .values()
+            .any(|f| matches!(f, Failure::Pending(_)))
+    }
+
+    /// Local namespace → the twin name it should have (or why it has none), for the
+    /// NamespaceOffloadings selecting this peer.
+    fn desired(&self) -> BTreeMap<String, Result<String, String>> {
+        let labels = &self.config.virtual_node_labels;
+        self.store
+            .state()
+            .iter()
+            .filter(|nso| nso.name_any() == crd::NAME && nso.metadata.deletion_timestamp.is_none())
+            .filter(|nso| offloading::is_selected(nso.spec.cluster_selector.as_ref(), labels))
+            .filter_map(|nso| {
+                let ns = nso.namespace()?;
+                let name = offloading::remote_namespace_name(
+                    nso.spec.namespace_mapping_strategy,
+                    nso.spec.remote_namespace_name.as_deref(),
+                    &ns,
+                    &self.config.local_cluster_id,
+                );
+                Some((ns, name))
+            })
+            .collect()
+    }
+
+    async fn reconcile(&mut self, session: Option<SessionTx>) {
+        let generation = session.as_ref().map_or(0, |s| s.generation);
+        if generation != self.generation {
+            self.generation = generation;
+            self.confirmed.clear();
+            self.snapshot_sent = false;
+        }
+        let desired = self.desired();
+        self.failures.retain(|ns, _| desired.contains_key(ns));
+        if let Some(session) = &session {
+            for (ns, target) in &desired {
+                match target {
+                    Err(reason) => {
+                        self.failures
+                            .insert(ns.clone(), Failure::Refused(reason.clone()));
+                    }
+                    Ok(remote) if self.confirmed.get(ns) != Some(remote) => {
+                        match self.create_twin(session, ns, remote).await {
+                            Ok(()) => {
+                                self.failures.remove(ns);
+                                self.confirmed.insert(ns.clone(), remote.clone());
+                            }
+                            Err(f) => {
+                                self.failures.insert(ns.clone(), f);
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                }
+            }
+            let gone: Vec<_> = self
+                .confirmed
+                .iter()
+                .filter(|(ns, remote)| {
+                    desired.get(*ns).and_then(|d| d.as_ref().ok()) != Some(*remote)
+                })
+                .map(|(ns, remote)| (ns.clone(), remote.clone()))
+                .collect();
+            for (ns, remote) in gone {
+                tracing::info!(namespace = %ns, remote = %remote, "namespace no longer extended; removing its twin");
+                send(
+                    session,
+                    local_message::Kind::Delete(Delete {
+                        object: Some(namespace_ref(&remote)),
+                        revision: String::new(),
+                        grace_period_seconds: None,
+                    }),
+                )
+                .await;
+                self.confirmed.remove(&ns);
+            }
+            if !self.snapshot_sent {
+                send(
+                    session,
+                    local_message::Kind::SnapshotComplete(SnapshotComplete {
+                        api_version: "v1".into(),
+                        kind: "Namespace".into(),
+                        namespace: String::new(),
+                    }),
+                )
+                .await;
+                self.snapshot_sent = true;
+            }
+        } else {
+            for (ns, target) in &desired {
+                if target.is_ok() {
+                    self.failures.insert(
+                        ns.clone(),
+                        Failure::Pending("not connected to the remote agent".into()),
+                    );
+                }
+            }
+        }
+        self.write_statuses(&desired).await;
+    }
+
+    async fn create_twin(
+        &self,
+        session: &SessionTx,
+        ns: &str,
+        remote: &str,
+    ) -> Result<(), Failure> {
+        let object = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": remote,
+                "annotations": {ORIGINAL_NAME_ANNOTATION: ns},
+            }
+        });
+        let waiter = self
+            .acks
+            .wait_for(("Namespace".into(), String::new(), remote.into()));
+        send(
+            session,
+            local_message::Kind::Upsert(Upsert {
+                object: Some(namespace_ref(remote)),
+                revision: String::new(),
+                object_json: serde_json::to_vec(&object).expect("JSON serializes"),
+                origin_uid: String::new(),
+            }),
+        )
+        .await;
+        let ack = match tokio::time::timeout(ACK_TIMEOUT, waiter).await {
+            Ok(Ok(ack)) => ack,
+            _ => return Err(Failure::Pending("the remote agent did not answer".into())),
+        };
+        match Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified) {
+            Outcome::Applied | Outcome::Unchanged => {
+                tracing::info!(namespace = %ns, remote = %remote, "namespace extended");
+                Ok(())
+            }
+            Outcome::Transient => Err(Failure::Pending(ack.message)),
+            other => {
+                tracing::warn!(namespace = %ns, remote = %remote, outcome = other.as_str_name(), message = %ack.message, "twin namespace refused");
+                Err(Failure::Refused(ack.message))
+            }
+        }
+    }
+
+    async fn write_statuses(&self, desired: &BTreeMap<String, Result<String, String>>) {
+        for nso in self.store.state() {
+            if nso.name_any() != crd::NAME || nso.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(ns) = nso.namespace() else { continue };
+            let status = self.status_for(&nso, &ns, desired.get(&ns));
+            if nso.status.as_ref() == Some(&status) {
+                continue;
+            }
+            let api: Api<NamespaceOffloading> = Api::namespaced(self.client.clone(), &ns);
+            let patch = serde_json::json!({
+                "apiVersion": "offloading.refract.io/v1alpha1",
+                "kind": "NamespaceOffloading",
+                "status": status,
+            });
+            let params = PatchParams::apply(LOCAL_FIELD_MANAGER).force();
+            if let Err(error) = api
+                .patch_status(crd::NAME, &params, &Patch::Apply(&patch))
+                .await
+            {
+                tracing::warn!(namespace = %ns, %error, "failed to update NamespaceOffloading status");
+            }
+        }
+    }
+
+    fn status_for(
+        &self,
+        nso: &NamespaceOffloading,
+        ns: &str,
+        desired: Option<&Result<String, String>>,
+    ) -> NamespaceOffloadingStatus {
+        let cond = |type_: &str, ok: bool, reason: &str, message: &str| RemoteNamespaceCondition {
+            type_: type_.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: message.into(),
+        };
+        let (phase, remote, conditions) = match desired {
+            None => (
+                "NoClusterSelected",
+                None,
+                vec![cond(
+                    "OffloadingRequired",
+                    false,
+                    "ClusterNotSelected",
+                    "the cluster selector does not select this peer",
+                )],
+            ),
+            Some(target) => {
+                let selected = cond("OffloadingRequired", true, "ClusterSelected", "");
+                let remote = target.as_ref().ok().cloned();
+                match (self.confirmed.get(ns), self.failures.get(ns)) {
+                    (Some(_), _) => (
+                        "Ready",
+                        remote,
+                        vec![selected, cond("Ready", true, "NamespaceCreated", "")],
+                    ),
+                    (None, Some(Failure::Refused(m))) => (
+                        "AllFailed",
+                        remote,
+                        vec![selected, cond("Ready", false, "CreationLoopBackOff", m)],
+                    ),
+                    (None, Some(Failure::Pending(m))) => (
+                        "InProgress",
+                        remote,
+                        vec![selected, cond("Ready", false, "Creating", m)],
+                    ),
+                    (None, None) => (
+                        "InProgress",
+                        remote,
+                        vec![selected, cond("Ready", false, "Creating", "")],
+                    ),
+                }
+            }
+        };
+        let mut status = nso.status.clone().unwrap_or_default();
+        status.offloading_phase = Some(phase.into());
+        status.remote_namespace_name = remote.or(status.remote_namespace_name);
+        status
+            .remote_namespaces_conditions
+            .insert(self.config.remote_cluster_id.clone(), conditions);
+        status
+    }
+}
+
+fn namespace_ref(name: &str) -> ObjectRef {
+    ObjectRef {
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        namespace: String::new(),
+        name: name.into(),
+    }
+}
+
+async fn send(session: &SessionTx, kind: local_message::Kind) {
+    // A closed session is replaced by a new one, which re-sends everything.
+    let _ = session.tx.send(LocalMessage { kind: Some(kind) }).await;
+}

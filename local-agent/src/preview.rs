@@ -1,0 +1,279 @@
+//! `local-agent preview`: what would be sent for given objects, offline.
+//!
+//! Runs the agent's own forge on objects read from files or stdin (YAML or JSON, one or many,
+//! `List`s included), or on a live namespace, and prints a JSON array with one entry per
+//! object: what would be sent, or why it would not be reflected. With `--existing`, objects
+//! already on the provider are taken into account (conflict, unchanged).
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use k8s_openapi::api::core::v1::Service;
+use refract_shared::forge::{self, Decision};
+use refract_shared::hash::object_hash;
+use refract_shared::keys::{DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_shared::offloading::{self, MappingStrategy};
+use refract_shared::options::Kind;
+use refract_shared::tls::ClusterId;
+use serde_json::{json, Value};
+
+use crate::config::ReflectionFlags;
+
+/// Prints exactly what the local agent would send for the given objects, without a cluster.
+#[derive(Debug, clap::Parser)]
+#[command(name = "local-agent preview", version, about, long_about)]
+pub struct PreviewArgs {
+    /// Files with objects (YAML or JSON, several documents or a List); `-` reads stdin.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// Preview a live namespace of the cluster in this kubeconfig instead of files.
+    #[arg(long, requires = "namespace")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The namespace to preview with --kubeconfig.
+    #[arg(long)]
+    pub namespace: Option<String>,
+
+    /// The origin cluster id.
+    #[arg(long)]
+    pub cluster_id: ClusterId,
+
+    /// The provider cluster id.
+    #[arg(long)]
+    pub remote_cluster_id: ClusterId,
+
+    /// The twin namespace; by default derived with --namespace-mapping-strategy.
+    #[arg(long)]
+    pub remote_namespace: Option<String>,
+
+    /// How the twin namespace is named when --remote-namespace is not given.
+    #[arg(long, value_enum, default_value = "default-name")]
+    pub namespace_mapping_strategy: Strategy,
+
+    /// Objects already on the provider (YAML or JSON), to show conflicts and unchanged objects.
+    #[arg(long, value_name = "FILE")]
+    pub existing: Vec<PathBuf>,
+
+    /// Origin nodes that are this peering's virtual nodes (their endpoints are not reflected).
+    #[arg(long = "provider-node", value_name = "NODE")]
+    pub provider_nodes: Vec<String>,
+
+    /// Reflection settings, as the agent takes them.
+    #[command(flatten)]
+    pub reflection: ReflectionFlags,
+}
+
+/// Namespace mapping strategies as flag values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Strategy {
+    /// `<namespace>-<cluster id>`.
+    DefaultName,
+    /// The same name.
+    EnforceSameName,
+}
+
+/// Runs the preview, printing JSON to stdout.
+pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
+    let options = args
+        .reflection
+        .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?;
+    let objects = match &args.kubeconfig {
+        Some(kc) => {
+            live_objects(
+                kc,
+                args.namespace.as_deref().expect("clap requires it"),
+                &options,
+            )
+            .await?
+        }
+        None => {
+            if args.files.is_empty() {
+                bail!("give objects with -f FILE (or -f - for stdin), or --kubeconfig and --namespace");
+            }
+            let mut all = Vec::new();
+            for f in &args.files {
+                all.extend(read_objects(f)?);
+            }
+            all
+        }
+    };
+    let mut existing = Vec::new();
+    for f in &args.existing {
+        existing.extend(read_objects(f)?);
+    }
+    let services: Vec<Service> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Service")
+        .filter_map(|o| serde_json::from_value(o.clone()).ok())
+        .collect();
+    let provider_nodes: BTreeSet<String> = args.provider_nodes.iter().cloned().collect();
+    let strategy = match args.namespace_mapping_strategy {
+        Strategy::DefaultName => MappingStrategy::DefaultName,
+        Strategy::EnforceSameName => MappingStrategy::EnforceSameName,
+    };
+
+    let mut out = Vec::new();
+    for object in &objects {
+        let kind_name = object["kind"].as_str().unwrap_or_default();
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default");
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let source = format!("{kind_name} {ns}/{name}");
+        let Some(kind) = Kind::from_kind(kind_name) else {
+            out.push(json!({"source": source, "decision": "skip", "reason": format!("kind {kind_name:?} is not reflected by this preview")}));
+            continue;
+        };
+        let remote_ns = match &args.remote_namespace {
+            Some(n) => n.clone(),
+            None => offloading::remote_namespace_name(strategy, None, ns, args.cluster_id.as_str())
+                .map_err(anyhow::Error::msg)?,
+        };
+        let service_name =
+            object["metadata"]["labels"][forge::endpointslice::SERVICE_NAME_LABEL].as_str();
+        let service = services.iter().find(|s| {
+            s.metadata.namespace.as_deref() == Some(ns)
+                && s.metadata.name.as_deref() == service_name
+        });
+        let ctx = forge::Context {
+            options: &options,
+            remote_namespace: &remote_ns,
+            service,
+            provider_nodes: &provider_nodes,
+            known_nodes: None,
+        };
+        let mut entry = match forge::forge(kind, object, &ctx) {
+            Ok(Decision::Reflect(desired)) => against_existing(
+                &desired,
+                &existing,
+                &options.local_cluster_id,
+                &options.remote_cluster_id,
+            ),
+            Ok(decision) => serde_json::to_value(decision)?,
+            Err(e) => json!({"decision": "error", "reason": e.to_string()}),
+        };
+        entry
+            .as_object_mut()
+            .expect("object")
+            .insert("source".into(), source.into());
+        out.push(entry);
+    }
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// What the remote agent would answer, given what the provider already holds.
+fn against_existing(
+    desired: &forge::Desired,
+    existing: &[Value],
+    local: &str,
+    remote: &str,
+) -> Value {
+    let mut value = serde_json::to_value(desired).expect("serializes");
+    value["decision"] = "reflect".into();
+    let found = existing.iter().find(|e| {
+        e["kind"] == desired.object["kind"]
+            && e["metadata"]["name"] == desired.name.as_str()
+            && e["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or(&desired.namespace)
+                == desired.namespace
+    });
+    if let Some(e) = found {
+        let labels = &e["metadata"]["labels"];
+        if labels[ORIGIN_LABEL] != local || labels[DESTINATION_LABEL] != remote {
+            value["decision"] = "conflict".into();
+            value["reason"] = "an object of this name exists on the provider without Refract's origin/destination labels; it would be left untouched and a Warning event recorded".into();
+        } else if e["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]
+            == object_hash(&desired.object).as_str()
+        {
+            value["decision"] = "unchanged".into();
+            value["reason"] =
+                "the provider already holds this desired state; nothing would be written".into();
+        }
+    }
+    value
+}
+
+/// Reads every object in a YAML or JSON file (or stdin), flattening Lists.
+fn read_objects(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
+    let text = if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s
+    } else {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read {}", path.display()))?
+    };
+    let mut objects = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
+        let value: Value = serde::Deserialize::deserialize(doc).with_context(|| {
+            format!(
+                "{}: document {} is not valid YAML or JSON",
+                path.display(),
+                i + 1
+            )
+        })?;
+        match value {
+            Value::Null => {}
+            Value::Object(ref m)
+                if m.get("kind")
+                    .and_then(Value::as_str)
+                    .is_some_and(|k| k.ends_with("List")) =>
+            {
+                objects.extend(
+                    m.get("items")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default(),
+                )
+            }
+            Value::Object(_) => objects.push(value),
+            _ => bail!(
+                "{}: document {} is not a Kubernetes object",
+                path.display(),
+                i + 1
+            ),
+        }
+    }
+    Ok(objects)
+}
+
+async fn live_objects(
+    kubeconfig: &PathBuf,
+    namespace: &str,
+    options: &refract_shared::options::ReflectionOptions,
+) -> anyhow::Result<Vec<Value>> {
+    use k8s_openapi::api::{core::v1, discovery, networking};
+    use kube::api::{Api, ListParams};
+    let client = crate::kube_client(Some(kubeconfig)).await?;
+    let mut out = Vec::new();
+    macro_rules! list {
+        ($t:ty) => {{
+            let api: Api<$t> = Api::namespaced(client.clone(), namespace);
+            for item in api
+                .list(&ListParams::default())
+                .await
+                .with_context(|| format!("failed to list in {namespace}"))?
+            {
+                out.push(serde_json::to_value(item)?);
+            }
+        }};
+    }
+    for kind in Kind::ALL {
+        if options.kind(kind).workers == 0 {
+            continue;
+        }
+        match kind {
+            Kind::ConfigMap => list!(v1::ConfigMap),
+            Kind::Secret => list!(v1::Secret),
+            Kind::Service => list!(v1::Service),
+            Kind::Ingress => list!(networking::v1::Ingress),
+            Kind::EndpointSlice => list!(discovery::v1::EndpointSlice),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,518 @@
+//! One reflector per kind: watch origin objects, forge the provider's desired state, send it.
+//!
+//! Watch → store → coalescing queue → `workers` tasks, level-triggered: a worker reads the
+//! object's current state from the store and sends what the provider should hold (Upsert),
+//! or removes it (Delete). What was sent on the current session is remembered by hash, so an
+//! unchanged object is not re-sent. On each new session the reflector re-sends every object of
+//! each extended namespace and then `SnapshotComplete`, after which the remote agent removes
+//! that namespace's objects the origin no longer has.
+
+pub mod queue;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use refract_shared::forge::{self, Context, Decision};
+use refract_shared::hash::object_hash;
+use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
+use refract_shared::options::{Kind, ReflectionOptions};
+use refract_shared::proto::{
+    local_message, Ack, Delete, LocalMessage, ObjectRef, Outcome, SnapshotComplete, Upsert,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::acks::{AckRouter, AckSink};
+use crate::extension::Extension;
+use queue::WorkQueue;
+
+/// How long before a transiently failed object is retried.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// A local object: namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// Local namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// What every reflector shares.
+#[derive(Clone)]
+pub struct Shared {
+    /// The reflection options.
+    pub options: Arc<ReflectionOptions>,
+    /// The current session and extended namespaces.
+    pub extension: watch::Receiver<Extension>,
+    /// Origin nodes (for EndpointSlices).
+    pub nodes: Store<Node>,
+    /// Origin Services (for EndpointSlice policy inheritance).
+    pub services: Store<Service>,
+    /// Records events on origin objects.
+    pub recorder: Recorder,
+}
+
+struct Sent {
+    remote: ObjectRef,
+    hash: String,
+}
+
+#[derive(Default)]
+struct SentState {
+    generation: u64,
+    by_local: HashMap<Key, Sent>,
+    by_remote: HashMap<(String, String), Key>,
+}
+
+impl SentState {
+    fn insert(&mut self, key: Key, sent: Sent) {
+        self.by_remote.insert(
+            (sent.remote.namespace.clone(), sent.remote.name.clone()),
+            key.clone(),
+        );
+        self.by_local.insert(key, sent);
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Sent> {
+        let sent = self.by_local.remove(key)?;
+        self.by_remote
+            .remove(&(sent.remote.namespace.clone(), sent.remote.name.clone()));
+        Some(sent)
+    }
+}
+
+/// A running reflector for origin objects of type `K`.
+pub struct Reflector<K: Reflectable> {
+    kind: Kind,
+    store: Store<K>,
+    /// Keys waiting for a worker.
+    pub queue: WorkQueue<Key>,
+    sent: Mutex<SentState>,
+    shared: Shared,
+}
+
+/// Object types a reflector can watch.
+pub trait Reflectable:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Reflectable for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Starts the reflector of `kind` (nothing when its workers are 0).
+pub fn spawn<K: Reflectable>(
+    client: kube::Client,
+    kind: Kind,
+    shared: Shared,
+    acks: &AckRouter,
+    shutdown: CancellationToken,
+) -> Option<Arc<Reflector<K>>> {
+    let workers = shared.options.kind(kind).workers;
+    if workers == 0 {
+        tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
+        return None;
+    }
+    let (store, writer) = reflector::store();
+    let r = Arc::new(Reflector {
+        kind,
+        store,
+        queue: WorkQueue::new(),
+        sent: Mutex::new(SentState::default()),
+        shared,
+    });
+    acks.register(kind.kind(), r.clone());
+
+    let watch_task = {
+        let r = r.clone();
+        let api: Api<K> = Api::all(client);
+        async move {
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .boxed();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(
+                        watcher::Event::Apply(obj)
+                        | watcher::Event::Delete(obj)
+                        | watcher::Event::InitApply(obj),
+                    ) => r.enqueue_object(&obj),
+                    // After a relist, objects deleted during the gap left no Delete event:
+                    // re-check everything that was sent.
+                    Ok(watcher::Event::InitDone) => r.enqueue_sent(),
+                    Ok(watcher::Event::Init) => {}
+                    Err(error) => {
+                        tracing::warn!(kind = r.kind.kind(), %error, "watch error; retrying")
+                    }
+                }
+            }
+        }
+    };
+    spawn_until(shutdown.clone(), watch_task);
+    for _ in 0..workers {
+        let r = r.clone();
+        spawn_until(shutdown.clone(), async move {
+            loop {
+                let key = r.queue.next().await;
+                r.reconcile(&key).await;
+            }
+        });
+    }
+    let r2 = r.clone();
+    spawn_until(shutdown, async move { r2.follow_extension().await });
+    Some(r)
+}
+
+fn spawn_until(
+    shutdown: CancellationToken,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = task => {}
+        }
+    });
+}
+
+impl<K: Reflectable> Reflector<K> {
+    fn enqueue_object(&self, obj: &K) {
+        let Some(namespace) = obj.namespace() else {
+            return;
+        };
+        if self
+            .shared
+            .extension
+            .borrow()
+            .namespaces
+            .contains_key(&namespace)
+        {
+            self.queue.add(Key {
+                namespace,
+                name: obj.name_any(),
+            });
+        }
+    }
+
+    fn enqueue_sent(&self) {
+        let keys: Vec<Key> = self
+            .sent
+            .lock()
+            .expect("sent poisoned")
+            .by_local
+            .keys()
+            .cloned()
+            .collect();
+        for key in keys {
+            self.queue.add(key);
+        }
+    }
+
+    /// Queues every object of `namespace` (e.g. when its Service or a node changed).
+    pub fn enqueue_matching(&self, namespace: &str, filter: impl Fn(&K) -> bool) {
+        for obj in self.store.state() {
+            if obj.namespace().as_deref() == Some(namespace) && filter(&obj) {
+                self.enqueue_object(&obj);
+            }
+        }
+    }
+
+    /// Re-sends extended namespaces when the session or the set of namespaces changes.
+    async fn follow_extension(&self) {
+        let mut rx = self.shared.extension.clone();
+        let mut last = Extension::default();
+        loop {
+            let current = rx.borrow_and_update().clone();
+            if self.store.wait_until_ready().await.is_err() {
+                return;
+            }
+            let resync: Vec<(String, String)> = if current.generation() != last.generation() {
+                let mut sent = self.sent.lock().expect("sent poisoned");
+                *sent = SentState {
+                    generation: current.generation(),
+                    ..Default::default()
+                };
+                current.namespaces.clone().into_iter().collect()
+            } else {
+                let mut sent = self.sent.lock().expect("sent poisoned");
+                let removed: Vec<Key> = sent
+                    .by_local
+                    .keys()
+                    .filter(|k| !current.namespaces.contains_key(&k.namespace))
+                    .cloned()
+                    .collect();
+                // The twin namespace is deleted with everything in it; just forget.
+                for key in removed {
+                    sent.remove(&key);
+                }
+                current
+                    .namespaces
+                    .iter()
+                    .filter(|(ns, remote)| last.namespaces.get(*ns) != Some(*remote))
+                    .map(|(a, b)| (a.clone(), b.clone()))
+                    .collect()
+            };
+            if let Some(session) = &current.session {
+                for (ns, remote_ns) in resync {
+                    let keys: Vec<Key> = self
+                        .store
+                        .state()
+                        .iter()
+                        .filter(|o| o.namespace().as_deref() == Some(ns.as_str()))
+                        .map(|o| Key {
+                            namespace: ns.clone(),
+                            name: o.name_any(),
+                        })
+                        .collect();
+                    let count = keys.len();
+                    for key in keys {
+                        self.reconcile(&key).await;
+                    }
+                    send(
+                        &session.tx,
+                        local_message::Kind::SnapshotComplete(SnapshotComplete {
+                            api_version: self.kind.api_version().into(),
+                            kind: self.kind.kind().into(),
+                            namespace: remote_ns.clone(),
+                        }),
+                    )
+                    .await;
+                    tracing::debug!(kind = self.kind.kind(), namespace = %ns, count, "namespace snapshot sent");
+                }
+            }
+            last = current;
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Brings the provider in line with the current state of one object.
+    async fn reconcile(&self, key: &Key) {
+        let extension = self.shared.extension.borrow().clone();
+        let Some(session) = extension.session.as_ref() else {
+            return;
+        };
+        let Some(remote_ns) = extension.namespaces.get(&key.namespace) else {
+            self.sent.lock().expect("sent poisoned").remove(key);
+            return;
+        };
+        let obj = self
+            .store
+            .get(&StoreRef::new(&key.name).within(&key.namespace));
+        let decision = match &obj {
+            None => None,
+            Some(obj) => match self.forge(obj, remote_ns) {
+                Ok(d) => Some(d),
+                Err(error) => {
+                    tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %error, "cannot reflect object");
+                    let note = format!("cannot reflect: {error}");
+                    publish_event(
+                        &self.shared.recorder,
+                        obj.object_ref(&()),
+                        EventType::Warning,
+                        "FailedReflection",
+                        note,
+                    )
+                    .await;
+                    return;
+                }
+            },
+        };
+        match decision {
+            Some(Decision::Reflect(desired)) => {
+                let obj = obj.expect("decided on an object");
+                let hash = object_hash(&desired.object);
+                let remote = ObjectRef {
+                    api_version: self.kind.api_version().into(),
+                    kind: self.kind.kind().into(),
+                    namespace: desired.namespace.clone(),
+                    name: desired.name.clone(),
+                };
+                {
+                    let mut sent = self.sent.lock().expect("sent poisoned");
+                    if sent.generation != session.generation {
+                        return; // a resync for the new session is on its way
+                    }
+                    if sent.by_local.get(key).is_some_and(|s| s.hash == hash) {
+                        return;
+                    }
+                    sent.insert(
+                        key.clone(),
+                        Sent {
+                            remote: remote.clone(),
+                            hash,
+                        },
+                    );
+                }
+                send(
+                    &session.tx,
+                    local_message::Kind::Upsert(Upsert {
+                        object: Some(remote),
+                        revision: obj.resource_version().unwrap_or_default(),
+                        object_json: serde_json::to_vec(&desired.object).expect("JSON serializes"),
+                        origin_uid: obj.uid().unwrap_or_default(),
+                    }),
+                )
+                .await;
+            }
+            Some(Decision::Skip { reason }) => {
+                tracing::debug!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %reason, "not reflected");
+                self.delete_remote(session, key).await;
+            }
+            None => self.delete_remote(session, key).await,
+        }
+    }
+
+    async fn delete_remote(&self, session: &crate::link::SessionTx, key: &Key) {
+        let removed = self.sent.lock().expect("sent poisoned").remove(key);
+        if let Some(sent) = removed {
+            send(
+                &session.tx,
+                local_message::Kind::Delete(Delete {
+                    object: Some(sent.remote),
+                    revision: String::new(),
+                    grace_period_seconds: None,
+                }),
+            )
+            .await;
+        }
+    }
+
+    fn forge(&self, obj: &K, remote_ns: &str) -> Result<Decision, forge::ForgeError> {
+        let value = serde_json::to_value(obj).expect("Kubernetes objects serialize");
+        let remote_id = &self.shared.options.remote_cluster_id;
+        let (mut provider_nodes, mut known_nodes) = (BTreeSet::new(), BTreeSet::new());
+        let service = if self.kind == Kind::EndpointSlice {
+            for node in self.shared.nodes.state() {
+                if node.labels().get(REMOTE_CLUSTER_ID_LABEL) == Some(remote_id) {
+                    provider_nodes.insert(node.name_any());
+                }
+                known_nodes.insert(node.name_any());
+            }
+            obj.labels()
+                .get(forge::endpointslice::SERVICE_NAME_LABEL)
+                .and_then(|svc| {
+                    self.shared
+                        .services
+                        .get(&StoreRef::new(svc).within(&obj.namespace().unwrap_or_default()))
+                })
+        } else {
+            None
+        };
+        let ctx = Context {
+            options: &self.shared.options,
+            remote_namespace: remote_ns,
+            service: service.as_deref(),
+            provider_nodes: &provider_nodes,
+            known_nodes: Some(&known_nodes),
+        };
+        forge::forge(self.kind, &value, &ctx)
+    }
+}
+
+impl<K: Reflectable> AckSink for Reflector<K> {
+    fn on_ack(&self, ack: Ack) {
+        let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
+        let Some(object) = ack.object else { return };
+        let key = self
+            .sent
+            .lock()
+            .expect("sent poisoned")
+            .by_remote
+            .get(&(object.namespace.clone(), object.name.clone()))
+            .cloned();
+        let Some(key) = key else { return };
+        match outcome {
+            Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {}
+            Outcome::Transient => {
+                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %ack.message, "transient failure on the provider; retrying");
+                self.sent.lock().expect("sent poisoned").remove(&key);
+                self.queue.add_after(key, RETRY_AFTER);
+            }
+            Outcome::Conflict | Outcome::Denied | Outcome::Invalid => {
+                tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %ack.message, "provider refused object");
+                let Some(obj) = self
+                    .store
+                    .get(&StoreRef::new(&key.name).within(&key.namespace))
+                else {
+                    return;
+                };
+                let note = match outcome {
+                    Outcome::Conflict => format!(
+                        "Error reflecting object to cluster {:?}: remote object already exists ({})",
+                        self.shared.options.remote_cluster_id, ack.message
+                    ),
+                    _ => format!("Error reflecting object to cluster {:?}: {}", self.shared.options.remote_cluster_id, ack.message),
+                };
+                let reference = obj.object_ref(&());
+                let recorder = self.shared.recorder.clone();
+                tokio::spawn(async move {
+                    publish_event(
+                        &recorder,
+                        reference,
+                        EventType::Warning,
+                        "FailedReflection",
+                        note,
+                    )
+                    .await
+                });
+            }
+        }
+    }
+}
+
+/// Records an event on an origin object; failures are logged, never fatal.
+async fn publish_event(
+    recorder: &Recorder,
+    reference: ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reflect".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &reference).await {
+        tracing::warn!(%error, "failed to record event");
+    }
+}
+
+async fn send(tx: &tokio::sync::mpsc::Sender<LocalMessage>, kind: local_message::Kind) {
+    // A closed session is replaced by a new one, which re-sends everything.
+    let _ = tx.send(LocalMessage { kind: Some(kind) }).await;
+}
