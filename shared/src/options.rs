@@ -91,8 +91,11 @@ pub struct KindOptions {
     pub workers: u32,
 }
 
-/// Annotations never reflected by default: set by cloud controllers for the origin cluster.
+/// Annotations never reflected by default: set by cloud controllers for the origin cluster,
+/// or (kubectl's last-applied configuration) describing the origin object, which would
+/// mislead `kubectl apply` on the provider.
 pub const DEFAULT_SKIP_ANNOTATIONS: &[&str] = &[
+    "kubectl.kubernetes.io/last-applied-configuration",
     "cloud.google.com/neg",
     "cloud.google.com/neg-status",
     "kubernetes.digitalocean.com/load-balancer-id",

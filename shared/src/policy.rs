@@ -22,8 +22,10 @@ pub const ALLOW_ANNOTATION: &str = "liqo.io/allow-reflection";
 pub enum Policy {
     /// Reflect everything except objects annotated `liqo.io/skip-reflection`.
     #[default]
+    #[value(name = "DenyList")]
     DenyList,
     /// Reflect nothing except objects annotated `liqo.io/allow-reflection`.
+    #[value(name = "AllowList")]
     AllowList,
 }
 

@@ -170,12 +170,19 @@ pub struct Peering {
     pub remote: Option<Agent>,
     /// The local agent process.
     pub local: Option<Agent>,
+    /// Extra flags for the local agent.
+    pub local_flags: Vec<String>,
 }
 
 impl Peering {
     /// Starts both control planes (with controllers when `controllers`), mints certificates,
     /// and starts both agents.
     pub async fn start(controllers: bool) -> anyhow::Result<Self> {
+        Self::start_with(controllers, &[]).await
+    }
+
+    /// Like [`Peering::start`], with extra local agent flags.
+    pub async fn start_with(controllers: bool, local_flags: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("refract-e2e-").tempdir()?;
         let opts = |name: &str| {
             let o = Options::named(name);
@@ -207,7 +214,13 @@ impl Peering {
             remote_addr,
             remote: None,
             local: None,
+            local_flags: local_flags.iter().map(|s| s.to_string()).collect(),
         };
+        let crd = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/local-agent/namespaceoffloading-crd.yaml"
+        );
+        peering.origin_kubectl(&["apply", "-f", crd]);
         peering.start_remote();
         peering.start_local();
         Ok(peering)
@@ -247,6 +260,10 @@ impl Peering {
             "--min-backoff=100ms".into(),
             "--max-backoff=1s".into(),
         ];
+        let args: Vec<String> = args
+            .into_iter()
+            .chain(self.local_flags.iter().cloned())
+            .collect();
         self.local = Some(Agent::spawn(
             "local-agent",
             &args,
@@ -276,8 +293,10 @@ impl Peering {
         if let Some(d) = data {
             all.extend(["-d".into(), d.to_string()]);
         }
+        let (flags, rest) = split_flags(args);
+        all.extend(flags.iter().map(|s| s.to_string()));
         all.push(self.remote_addr.clone());
-        all.extend(args.iter().map(|s| s.to_string()));
+        all.extend(rest.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = all.iter().map(String::as_str).collect();
         run(grpcurl(), &refs)
     }
@@ -306,6 +325,16 @@ impl Peering {
         }
     }
 
+    /// `kubectl` against the origin; panics on failure.
+    pub fn origin_kubectl(&self, args: &[&str]) -> String {
+        kubectl(&self.origin, args)
+    }
+
+    /// `kubectl` against the provider; panics on failure.
+    pub fn provider_kubectl(&self, args: &[&str]) -> String {
+        kubectl(&self.provider, args)
+    }
+
     /// The remote agent's log.
     pub fn remote_log(&self) -> String {
         self.remote
@@ -318,6 +347,62 @@ impl Peering {
     pub fn local_log(&self) -> String {
         self.local.as_ref().map(Agent::log_text).unwrap_or_default()
     }
+}
+
+/// Splits leading `-flag value` pairs (which grpcurl wants before the address) from the rest.
+fn split_flags<'a>(args: &'a [&'a str]) -> (&'a [&'a str], &'a [&'a str]) {
+    let mut i = 0;
+    while i + 1 < args.len() && args[i].starts_with('-') {
+        i += 2;
+    }
+    args.split_at(i)
+}
+
+/// `kubectl` with a control plane's admin kubeconfig; panics on failure.
+pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
+    let kc = cp.kubeconfig.display().to_string();
+    let mut all = vec!["--kubeconfig", kc.as_str()];
+    all.extend_from_slice(args);
+    run_ok("kubectl", &all)
+}
+
+/// `kubectl` with stdin, for `apply -f -`; panics on failure.
+pub fn kubectl_stdin(cp: &ControlPlane, args: &[&str], stdin: &str) -> String {
+    use std::io::Write;
+    let kc = cp.kubeconfig.display().to_string();
+    let mut child = StdCommand::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl get` that returns `None` when the object does not exist.
+pub fn kubectl_get(cp: &ControlPlane, args: &[&str]) -> Option<String> {
+    let kc = cp.kubeconfig.display().to_string();
+    let mut all = vec!["--kubeconfig", kc.as_str(), "get"];
+    all.extend_from_slice(args);
+    let out = run("kubectl", &all);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Parses grpcurl's JSON output.

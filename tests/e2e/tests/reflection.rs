@@ -1,0 +1,571 @@
+//! Namespace extension and reflection end to end: two real control planes, both agent
+//! binaries, checked with kubectl on both sides (and grpcurl speaking the stream as a
+//! misbehaving tenant would).
+
+use std::time::Duration;
+
+use base64::Engine;
+use refract_e2e::{json_of, kubectl_get, kubectl_stdin, Peering};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Creates namespace `ns` with a NamespaceOffloading of `spec` (YAML flow map).
+fn extend(p: &Peering, ns: &str, spec: &str) {
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {ns}}}\nspec: {spec}\n"
+        ),
+    );
+}
+
+fn apply_origin(p: &Peering, yaml: &str) {
+    kubectl_stdin(&p.origin, &["apply", "-f", "-"], yaml);
+}
+
+/// jsonpath of a provider object, or None while it does not exist.
+fn provider(p: &Peering, ns: &str, what: &str, jsonpath: &str) -> Option<String> {
+    kubectl_get(
+        &p.provider,
+        &["-n", ns, what, "-o", &format!("jsonpath={jsonpath}")],
+    )
+}
+
+async fn until_provider(p: &Peering, ns: &str, what: &str, jsonpath: &str, expect: &str) {
+    p.eventually(
+        WAIT,
+        &format!("{what} in {ns} on the provider to show {jsonpath}={expect:?}"),
+        || (provider(p, ns, what, jsonpath).as_deref() == Some(expect)).then_some(()),
+    )
+    .await
+}
+
+async fn until_gone(p: &Peering, ns: &str, what: &str) {
+    p.eventually(
+        WAIT,
+        &format!("{what} in {ns} to disappear from the provider"),
+        || {
+            provider(p, ns, what, "{.metadata.name}")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn every_kind_follows_the_origin_and_leaves_with_the_namespace() {
+    let p = Peering::start(false).await.expect("peering");
+    extend(&p, "shop", "{}");
+    let twin = "shop-origin";
+    until_provider(
+        &p,
+        "",
+        &format!("namespace/{twin}"),
+        "{.metadata.labels.refract\\.io/tenant}",
+        "origin",
+    )
+    .await;
+    let psa = provider(
+        &p,
+        "",
+        &format!("namespace/{twin}"),
+        "{.metadata.labels.pod-security\\.kubernetes\\.io/enforce}",
+    );
+    assert_eq!(psa.as_deref(), Some("baseline"));
+    p.eventually(WAIT, "NamespaceOffloading Ready", || {
+        let phase = kubectl_get(
+            &p.origin,
+            &[
+                "-n",
+                "shop",
+                "nso/offloading",
+                "-o",
+                "jsonpath={.status.offloadingPhase}",
+            ],
+        )?;
+        (phase == "Ready").then_some(())
+    })
+    .await;
+
+    apply_origin(
+        &p,
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config, namespace: shop, labels: {app: web}}
+data: {mode: prod}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: db, namespace: shop}
+stringData: {password: s3cr3t}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: legacy-token, namespace: shop, annotations: {kubernetes.io/service-account.name: default}}
+type: kubernetes.io/service-account-token
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  type: NodePort
+  clusterIP: 10.96.200.200
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: pinned, namespace: shop, annotations: {liqo.io/force-remote-node-port: "true"}}
+spec:
+  type: NodePort
+  selector: {app: pinned}
+  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.3.7], conditions: {ready: true, serving: true}}]
+ports: [{name: http, port: 8080, protocol: TCP}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: shop}
+spec:
+  ingressClassName: nginx
+  rules: [{host: shop.example.com, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}}]
+"#,
+    );
+    until_provider(&p, twin, "configmap/app-config", "{.data.mode}", "prod").await;
+    until_provider(
+        &p,
+        twin,
+        "configmap/app-config",
+        "{.metadata.labels.offloading\\.refract\\.io/origin}",
+        "origin",
+    )
+    .await;
+    until_provider(&p, twin, "secret/db", "{.data.password}", "czNjcjN0").await;
+    until_provider(
+        &p,
+        twin,
+        "service/pinned",
+        "{.spec.ports[0].nodePort}",
+        "30081",
+    )
+    .await;
+    let cluster_ip = provider(&p, twin, "service/web", "{.spec.clusterIP}").unwrap();
+    assert!(
+        !cluster_ip.is_empty() && cluster_ip != "10.96.200.200",
+        "clusterIP {cluster_ip} was not left to the provider"
+    );
+    let node_port = provider(&p, twin, "service/web", "{.spec.ports[0].nodePort}").unwrap();
+    assert_ne!(
+        node_port, "30080",
+        "node port was copied without liqo.io/force-remote-node-port"
+    );
+    until_provider(
+        &p,
+        twin,
+        "endpointslice/web-1",
+        "{.endpoints[0].addresses[0]}",
+        "10.0.3.7",
+    )
+    .await;
+    assert_eq!(
+        provider(
+            &p,
+            twin,
+            "endpointslice/web-1",
+            "{.endpoints[0].conditions}"
+        )
+        .as_deref(),
+        Some(r#"{"ready":true}"#)
+    );
+    until_provider(
+        &p,
+        twin,
+        "ingress/web",
+        "{.spec.rules[0].host}",
+        "shop.example.com",
+    )
+    .await;
+    assert_eq!(
+        provider(&p, twin, "ingress/web", "{.spec.ingressClassName}").as_deref(),
+        Some("")
+    );
+    assert!(
+        provider(&p, twin, "secret/legacy-token", "{.metadata.name}").is_none(),
+        "service-account token Secret was reflected"
+    );
+
+    // Updates follow; a skip annotation removes the copy; deletes follow.
+    p.origin_kubectl(&[
+        "-n",
+        "shop",
+        "patch",
+        "configmap",
+        "app-config",
+        "-p",
+        r#"{"data":{"mode":"canary"}}"#,
+    ]);
+    until_provider(&p, twin, "configmap/app-config", "{.data.mode}", "canary").await;
+    p.origin_kubectl(&[
+        "-n",
+        "shop",
+        "annotate",
+        "secret",
+        "db",
+        "liqo.io/skip-reflection=true",
+    ]);
+    until_gone(&p, twin, "secret/db").await;
+    for what in [
+        "configmap/app-config",
+        "service/web",
+        "endpointslice/web-1",
+        "ingress/web",
+    ] {
+        p.origin_kubectl(&["-n", "shop", "delete", what]);
+        until_gone(&p, twin, what).await;
+    }
+
+    // Removing the NamespaceOffloading removes the twin namespace.
+    p.origin_kubectl(&["-n", "shop", "delete", "namespaceoffloading", "offloading"]);
+    p.eventually(WAIT, "twin namespace deleted", || {
+        match provider(&p, "", &format!("namespace/{twin}"), "{.status.phase}") {
+            None => Some(()),
+            Some(phase) if phase == "Terminating" => Some(()),
+            Some(_) => None,
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn policies_and_skip_lists_decide_what_is_reflected() {
+    let p = Peering::start_with(
+        false,
+        &[
+            "--configmap-reflection-type=AllowList",
+            "--skip-label=team",
+            "--skip-annotation=internal/audit",
+            "--ingress-reflection-workers=0",
+        ],
+    )
+    .await
+    .expect("peering");
+    extend(&p, "lab", "{namespaceMappingStrategy: EnforceSameName}");
+    apply_origin(
+        &p,
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: chosen, namespace: lab, labels: {team: a, app: x}, annotations: {liqo.io/allow-reflection: "true", internal/audit: "yes", keep: "me"}}
+data: {a: b}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: not-chosen, namespace: lab}
+data: {a: b}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: denied, namespace: lab, annotations: {liqo.io/skip-reflection: ""}}
+stringData: {a: b}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: plain, namespace: lab}
+stringData: {a: b}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: hidden, namespace: lab, annotations: {liqo.io/skip-reflection: "true"}}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: hidden-1, namespace: lab, labels: {kubernetes.io/service-name: hidden}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.0.1]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: hidden-forced, namespace: lab, labels: {kubernetes.io/service-name: hidden}, annotations: {liqo.io/allow-reflection: "true"}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.0.2]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: disabled, namespace: lab}
+spec: {defaultBackend: {service: {name: x, port: {number: 80}}}}
+"#,
+    );
+    // EnforceSameName: the twin has the same name.
+    until_provider(&p, "lab", "secret/plain", "{.data.a}", "Yg==").await;
+    until_provider(&p, "lab", "configmap/chosen", "{.metadata.labels.app}", "x").await;
+    until_provider(
+        &p,
+        "lab",
+        "endpointslice/hidden-forced",
+        "{.endpoints[0].addresses[0]}",
+        "10.0.0.2",
+    )
+    .await;
+    let labels = provider(&p, "lab", "configmap/chosen", "{.metadata.labels}").unwrap();
+    assert!(
+        !labels.contains("team"),
+        "skipped label reflected: {labels}"
+    );
+    let annotations = provider(&p, "lab", "configmap/chosen", "{.metadata.annotations}").unwrap();
+    assert!(
+        annotations.contains("keep") && !annotations.contains("internal/audit"),
+        "{annotations}"
+    );
+    // What must not be there, after everything that must be there has arrived.
+    for what in [
+        "configmap/not-chosen",
+        "secret/denied",
+        "service/hidden",
+        "endpointslice/hidden-1",
+        "ingress/disabled",
+    ] {
+        assert!(
+            provider(&p, "lab", what, "{.metadata.name}").is_none(),
+            "{what} was reflected"
+        );
+    }
+}
+
+#[tokio::test]
+async fn foreign_objects_are_left_alone_copies_restored_and_restarts_write_nothing() {
+    let mut p = Peering::start(false).await.expect("peering");
+    // A provider object of the same name that Refract did not create.
+    p.provider_kubectl(&["create", "namespace", "team-shop-origin"]);
+    extend(
+        &p,
+        "team",
+        "{namespaceMappingStrategy: SelectedName, remoteNamespaceName: team-shop-origin}",
+    );
+    // The twin namespace exists and is not the tenant's: refused, shown in the status.
+    p.eventually(WAIT, "NamespaceOffloading AllFailed", || {
+        let phase = kubectl_get(
+            &p.origin,
+            &[
+                "-n",
+                "team",
+                "nso/offloading",
+                "-o",
+                "jsonpath={.status.offloadingPhase}",
+            ],
+        )?;
+        (phase == "AllFailed").then_some(())
+    })
+    .await;
+    assert!(
+        provider(&p, "", "namespace/team-shop-origin", "{.metadata.labels}")
+            .unwrap_or_default()
+            .is_empty()
+    );
+
+    extend(&p, "shop", "{}");
+    let twin = "shop-origin";
+    until_provider(
+        &p,
+        "",
+        &format!("namespace/{twin}"),
+        "{.metadata.name}",
+        twin,
+    )
+    .await;
+    p.provider_kubectl(&[
+        "-n",
+        twin,
+        "create",
+        "configmap",
+        "taken",
+        "--from-literal=owner=provider",
+    ]);
+    apply_origin(
+        &p,
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: taken, namespace: shop}
+data: {owner: origin}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: mine, namespace: shop}
+data: {v: "1"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: shop}
+stringData: {v: "1"}
+"#,
+    );
+    until_provider(&p, twin, "configmap/mine", "{.data.v}", "1").await;
+    until_provider(&p, twin, "secret/creds", "{.data.v}", "MQ==").await;
+    p.eventually(
+        WAIT,
+        "a Warning event on the origin's conflicting ConfigMap",
+        || {
+            let events = kubectl_get(
+                &p.origin,
+                &[
+                    "-n",
+                    "shop",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=taken,type=Warning",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+            )?;
+            events
+                .contains("remote object already exists")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        provider(&p, twin, "configmap/taken", "{.data.owner}").as_deref(),
+        Some("provider")
+    );
+
+    // A reflected copy deleted or edited on the provider comes back.
+    p.provider_kubectl(&["-n", twin, "delete", "secret", "creds"]);
+    p.provider_kubectl(&[
+        "-n",
+        twin,
+        "patch",
+        "configmap",
+        "mine",
+        "-p",
+        r#"{"data":{"v":"tampered"}}"#,
+    ]);
+    until_provider(&p, twin, "secret/creds", "{.data.v}", "MQ==").await;
+    until_provider(&p, twin, "configmap/mine", "{.data.v}", "1").await;
+
+    // Restarting the local agent with nothing changed writes nothing on the provider: every
+    // object keeps its resourceVersion.
+    let versions = |p: &Peering| {
+        let ns = provider(
+            p,
+            "",
+            &format!("namespace/{twin}"),
+            "{.metadata.resourceVersion}",
+        )
+        .unwrap();
+        let objs = provider(
+            p,
+            twin,
+            "configmaps,secrets",
+            "{range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}",
+        )
+        .unwrap();
+        format!("ns={ns} {objs}")
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = versions(&p);
+    let status = p.local.take().unwrap().stop().await;
+    assert!(status.success(), "local agent exited with {status}");
+    p.start_local();
+    p.eventually(
+        WAIT,
+        "the restarted local agent to resend its state",
+        || {
+            let out = p.grpcurl_with(
+                Some("client"),
+                Some(r#"{"clusterId":"origin","kind":"ConfigMap"}"#),
+                &["refract.v1.Inspect/ListObjects"],
+            );
+            let v = json_of(&out).ok()?;
+            let objects = v["objects"].as_array()?;
+            let mine = objects.iter().find(|o| o["object"]["name"] == "mine")?;
+            (mine["outcome"] == "OUTCOME_UNCHANGED").then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        versions(&p),
+        before,
+        "a restart with nothing changed wrote to the provider"
+    );
+    // Nothing on the provider went away while the agent was down either.
+    assert_eq!(
+        provider(&p, twin, "configmap/taken", "{.data.owner}").as_deref(),
+        Some("provider")
+    );
+}
+
+/// Speaks the stream directly with grpcurl, as a confused or hostile tenant would.
+#[tokio::test]
+async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
+    let p = Peering::start(false).await.expect("peering");
+    p.eventually(WAIT, "tenant connected", || {
+        let v = json_of(&p.grpcurl(Some("client"), &["refract.v1.Inspect/ListTenants"])).ok()?;
+        (v["tenants"][0]["connected"] == true).then_some(())
+    })
+    .await;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let cm = |ns: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"evil","namespace":"{ns}"}},"data":{{"x":"y"}}}}"#
+        )
+    };
+    let messages = [
+        r#"{"hello":{"clusterId":"origin","agentVersion":"grpcurl","protocolVersion":1}}"#
+            .to_string(),
+        format!(
+            r#"{{"upsert":{{"object":{{"apiVersion":"v1","kind":"ConfigMap","namespace":"kube-system","name":"evil"}},"revision":"1","objectJson":"{}"}}}}"#,
+            b64(&cm("kube-system"))
+        ),
+        format!(
+            r#"{{"upsert":{{"object":{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","namespace":"","name":"evil"}},"revision":"1","objectJson":"{}"}}}}"#,
+            b64("{}")
+        ),
+        format!(
+            r#"{{"upsert":{{"object":{{"apiVersion":"v1","kind":"Namespace","namespace":"","name":"kube-system"}},"revision":"1","objectJson":"{}"}}}}"#,
+            b64(r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"kube-system"}}"#)
+        ),
+        format!(
+            r#"{{"upsert":{{"object":{{"apiVersion":"v1","kind":"Namespace","namespace":"","name":"evil-ns"}},"revision":"1","objectJson":"{}"}}}}"#,
+            b64("not json")
+        ),
+    ];
+    let out = p.grpcurl_with(
+        Some("client"),
+        Some(&messages.join("\n")),
+        &["-max-time", "5", "refract.v1.Reflection/Sync"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "OUTCOME_DENIED",
+        "is not a namespace of tenant origin",
+        "is not a kind tenants may write",
+        "OUTCOME_CONFLICT",
+        "OUTCOME_INVALID",
+    ] {
+        assert!(
+            text.contains(expected),
+            "no {expected:?} in:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(provider(&p, "kube-system", "configmap/evil", "{.metadata.name}").is_none());
+    assert!(kubectl_get(&p.provider, &["clusterrole", "evil"]).is_none());
+    assert!(provider(
+        &p,
+        "",
+        "namespace/kube-system",
+        "{.metadata.labels.refract\\.io/tenant}"
+    )
+    .unwrap_or_default()
+    .is_empty());
+}
