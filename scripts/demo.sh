@@ -73,17 +73,84 @@ say "A client certificate from another CA is refused"
 run grpcurl -cacert "$DEMO/certs/ca/ca.crt" -cert "$DEMO/certs/intruder/tls.crt" -key "$DEMO/certs/intruder/tls.key" "127.0.0.1:$PORT" list || true
 grep 'refused connection' "$DEMO/remote-agent.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' >&2
 
-say "The two clusters"
-run kubectl --kubeconfig "$ORIGIN" get nodes,namespaces
-run kubectl --kubeconfig "$PROVIDER" get nodes,namespaces
+say "Offloading namespace 'shop': a ConfigMap, a Secret, a Service with its EndpointSlice, an Ingress"
+run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/namespaceoffloading-crd.yaml
+kubectl --kubeconfig "$ORIGIN" apply -f - <<'YAML'
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config, namespace: shop, labels: {app: web}}
+data: {mode: production}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: db-credentials, namespace: shop}
+stringData: {password: s3cr3t}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-origin-pods, namespace: shop, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.3.7], conditions: {ready: true}}]
+ports: [{name: http, port: 8080, protocol: TCP}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: shop}
+spec:
+  ingressClassName: nginx
+  rules: [{host: shop.example.com, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: local-only, namespace: shop, annotations: {liqo.io/skip-reflection: "true"}}
+data: {note: "stays in the origin"}
+---
+apiVersion: offloading.refract.io/v1alpha1
+kind: NamespaceOffloading
+metadata: {name: offloading, namespace: shop}
+spec: {namespaceMappingStrategy: DefaultName}
+YAML
+for _ in $(seq 30); do
+  kubectl --kubeconfig "$PROVIDER" -n shop-origin get ingress web >/dev/null 2>&1 && break; sleep 1
+done
+sleep 1
+say "The NamespaceOffloading's status in the origin"
+run kubectl --kubeconfig "$ORIGIN" -n shop get namespaceoffloading
+say "ORIGIN cluster, namespace shop"
+run kubectl --kubeconfig "$ORIGIN" -n shop get configmaps,secrets,services,endpointslices,ingresses
+say "PROVIDER cluster, twin namespace shop-origin (ClusterIP and node port chosen by the provider; 'local-only' skipped)"
+run kubectl --kubeconfig "$PROVIDER" get namespace shop-origin --show-labels
+run kubectl --kubeconfig "$PROVIDER" -n shop-origin get configmaps,secrets,services,endpointslices,ingresses -L offloading.refract.io/origin
+say "What the remote agent recorded for the tenant (grpcurl, Inspect/ListObjects)"
+LIST_OBJECTS='import json, sys
+for o in json.load(sys.stdin).get("objects", []):
+    r = o["object"]
+    where = r.get("namespace", "") + "/" + r["name"] if r.get("namespace") else r["name"]
+    print("  %-14s %-36s %s" % (r["kind"], where, o["outcome"]))'
+grpcurl "${GFLAGS[@]}" -d '{"clusterId":"origin"}' "127.0.0.1:$PORT" refract.v1.Inspect/ListObjects | python3 -c "$LIST_OBJECTS"
+say "Preview: what the local agent would send for a Service, offline (local-agent preview)"
+kubectl --kubeconfig "$ORIGIN" -n shop get service web -o yaml \
+  | run "$B/local-agent" preview -f - --cluster-id origin --remote-cluster-id provider | head -30
 
 cat >&2 <<MSG
 
 Demo is up. Try:
   ${G[*]} refract.v1.Inspect/ListTenants
   grpcurl ${GFLAGS[*]} -d '{"clusterId":"origin"}' 127.0.0.1:$PORT refract.v1.Inspect/Tap
-  kubectl --kubeconfig $ORIGIN get ns
-  kubectl --kubeconfig $PROVIDER get ns
+  kubectl --kubeconfig $ORIGIN -n shop get all,cm,secrets
+  kubectl --kubeconfig $PROVIDER -n shop-origin get all,cm,secrets
 Logs: $DEMO/{remote-agent,local-agent,testkit}.log
 MSG
 if [ -t 0 ]; then
