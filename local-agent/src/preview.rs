@@ -199,7 +199,7 @@ fn against_existing(
 }
 
 /// Reads every object in a YAML or JSON file (or stdin), flattening Lists.
-fn read_objects(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
+fn read_objects(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
     let text = if path.as_os_str() == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s)?;
@@ -243,7 +243,7 @@ fn read_objects(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
 }
 
 async fn live_objects(
-    kubeconfig: &PathBuf,
+    kubeconfig: &std::path::Path,
     namespace: &str,
     options: &refract_shared::options::ReflectionOptions,
 ) -> anyhow::Result<Vec<Value>> {
