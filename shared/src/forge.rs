@@ -8,6 +8,7 @@ pub mod configmap;
 pub mod endpointslice;
 pub mod ingress;
 pub mod meta;
+pub mod pod;
 pub mod secret;
 pub mod service;
 

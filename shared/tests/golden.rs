@@ -9,12 +9,17 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Service};
 use refract_shared::forge::{self, Context};
 use refract_shared::options::{Kind, ReflectionOptions};
+use refract_shared::pod_status::{origin_status, StatusContext};
+use refract_shared::remap::Remapping;
 use serde_json::{json, Value};
 
 fn run_case(dir: &Path) -> Value {
+    if dir.join("remote-status.yaml").exists() {
+        return run_status_case(dir);
+    }
     let input: Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("input.yaml")).unwrap()).unwrap();
     let mut opts: Value = match std::fs::read_to_string(dir.join("options.yaml")) {
@@ -33,6 +38,10 @@ fn run_case(dir: &Path) -> Value {
     };
     let provider_nodes = nodes(map.remove("providerNodes")).unwrap_or_default();
     let known_nodes = nodes(map.remove("knownNodes"));
+    let virtual_node = map
+        .remove("virtualNode")
+        .map(|v| v.as_str().unwrap().to_string())
+        .unwrap_or_else(|| "refract-provider".into());
     map.entry("localClusterId").or_insert(json!("origin"));
     map.entry("remoteClusterId").or_insert(json!("provider"));
     let options: ReflectionOptions = serde_json::from_value(opts).unwrap();
@@ -46,11 +55,37 @@ fn run_case(dir: &Path) -> Value {
         provider_nodes: &provider_nodes,
         known_nodes: known_nodes.as_ref(),
     };
+    if input["kind"] == "Pod" {
+        let pod: Pod = serde_json::from_value(input).unwrap();
+        return match forge::pod::shadow_pod(&pod, &virtual_node, &ctx) {
+            Ok(v) => v,
+            Err(e) => json!({"error": e.to_string()}),
+        };
+    }
     let kind = Kind::from_kind(input["kind"].as_str().unwrap()).expect("reflected kind");
     match forge::forge(kind, &input, &ctx) {
         Ok(decision) => serde_json::to_value(decision).unwrap(),
         Err(e) => json!({"error": e.to_string()}),
     }
+}
+
+/// A status case: `remote-status.yaml` (the provider pod's status) and `options.yaml` with
+/// `podRemapping`, `hostIp` and `recreations`.
+fn run_status_case(dir: &Path) -> Value {
+    let remote: PodStatus =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("remote-status.yaml")).unwrap())
+            .unwrap();
+    let opts: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("options.yaml")).unwrap())
+            .unwrap();
+    let remapping: Remapping =
+        serde_json::from_value(opts["podRemapping"].clone()).unwrap_or_default();
+    let ctx = StatusContext {
+        pod_remapping: &remapping,
+        host_ip: opts["hostIp"].as_str().unwrap(),
+        recreations: opts["recreations"].as_u64().unwrap_or(0) as u32,
+    };
+    serde_json::to_value(origin_status(&remote, &ctx)).unwrap()
 }
 
 #[test]
