@@ -140,7 +140,7 @@ impl Applier {
         let ar = kind.resource();
         match kind {
             Allowed::Namespace => Api::all_with(self.client.clone(), &ar),
-            Allowed::Reflected(_) => Api::namespaced_with(self.client.clone(), namespace, &ar),
+            _ => Api::namespaced_with(self.client.clone(), namespace, &ar),
         }
     }
 
@@ -199,6 +199,9 @@ impl Applier {
             .ok_or((Outcome::Invalid, "Upsert without object".to_string()))?;
         let kind = self.authorize(tenant, object).await?;
         let mut desired = self.desired_object(tenant, kind, object, &upsert.object_json)?;
+        if kind == Allowed::ShadowPod {
+            self.check_pod_security(&desired)?;
+        }
         let hash = object_hash(&desired);
         desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
         let key = ObjectKey {
@@ -217,7 +220,7 @@ impl Applier {
                         .map(String::as_str)
                         != Some(tenant.as_str())
                 }
-                Allowed::Reflected(_) => !self.is_ours(tenant, &existing),
+                _ => !self.is_ours(tenant, &existing),
             };
             if foreign {
                 return Ok((
@@ -268,6 +271,19 @@ impl Applier {
         }
     }
 
+    /// Refuses a ShadowPod whose pod breaks the provider's security level.
+    fn check_pod_security(&self, shadow: &serde_json::Value) -> Result<(), Answer> {
+        let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(shadow["spec"]["pod"].clone())
+            .map_err(|e| (Outcome::Invalid, format!("spec.pod is not a PodSpec: {e}")))?;
+        match crate::pod_security::violation(&self.pod_security_level, &spec) {
+            Some(v) => Err((
+                Outcome::Denied,
+                format!("pod violates the provider's {:?} pod security level: {v}", self.pod_security_level),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Decodes the message's object, checks it names what the envelope names, and stamps the
     /// labels and annotations the remote agent owns.
     fn desired_object(
@@ -288,7 +304,7 @@ impl Applier {
         let (name, namespace) = (field(meta, "name"), field(meta, "namespace"));
         let expected_namespace = match kind {
             Allowed::Namespace => "",
-            Allowed::Reflected(_) => object.namespace.as_str(),
+            _ => object.namespace.as_str(),
         };
         if field(&value, "kind") != object.kind
             || field(&value, "apiVersion") != object.api_version
@@ -376,7 +392,7 @@ impl Applier {
                     .map(String::as_str)
                     == Some(tenant.as_str())
             }
-            Allowed::Reflected(_) => self.is_ours(tenant, &existing),
+            _ => self.is_ours(tenant, &existing),
         };
         if !ours {
             return Ok((
@@ -386,6 +402,18 @@ impl Applier {
                     kind.kind()
                 ),
             ));
+        }
+        if kind == Allowed::ShadowPod {
+            // Stop the pod with the origin's grace period; the ShadowPod's own deletion would
+            // leave it to the garbage collector with the pod's default.
+            let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), namespace);
+            let mut params = DeleteParams::default();
+            params.grace_period_seconds = grace.map(|g| g.max(0) as u32);
+            match pods.delete(name, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(api_error(e)),
+            }
         }
         let mut params = DeleteParams {
             preconditions: Some(Preconditions {

@@ -14,6 +14,8 @@ use refract_shared::tls::ClusterId;
 /// signed by a CA in `--client-ca`; the remote agent writes that tenant's objects into the
 /// tenant's own namespaces only, with its own Kubernetes identity. Also serves
 /// `grpc.health.v1.Health`, gRPC server reflection and the read-only `refract.v1.Inspect`.
+///
+/// Also: `remote-agent crd` prints the ShadowPod CRD.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "remote-agent", version, about, long_about)]
 pub struct Args {

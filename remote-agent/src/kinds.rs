@@ -8,6 +8,8 @@ use refract_shared::options::Kind;
 pub enum Allowed {
     /// The tenant's twin namespace itself.
     Namespace,
+    /// A pod to keep running (`offloading.refract.io/v1alpha1` ShadowPod).
+    ShadowPod,
     /// A namespaced reflected kind.
     Reflected(Kind),
 }
@@ -17,6 +19,9 @@ impl Allowed {
     pub fn lookup(api_version: &str, kind: &str) -> Option<Self> {
         if kind == "Namespace" && api_version == "v1" {
             return Some(Allowed::Namespace);
+        }
+        if kind == "ShadowPod" && api_version == "offloading.refract.io/v1alpha1" {
+            return Some(Allowed::ShadowPod);
         }
         Kind::from_kind(kind)
             .filter(|k| k.api_version() == api_version)
@@ -28,6 +33,7 @@ impl Allowed {
         use k8s_openapi::api::{core::v1, discovery, networking};
         match self {
             Allowed::Namespace => ApiResource::erase::<v1::Namespace>(&()),
+            Allowed::ShadowPod => ApiResource::erase::<crate::shadowpod::ShadowPod>(&()),
             Allowed::Reflected(Kind::ConfigMap) => ApiResource::erase::<v1::ConfigMap>(&()),
             Allowed::Reflected(Kind::Secret) => ApiResource::erase::<v1::Secret>(&()),
             Allowed::Reflected(Kind::Service) => ApiResource::erase::<v1::Service>(&()),
@@ -42,12 +48,15 @@ impl Allowed {
     pub fn kind(self) -> &'static str {
         match self {
             Allowed::Namespace => "Namespace",
+            Allowed::ShadowPod => "ShadowPod",
             Allowed::Reflected(k) => k.kind(),
         }
     }
 
     /// Every allowed kind.
     pub fn all() -> impl Iterator<Item = Allowed> {
-        std::iter::once(Allowed::Namespace).chain(Kind::ALL.into_iter().map(Allowed::Reflected))
+        [Allowed::Namespace, Allowed::ShadowPod]
+            .into_iter()
+            .chain(Kind::ALL.into_iter().map(Allowed::Reflected))
     }
 }

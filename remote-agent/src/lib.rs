@@ -12,8 +12,12 @@ pub mod inspect;
 pub mod kinds;
 pub mod metrics;
 pub mod peer;
+pub mod pod_security;
+pub mod pod_status;
 pub mod registry;
 pub mod restore;
+pub mod shadowpod;
+pub mod shadowpod_controller;
 pub mod sync;
 pub mod tls_listener;
 

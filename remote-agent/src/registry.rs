@@ -32,7 +32,11 @@ struct TenantState {
     connections: u64,
     objects: BTreeMap<(String, String, String), ObjectStatus>,
     tap: broadcast::Sender<TapEvent>,
+    outbound: Option<Outbound>,
 }
+
+/// The sending half of a tenant's open stream.
+pub type Outbound = tokio::sync::mpsc::Sender<Result<RemoteMessage, tonic::Status>>;
 
 impl TenantState {
     fn new() -> Self {
@@ -47,6 +51,7 @@ impl TenantState {
             connections: 0,
             objects: BTreeMap::new(),
             tap: broadcast::channel(TAP_BUFFER).0,
+            outbound: None,
         }
     }
 }
@@ -78,6 +83,7 @@ impl Drop for ConnectedGuard {
             if t.session_id == self.session_id {
                 t.connected = false;
                 t.disconnected_at = now();
+                t.outbound = None;
             }
         }
     }
@@ -98,8 +104,9 @@ impl Registry {
         self.inner.lock().expect("registry poisoned")
     }
 
-    /// Records a new stream of `tenant`; the returned guard marks it closed when dropped.
-    pub fn connect(&self, tenant: &ClusterId, session: Session) -> ConnectedGuard {
+    /// Records a new stream of `tenant` sending on `outbound`; the returned guard marks it
+    /// closed when dropped.
+    pub fn connect(&self, tenant: &ClusterId, session: Session, outbound: Outbound) -> ConnectedGuard {
         let mut tenants = self.lock();
         let t = tenants
             .entry(tenant.clone())
@@ -115,6 +122,7 @@ impl Registry {
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
         t.connections += 1;
+        t.outbound = Some(outbound);
         ConnectedGuard {
             registry: self.clone(),
             tenant: tenant.clone(),
@@ -145,6 +153,33 @@ impl Registry {
                 updated_at: now(),
             },
         );
+    }
+
+    /// Sends a message to `tenant`'s open stream; false when the tenant is not connected.
+    /// Waits when the stream's buffer is full (the provider-side watchers slow down rather
+    /// than drop status).
+    pub async fn send_to(&self, tenant: &ClusterId, message: RemoteMessage) -> bool {
+        let outbound = self.lock().get(tenant).and_then(|t| t.outbound.clone());
+        let Some(outbound) = outbound else { return false };
+        self.tap(tenant, TapMessage::FromRemote(&message));
+        outbound.send(Ok(message)).await.is_ok()
+    }
+
+    /// The session id of `tenant`'s open stream.
+    pub fn session_of(&self, tenant: &ClusterId) -> Option<String> {
+        self.lock()
+            .get(tenant)
+            .filter(|t| t.connected)
+            .map(|t| t.session_id.clone())
+    }
+
+    /// Every connected tenant.
+    pub fn connected(&self) -> Vec<ClusterId> {
+        self.lock()
+            .iter()
+            .filter(|(_, t)| t.connected)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Forgets an object the tenant deleted.

@@ -94,22 +94,7 @@ impl Reflection for ReflectionService {
         }
 
         let session_id = format!("{:016x}", fastrand::u64(..));
-        let guard = self.registry.connect(
-            &peer.cluster_id,
-            Session {
-                agent_version: hello.agent_version.clone(),
-                peer: peer.addr,
-                session_id: session_id.clone(),
-                cert_not_after: peer.not_after,
-            },
-        );
         let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
-        let session = TenantSession {
-            service: self.clone(),
-            tenant: peer.cluster_id.clone(),
-            tx,
-            seen: Default::default(),
-        };
         let welcome = RemoteMessage {
             kind: Some(remote_message::Kind::Welcome(Welcome {
                 cluster_id: self.cluster_id.to_string(),
@@ -118,7 +103,26 @@ impl Reflection for ReflectionService {
                 session_id: session_id.clone(),
             })),
         };
-        session.send(welcome).await;
+        // Welcome goes first, before anything provider-side watchers may send once the tenant
+        // is registered as connected.
+        let _ = tx.send(Ok(welcome.clone())).await;
+        let guard = self.registry.connect(
+            &peer.cluster_id,
+            Session {
+                agent_version: hello.agent_version.clone(),
+                peer: peer.addr,
+                session_id: session_id.clone(),
+                cert_not_after: peer.not_after,
+            },
+            tx.clone(),
+        );
+        let session = TenantSession {
+            service: self.clone(),
+            tenant: peer.cluster_id.clone(),
+            tx,
+            seen: Default::default(),
+        };
+        self.registry.tap(&peer.cluster_id, TapMessage::FromRemote(&welcome));
         let span = tracing::info_span!("session", tenant = %peer.cluster_id, session = %session_id);
         span.in_scope(|| {
             tracing::info!(peer = ?peer.addr, version = %hello.agent_version, cert_not_after = %peer.not_after, "tenant connected")

@@ -19,6 +19,7 @@ pub mod options;
 pub mod pod_status;
 pub mod policy;
 pub mod proto;
+pub mod quantity;
 pub mod remap;
 pub mod selector;
 pub mod telemetry;

@@ -1,0 +1,210 @@
+//! Keeps exactly one pod per ShadowPod, whether or not its tenant is connected.
+//!
+//! A deleted pod (eviction, node loss, a person) is re-created from the ShadowPod and the
+//! re-creation counted in its status, so the origin can raise its restart counts. A pod that
+//! finished (`Succeeded`/`Failed`) is never re-created. Deleting the ShadowPod removes the pod
+//! through its owner reference.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use refract_shared::keys::{DESTINATION_LABEL, REMOTE_FIELD_MANAGER};
+use refract_shared::tls::ClusterId;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::shadowpod::{ShadowPod, ShadowPodStatus};
+
+/// Label on pods the controller created.
+pub const MANAGED_BY_LABEL: &str = "refract.io/managed-by";
+/// Its value.
+pub const MANAGED_BY_SHADOWPOD: &str = "shadowpod";
+
+/// The stores the controller keeps, shared with the status stream.
+#[derive(Clone)]
+pub struct Stores {
+    /// ShadowPods destined to this provider.
+    pub shadows: Store<ShadowPod>,
+    /// Pods created from ShadowPods.
+    pub pods: Store<Pod>,
+}
+
+/// Starts the controller; returns its stores.
+pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationToken) -> Stores {
+    let (shadows, shadows_writer) = reflector::store::<ShadowPod>();
+    let (pods, pods_writer) = reflector::store::<Pod>();
+    let (key_tx, mut key_rx) = mpsc::channel::<(String, String)>(1024);
+
+    let shadow_events = watcher(
+        Api::<ShadowPod>::all(client.clone()),
+        watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
+    )
+    .default_backoff()
+    .reflect(shadows_writer)
+    .touched_objects();
+    let pod_events = watcher(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_SHADOWPOD}")),
+    )
+    .default_backoff()
+    .reflect(pods_writer)
+    .touched_objects();
+    let feed = |tx: mpsc::Sender<(String, String)>| {
+        move |r: Result<_, watcher::Error>| {
+            let tx = tx.clone();
+            async move {
+                match r {
+                    Ok(key) => {
+                        let _ = tx.send(key).await;
+                    }
+                    Err(error) => tracing::debug!(%error, "shadowpod controller watch error"),
+                }
+            }
+        }
+    };
+    let shadow_feed = shadow_events
+        .map(|r| r.map(|o: ShadowPod| (o.namespace().unwrap_or_default(), o.name_any())))
+        .for_each(feed(key_tx.clone()));
+    let pod_feed = pod_events
+        .map(|r| r.map(|o: Pod| (o.namespace().unwrap_or_default(), o.name_any())))
+        .for_each(feed(key_tx.clone()));
+
+    let stores = Stores { shadows, pods };
+    let controller = {
+        let stores = stores.clone();
+        let retry_tx = key_tx.clone();
+        async move {
+            let _ = stores.shadows.wait_until_ready().await;
+            let _ = stores.pods.wait_until_ready().await;
+            // Level-triggered: re-check everything now and then, in case an event was missed.
+            let mut resync = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                let key = tokio::select! {
+                    k = key_rx.recv() => match k { Some(k) => k, None => return },
+                    _ = resync.tick() => {
+                        for s in stores.shadows.state() {
+                            let _ = retry_tx.try_send((s.namespace().unwrap_or_default(), s.name_any()));
+                        }
+                        continue;
+                    }
+                };
+                if let Err(error) = reconcile(&client, &stores, &key.0, &key.1).await {
+                    tracing::warn!(namespace = %key.0, name = %key.1, %error, "failed to reconcile ShadowPod; retrying");
+                    let tx = retry_tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        let _ = tx.send(key).await;
+                    });
+                }
+            }
+        }
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = shadow_feed => {}
+            _ = pod_feed => {}
+            _ = controller => {}
+        }
+    });
+    stores
+}
+
+async fn reconcile(client: &kube::Client, stores: &Stores, ns: &str, name: &str) -> Result<(), kube::Error> {
+    let Some(shadow) = stores.shadows.get(&ObjectRef::new(name).within(ns)) else {
+        return Ok(()); // gone: the pod follows through its owner reference
+    };
+    if shadow.meta().deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let status = shadow.status.clone().unwrap_or_default();
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return Ok(()); // a finished pod is never re-created
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), ns);
+    match pods.get_opt(name).await? {
+        Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            let next = ShadowPodStatus {
+                phase,
+                recreations: status.recreations,
+                pod_uid: pod.uid(),
+            };
+            if next != status {
+                write_status(&shadows, name, &next).await?;
+            }
+        }
+        Some(_) => {} // terminating: re-created once it is gone
+        None => {
+            let recreations = status.recreations + u32::from(status.pod_uid.is_some());
+            if status.pod_uid.is_some() {
+                tracing::info!(namespace = %ns, %name, recreations, "pod of ShadowPod is gone; re-creating it");
+            }
+            write_status(
+                &shadows,
+                name,
+                &ShadowPodStatus {
+                    phase: Some("Pending".into()),
+                    recreations,
+                    pod_uid: None,
+                },
+            )
+            .await?;
+            let created = match pods.create(&PostParams::default(), &pod_for(&shadow)).await {
+                Ok(p) => p,
+                Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            write_status(
+                &shadows,
+                name,
+                &ShadowPodStatus {
+                    phase: Some("Pending".into()),
+                    recreations,
+                    pod_uid: created.uid(),
+                },
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The pod a ShadowPod stands for: its spec, its labels plus the managed-by label, its
+/// annotations, owned by the ShadowPod.
+pub fn pod_for(shadow: &ShadowPod) -> Pod {
+    let mut labels: BTreeMap<String, String> = shadow.labels().clone();
+    labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_SHADOWPOD.into());
+    let mut annotations = shadow.annotations().clone();
+    annotations.remove(refract_shared::keys::DESIRED_HASH_ANNOTATION);
+    Pod {
+        metadata: kube::api::ObjectMeta {
+            name: shadow.metadata.name.clone(),
+            namespace: shadow.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(shadow.spec.pod.clone()),
+        status: None,
+    }
+}
+
+async fn write_status(api: &Api<ShadowPod>, name: &str, status: &ShadowPodStatus) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({
+        "apiVersion": "offloading.refract.io/v1alpha1",
+        "kind": "ShadowPod",
+        "status": status,
+    });
+    api.patch_status(name, &PatchParams::apply(REMOTE_FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! Kubernetes resource quantities as whole milli-units, for capacity arithmetic.
+//!
+//! `100m` → 100, `2` → 2000, `64Mi` → 64·2²⁰·1000, `1.5` → 1500. Everything is kept in
+//! milli-units (i128) so CPU and memory use one representation without floating point.
+
+/// Parses a quantity into milli-units; `None` for text that is not a quantity.
+pub fn parse_milli(q: &str) -> Option<i128> {
+    let q = q.trim();
+    let split = q
+        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let (mantissa, exponent) = match number.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().ok()?),
+        None => (number, 0),
+    };
+    let (scale_num, scale_den): (i128, i128) = match suffix {
+        "" => (1000, 1),
+        "m" => (1, 1),
+        "k" => (1000_i128 * 1000, 1),
+        "M" => (1000_i128.pow(3), 1),
+        "G" => (1000_i128.pow(4), 1),
+        "T" => (1000_i128.pow(5), 1),
+        "P" => (1000_i128.pow(6), 1),
+        "Ki" => (1000 << 10, 1),
+        "Mi" => (1000 << 20, 1),
+        "Gi" => (1000 << 30, 1),
+        "Ti" => (1000 << 40, 1),
+        "Pi" => (1000 << 50, 1),
+        "n" => (1, 1_000_000),
+        "u" => (1, 1000),
+        _ => return None,
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let negative = int.starts_with('-');
+    let digits: String = format!("{}{}", int.trim_start_matches(['+', '-']), frac);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut value: i128 = digits.parse().ok()?;
+    let mut exp = exponent - frac.len() as i32;
+    let mut num = scale_num;
+    let mut den = scale_den;
+    while exp > 0 {
+        num *= 10;
+        exp -= 1;
+    }
+    while exp < 0 {
+        den *= 10;
+        exp += 1;
+    }
+    value = value * num / den;
+    Some(if negative { -value } else { value })
+}
+
+/// Formats milli-units for a resource: CPU as millicores (`1500m`), everything else as whole
+/// units rounded down (bytes for memory, counts for pods and GPUs).
+pub fn format_milli(resource: &str, milli: i128) -> String {
+    let milli = milli.max(0);
+    if resource == "cpu" {
+        format!("{milli}m")
+    } else {
+        (milli / 1000).to_string()
+    }
+}
+
+/// `percent` of a quantity in milli-units, rounded down; integer resources are rounded down to
+/// whole units (one GPU at 90% is zero GPUs).
+pub fn share(resource: &str, milli: i128, percent: u32) -> i128 {
+    let shared = milli.max(0) * percent as i128 / 100;
+    if resource == "cpu" {
+        shared
+    } else {
+        shared / 1000 * 1000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_common_quantities() {
+        assert_eq!(parse_milli("100m"), Some(100));
+        assert_eq!(parse_milli("2"), Some(2000));
+        assert_eq!(parse_milli("1.5"), Some(1500));
+        assert_eq!(parse_milli("64Mi"), Some(64 * 1024 * 1024 * 1000));
+        assert_eq!(parse_milli("1G"), Some(1_000_000_000_000));
+        assert_eq!(parse_milli("1e3"), Some(1_000_000));
+        assert_eq!(parse_milli("110"), Some(110_000));
+        assert_eq!(parse_milli("abc"), None);
+        assert_eq!(parse_milli("5Qi"), None);
+    }
+
+    #[test]
+    fn shares_round_down_integer_resources() {
+        assert_eq!(share("cpu", 100_000, 90), 90_000);
+        assert_eq!(format_milli("cpu", share("cpu", 1_000, 90)), "900m");
+        assert_eq!(share("nvidia.com/gpu", 1_000, 90), 0);
+        assert_eq!(share("pods", 110_000, 90), 99_000);
+        assert_eq!(format_milli("memory", share("memory", parse_milli("1Gi").unwrap(), 90)), "966367641");
+    }
+}
