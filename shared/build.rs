@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("refract_descriptor.bin"),
         prost::Message::encode_to_vec(&fds),
     )?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    tonic_prost_build::configure()
+        .btree_map(".")
+        .compile_fds(fds)?;
     Ok(())
 }

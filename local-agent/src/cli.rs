@@ -73,6 +73,32 @@ pub struct Args {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub cert_poll_interval: Duration,
 
+    /// Name of the virtual node standing for the provider (default `refract-<remote cluster id>`).
+    #[arg(long)]
+    pub node_name: Option<String>,
+
+    /// The IP shown as the virtual node's address and as offloaded pods' host IP: the local
+    /// agent's own pod IP.
+    #[arg(long, env = "POD_IP", default_value = "127.0.0.1")]
+    pub node_ip: String,
+
+    /// Share of the provider's free resources the virtual node offers, in percent (integer
+    /// resources such as GPUs are rounded down).
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub sharing_percentage: u32,
+
+    /// How long the link may be down before the virtual node turns NotReady.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub node_not_ready_grace: Duration,
+
+    /// Rewrite provider pod IPs for the origin: FROM_CIDR=TO_CIDR (repeatable).
+    #[arg(long = "remote-pod-remap", value_name = "FROM=TO")]
+    pub remote_pod_remap: Vec<refract_shared::remap::Rule>,
+
+    /// Pod offloading workers.
+    #[arg(long, default_value_t = 10)]
+    pub pod_reflection_workers: u32,
+
     /// What is reflected, and how.
     #[command(flatten)]
     pub reflection: crate::config::ReflectionFlags,
@@ -80,6 +106,15 @@ pub struct Args {
     /// Logging and admin endpoint.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
+}
+
+impl Args {
+    /// The virtual node's name.
+    pub fn node_name(&self) -> String {
+        self.node_name
+            .clone()
+            .unwrap_or_else(|| format!("refract-{}", self.remote_cluster_id))
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

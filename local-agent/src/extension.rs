@@ -15,7 +15,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::LOCAL_FIELD_MANAGER;
+use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
 use refract_shared::offloading;
 use refract_shared::proto::{
     local_message, Delete, LocalMessage, ObjectRef, Outcome, SnapshotComplete, Upsert,
@@ -313,7 +313,7 @@ impl State {
                 "kind": "NamespaceOffloading",
                 "status": status,
             });
-            let params = PatchParams::apply(LOCAL_FIELD_MANAGER).force();
+            let params = PatchParams::apply(LOCAL_STATUS_FIELD_MANAGER).force();
             if let Err(error) = api
                 .patch_status(crd::NAME, &params, &Patch::Apply(&patch))
                 .await

@@ -16,8 +16,10 @@ pub mod crd;
 pub mod extension;
 pub mod link;
 pub mod metrics;
+pub mod pods;
 pub mod preview;
 pub mod reflect;
+pub mod virtual_node;
 
 pub use cli::Args;
 
@@ -111,7 +113,55 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         extension_tx,
         token.clone(),
     ));
-    spawn_reflectors(origin, options, extension_rx, &acks, &args, token.clone());
+    let recorder = Recorder::new(
+        origin.clone(),
+        Reporter {
+            controller: "refract-local-agent".into(),
+            instance: Some(format!("{}-{}", args.cluster_id, args.remote_cluster_id)),
+        },
+    );
+    let (capacity_tx, capacity_rx) = watch::channel(None);
+    tokio::spawn(virtual_node::run(
+        origin.clone(),
+        virtual_node::NodeConfig {
+            name: args.node_name(),
+            remote_cluster_id: args.remote_cluster_id.to_string(),
+            node_ip: args.node_ip.clone(),
+            sharing_percentage: args.sharing_percentage,
+            not_ready_grace: args.node_not_ready_grace,
+            extra_labels: args.reflection.node_labels(),
+        },
+        sessions.clone(),
+        capacity_rx,
+        token.clone(),
+    ));
+    let pods = pods::spawn(
+        origin.clone(),
+        pods::PodConfig {
+            node_name: args.node_name(),
+            node_ip: args.node_ip.clone(),
+            pod_remapping: refract_shared::remap::Remapping(args.remote_pod_remap.clone()),
+            workers: args.pod_reflection_workers,
+        },
+        options.clone(),
+        extension_rx.clone(),
+        recorder.clone(),
+        &acks,
+        token.clone(),
+    );
+    spawn_reflectors(
+        origin,
+        options,
+        extension_rx,
+        &acks,
+        recorder,
+        token.clone(),
+    );
+    let inbound = Inbound {
+        acks,
+        capacity_tx,
+        pods,
+    };
     tracing::info!(remote = %args.remote, cluster_id = %args.cluster_id, remote_cluster_id = %args.remote_cluster_id, "local agent started");
 
     tokio::pin!(shutdown);
@@ -126,7 +176,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                     admin.set_ready(true);
                 }
             }
-            Some(message) = inbound_rx.recv() => dispatch(&acks, message),
+            Some(message) = inbound_rx.recv() => inbound.dispatch(message),
         }
     }
     token.cancel();
@@ -134,15 +184,31 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     Ok(())
 }
 
-fn dispatch(acks: &acks::AckRouter, message: RemoteMessage) {
-    match message.kind {
-        Some(remote_message::Kind::Ack(ack)) => {
-            let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
-            let object = ack.object.as_ref().map(|o| o.display()).unwrap_or_default();
-            tracing::debug!(%object, outcome = outcome.as_str_name(), message = %ack.message, "ack");
-            acks.dispatch(ack);
+/// Where messages from the remote agent go.
+struct Inbound {
+    acks: acks::AckRouter,
+    capacity_tx: watch::Sender<Option<refract_shared::proto::Capacity>>,
+    pods: Arc<pods::PodOffloader>,
+}
+
+impl Inbound {
+    fn dispatch(&self, message: RemoteMessage) {
+        match message.kind {
+            Some(remote_message::Kind::Ack(ack)) => {
+                let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
+                let object = ack.object.as_ref().map(|o| o.display()).unwrap_or_default();
+                tracing::debug!(%object, outcome = outcome.as_str_name(), message = %ack.message, "ack");
+                self.acks.dispatch(ack);
+            }
+            Some(remote_message::Kind::Capacity(capacity)) => {
+                self.capacity_tx.send_replace(Some(capacity));
+            }
+            Some(remote_message::Kind::PodStatus(status)) => {
+                let pods = self.pods.clone();
+                tokio::spawn(async move { pods.on_status(status).await });
+            }
+            other => tracing::debug!(?other, "message from remote agent"),
         }
-        other => tracing::debug!(?other, "message from remote agent"),
     }
 }
 
@@ -152,14 +218,10 @@ fn spawn_reflectors(
     options: Arc<ReflectionOptions>,
     extension: watch::Receiver<extension::Extension>,
     acks: &acks::AckRouter,
-    args: &Args,
+    recorder: Recorder,
     token: CancellationToken,
 ) {
     use k8s_openapi::api::{core::v1, discovery, networking};
-    let reporter = Reporter {
-        controller: "refract-local-agent".into(),
-        instance: Some(format!("{}-{}", args.cluster_id, args.remote_cluster_id)),
-    };
     let (nodes, nodes_writer) = reflector::store::<v1::Node>();
     let (services, services_writer) = reflector::store::<v1::Service>();
     let shared = reflect::Shared {
@@ -167,7 +229,7 @@ fn spawn_reflectors(
         extension,
         nodes,
         services,
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder,
     };
     reflect::spawn::<v1::ConfigMap>(
         client.clone(),

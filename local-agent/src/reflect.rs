@@ -493,7 +493,7 @@ impl<K: Reflectable> AckSink for Reflector<K> {
 }
 
 /// Records an event on an origin object; failures are logged, never fatal.
-async fn publish_event(
+pub(crate) async fn publish_event(
     recorder: &Recorder,
     reference: ObjectReference,
     type_: EventType,
@@ -512,7 +512,7 @@ async fn publish_event(
     }
 }
 
-async fn send(tx: &tokio::sync::mpsc::Sender<LocalMessage>, kind: local_message::Kind) {
+pub(crate) async fn send(tx: &tokio::sync::mpsc::Sender<LocalMessage>, kind: local_message::Kind) {
     // A closed session is replaced by a new one, which re-sends everything.
     let _ = tx.send(LocalMessage { kind: Some(kind) }).await;
 }

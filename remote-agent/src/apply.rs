@@ -273,12 +273,16 @@ impl Applier {
 
     /// Refuses a ShadowPod whose pod breaks the provider's security level.
     fn check_pod_security(&self, shadow: &serde_json::Value) -> Result<(), Answer> {
-        let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(shadow["spec"]["pod"].clone())
-            .map_err(|e| (Outcome::Invalid, format!("spec.pod is not a PodSpec: {e}")))?;
+        let spec: k8s_openapi::api::core::v1::PodSpec =
+            serde_json::from_value(shadow["spec"]["pod"].clone())
+                .map_err(|e| (Outcome::Invalid, format!("spec.pod is not a PodSpec: {e}")))?;
         match crate::pod_security::violation(&self.pod_security_level, &spec) {
             Some(v) => Err((
                 Outcome::Denied,
-                format!("pod violates the provider's {:?} pod security level: {v}", self.pod_security_level),
+                format!(
+                    "pod violates the provider's {:?} pod security level: {v}",
+                    self.pod_security_level
+                ),
             )),
             None => Ok(()),
         }
@@ -406,7 +410,8 @@ impl Applier {
         if kind == Allowed::ShadowPod {
             // Stop the pod with the origin's grace period; the ShadowPod's own deletion would
             // leave it to the garbage collector with the pod's default.
-            let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), namespace);
+            let pods: Api<k8s_openapi::api::core::v1::Pod> =
+                Api::namespaced(self.client.clone(), namespace);
             let mut params = DeleteParams::default();
             params.grace_period_seconds = grace.map(|g| g.max(0) as u32);
             match pods.delete(name, &params).await {

@@ -48,6 +48,11 @@ pub struct Args {
     #[arg(long, default_value = "baseline", value_parser = ["privileged", "baseline", "restricted"])]
     pub pod_security_level: String,
 
+    /// Label suggested for tenants' virtual nodes, KEY=VALUE (repeatable), e.g.
+    /// `topology.kubernetes.io/region=eu-west`.
+    #[arg(long = "node-label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub node_labels: Vec<(String, String)>,
+
     /// Client identities (cluster ids) allowed to see every tenant through Inspect. Any other
     /// client sees only itself.
     #[arg(long = "inspect-admin")]
@@ -78,6 +83,19 @@ pub struct Args {
     /// Logging and admin endpoint.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
+}
+
+impl Args {
+    /// The suggested virtual node labels as a map.
+    pub fn node_labels(&self) -> std::collections::BTreeMap<String, String> {
+        self.node_labels.iter().cloned().collect()
+    }
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} must be KEY=VALUE"))
 }
 
 /// Parses durations such as `500ms`, `20s`, `5m`, `1h`.

@@ -7,6 +7,7 @@
 //! per-tenant state that [`inspect`] serves read-only. [`metrics`] are served on the admin port.
 
 pub mod apply;
+pub mod capacity;
 mod cli;
 pub mod inspect;
 pub mod kinds;
@@ -74,11 +75,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         args.pod_security_level.clone(),
     );
     restore::spawn_restorers(
-        client,
+        client.clone(),
         applier.clone(),
         args.cluster_id.clone(),
         token.clone(),
     );
+    let stores = shadowpod_controller::spawn(client.clone(), &args.cluster_id, token.clone());
+    pod_status::spawn(stores, registry.clone(), token.clone());
+    capacity::spawn(client, registry.clone(), args.node_labels(), token.clone());
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),

@@ -34,9 +34,19 @@ pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
                 _ = tick.tick() => {}
             }
             for pod in stores.pods.state() {
-                let Some(tenant) = pod.labels().get(ORIGIN_LABEL).and_then(|t| ClusterId::parse(t).ok()) else { continue };
-                let Some(origin_uid) = pod.labels().get(ORIGIN_UID_LABEL).cloned() else { continue };
-                let Some(session) = registry.session_of(&tenant) else { continue };
+                let Some(tenant) = pod
+                    .labels()
+                    .get(ORIGIN_LABEL)
+                    .and_then(|t| ClusterId::parse(t).ok())
+                else {
+                    continue;
+                };
+                let Some(origin_uid) = pod.labels().get(ORIGIN_UID_LABEL).cloned() else {
+                    continue;
+                };
+                let Some(session) = registry.session_of(&tenant) else {
+                    continue;
+                };
                 let ns = pod.namespace().unwrap_or_default();
                 let name = pod.name_any();
                 let recreations = stores
@@ -63,7 +73,8 @@ pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
                     sent.insert(uid, (session, hash));
                 }
             }
-            let live: std::collections::HashSet<String> = stores.pods.state().iter().filter_map(|p| p.uid()).collect();
+            let live: std::collections::HashSet<String> =
+                stores.pods.state().iter().filter_map(|p| p.uid()).collect();
             sent.retain(|uid, _| live.contains(uid));
         }
     });

@@ -106,7 +106,12 @@ impl Registry {
 
     /// Records a new stream of `tenant` sending on `outbound`; the returned guard marks it
     /// closed when dropped.
-    pub fn connect(&self, tenant: &ClusterId, session: Session, outbound: Outbound) -> ConnectedGuard {
+    pub fn connect(
+        &self,
+        tenant: &ClusterId,
+        session: Session,
+        outbound: Outbound,
+    ) -> ConnectedGuard {
         let mut tenants = self.lock();
         let t = tenants
             .entry(tenant.clone())
@@ -160,7 +165,9 @@ impl Registry {
     /// than drop status).
     pub async fn send_to(&self, tenant: &ClusterId, message: RemoteMessage) -> bool {
         let outbound = self.lock().get(tenant).and_then(|t| t.outbound.clone());
-        let Some(outbound) = outbound else { return false };
+        let Some(outbound) = outbound else {
+            return false;
+        };
         self.tap(tenant, TapMessage::FromRemote(&message));
         outbound.send(Ok(message)).await.is_ok()
     }

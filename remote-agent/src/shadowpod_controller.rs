@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
-use refract_shared::keys::{DESTINATION_LABEL, REMOTE_FIELD_MANAGER};
+use refract_shared::keys::{DESTINATION_LABEL, REMOTE_STATUS_FIELD_MANAGER};
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -116,7 +116,12 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
     stores
 }
 
-async fn reconcile(client: &kube::Client, stores: &Stores, ns: &str, name: &str) -> Result<(), kube::Error> {
+async fn reconcile(
+    client: &kube::Client,
+    stores: &Stores,
+    ns: &str,
+    name: &str,
+) -> Result<(), kube::Error> {
     let Some(shadow) = stores.shadows.get(&ObjectRef::new(name).within(ns)) else {
         return Ok(()); // gone: the pod follows through its owner reference
     };
@@ -198,13 +203,21 @@ pub fn pod_for(shadow: &ShadowPod) -> Pod {
     }
 }
 
-async fn write_status(api: &Api<ShadowPod>, name: &str, status: &ShadowPodStatus) -> Result<(), kube::Error> {
+async fn write_status(
+    api: &Api<ShadowPod>,
+    name: &str,
+    status: &ShadowPodStatus,
+) -> Result<(), kube::Error> {
     let patch = serde_json::json!({
         "apiVersion": "offloading.refract.io/v1alpha1",
         "kind": "ShadowPod",
         "status": status,
     });
-    api.patch_status(name, &PatchParams::apply(REMOTE_FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await?;
+    api.patch_status(
+        name,
+        &PatchParams::apply(REMOTE_STATUS_FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
     Ok(())
 }

@@ -122,7 +122,8 @@ impl Reflection for ReflectionService {
             tx,
             seen: Default::default(),
         };
-        self.registry.tap(&peer.cluster_id, TapMessage::FromRemote(&welcome));
+        self.registry
+            .tap(&peer.cluster_id, TapMessage::FromRemote(&welcome));
         let span = tracing::info_span!("session", tenant = %peer.cluster_id, session = %session_id);
         span.in_scope(|| {
             tracing::info!(peer = ?peer.addr, version = %hello.agent_version, cert_not_after = %peer.not_after, "tenant connected")

@@ -2,7 +2,10 @@
 
 #[test]
 fn deployed_crd_matches_the_code() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/remote-agent/shadowpod-crd.yaml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/remote-agent/shadowpod-crd.yaml"
+    );
     let deployed = std::fs::read_to_string(path).expect("deploy/remote-agent/shadowpod-crd.yaml");
     assert_eq!(
         deployed,

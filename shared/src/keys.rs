@@ -7,6 +7,12 @@
 pub const REMOTE_FIELD_MANAGER: &str = "refract-remote-agent";
 /// Field manager of everything the local agent applies in the origin cluster.
 pub const LOCAL_FIELD_MANAGER: &str = "refract-local-agent";
+/// Field manager of status the local agent applies. Separate from [`LOCAL_FIELD_MANAGER`]:
+/// older API servers drop fields a manager owns outside `status` when the same manager applies
+/// through the status subresource.
+pub const LOCAL_STATUS_FIELD_MANAGER: &str = "refract-local-agent-status";
+/// Field manager of status the remote agent applies (see [`LOCAL_STATUS_FIELD_MANAGER`]).
+pub const REMOTE_STATUS_FIELD_MANAGER: &str = "refract-remote-agent-status";
 
 /// Label on provider objects: the origin cluster id (the tenant).
 pub const ORIGIN_LABEL: &str = "offloading.refract.io/origin";

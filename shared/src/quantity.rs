@@ -98,6 +98,9 @@ mod tests {
         assert_eq!(format_milli("cpu", share("cpu", 1_000, 90)), "900m");
         assert_eq!(share("nvidia.com/gpu", 1_000, 90), 0);
         assert_eq!(share("pods", 110_000, 90), 99_000);
-        assert_eq!(format_milli("memory", share("memory", parse_milli("1Gi").unwrap(), 90)), "966367641");
+        assert_eq!(
+            format_milli("memory", share("memory", parse_milli("1Gi").unwrap(), 90)),
+            "966367641"
+        );
     }
 }

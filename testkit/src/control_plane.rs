@@ -175,6 +175,8 @@ impl ControlPlane {
                 format!("--service-cluster-ip-range={}", options.service_cidr),
                 "--runtime-config=discovery.k8s.io/v1beta1=false".into(),
                 "--enable-priority-and-fairness=false".into(),
+                // As in real clusters; the provider-side pod security check is what refuses.
+                "--allow-privileged=true".into(),
                 "--profiling=false".into(),
                 "--v=0".into(),
             ],

@@ -1,0 +1,554 @@
+//! Pods bound to the virtual node: offloaded as ShadowPods, their status written back.
+//!
+//! A pod in an extended namespace is sent as a ShadowPod; the provider's status comes back and
+//! is written to the pod's status (IP remapped, host IP replaced, restarts raised by the
+//! provider's re-creations), but only for a pod this agent sent, matched by UID. Deleting the
+//! pod deletes the ShadowPod with the pod's grace period, and the local pod is finalized once
+//! the provider confirms (there is no kubelet to do it). A pod bound to the virtual node in a
+//! namespace that is not extended stays Pending with reason `OffloadingBackOff`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use refract_shared::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
+use refract_shared::forge::Context;
+use refract_shared::hash::object_hash;
+use refract_shared::options::ReflectionOptions;
+use refract_shared::pod_status::{origin_status, StatusContext};
+use refract_shared::proto::{
+    local_message, Ack, Delete, ObjectRef, Outcome, PodStatus, SnapshotComplete, Upsert,
+};
+use refract_shared::remap::Remapping;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::acks::{AckRouter, AckSink};
+use crate::extension::Extension;
+use crate::link::SessionTx;
+use crate::reflect::queue::WorkQueue;
+use crate::reflect::{publish_event, send, Key};
+
+/// Reason shown on pods bound to the virtual node outside an extended namespace.
+pub const BACKOFF_REASON: &str = "OffloadingBackOff";
+/// Reason shown on pods the provider refused.
+pub const DENIED_REASON: &str = "OffloadingDenied";
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Settings of pod offloading.
+#[derive(Clone)]
+pub struct PodConfig {
+    /// The virtual node's name.
+    pub node_name: String,
+    /// The host IP shown on offloaded pods.
+    pub node_ip: String,
+    /// Provider pod addresses → addresses the origin reaches them at.
+    pub pod_remapping: Remapping,
+    /// Workers.
+    pub workers: u32,
+}
+
+struct Sent {
+    remote: ObjectRef,
+    hash: String,
+    uid: String,
+}
+
+#[derive(Default)]
+struct State {
+    generation: u64,
+    sent: HashMap<Key, Sent>,
+    by_remote: HashMap<(String, String), Key>,
+    /// Local pods whose ShadowPod deletion was requested, by remote (namespace, name).
+    deleting: HashMap<(String, String), (Key, String)>,
+    /// Pods already marked OffloadingBackOff (by UID), so the event is recorded once.
+    backed_off: HashSet<String>,
+}
+
+/// Offloads pods bound to the virtual node.
+pub struct PodOffloader {
+    client: kube::Client,
+    config: PodConfig,
+    options: Arc<ReflectionOptions>,
+    extension: watch::Receiver<Extension>,
+    recorder: Recorder,
+    store: Store<Pod>,
+    queue: WorkQueue<Key>,
+    state: Mutex<State>,
+}
+
+/// Starts pod offloading.
+pub fn spawn(
+    client: kube::Client,
+    config: PodConfig,
+    options: Arc<ReflectionOptions>,
+    extension: watch::Receiver<Extension>,
+    recorder: Recorder,
+    acks: &AckRouter,
+    shutdown: CancellationToken,
+) -> Arc<PodOffloader> {
+    let (store, writer) = reflector::store();
+    let o = Arc::new(PodOffloader {
+        client: client.clone(),
+        config: config.clone(),
+        options,
+        extension,
+        recorder,
+        store,
+        queue: WorkQueue::new(),
+        state: Mutex::new(State::default()),
+    });
+    acks.register("ShadowPod", o.clone());
+    let api: Api<Pod> = Api::all(client);
+    let watch_config =
+        watcher::Config::default().fields(&format!("spec.nodeName={}", config.node_name));
+    let w = o.clone();
+    let watch_task = async move {
+        let mut events = watcher(api, watch_config)
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects()
+            .boxed();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(pod) => w.queue.add(key_of(&pod)),
+                Err(error) => tracing::warn!(%error, "pod watch error; retrying"),
+            }
+        }
+    };
+    let mut tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> =
+        vec![Box::pin(watch_task)];
+    for _ in 0..config.workers.max(1) {
+        let w = o.clone();
+        tasks.push(Box::pin(async move {
+            loop {
+                let key = w.queue.next().await;
+                w.reconcile(&key).await;
+            }
+        }));
+    }
+    let f = o.clone();
+    tasks.push(Box::pin(async move { f.follow_extension().await }));
+    for task in tasks {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = task => {}
+            }
+        });
+    }
+    o
+}
+
+fn key_of(pod: &Pod) -> Key {
+    Key {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+    }
+}
+
+impl PodOffloader {
+    /// On a new session, re-sends every pod of each extended namespace, then SnapshotComplete
+    /// so ShadowPods of pods deleted meanwhile are removed; any namespace change re-checks all.
+    async fn follow_extension(&self) {
+        let mut rx = self.extension.clone();
+        let mut last = Extension::default();
+        loop {
+            let current = rx.borrow_and_update().clone();
+            if self.store.wait_until_ready().await.is_err() {
+                return;
+            }
+            let new_session = current.generation() != last.generation();
+            if new_session {
+                let mut s = self.state.lock().expect("state poisoned");
+                s.generation = current.generation();
+                s.sent.clear();
+                s.by_remote.clear();
+            }
+            if let Some(session) = &current.session {
+                for (ns, remote_ns) in &current.namespaces {
+                    if !new_session && last.namespaces.get(ns) == Some(remote_ns) {
+                        continue;
+                    }
+                    let pods: Vec<Key> = self
+                        .store
+                        .state()
+                        .iter()
+                        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+                        .map(|p| key_of(p))
+                        .collect();
+                    for key in pods {
+                        self.reconcile(&key).await;
+                    }
+                    send(
+                        &session.tx,
+                        local_message::Kind::SnapshotComplete(SnapshotComplete {
+                            api_version: SHADOWPOD_API_VERSION.into(),
+                            kind: "ShadowPod".into(),
+                            namespace: remote_ns.clone(),
+                        }),
+                    )
+                    .await;
+                }
+            }
+            // Pods outside the extended namespaces may need OffloadingBackOff now.
+            for pod in self.store.state() {
+                if !current
+                    .namespaces
+                    .contains_key(&pod.namespace().unwrap_or_default())
+                {
+                    self.queue.add(key_of(&pod));
+                }
+            }
+            last = current;
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn reconcile(&self, key: &Key) {
+        let extension = self.extension.borrow().clone();
+        let pod = self
+            .store
+            .get(&StoreRef::new(&key.name).within(&key.namespace));
+        let Some(session) = extension.session.as_ref() else {
+            return;
+        };
+        let Some(pod) = pod else {
+            self.delete_remote(session, key, None, None).await;
+            return;
+        };
+        let Some(remote_ns) = extension.namespaces.get(&key.namespace) else {
+            if pod.metadata.deletion_timestamp.is_some() {
+                self.finalize_local(key, &pod.uid().unwrap_or_default())
+                    .await;
+            } else {
+                self.back_off(&pod).await;
+            }
+            return;
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            let uid = pod.uid().unwrap_or_default();
+            let grace = pod.metadata.deletion_grace_period_seconds;
+            if !self
+                .delete_remote(session, key, grace, Some(uid.clone()))
+                .await
+            {
+                // Never sent on this session: make sure the provider has no copy, then finalize.
+                let remote = self.remote_ref(remote_ns, &key.name);
+                self.state.lock().expect("state poisoned").deleting.insert(
+                    (remote.namespace.clone(), remote.name.clone()),
+                    (key.clone(), uid),
+                );
+                send(
+                    &session.tx,
+                    local_message::Kind::Delete(Delete {
+                        object: Some(remote),
+                        revision: String::new(),
+                        grace_period_seconds: grace,
+                    }),
+                )
+                .await;
+            }
+            return;
+        }
+        let ctx = Context {
+            options: &self.options,
+            remote_namespace: remote_ns,
+            service: None,
+            provider_nodes: &Default::default(),
+            known_nodes: None,
+        };
+        let shadow = match shadow_pod(&pod, &self.config.node_name, &ctx) {
+            Ok(s) => s,
+            Err(error) => {
+                tracing::warn!(namespace = %key.namespace, name = %key.name, %error, "cannot offload pod");
+                return;
+            }
+        };
+        let hash = object_hash(&shadow);
+        let remote = self.remote_ref(remote_ns, &key.name);
+        {
+            let mut s = self.state.lock().expect("state poisoned");
+            if s.generation != session.generation || s.sent.get(key).is_some_and(|x| x.hash == hash)
+            {
+                return;
+            }
+            s.by_remote
+                .insert((remote.namespace.clone(), remote.name.clone()), key.clone());
+            s.sent.insert(
+                key.clone(),
+                Sent {
+                    remote: remote.clone(),
+                    hash,
+                    uid: pod.uid().unwrap_or_default(),
+                },
+            );
+        }
+        send(
+            &session.tx,
+            local_message::Kind::Upsert(Upsert {
+                object: Some(remote),
+                revision: pod.resource_version().unwrap_or_default(),
+                object_json: serde_json::to_vec(&shadow).expect("JSON serializes"),
+                origin_uid: pod.uid().unwrap_or_default(),
+            }),
+        )
+        .await;
+    }
+
+    fn remote_ref(&self, remote_ns: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            api_version: SHADOWPOD_API_VERSION.into(),
+            kind: "ShadowPod".into(),
+            namespace: remote_ns.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Sends a Delete if the pod was sent on this session; returns whether it was.
+    async fn delete_remote(
+        &self,
+        session: &SessionTx,
+        key: &Key,
+        grace: Option<i64>,
+        finalize_uid: Option<String>,
+    ) -> bool {
+        let sent = {
+            let mut s = self.state.lock().expect("state poisoned");
+            let sent = s.sent.remove(key);
+            if let Some(sent) = &sent {
+                s.by_remote
+                    .remove(&(sent.remote.namespace.clone(), sent.remote.name.clone()));
+                if let Some(uid) = finalize_uid {
+                    s.deleting.insert(
+                        (sent.remote.namespace.clone(), sent.remote.name.clone()),
+                        (key.clone(), uid),
+                    );
+                }
+            }
+            sent
+        };
+        let Some(sent) = sent else { return false };
+        send(
+            &session.tx,
+            local_message::Kind::Delete(Delete {
+                object: Some(sent.remote),
+                revision: String::new(),
+                grace_period_seconds: grace,
+            }),
+        )
+        .await;
+        true
+    }
+
+    /// Removes a terminating local pod once nothing runs for it on the provider.
+    async fn finalize_local(&self, key: &Key, uid: &str) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&key.name, &params).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(error) => {
+                tracing::warn!(namespace = %key.namespace, name = %key.name, %error, "failed to finalize pod")
+            }
+        }
+    }
+
+    async fn back_off(&self, pod: &Pod) {
+        let status = pod.status.as_ref();
+        let pending = status
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p == "Pending");
+        let started = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        let uid = pod.uid().unwrap_or_default();
+        if !pending || started || status.and_then(|s| s.reason.as_deref()) == Some(BACKOFF_REASON) {
+            return;
+        }
+        let message = format!(
+            "pod is bound to virtual node {} but namespace {} is not offloaded to it; it stays Pending. To keep DaemonSets off virtual nodes, give them the node affinity liqo.io/type NotIn [virtual-node]",
+            self.config.node_name,
+            pod.namespace().unwrap_or_default()
+        );
+        self.write_status(
+            pod,
+            serde_json::json!({"phase": "Pending", "reason": BACKOFF_REASON, "message": message}),
+        )
+        .await;
+        let first = self
+            .state
+            .lock()
+            .expect("state poisoned")
+            .backed_off
+            .insert(uid);
+        if first {
+            publish_event(
+                &self.recorder,
+                pod.object_ref(&()),
+                EventType::Warning,
+                BACKOFF_REASON,
+                message,
+            )
+            .await;
+        }
+    }
+
+    async fn write_status(&self, pod: &Pod, status: serde_json::Value) {
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        if let Err(error) = api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": status})),
+            )
+            .await
+        {
+            tracing::warn!(pod = %pod.name_any(), %error, "failed to write pod status");
+        }
+    }
+
+    /// Writes a provider pod status to the origin pod it belongs to.
+    pub async fn on_status(&self, message: PodStatus) {
+        let key = {
+            let s = self.state.lock().expect("state poisoned");
+            s.sent
+                .iter()
+                .find(|(_, sent)| sent.uid == message.origin_uid)
+                .map(|(k, _)| k.clone())
+        };
+        let Some(key) = key else {
+            tracing::warn!(origin_uid = %message.origin_uid, namespace = %message.namespace, name = %message.name, "ignoring status for a pod this agent did not offload");
+            return;
+        };
+        let Some(pod) = self
+            .store
+            .get(&StoreRef::new(&key.name).within(&key.namespace))
+        else {
+            return;
+        };
+        if pod.uid().as_deref() != Some(message.origin_uid.as_str())
+            || pod.metadata.deletion_timestamp.is_some()
+        {
+            return;
+        }
+        let remote: k8s_openapi::api::core::v1::PodStatus = match serde_json::from_slice(
+            &message.status_json,
+        ) {
+            Ok(s) => s,
+            Err(error) => {
+                tracing::warn!(pod = %key.name, %error, "malformed pod status from the provider");
+                return;
+            }
+        };
+        let status = origin_status(
+            &remote,
+            &StatusContext {
+                pod_remapping: &self.config.pod_remapping,
+                host_ip: &self.config.node_ip,
+                recreations: message.recreations,
+            },
+        );
+        if pod.status.as_ref() == Some(&status) {
+            return;
+        }
+        let mut value = serde_json::to_value(&status).expect("serializes");
+        // A merge patch keeps keys it does not mention: clear what the provider does not set.
+        for k in ["reason", "message", "nominatedNodeName"] {
+            value
+                .as_object_mut()
+                .expect("object")
+                .entry(k)
+                .or_insert(serde_json::Value::Null);
+        }
+        self.write_status(&pod, value).await;
+    }
+}
+
+impl AckSink for PodOffloader {
+    fn on_ack(&self, ack: Ack) {
+        let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
+        let Some(object) = ack.object else { return };
+        let remote = (object.namespace.clone(), object.name.clone());
+        let mut s = self.state.lock().expect("state poisoned");
+        if let Some((key, uid)) = s.deleting.get(&remote).cloned() {
+            if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
+                s.deleting.remove(&remote);
+                drop(s);
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+                let name = key.name.clone();
+                tokio::spawn(async move {
+                    let params = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        preconditions: Some(Preconditions {
+                            uid: Some(uid),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    let _ = api.delete(&name, &params).await;
+                });
+            }
+            return;
+        }
+        let Some(key) = s.by_remote.get(&remote).cloned() else {
+            return;
+        };
+        match outcome {
+            Outcome::Transient => {
+                s.sent.remove(&key);
+                drop(s);
+                self.queue.add_after(key, RETRY_AFTER);
+            }
+            Outcome::Denied | Outcome::Invalid | Outcome::Conflict => {
+                drop(s);
+                let Some(pod) = self
+                    .store
+                    .get(&StoreRef::new(&key.name).within(&key.namespace))
+                else {
+                    return;
+                };
+                let message = format!(
+                    "provider {:?} refused the pod: {}",
+                    self.options.remote_cluster_id, ack.message
+                );
+                tracing::warn!(namespace = %key.namespace, name = %key.name, %message, "pod not offloaded");
+                let client = self.client.clone();
+                let recorder = self.recorder.clone();
+                tokio::spawn(async move {
+                    let api: Api<Pod> = Api::namespaced(client, &key.namespace);
+                    let status = serde_json::json!({"status": {"phase": "Pending", "reason": DENIED_REASON, "message": message}});
+                    let _ = api
+                        .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(status))
+                        .await;
+                    publish_event(
+                        &recorder,
+                        pod.object_ref(&()),
+                        EventType::Warning,
+                        DENIED_REASON,
+                        message,
+                    )
+                    .await;
+                });
+            }
+            _ => {}
+        }
+    }
+}

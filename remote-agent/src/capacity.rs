@@ -1,0 +1,181 @@
+//! What the provider can offer each tenant, streamed as `Capacity`.
+//!
+//! Free = allocatable of Ready, schedulable nodes − requests of pods that have not finished,
+//! for every resource the nodes report (GPUs included). A tenant's own pods are not
+//! subtracted: they already run inside its virtual node's capacity, and counting them again
+//! would shrink the node under its own workload.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
+use refract_shared::keys::ORIGIN_LABEL;
+use refract_shared::proto::{remote_message, Capacity, RemoteMessage};
+use refract_shared::quantity::{format_milli, parse_milli};
+use refract_shared::tls::ClusterId;
+use tokio_util::sync::CancellationToken;
+
+use crate::registry::Registry;
+
+/// How often capacity is recomputed.
+const INTERVAL: Duration = Duration::from_secs(3);
+
+/// Starts the capacity stream.
+pub fn spawn(
+    client: kube::Client,
+    registry: Registry,
+    node_labels: BTreeMap<String, String>,
+    shutdown: CancellationToken,
+) {
+    let (nodes, nodes_writer) = reflector::store::<Node>();
+    let (pods, pods_writer) = reflector::store::<Pod>();
+    let watch_nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(nodes_writer)
+        .for_each(|_| futures::future::ready(()));
+    let watch_pods = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(pods_writer)
+        .for_each(|_| futures::future::ready(()));
+    let stream = async move {
+        let _ = nodes.wait_until_ready().await;
+        let _ = pods.wait_until_ready().await;
+        tracing::debug!("capacity stores ready");
+        // tenant → (session, message) last sent
+        let mut sent: HashMap<ClusterId, (String, Capacity)> = HashMap::new();
+        let mut tick = tokio::time::interval(INTERVAL);
+        loop {
+            tick.tick().await;
+            let api_server_ready = client.apiserver_version().await.is_ok();
+            for tenant in registry.connected() {
+                let Some(session) = registry.session_of(&tenant) else {
+                    continue;
+                };
+                let capacity = Capacity {
+                    free: free_for(&nodes, &pods, &tenant),
+                    node_labels: node_labels.clone(),
+                    api_server_ready,
+                };
+                if sent.get(&tenant) == Some(&(session.clone(), capacity.clone())) {
+                    continue;
+                }
+                let message = RemoteMessage {
+                    kind: Some(remote_message::Kind::Capacity(capacity.clone())),
+                };
+                tracing::debug!(%tenant, ?capacity, "sending capacity");
+                if registry.send_to(&tenant, message).await {
+                    sent.insert(tenant, (session, capacity));
+                }
+            }
+        }
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = watch_nodes => {}
+            _ = watch_pods => {}
+            _ = stream => {}
+        }
+    });
+}
+
+fn free_for(
+    nodes: &Store<Node>,
+    pods: &Store<Pod>,
+    tenant: &ClusterId,
+) -> BTreeMap<String, String> {
+    let mut free: BTreeMap<String, i128> = BTreeMap::new();
+    let mut usable = std::collections::HashSet::new();
+    for node in nodes.state() {
+        if !node_usable(&node) {
+            continue;
+        }
+        usable.insert(node.name_any());
+        for (resource, q) in node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            *free.entry(resource.clone()).or_default() += parse_milli(&q.0).unwrap_or(0);
+        }
+    }
+    for pod in pods.state() {
+        let on_usable = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|n| usable.contains(n));
+        let finished = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let own = pod.labels().get(ORIGIN_LABEL).map(String::as_str) == Some(tenant.as_str());
+        if !on_usable || finished || own {
+            continue;
+        }
+        for (resource, milli) in requests(&pod) {
+            if let Some(f) = free.get_mut(&resource) {
+                *f -= milli;
+            }
+        }
+        if let Some(p) = free.get_mut("pods") {
+            *p -= 1000;
+        }
+    }
+    free.into_iter()
+        .map(|(r, m)| (r.clone(), format_milli(&r, m)))
+        .collect()
+}
+
+fn node_usable(node: &Node) -> bool {
+    let schedulable = !node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    schedulable && ready
+}
+
+/// A pod's effective requests: per resource, the larger of the containers' sum and the
+/// largest init container.
+fn requests(pod: &Pod) -> BTreeMap<String, i128> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return BTreeMap::new();
+    };
+    let of = |c: &k8s_openapi::api::core::v1::Container| -> BTreeMap<String, i128> {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|(k, q)| (k.clone(), parse_milli(&q.0).unwrap_or(0)))
+            .collect()
+    };
+    let mut total: BTreeMap<String, i128> = BTreeMap::new();
+    for c in &spec.containers {
+        for (k, v) in of(c) {
+            *total.entry(k).or_default() += v;
+        }
+    }
+    for c in spec.init_containers.iter().flatten() {
+        for (k, v) in of(c) {
+            let t = total.entry(k).or_default();
+            *t = (*t).max(v);
+        }
+    }
+    total
+}
