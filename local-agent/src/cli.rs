@@ -99,6 +99,18 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     pub pod_reflection_workers: u32,
 
+    /// Serve the pod admission webhook (HTTPS, `/mutate-pods`) on this address.
+    #[arg(long, requires_all = ["webhook_cert", "webhook_key"])]
+    pub webhook_listen: Option<std::net::SocketAddr>,
+
+    /// The webhook's serving certificate (PEM).
+    #[arg(long)]
+    pub webhook_cert: Option<PathBuf>,
+
+    /// The webhook's private key (PEM).
+    #[arg(long)]
+    pub webhook_key: Option<PathBuf>,
+
     /// What is reflected, and how.
     #[command(flatten)]
     pub reflection: crate::config::ReflectionFlags,

@@ -20,6 +20,7 @@ pub mod pods;
 pub mod preview;
 pub mod reflect;
 pub mod virtual_node;
+pub mod webhook;
 
 pub use cli::Args;
 
@@ -77,6 +78,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         args.reflection
             .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?,
     );
+
+    if let (Some(listen), Some(cert), Some(key)) =
+        (args.webhook_listen, &args.webhook_cert, &args.webhook_key)
+    {
+        webhook::spawn(origin.clone(), listen, cert, key, token.clone()).await?;
+    }
 
     let (inbound_tx, mut inbound_rx) = mpsc::channel(1024);
     let mut sessions = link::spawn_link(

@@ -16,6 +16,7 @@ pub mod hash;
 pub mod keys;
 pub mod offloading;
 pub mod options;
+pub mod placement;
 pub mod pod_status;
 pub mod policy;
 pub mod proto;

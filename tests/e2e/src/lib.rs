@@ -172,7 +172,14 @@ pub struct Peering {
     pub local: Option<Agent>,
     /// Extra flags for the local agent.
     pub local_flags: Vec<String>,
+    /// Stops the fake kubelet, when one runs.
+    pub kubelet: Option<tokio_util::sync::CancellationToken>,
 }
+
+/// The address the virtual node (and offloaded pods' host IP) shows in offloading tests.
+pub const NODE_IP: &str = "10.244.0.5";
+/// Provider pod CIDR → origin-visible CIDR in offloading tests.
+pub const POD_REMAP: &str = "10.200.0.0/16=10.71.0.0/16";
 
 impl Peering {
     /// Starts both control planes (with controllers when `controllers`), mints certificates,
@@ -215,6 +222,7 @@ impl Peering {
             remote: None,
             local: None,
             local_flags: local_flags.iter().map(|s| s.to_string()).collect(),
+            kubelet: None,
         };
         let crd = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -224,6 +232,65 @@ impl Peering {
         peering.start_remote();
         peering.start_local();
         Ok(peering)
+    }
+
+    /// Two control planes with scheduler and controller manager, two fake provider nodes
+    /// (8 CPU, 16Gi each), both CRDs, and the local agent's pod webhook registered in the
+    /// origin: everything pod offloading needs.
+    pub async fn start_offloading() -> anyhow::Result<Self> {
+        let dir_probe = tempfile::tempdir()?;
+        let webhook_port = free_port();
+        // The webhook certificate is minted before the local agent starts.
+        let certs = Certs::new(dir_probe.path());
+        let wh = certs.issue(
+            "webhook",
+            "origin-webhook",
+            "server",
+            &["--ip", "127.0.0.1"],
+        );
+        let flags = vec![
+            format!("--webhook-listen=127.0.0.1:{webhook_port}"),
+            format!("--webhook-cert={}", wh.join("tls.crt").display()),
+            format!("--webhook-key={}", wh.join("tls.key").display()),
+            format!("--node-ip={NODE_IP}"),
+            format!("--remote-pod-remap={POD_REMAP}"),
+            "--node-not-ready-grace=5s".into(),
+        ];
+        let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let mut p = Self::start_with(true, &refs).await?;
+        let crd = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/remote-agent/shadowpod-crd.yaml"
+        );
+        p.provider_kubectl(&["apply", "-f", crd]);
+        let ca = std::fs::read(dir_probe.path().join("ca/ca.crt"))?;
+        use base64::Engine;
+        let bundle = base64::engine::general_purpose::STANDARD.encode(ca);
+        kubectl_stdin(&p.origin, &["apply", "-f", "-"], &format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {{name: refract-local-agent}}\nwebhooks:\n- name: pods.offloading.refract.io\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Fail\n  timeoutSeconds: 5\n  clientConfig: {{url: \"https://127.0.0.1:{webhook_port}/mutate-pods\", caBundle: {bundle}}}\n  rules: [{{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [pods]}}]\n  namespaceSelector: {{matchExpressions: [{{key: refract.io/no-webhook, operator: DoesNotExist}}]}}\n"
+        ));
+        // Keep the webhook's files alive as long as the peering.
+        std::mem::forget(dir_probe);
+        let token = tokio_util::sync::CancellationToken::new();
+        let client = p.provider.client().await?;
+        let nodes = (1..=2u8)
+            .map(|i| {
+                refract_testkit::fake_kubelet::FakeNode::new(
+                    &format!("provider-node-{i}"),
+                    "8",
+                    "16Gi",
+                    format!("10.200.{}.0/24", i - 1).parse().unwrap(),
+                    std::net::Ipv4Addr::new(127, 0, 10, i),
+                )
+            })
+            .collect();
+        tokio::spawn(refract_testkit::fake_kubelet::run(
+            client,
+            nodes,
+            token.clone(),
+        ));
+        p.kubelet = Some(token);
+        Ok(p)
     }
 
     /// Starts (or restarts) the remote agent.
