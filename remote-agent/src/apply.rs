@@ -49,6 +49,8 @@ pub struct ObjectKey {
 struct Remembered {
     object: serde_json::Value,
     resource_version: Option<String>,
+    /// A write of this object is under way: its watch events are the agent's own.
+    in_flight: bool,
 }
 
 impl DesiredStore {
@@ -63,6 +65,20 @@ impl DesiredStore {
             Remembered {
                 object,
                 resource_version,
+                in_flight: false,
+            },
+        );
+    }
+
+    /// Records the new desired state before it is written, so the write's own watch events are
+    /// not mistaken for someone else's edit (and never restore the previous state over it).
+    fn begin_write(&self, key: ObjectKey, object: serde_json::Value) {
+        self.inner.lock().expect("desired store poisoned").insert(
+            key,
+            Remembered {
+                object,
+                resource_version: None,
+                in_flight: true,
             },
         );
     }
@@ -83,6 +99,9 @@ impl DesiredStore {
     ) -> Option<serde_json::Value> {
         let map = self.inner.lock().expect("desired store poisoned");
         let r = map.get(key)?;
+        if r.in_flight {
+            return None;
+        }
         match (resource_version, r.resource_version.as_deref()) {
             (Some(seen), Some(written)) if seen == written => None,
             _ => Some(r.object.clone()),
@@ -97,6 +116,7 @@ impl DesiredStore {
             .get_mut(key)
         {
             r.resource_version = resource_version;
+            r.in_flight = false;
         }
     }
 }
@@ -239,8 +259,11 @@ impl Applier {
                 return Ok((Outcome::Unchanged, String::new()));
             }
         }
-        let written = self.apply(&api, &object.name, &desired).await?;
-        self.desired.remember(key, desired, written);
+        self.desired.begin_write(key.clone(), desired.clone());
+        let written = self.apply(&api, &object.name, &desired).await;
+        self.desired
+            .set_written(&key, written.as_ref().ok().cloned().flatten());
+        written?;
         Ok((Outcome::Applied, String::new()))
     }
 
@@ -259,10 +282,21 @@ impl Applier {
     }
 
     /// Re-applies a remembered desired object (restoring a copy edited or deleted on the
-    /// provider); returns the outcome for logs.
-    pub async fn restore(&self, key: &ObjectKey, desired: &serde_json::Value) -> Answer {
+    /// provider); returns the outcome for logs. `observed` is the resourceVersion of the
+    /// edited copy: the apply only succeeds if nothing wrote the object since, so a restore
+    /// can never overwrite a newer write of the tenant's.
+    pub async fn restore(
+        &self,
+        key: &ObjectKey,
+        desired: &serde_json::Value,
+        observed: Option<&str>,
+    ) -> Answer {
         let api = self.api(key.kind, &key.namespace);
-        match self.apply(&api, &key.name, desired).await {
+        let mut desired = desired.clone();
+        if let Some(rv) = observed {
+            desired["metadata"]["resourceVersion"] = rv.into();
+        }
+        match self.apply(&api, &key.name, &desired).await {
             Ok(rv) => {
                 self.desired.set_written(key, rv);
                 (Outcome::Applied, String::new())

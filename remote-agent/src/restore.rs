@@ -8,7 +8,7 @@
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
 use refract_shared::tls::ClusterId;
@@ -30,7 +30,7 @@ pub fn spawn_restorers(
         let applier = applier.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let mut events = watcher(api, config).boxed();
+            let mut events = watcher(api, config).default_backoff().boxed();
             loop {
                 let event = tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -46,7 +46,7 @@ pub fn spawn_restorers(
                     Ok(watcher::Event::Delete(obj)) => check(&applier, kind, &obj, None).await,
                     Ok(_) => {}
                     Err(error) => {
-                        tracing::debug!(kind = kind.kind(), %error, "restore watch error; retrying")
+                        tracing::warn!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind (is its CRD installed?); retrying with backoff")
                     }
                 }
             }
@@ -73,6 +73,7 @@ async fn check(
         namespace: obj.namespace().unwrap_or_default(),
         name: obj.name_any(),
     };
+    tracing::debug!(tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name, ?resource_version, "tenant object changed on the provider");
     let Some(desired) = applier.desired.needs_restore(&key, resource_version) else {
         return;
     };
@@ -81,7 +82,7 @@ async fn check(
     } else {
         "changed"
     };
-    let (outcome, message) = applier.restore(&key, &desired).await;
+    let (outcome, message) = applier.restore(&key, &desired, resource_version).await;
     tracing::info!(
         tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name,
         outcome = outcome.as_str_name(), %message,

@@ -229,6 +229,11 @@ impl Peering {
             "/../../deploy/local-agent/namespaceoffloading-crd.yaml"
         );
         peering.origin_kubectl(&["apply", "-f", crd]);
+        let crd = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/remote-agent/shadowpod-crd.yaml"
+        );
+        peering.provider_kubectl(&["apply", "-f", crd]);
         peering.start_remote();
         peering.start_local();
         Ok(peering)
@@ -258,11 +263,6 @@ impl Peering {
         ];
         let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
         let mut p = Self::start_with(true, &refs).await?;
-        let crd = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../deploy/remote-agent/shadowpod-crd.yaml"
-        );
-        p.provider_kubectl(&["apply", "-f", crd]);
         let ca = std::fs::read(dir_probe.path().join("ca/ca.crt"))?;
         use base64::Engine;
         let bundle = base64::engine::general_purpose::STANDARD.encode(ca);
