@@ -13,6 +13,7 @@ mod cli;
 pub mod config;
 pub mod connector;
 pub mod crd;
+pub mod events;
 pub mod extension;
 pub mod link;
 pub mod metrics;
@@ -156,6 +157,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &acks,
         token.clone(),
     );
+    let (origin_for_events, extension_for_events) = (origin.clone(), extension_rx.clone());
     spawn_reflectors(
         origin,
         options,
@@ -168,6 +170,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         acks,
         capacity_tx,
         pods,
+        client: origin_for_events,
+        extension: extension_for_events,
+        local_id: args.cluster_id.to_string(),
+        remote_id: args.remote_cluster_id.to_string(),
     };
     tracing::info!(remote = %args.remote, cluster_id = %args.cluster_id, remote_cluster_id = %args.remote_cluster_id, "local agent started");
 
@@ -196,6 +202,10 @@ struct Inbound {
     acks: acks::AckRouter,
     capacity_tx: watch::Sender<Option<refract_shared::proto::Capacity>>,
     pods: Arc<pods::PodOffloader>,
+    client: kube::Client,
+    extension: watch::Receiver<extension::Extension>,
+    local_id: String,
+    remote_id: String,
 }
 
 impl Inbound {
@@ -209,6 +219,12 @@ impl Inbound {
             }
             Some(remote_message::Kind::Capacity(capacity)) => {
                 self.capacity_tx.send_replace(Some(capacity));
+            }
+            Some(remote_message::Kind::Event(event)) => {
+                let client = self.client.clone();
+                let extension = self.extension.borrow().clone();
+                let (local, remote) = (self.local_id.clone(), self.remote_id.clone());
+                tokio::spawn(events::on_event(client, extension, local, remote, event));
             }
             Some(remote_message::Kind::PodStatus(status)) => {
                 let pods = self.pods.clone();

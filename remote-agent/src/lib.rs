@@ -9,6 +9,7 @@
 pub mod apply;
 pub mod capacity;
 mod cli;
+pub mod events;
 pub mod inspect;
 pub mod kinds;
 pub mod metrics;
@@ -82,7 +83,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     );
     let stores = shadowpod_controller::spawn(client.clone(), &args.cluster_id, token.clone());
     pod_status::spawn(stores, registry.clone(), token.clone());
-    capacity::spawn(client, registry.clone(), args.node_labels(), token.clone());
+    capacity::spawn(
+        client.clone(),
+        registry.clone(),
+        args.node_labels(),
+        token.clone(),
+    );
+    events::spawn(client, registry.clone(), token.clone());
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),

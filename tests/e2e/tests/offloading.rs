@@ -154,6 +154,31 @@ spec:
         .unwrap();
         assert_eq!(remote_ip.replacen("10.200.", "10.71.", 1), *ip);
     }
+    // The provider's scheduler event about the remote pod shows on the origin pod.
+    let first = pods[0].0.clone();
+    p.eventually(
+        WAIT,
+        "the provider's Scheduled event on the origin pod",
+        || {
+            let events = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "events",
+                    "--field-selector",
+                    &format!("involvedObject.name={first}"),
+                    "-o",
+                    "jsonpath={range .items[*]}{.source.component}|{.message}{\"\\n\"}{end}",
+                ],
+            )?;
+            events
+                .lines()
+                .any(|l| l.contains("(remote)") && l.contains("assigned apps-origin/"))
+                .then_some(())
+        },
+    )
+    .await;
     let tolerations = origin_get(
         &p,
         &[
