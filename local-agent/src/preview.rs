@@ -61,6 +61,27 @@ pub struct PreviewArgs {
     #[arg(long = "provider-node", value_name = "NODE")]
     pub provider_nodes: Vec<String>,
 
+    /// Pods are bound to this virtual node (default `refract-<remote cluster id>`).
+    #[arg(long)]
+    pub node_name: Option<String>,
+
+    /// Status mode: the provider's pod (YAML or JSON). The input (-f) is the origin pod; the
+    /// output is the status the origin pod would get.
+    #[arg(long, value_name = "FILE")]
+    pub remote_pod: Option<PathBuf>,
+
+    /// Status mode: how many times the provider re-created the pod.
+    #[arg(long, default_value_t = 0)]
+    pub recreations: u32,
+
+    /// Status mode: provider pod IPs → origin-visible IPs, FROM_CIDR=TO_CIDR (repeatable).
+    #[arg(long = "remote-pod-remap", value_name = "FROM=TO")]
+    pub remote_pod_remap: Vec<refract_shared::remap::Rule>,
+
+    /// Status mode: the host IP shown (the local agent's pod IP).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub node_ip: String,
+
     /// Reflection settings, as the agent takes them.
     #[command(flatten)]
     pub reflection: ReflectionFlags,
@@ -123,14 +144,18 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
             .unwrap_or("default");
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let source = format!("{kind_name} {ns}/{name}");
-        let Some(kind) = Kind::from_kind(kind_name) else {
-            out.push(json!({"source": source, "decision": "skip", "reason": format!("kind {kind_name:?} is not reflected by this preview")}));
-            continue;
-        };
         let remote_ns = match &args.remote_namespace {
             Some(n) => n.clone(),
             None => offloading::remote_namespace_name(strategy, None, ns, args.cluster_id.as_str())
                 .map_err(anyhow::Error::msg)?,
+        };
+        if kind_name == "Pod" {
+            out.push(preview_pod(object, &args, &options, &remote_ns, source)?);
+            continue;
+        }
+        let Some(kind) = Kind::from_kind(kind_name) else {
+            out.push(json!({"source": source, "decision": "skip", "reason": format!("kind {kind_name:?} is not reflected")}));
+            continue;
         };
         let service_name =
             object["metadata"]["labels"][forge::endpointslice::SERVICE_NAME_LABEL].as_str();
@@ -163,6 +188,61 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
     }
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
+}
+
+/// A pod: the ShadowPod that would be sent, or in status mode the origin status.
+fn preview_pod(
+    object: &Value,
+    args: &PreviewArgs,
+    options: &refract_shared::options::ReflectionOptions,
+    remote_ns: &str,
+    source: String,
+) -> anyhow::Result<Value> {
+    let pod: k8s_openapi::api::core::v1::Pod = match serde_json::from_value(object.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            return Ok(
+                json!({"source": source, "decision": "error", "reason": format!("malformed Pod: {e}")}),
+            )
+        }
+    };
+    if let Some(remote_file) = &args.remote_pod {
+        let remote = read_objects(remote_file)?
+            .into_iter()
+            .next()
+            .with_context(|| format!("{} holds no object", remote_file.display()))?;
+        let remote_status: k8s_openapi::api::core::v1::PodStatus =
+            serde_json::from_value(remote["status"].clone()).with_context(|| {
+                format!("{}: status is not a pod status", remote_file.display())
+            })?;
+        let remapping = refract_shared::remap::Remapping(args.remote_pod_remap.clone());
+        let status = refract_shared::pod_status::origin_status(
+            &remote_status,
+            &refract_shared::pod_status::StatusContext {
+                pod_remapping: &remapping,
+                host_ip: &args.node_ip,
+                recreations: args.recreations,
+            },
+        );
+        return Ok(json!({"source": source, "decision": "status", "status": status}));
+    }
+    let node = args
+        .node_name
+        .clone()
+        .unwrap_or_else(|| format!("refract-{}", args.remote_cluster_id));
+    let ctx = forge::Context {
+        options,
+        remote_namespace: remote_ns,
+        service: None,
+        provider_nodes: &Default::default(),
+        known_nodes: None,
+    };
+    Ok(match forge::pod::shadow_pod(&pod, &node, &ctx) {
+        Ok(shadow) => {
+            json!({"source": source, "decision": "reflect", "kind": "shadowpod", "namespace": remote_ns, "name": pod.metadata.name, "object": shadow})
+        }
+        Err(e) => json!({"source": source, "decision": "error", "reason": e.to_string()}),
+    })
 }
 
 /// What the remote agent would answer, given what the provider already holds.

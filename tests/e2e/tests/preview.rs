@@ -127,3 +127,42 @@ async fn preview_reads_a_live_namespace() {
     assert_eq!(cm["namespace"], "live");
     assert_eq!(cm["object"]["data"]["k"], "v");
 }
+
+#[test]
+fn preview_shows_the_shadowpod_and_the_status_a_pod_would_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(&pod, "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: shop, uid: u-1, labels: {app: web}}\nspec:\n  nodeName: refract-provider\n  hostNetwork: true\n  nodeSelector: {liqo.io/type: virtual-node}\n  containers: [{name: web, image: nginx}]\n").unwrap();
+    let (ok, v, stderr) = preview(&["-f", pod.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let shadow = &v[0]["object"];
+    assert_eq!(shadow["kind"], "ShadowPod");
+    assert_eq!(shadow["metadata"]["namespace"], "shop-origin");
+    assert_eq!(
+        shadow["metadata"]["labels"]["offloading.refract.io/origin-uid"],
+        "u-1"
+    );
+    assert_eq!(shadow["spec"]["pod"]["hostNetwork"], false);
+    assert!(shadow["spec"]["pod"].get("nodeSelector").is_none());
+    assert!(shadow["spec"]["pod"].get("nodeName").is_none());
+
+    let remote = dir.path().join("remote.yaml");
+    std::fs::write(&remote, "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: shop-origin}\nstatus: {phase: Running, podIP: 10.200.0.12, containerStatuses: [{name: web, ready: true, restartCount: 1, image: nginx, imageID: x}]}\n").unwrap();
+    let (ok, v, stderr) = preview(&[
+        "-f",
+        pod.to_str().unwrap(),
+        "--remote-pod",
+        remote.to_str().unwrap(),
+        "--recreations",
+        "2",
+        "--remote-pod-remap",
+        "10.200.0.0/16=10.71.0.0/16",
+        "--node-ip",
+        "10.244.0.5",
+    ]);
+    assert!(ok, "{stderr}");
+    let status = &v[0]["status"];
+    assert_eq!(status["podIP"], "10.71.0.12");
+    assert_eq!(status["hostIP"], "10.244.0.5");
+    assert_eq!(status["containerStatuses"][0]["restartCount"], 3);
+}
