@@ -41,21 +41,46 @@ say "Minting the peering's certificates with refract-certs"
 run "$B/refract-certs" ca --out "$DEMO/certs/ca"
 run "$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id provider --role server --ip 127.0.0.1 --dns localhost --out "$DEMO/certs/remote-agent" >/dev/null
 run "$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin --role client --out "$DEMO/certs/local-agent"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+WEBHOOK_PORT=$(free_port)
+"$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin-webhook --role server --ip 127.0.0.1 --out "$DEMO/certs/webhook" >/dev/null 2>&1
+
+say "Installing the CRDs (NamespaceOffloading in the origin, ShadowPod in the provider) and two provider nodes (fake kubelet)"
+run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/namespaceoffloading-crd.yaml
+run kubectl --kubeconfig "$PROVIDER" apply -f deploy/remote-agent/shadowpod-crd.yaml
+"$B/testkit" fake-kubelet --kubeconfig "$PROVIDER" --count 2 --cpu 8 --memory 16Gi >"$DEMO/fake-kubelet.log" 2>&1 &
+pids+=($!)
 
 say "Starting remote-agent in the provider cluster (gRPC on 127.0.0.1:$PORT)"
 "$B/remote-agent" --listen "127.0.0.1:$PORT" \
   --tls-cert "$DEMO/certs/remote-agent/tls.crt" --tls-key "$DEMO/certs/remote-agent/tls.key" \
   --client-ca "$DEMO/certs/remote-agent/ca.crt" --cluster-id provider \
-  --kubeconfig "$PROVIDER" --admin-listen 127.0.0.1:0 >"$DEMO/remote-agent.log" 2>&1 &
+  --kubeconfig "$PROVIDER" --admin-listen 127.0.0.1:0 \
+  --node-label topology.kubernetes.io/region=demo-provider >"$DEMO/remote-agent.log" 2>&1 &
 pids+=($!)
 
 say "Starting local-agent in the origin cluster"
 "$B/local-agent" --remote "127.0.0.1:$PORT" \
   --tls-cert "$DEMO/certs/local-agent/tls.crt" --tls-key "$DEMO/certs/local-agent/tls.key" \
   --server-ca "$DEMO/certs/local-agent/ca.crt" --cluster-id origin --remote-cluster-id provider \
-  --kubeconfig "$ORIGIN" --admin-listen 127.0.0.1:0 >"$DEMO/local-agent.log" 2>&1 &
+  --kubeconfig "$ORIGIN" --admin-listen 127.0.0.1:0 \
+  --node-ip 10.244.0.5 --remote-pod-remap 10.200.0.0/16=10.71.0.0/16 \
+  --webhook-listen "127.0.0.1:$WEBHOOK_PORT" --webhook-cert "$DEMO/certs/webhook/tls.crt" \
+  --webhook-key "$DEMO/certs/webhook/tls.key" >"$DEMO/local-agent.log" 2>&1 &
 pids+=($!)
+kubectl --kubeconfig "$ORIGIN" apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: refract-local-agent}
+webhooks:
+- name: pods.offloading.refract.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Ignore
+  clientConfig: {url: "https://127.0.0.1:$WEBHOOK_PORT/mutate-pods", caBundle: $(base64 -w0 "$DEMO/certs/ca/ca.crt")}
+  rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
+YAML
 
 GFLAGS=(-cacert "$DEMO/certs/ca/ca.crt" -cert "$DEMO/certs/local-agent/tls.crt" -key "$DEMO/certs/local-agent/tls.key")
 G=(grpcurl "${GFLAGS[@]}" "127.0.0.1:$PORT")
@@ -140,6 +165,45 @@ for o in json.load(sys.stdin).get("objects", []):
     where = r.get("namespace", "") + "/" + r["name"] if r.get("namespace") else r["name"]
     print("  %-14s %-36s %s" % (r["kind"], where, o["outcome"]))'
 grpcurl "${GFLAGS[@]}" -d '{"clusterId":"origin"}' "127.0.0.1:$PORT" refract.v1.Inspect/ListObjects | python3 -c "$LIST_OBJECTS"
+say "Offloading a Deployment: namespace 'apps' with podOffloadingStrategy Remote (the webhook adds toleration and affinity)"
+kubectl --kubeconfig "$ORIGIN" apply -f - <<'YAML'
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: offloading.refract.io/v1alpha1
+kind: NamespaceOffloading
+metadata: {name: offloading, namespace: apps}
+spec: {podOffloadingStrategy: Remote}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: apps}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: nginx:1.27, resources: {requests: {cpu: 250m, memory: 64Mi}}}]
+YAML
+for _ in $(seq 60); do
+  [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pods --field-selector=status.phase=Running -o name 2>/dev/null | wc -l)" = 3 ] && break; sleep 1
+done
+say "ORIGIN: pods on the virtual node, Running, with provider IPs remapped (10.200.x -> 10.71.x)"
+run kubectl --kubeconfig "$ORIGIN" -n apps get pods -o wide
+say "PROVIDER: the same pods in the twin namespace, kept by ShadowPods"
+run kubectl --kubeconfig "$PROVIDER" -n apps-origin get shadowpods,pods -o wide
+say "The virtual node (90% of the provider's free resources, Ready while the link is up)"
+run kubectl --kubeconfig "$ORIGIN" get nodes -L liqo.io/type,topology.kubernetes.io/region
+run kubectl --kubeconfig "$ORIGIN" describe node "refract-provider" | sed -n '/^Labels/,/^Taints/p;/^Conditions/,/^Addresses/p;/^Capacity/,/^System Info/p'
+say "A remote pod deleted on the provider comes back; the origin counts a restart"
+VICTIM=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get pods -o jsonpath='{.items[0].metadata.name}')
+run kubectl --kubeconfig "$PROVIDER" -n apps-origin delete pod "$VICTIM" --wait=false
+for _ in $(seq 20); do
+  [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = 1 ] && break; sleep 1
+done
+run kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o wide
 say "Preview: what the local agent would send for a Service, offline (local-agent preview)"
 kubectl --kubeconfig "$ORIGIN" -n shop get service web -o yaml \
   | run "$B/local-agent" preview -f - --cluster-id origin --remote-cluster-id provider | head -30
@@ -151,6 +215,8 @@ Demo is up. Try:
   grpcurl ${GFLAGS[*]} -d '{"clusterId":"origin"}' 127.0.0.1:$PORT refract.v1.Inspect/Tap
   kubectl --kubeconfig $ORIGIN -n shop get all,cm,secrets
   kubectl --kubeconfig $PROVIDER -n shop-origin get all,cm,secrets
+  kubectl --kubeconfig $ORIGIN -n apps scale deployment web --replicas 5
+  kubectl --kubeconfig $PROVIDER -n apps-origin get shadowpods,pods -o wide
 Logs: $DEMO/{remote-agent,local-agent,testkit}.log
 MSG
 if [ -t 0 ]; then
