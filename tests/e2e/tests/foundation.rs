@@ -184,8 +184,12 @@ async fn deploy_bases_pass_server_side_dry_run() {
             "clusterrolebinding.rbac",
             "deployment.apps",
             "service/",
+            "customresourcedefinition.apiextensions.k8s.io/",
         ] {
             assert!(stdout.contains(kind), "{base}: no {kind} in {stdout}");
+        }
+        if base == "local-agent" {
+            assert!(stdout.contains("mutatingwebhookconfiguration"), "{stdout}");
         }
     }
 }
