@@ -446,8 +446,10 @@ impl Applier {
             // leave it to the garbage collector with the pod's default.
             let pods: Api<k8s_openapi::api::core::v1::Pod> =
                 Api::namespaced(self.client.clone(), namespace);
-            let mut params = DeleteParams::default();
-            params.grace_period_seconds = grace.map(|g| g.max(0) as u32);
+            let params = DeleteParams {
+                grace_period_seconds: grace.map(|g| g.max(0) as u32),
+                ..Default::default()
+            };
             match pods.delete(name, &params).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}

@@ -253,7 +253,7 @@ impl Peering {
             "server",
             &["--ip", "127.0.0.1"],
         );
-        let flags = vec![
+        let flags = [
             format!("--webhook-listen=127.0.0.1:{webhook_port}"),
             format!("--webhook-cert={}", wh.join("tls.crt").display()),
             format!("--webhook-key={}", wh.join("tls.key").display()),
