@@ -61,7 +61,11 @@ say "Starting remote-agent in the provider cluster (gRPC on 127.0.0.1:$PORT)"
 pids+=($!)
 
 say "Starting local-agent in the origin cluster"
+ORIGIN_SERVER=$(kubectl --kubeconfig "$ORIGIN" config view -o jsonpath='{.clusters[0].cluster.server}')
+ORIGIN_PORT=${ORIGIN_SERVER##*:}
 "$B/local-agent" --remote "127.0.0.1:$PORT" \
+  --remote-real-storage-class-name standard \
+  --home-api-server-host 127.0.0.1 --home-api-server-port "$ORIGIN_PORT" \
   --tls-cert "$DEMO/certs/local-agent/tls.crt" --tls-key "$DEMO/certs/local-agent/tls.key" \
   --server-ca "$DEMO/certs/local-agent/ca.crt" --cluster-id origin --remote-cluster-id provider \
   --kubeconfig "$ORIGIN" --admin-listen 127.0.0.1:0 \
@@ -204,6 +208,55 @@ for _ in $(seq 20); do
   [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = 1 ] && break; sleep 1
 done
 run kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o wide
+say "Storage fabric and ServiceAccount tokens: a pod with a claim of the virtual class 'liqo' and a projected token"
+run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/storageclass.yaml
+# The provider's storage class; the testkit's fake provisioner stands in for real storage.
+kubectl --kubeconfig "$PROVIDER" apply -f - >/dev/null <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: standard}
+provisioner: refract.test/fake-provisioner
+YAML
+kubectl --kubeconfig "$ORIGIN" apply -f - <<'YAML'
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: apps}
+spec: {storageClassName: liqo, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: apps}
+spec:
+  automountServiceAccountToken: false
+  containers:
+    - name: db
+      image: postgres:16
+      volumeMounts:
+        - {name: data, mountPath: /var/lib/postgresql/data}
+        - {name: kube-api-access, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}
+  volumes:
+    - {name: data, persistentVolumeClaim: {claimName: data}}
+    - name: kube-api-access
+      projected: {sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]}
+YAML
+for _ in $(seq 60); do
+  [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pod db -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] && break; sleep 1
+done
+say "ORIGIN: the claim is Bound to a PV that mirrors the provider's volume and is pinned to the virtual node"
+run kubectl --kubeconfig "$ORIGIN" -n apps get pvc,pod/db -o wide
+run kubectl --kubeconfig "$ORIGIN" get pv -o custom-columns='NAME:.metadata.name,CAPACITY:.spec.capacity.storage,CLASS:.spec.storageClassName,CLAIM:.spec.claimRef.name,PROVIDER-VOLUME:.metadata.annotations.offloading\.refract\.io/remote-volume,NODE-AFFINITY:.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]'
+say "PROVIDER: the claim with the peering's storage class 'standard', and the pod's token Secret"
+run kubectl --kubeconfig "$PROVIDER" -n apps-origin get pvc,secret/db-token
+say "The reflected token authenticates at the origin as the pod's service account (TokenReview)"
+TOKEN=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get secret db-token -o json \
+  | python3 -c 'import json,sys,base64; d=json.load(sys.stdin)["data"]; print(base64.b64decode(next(iter(d.values()))).decode())')
+kubectl --kubeconfig "$ORIGIN" create -o jsonpath='authenticated={.status.authenticated} user={.status.user.username}{"\n"}' -f - <<YAML
+apiVersion: authentication.k8s.io/v1
+kind: TokenReview
+spec: {token: "$TOKEN"}
+YAML
+run kubectl --kubeconfig "$PROVIDER" -n apps-origin get pod db -o jsonpath='{range .spec.containers[0].env[*]}{.name}={.value}{"\n"}{end}'
+
 say "Preview: what the local agent would send for a Service, offline (local-agent preview)"
 kubectl --kubeconfig "$ORIGIN" -n shop get service web -o yaml \
   | run "$B/local-agent" preview -f - --cluster-id origin --remote-cluster-id provider | head -30

@@ -1,5 +1,6 @@
 //! Routing the remote agent's acks: to whoever waits for one (namespace creation), else to
-//! the reflector of the object's kind.
+//! every sink registered for the object's kind (a sink ignores objects it did not send: the
+//! Secret reflector and the token reflector share the kind Secret).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,16 +21,18 @@ pub trait AckSink: Send + Sync {
 #[derive(Clone, Default)]
 pub struct AckRouter {
     waiters: Arc<Mutex<HashMap<AckKey, oneshot::Sender<Ack>>>>,
-    sinks: Arc<Mutex<HashMap<String, Arc<dyn AckSink>>>>,
+    sinks: Arc<Mutex<HashMap<String, Vec<Arc<dyn AckSink>>>>>,
 }
 
 impl AckRouter {
-    /// Sends acks of `kind` to `sink`.
+    /// Sends acks of `kind` to `sink` (too).
     pub fn register(&self, kind: &str, sink: Arc<dyn AckSink>) {
         self.sinks
             .lock()
             .expect("ack router poisoned")
-            .insert(kind.to_string(), sink);
+            .entry(kind.to_string())
+            .or_default()
+            .push(sink);
     }
 
     /// The next ack for `key` arrives on the returned receiver instead of the kind's sink.
@@ -61,14 +64,15 @@ impl AckRouter {
             let _ = waiter.send(ack);
             return;
         }
-        let sink = self
+        let sinks = self
             .sinks
             .lock()
             .expect("ack router poisoned")
             .get(&object.kind)
-            .cloned();
-        if let Some(sink) = sink {
-            sink.on_ack(ack);
+            .cloned()
+            .unwrap_or_default();
+        for sink in sinks {
+            sink.on_ack(ack.clone());
         }
     }
 }

@@ -95,6 +95,11 @@ pub struct Args {
     #[arg(long = "remote-pod-remap", value_name = "FROM=TO")]
     pub remote_pod_remap: Vec<refract_shared::remap::Rule>,
 
+    /// Renew an offloaded pod's ServiceAccount token once this share of its lifetime has
+    /// passed, in percent.
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub token_refresh_percentage: u32,
+
     /// Pod offloading workers.
     #[arg(long, default_value_t = 10)]
     pub pod_reflection_workers: u32,

@@ -56,6 +56,35 @@ pub struct ReflectionFlags {
     /// EndpointSlice reflection workers (0 disables; default 10).
     #[arg(long)]
     pub endpointslice_reflection_workers: Option<u32>,
+    /// PersistentVolumeClaim reflection workers (0 disables the storage fabric; default 3).
+    #[arg(long)]
+    pub persistentvolumeclaim_reflection_workers: Option<u32>,
+
+    /// The origin storage class whose claims are provisioned on the provider when their first
+    /// pod is scheduled onto the virtual node.
+    #[arg(long, default_value = refract_shared::options::DEFAULT_VIRTUAL_STORAGE_CLASS)]
+    pub virtual_storage_class_name: String,
+
+    /// The provider storage class reflected claims ask for (default: the provider's default
+    /// class). A claim's `liqo.io/remote-storage-class` annotation overrides it.
+    #[arg(long)]
+    pub remote_real_storage_class_name: Option<String>,
+
+    /// Give offloaded pods bound ServiceAccount tokens of the origin (TokenRequest), stored in
+    /// a Secret on the provider, and point them at the origin API server. Anyone who can read
+    /// Secrets in the tenant's namespaces on the provider can then act as those service
+    /// accounts on the origin: set to false when the provider is not trusted that far.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub enable_apiserver_support: bool,
+
+    /// The origin API server's host as offloaded pods reach it (with --home-api-server-port,
+    /// sets their KUBERNETES_SERVICE_HOST/PORT).
+    #[arg(long, requires = "home_api_server_port")]
+    pub home_api_server_host: Option<String>,
+
+    /// The origin API server's port as offloaded pods reach it.
+    #[arg(long, requires = "home_api_server_host")]
+    pub home_api_server_port: Option<u16>,
 
     /// Extra label of this peer's virtual node, matched by NamespaceOffloading cluster
     /// selectors: KEY=VALUE (repeatable).
@@ -111,6 +140,11 @@ impl ReflectionFlags {
                 None,
                 self.endpointslice_reflection_workers,
             ),
+            (
+                Kind::PersistentVolumeClaim,
+                None,
+                self.persistentvolumeclaim_reflection_workers,
+            ),
         ];
         for (kind, policy, workers) in per_kind {
             let mut k: KindOptions = o.kind(kind);
@@ -118,6 +152,14 @@ impl ReflectionFlags {
             k.workers = workers.unwrap_or(k.workers);
             o.kinds.insert(kind, k);
         }
+        o.storage.virtual_storage_class = self.virtual_storage_class_name.clone();
+        o.storage.remote_storage_class = self
+            .remote_real_storage_class_name
+            .clone()
+            .filter(|c| !c.is_empty());
+        o.api_server.enabled = self.enable_apiserver_support;
+        o.api_server.host = self.home_api_server_host.clone();
+        o.api_server.port = self.home_api_server_port;
         Ok(o)
     }
 

@@ -5,7 +5,9 @@
 //! turns `NamespaceOffloading`s ([`crd`]) into twin namespaces on the provider and publishes
 //! which namespaces are extended on the current session; one [`reflect`] reflector per kind
 //! forges and sends the desired state of their objects (options from [`config`]). Acks come
-//! back on the inbound channel and are routed by [`acks`].
+//! back on the inbound channel and are routed by [`acks`]. Pods bound to the [`virtual_node`]
+//! are offloaded by [`pods`] (placed by the [`webhook`]), with their ServiceAccount tokens
+//! ([`tokens`]); provider volumes of reflected claims become origin PVs ([`volumes`]).
 
 pub mod acks;
 pub mod backoff;
@@ -20,7 +22,9 @@ pub mod metrics;
 pub mod pods;
 pub mod preview;
 pub mod reflect;
+pub mod tokens;
 pub mod virtual_node;
+pub mod volumes;
 pub mod webhook;
 
 pub use cli::Args;
@@ -75,10 +79,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let server_name = connector::server_name_of(&args.remote, args.tls_server_name.as_deref())
         .map_err(anyhow::Error::msg)?;
     let origin = kube_client(args.kubeconfig.as_deref()).await?;
-    let options = Arc::new(
-        args.reflection
-            .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?,
-    );
+    let mut options = args
+        .reflection
+        .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?;
+    options.virtual_node = args.node_name();
+    if options.api_server.enabled && options.api_server.address().is_none() {
+        tracing::warn!("API server support is on but --home-api-server-host/--home-api-server-port are not set: offloaded pods get origin tokens, but their KUBERNETES_SERVICE_* still point at the provider's API server");
+    }
+    let options = Arc::new(options);
 
     if let (Some(listen), Some(cert), Some(key)) =
         (args.webhook_listen, &args.webhook_cert, &args.webhook_key)
@@ -157,19 +165,35 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &acks,
         token.clone(),
     );
+    tokens::spawn(
+        origin.clone(),
+        tokens::TokenConfig {
+            node_name: args.node_name(),
+            refresh_percentage: args.token_refresh_percentage,
+        },
+        options.clone(),
+        extension_rx.clone(),
+        recorder.clone(),
+        &acks,
+        token.clone(),
+    );
     let (origin_for_events, extension_for_events) = (origin.clone(), extension_rx.clone());
-    spawn_reflectors(
-        origin,
-        options,
-        extension_rx,
+    let claims = spawn_reflectors(
+        origin.clone(),
+        options.clone(),
+        extension_rx.clone(),
         &acks,
         recorder,
         token.clone(),
     );
+    let volumes = claims.map(|claims| {
+        volumes::VolumeIntake::spawn(origin, options, extension_rx, claims, token.clone())
+    });
     let inbound = Inbound {
         acks,
         capacity_tx,
         pods,
+        volumes,
         client: origin_for_events,
         extension: extension_for_events,
         local_id: args.cluster_id.to_string(),
@@ -202,6 +226,7 @@ struct Inbound {
     acks: acks::AckRouter,
     capacity_tx: watch::Sender<Option<refract_shared::proto::Capacity>>,
     pods: Arc<pods::PodOffloader>,
+    volumes: Option<Arc<volumes::VolumeIntake>>,
     client: kube::Client,
     extension: watch::Receiver<extension::Extension>,
     local_id: String,
@@ -230,12 +255,22 @@ impl Inbound {
                 let pods = self.pods.clone();
                 tokio::spawn(async move { pods.on_status(status).await });
             }
+            Some(remote_message::Kind::PersistentVolume(volume)) => match &self.volumes {
+                Some(volumes) => {
+                    let volumes = volumes.clone();
+                    tokio::spawn(async move { volumes.on_volume(volume).await });
+                }
+                None => {
+                    tracing::warn!(claim = %volume.claim_name, "ignoring a volume from the provider: claim reflection is disabled")
+                }
+            },
             other => tracing::debug!(?other, "message from remote agent"),
         }
     }
 }
 
 /// Starts one reflector per enabled kind, plus the Node and Service stores EndpointSlices need.
+/// Returns the claim reflector, whose claims the volume intake looks up.
 fn spawn_reflectors(
     client: kube::Client,
     options: Arc<ReflectionOptions>,
@@ -243,7 +278,7 @@ fn spawn_reflectors(
     acks: &acks::AckRouter,
     recorder: Recorder,
     token: CancellationToken,
-) {
+) -> Option<Arc<reflect::Reflector<k8s_openapi::api::core::v1::PersistentVolumeClaim>>> {
     use k8s_openapi::api::{core::v1, discovery, networking};
     let (nodes, nodes_writer) = reflector::store::<v1::Node>();
     let (services, services_writer) = reflector::store::<v1::Service>();
@@ -282,6 +317,13 @@ fn spawn_reflectors(
         acks,
         token.clone(),
     );
+    let claims = reflect::spawn::<v1::PersistentVolumeClaim>(
+        client.clone(),
+        Kind::PersistentVolumeClaim,
+        shared.clone(),
+        acks,
+        token.clone(),
+    );
     let Some(slices) = reflect::spawn::<discovery::v1::EndpointSlice>(
         client.clone(),
         Kind::EndpointSlice,
@@ -289,7 +331,7 @@ fn spawn_reflectors(
         acks,
         token.clone(),
     ) else {
-        return;
+        return claims;
     };
     // A slice's reflection depends on its Service's annotations and on the nodes.
     let slices_for_services = slices.clone();
@@ -321,6 +363,7 @@ fn spawn_reflectors(
             _ = watch_nodes => {}
         }
     });
+    claims
 }
 
 /// A client for the origin cluster: `--kubeconfig`, else in-cluster, else `$KUBECONFIG`.

@@ -98,9 +98,10 @@ pub enum Strategy {
 
 /// Runs the preview, printing JSON to stdout.
 pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
-    let options = args
+    let mut options = args
         .reflection
         .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?;
+    options.virtual_node = args.node_name.clone().unwrap_or_default();
     let objects = match &args.kubeconfig {
         Some(kc) => {
             live_objects(
@@ -226,10 +227,7 @@ fn preview_pod(
         );
         return Ok(json!({"source": source, "decision": "status", "status": status}));
     }
-    let node = args
-        .node_name
-        .clone()
-        .unwrap_or_else(|| format!("refract-{}", args.remote_cluster_id));
+    let node = options.virtual_node_name();
     let ctx = forge::Context {
         options,
         remote_namespace: remote_ns,
@@ -239,7 +237,22 @@ fn preview_pod(
     };
     Ok(match forge::pod::shadow_pod(&pod, &node, &ctx) {
         Ok(shadow) => {
-            json!({"source": source, "decision": "reflect", "kind": "shadowpod", "namespace": remote_ns, "name": pod.metadata.name, "object": shadow})
+            let mut entry = json!({"source": source, "decision": "reflect", "kind": "shadowpod", "namespace": remote_ns, "name": pod.metadata.name, "object": shadow});
+            // The bound tokens the agent would request and send beside the ShadowPod.
+            if forge::token::api_server_support(&pod, &ctx) {
+                let tokens: Vec<Value> = forge::token::token_sources(&pod)
+                    .into_iter()
+                    .map(|t| json!({"key": t.key, "audience": t.audience, "expirationSeconds": t.expiration_seconds}))
+                    .collect();
+                if !tokens.is_empty() {
+                    entry["tokens"] = json!({
+                        "secret": forge::token::token_secret_name(pod.metadata.name.as_deref().unwrap_or_default()),
+                        "serviceAccount": forge::token::service_account_of(&pod),
+                        "requests": tokens,
+                    });
+                }
+            }
+            entry
         }
         Err(e) => json!({"source": source, "decision": "error", "reason": e.to_string()}),
     })
@@ -353,6 +366,7 @@ async fn live_objects(
             Kind::Service => list!(v1::Service),
             Kind::Ingress => list!(networking::v1::Ingress),
             Kind::EndpointSlice => list!(discovery::v1::EndpointSlice),
+            Kind::PersistentVolumeClaim => list!(v1::PersistentVolumeClaim),
         }
     }
     Ok(out)

@@ -238,6 +238,11 @@ impl<K: Reflectable> Reflector<K> {
         }
     }
 
+    /// The origin object `namespace/name`, as last seen.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.store.get(&StoreRef::new(name).within(namespace))
+    }
+
     /// Queues every object of `namespace` (e.g. when its Service or a node changed).
     pub fn enqueue_matching(&self, namespace: &str, filter: impl Fn(&K) -> bool) {
         for obj in self.store.state() {

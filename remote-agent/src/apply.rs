@@ -12,11 +12,13 @@ use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use kube::ResourceExt;
+use refract_shared::forge::token::{token_secret_name, FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
 use refract_shared::hash::object_hash;
 use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, REMOTE_FIELD_MANAGER,
     TENANT_NAMESPACE_LABEL,
 };
+use refract_shared::options::Kind;
 use refract_shared::proto::{Delete, ObjectRef, Outcome, Upsert};
 use refract_shared::tls::ClusterId;
 
@@ -222,6 +224,9 @@ impl Applier {
         if kind == Allowed::ShadowPod {
             self.check_pod_security(&desired)?;
         }
+        if is_token_secret(kind, &desired) {
+            self.own_token_secret(tenant, object, &mut desired).await?;
+        }
         let hash = object_hash(&desired);
         desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
         let key = ObjectKey {
@@ -250,6 +255,19 @@ impl Applier {
                         kind.kind(),
                         object.display_name(),
                         self.provider.as_str()
+                    ),
+                ));
+            }
+            let existing_token = kind == Allowed::Reflected(Kind::Secret)
+                && existing.labels().contains_key(SERVICE_ACCOUNT_LABEL);
+            if is_token_secret(kind, &desired) != existing_token {
+                return Ok((
+                    Outcome::Conflict,
+                    format!(
+                        "Secret {} exists as {} and cannot be replaced by {}; left untouched",
+                        object.display_name(),
+                        token_kind(existing_token),
+                        token_kind(is_token_secret(kind, &desired)),
                     ),
                 ));
             }
@@ -303,6 +321,51 @@ impl Applier {
             }
             Err(a) => a,
         }
+    }
+
+    /// Ties a pod's token Secret to the pod's ShadowPod (owner reference), so it goes with the
+    /// pod even if the origin never says so. A token Secret must be named after its pod, and
+    /// that pod's ShadowPod must be the tenant's: tokens are never mounted anywhere else.
+    async fn own_token_secret(
+        &self,
+        tenant: &ClusterId,
+        object: &ObjectRef,
+        desired: &mut serde_json::Value,
+    ) -> Result<(), Answer> {
+        let pod = desired["metadata"]["annotations"][FOR_POD_ANNOTATION]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if pod.is_empty() || token_secret_name(&pod) != object.name {
+            return Err((
+                Outcome::Invalid,
+                format!(
+                    "a token Secret must be named <pod>-token after its {FOR_POD_ANNOTATION} annotation ({pod:?})"
+                ),
+            ));
+        }
+        let shadow = self
+            .api(Allowed::ShadowPod, &object.namespace)
+            .get_opt(&pod)
+            .await
+            .map_err(api_error)?
+            .filter(|s| self.is_ours(tenant, s))
+            .ok_or_else(|| {
+                (
+                    Outcome::Denied,
+                    format!(
+                        "no ShadowPod {}/{pod} of tenant {tenant} for these tokens",
+                        object.namespace
+                    ),
+                )
+            })?;
+        desired["metadata"]["ownerReferences"] = serde_json::json!([{
+            "apiVersion": refract_shared::forge::pod::SHADOWPOD_API_VERSION,
+            "kind": "ShadowPod",
+            "name": pod,
+            "uid": shadow.uid().unwrap_or_default(),
+        }]);
+        Ok(())
     }
 
     /// Refuses a ShadowPod whose pod breaks the provider's security level.
@@ -487,10 +550,14 @@ impl Applier {
         if kind != Allowed::Namespace && !self.owns_namespace(tenant, namespace).await? {
             return Ok(Vec::new());
         }
-        let selector = format!(
+        let mut selector = format!(
             "{ORIGIN_LABEL}={tenant},{DESTINATION_LABEL}={}",
             self.provider
         );
+        // Token Secrets follow their ShadowPod (owner reference), not the Secret snapshot.
+        if kind == Allowed::Reflected(Kind::Secret) {
+            selector.push_str(&format!(",!{SERVICE_ACCOUNT_LABEL}"));
+        }
         let list = self
             .api(kind, namespace)
             .list_metadata(&ListParams::default().labels(&selector))
@@ -516,6 +583,20 @@ impl Applier {
             }
         }
         Ok(deleted)
+    }
+}
+
+/// Whether `object` (of `kind`) is a pod's token Secret rather than a reflected Secret.
+fn is_token_secret(kind: Allowed, object: &serde_json::Value) -> bool {
+    kind == Allowed::Reflected(Kind::Secret)
+        && object["metadata"]["labels"][SERVICE_ACCOUNT_LABEL].is_string()
+}
+
+fn token_kind(token: bool) -> &'static str {
+    if token {
+        "a pod's ServiceAccount token Secret"
+    } else {
+        "a reflected Secret"
     }
 }
 

@@ -41,6 +41,9 @@ impl Allowed {
             Allowed::Reflected(Kind::EndpointSlice) => {
                 ApiResource::erase::<discovery::v1::EndpointSlice>(&())
             }
+            Allowed::Reflected(Kind::PersistentVolumeClaim) => {
+                ApiResource::erase::<v1::PersistentVolumeClaim>(&())
+            }
         }
     }
 

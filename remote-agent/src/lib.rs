@@ -5,6 +5,8 @@
 //! verified client certificate ([`peer`]), checks Hello, and runs the tenant's session:
 //! each Upsert/Delete goes to [`apply`] and is answered with an Ack. [`registry`] keeps
 //! per-tenant state that [`inspect`] serves read-only. [`metrics`] are served on the admin port.
+//! Back to the origin: pod status ([`pod_status`]), events ([`events`]), free capacity
+//! ([`capacity`]) and the volumes bound to tenants' claims ([`volumes`]).
 
 pub mod apply;
 pub mod capacity;
@@ -22,6 +24,7 @@ pub mod shadowpod;
 pub mod shadowpod_controller;
 pub mod sync;
 pub mod tls_listener;
+pub mod volumes;
 
 pub use cli::{parse_duration, Args};
 
@@ -87,6 +90,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         client.clone(),
         registry.clone(),
         args.node_labels(),
+        token.clone(),
+    );
+    volumes::spawn(
+        client.clone(),
+        &args.cluster_id,
+        registry.clone(),
         token.clone(),
     );
     events::spawn(client, registry.clone(), token.clone());

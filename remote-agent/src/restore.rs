@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apply::{Applier, ObjectKey};
 use crate::kinds::Allowed;
+use refract_shared::options::Kind;
 
 /// Starts one restore watch per allowed kind.
 pub fn spawn_restorers(
@@ -43,6 +44,10 @@ pub fn spawn_restorers(
                     Ok(watcher::Event::Apply(obj)) if obj.metadata.deletion_timestamp.is_none() => {
                         check(&applier, kind, &obj, obj.resource_version().as_deref()).await
                     }
+                    // A claim deleted on the provider is not re-created: a new claim would be a
+                    // new, empty volume behind the origin's back (Liqo does the same).
+                    Ok(watcher::Event::Delete(_))
+                        if kind == Allowed::Reflected(Kind::PersistentVolumeClaim) => {}
                     Ok(watcher::Event::Delete(obj)) => check(&applier, kind, &obj, None).await,
                     Ok(_) => {}
                     Err(error) => {

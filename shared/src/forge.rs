@@ -1,7 +1,8 @@
 //! The forge: pure rules that turn an origin object into the object the provider should hold.
 //!
-//! One module per kind ([`configmap`], [`secret`], [`service`], [`ingress`], [`endpointslice`]),
-//! sharing [`meta`]. [`forge`] dispatches by kind and applies the reflection policy. The local
+//! One module per kind ([`configmap`], [`secret`], [`service`], [`ingress`], [`endpointslice`],
+//! [`pvc`], [`pod`]), sharing [`meta`]; [`volume`] forges the origin PV of a provider PV and
+//! [`token`] the provider Secret of an offloaded pod's ServiceAccount tokens. [`forge`] dispatches by kind and applies the reflection policy. The local
 //! agent and `local-agent preview` both call [`forge`]; nothing here touches the network.
 
 pub mod configmap;
@@ -9,8 +10,11 @@ pub mod endpointslice;
 pub mod ingress;
 pub mod meta;
 pub mod pod;
+pub mod pvc;
 pub mod secret;
 pub mod service;
+pub mod token;
+pub mod volume;
 
 use std::collections::BTreeSet;
 
@@ -151,6 +155,11 @@ pub fn forge(
                 Some(reason) => skip(reason),
                 None => endpointslice::forge(&slice, ctx)?,
             }
+        }
+        // Claims follow the storage fabric's fixed rules, not a reflection policy (as in Liqo).
+        Kind::PersistentVolumeClaim => {
+            let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim = parse(kind, object)?;
+            pvc::forge(&claim, ctx)?
         }
     };
     Ok(decision)

@@ -25,16 +25,19 @@ pub enum Kind {
     Ingress,
     /// discovery.k8s.io/v1 EndpointSlice.
     EndpointSlice,
+    /// core/v1 PersistentVolumeClaim of the virtual storage class.
+    PersistentVolumeClaim,
 }
 
 impl Kind {
     /// Every reflected kind.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::ConfigMap,
         Kind::Secret,
         Kind::Service,
         Kind::Ingress,
         Kind::EndpointSlice,
+        Kind::PersistentVolumeClaim,
     ];
 
     /// The Kubernetes kind.
@@ -45,13 +48,14 @@ impl Kind {
             Kind::Service => "Service",
             Kind::Ingress => "Ingress",
             Kind::EndpointSlice => "EndpointSlice",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
         }
     }
 
     /// The Kubernetes apiVersion.
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::ConfigMap | Kind::Secret | Kind::Service => "v1",
+            Kind::ConfigMap | Kind::Secret | Kind::Service | Kind::PersistentVolumeClaim => "v1",
             Kind::Ingress => "networking.k8s.io/v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
         }
@@ -65,6 +69,7 @@ impl Kind {
             Kind::Service => "service",
             Kind::Ingress => "ingress",
             Kind::EndpointSlice => "endpointslice",
+            Kind::PersistentVolumeClaim => "persistentvolumeclaim",
         }
     }
 
@@ -129,6 +134,81 @@ pub struct ReflectionOptions {
     /// Per-kind policy and workers; kinds not listed use the defaults.
     #[serde(default)]
     pub kinds: BTreeMap<Kind, KindOptions>,
+    /// The virtual node standing for the provider; empty means `refract-<provider id>`.
+    #[serde(default)]
+    pub virtual_node: String,
+    /// The storage fabric: which claims are reflected and with which class.
+    #[serde(default)]
+    pub storage: StorageOptions,
+    /// Offloaded pods' access to the origin API server (ServiceAccount tokens).
+    #[serde(default)]
+    pub api_server: ApiServerOptions,
+}
+
+/// The storage fabric's settings.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOptions {
+    /// The origin storage class whose claims are provisioned on the provider.
+    #[serde(default = "default_virtual_storage_class")]
+    pub virtual_storage_class: String,
+    /// The provider storage class reflected claims ask for; none means the provider's default.
+    #[serde(default)]
+    pub remote_storage_class: Option<String>,
+}
+
+/// Liqo's virtual storage class.
+pub const DEFAULT_VIRTUAL_STORAGE_CLASS: &str = "liqo";
+
+fn default_virtual_storage_class() -> String {
+    DEFAULT_VIRTUAL_STORAGE_CLASS.into()
+}
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        Self {
+            virtual_storage_class: default_virtual_storage_class(),
+            remote_storage_class: None,
+        }
+    }
+}
+
+/// How offloaded pods reach the origin API server.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiServerOptions {
+    /// Reflect bound ServiceAccount tokens and point pods at the origin API server
+    /// (`--enable-apiserver-support`).
+    #[serde(default = "enabled")]
+    pub enabled: bool,
+    /// The origin API server's host as the provider's pods reach it.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The origin API server's port as the provider's pods reach it.
+    #[serde(default)]
+    pub port: Option<u16>,
+}
+
+fn enabled() -> bool {
+    true
+}
+
+impl Default for ApiServerOptions {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            host: None,
+            port: None,
+        }
+    }
+}
+
+impl ApiServerOptions {
+    /// `host:port` when both are configured (IPv6 hosts bracketed).
+    pub fn address(&self) -> Option<(String, u16)> {
+        let host = self.host.as_ref().filter(|h| !h.is_empty())?;
+        Some((host.clone(), self.port?))
+    }
 }
 
 fn default_skip_annotations() -> BTreeSet<String> {
@@ -148,6 +228,18 @@ impl ReflectionOptions {
             skip_labels: BTreeSet::new(),
             skip_annotations: default_skip_annotations(),
             kinds: BTreeMap::new(),
+            virtual_node: String::new(),
+            storage: StorageOptions::default(),
+            api_server: ApiServerOptions::default(),
+        }
+    }
+
+    /// The virtual node's name (`refract-<provider id>` unless set).
+    pub fn virtual_node_name(&self) -> String {
+        if self.virtual_node.is_empty() {
+            format!("refract-{}", self.remote_cluster_id)
+        } else {
+            self.virtual_node.clone()
         }
     }
 

@@ -1,7 +1,8 @@
 //! Golden-file tests of the forge: one folder per case under `tests/golden/`, holding
 //! `input.yaml` (the origin object), optionally `options.yaml` (reflection options plus
 //! `remoteNamespace`, `providerNodes`, `knownNodes`) and `service.yaml` (an EndpointSlice's
-//! Service), and `expected.json` (the decision, or `{"error": ...}`).
+//! Service), and `expected.json` (the decision, or `{"error": ...}`). A provider
+//! PersistentVolume as input, with `claim.yaml` (the origin claim), gives the origin PV.
 //!
 //! `REFRACT_BLESS=1 cargo test -p refract-shared --test golden` writes missing or changed
 //! `expected.json` files; review them before committing.
@@ -9,7 +10,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus, Service};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, Pod, PodStatus, Service,
+};
 use refract_shared::forge::{self, Context};
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::pod_status::{origin_status, StatusContext};
@@ -55,6 +58,16 @@ fn run_case(dir: &Path) -> Value {
         provider_nodes: &provider_nodes,
         known_nodes: known_nodes.as_ref(),
     };
+    if input["kind"] == "PersistentVolume" {
+        let remote: PersistentVolume = serde_json::from_value(input).unwrap();
+        let claim: PersistentVolumeClaim =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("claim.yaml")).unwrap())
+                .unwrap();
+        return match forge::volume::origin_volume(&remote, &claim, &options) {
+            Ok(v) => serde_json::to_value(v).unwrap(),
+            Err(e) => json!({"error": e.to_string()}),
+        };
+    }
     if input["kind"] == "Pod" {
         let pod: Pod = serde_json::from_value(input).unwrap();
         return match forge::pod::shadow_pod(&pod, &virtual_node, &ctx) {

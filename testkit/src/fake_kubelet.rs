@@ -3,7 +3,8 @@
 //!
 //! It registers Nodes (Ready, with capacity), renews their heartbeat, moves pods bound to them
 //! to `Running` with an IP from the node's pod CIDR, and finishes deletions the way a kubelet
-//! does (a bound pod deleted gracefully stays until its kubelet confirms).
+//! does (a bound pod deleted gracefully stays until its kubelet confirms). It also runs the
+//! [`crate::fake_provisioner`], the nodes' storage.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -78,6 +79,11 @@ pub async fn run(
             }
         }
     };
+    // The nodes' storage: claims of the fake provisioner's classes get volumes.
+    tokio::spawn(crate::fake_provisioner::run(
+        client.clone(),
+        shutdown.clone(),
+    ));
     tokio::select! {
         _ = heartbeat => Ok(()),
         r = run_pods(client, &nodes) => r,

@@ -13,6 +13,7 @@
 
 pub mod control_plane;
 pub mod fake_kubelet;
+pub mod fake_provisioner;
 pub mod pki;
 pub mod ports;
 

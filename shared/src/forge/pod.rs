@@ -2,20 +2,27 @@
 //!
 //! The pod spec is copied verbatim except what refers to the origin cluster or would let a
 //! tenant reach into the provider's nodes: scheduling constraints are removed (the provider
-//! schedules), host namespaces are forced off, the service account is unset and its token not
-//! mounted (the origin's token means nothing to the provider's API server), and the
-//! virtual-node toleration is dropped so the pod cannot be offloaded again. Anti-affinity
-//! presets (`liqo.io/anti-affinity-preset`) add spreading constraints.
+//! schedules), host namespaces are forced off, the service account is unset (it means nothing
+//! to the provider's API server), and the virtual-node toleration is dropped so the pod cannot
+//! be offloaded again. Anti-affinity presets (`liqo.io/anti-affinity-preset`) add spreading
+//! constraints.
+//!
+//! With API server support ([`super::token`]), projected ServiceAccount tokens are mounted from
+//! the pod's token Secret instead, and, when the operator configured the origin API server's
+//! address, the `KUBERNETES_SERVICE_*` environment points in-cluster clients at it. Without
+//! it, projected tokens are removed.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, Volume, WeightedPodAffinityTerm,
+    Affinity, Container, EnvVar, KeyToPath, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    SecretProjection, Volume, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::configmap::{remote_root_ca_name, ROOT_CA_NAME};
 use super::meta::{name_of, remote_meta};
+use super::token::{api_server_support, service_account_of, token_key, token_secret_name};
 use super::{Context, ForgeError};
 
 /// The ShadowPod API version.
@@ -69,10 +76,25 @@ pub fn shadow_pod(
 }
 
 fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context<'_>) -> PodSpec {
+    let tokens = api_server_support(pod, ctx);
+    let token_secret =
+        tokens.then(|| token_secret_name(pod.metadata.name.as_deref().unwrap_or_default()));
+    let containers = |list: &[Container]| -> Vec<Container> {
+        let mut list = list.to_vec();
+        if tokens {
+            for c in &mut list {
+                api_server_env(c, &service_account_of(pod), ctx);
+            }
+        }
+        list
+    };
     PodSpec {
-        containers: local.containers.clone(),
-        init_containers: local.init_containers.clone(),
-        volumes: local.volumes.as_ref().map(|v| remote_volumes(v, ctx)),
+        containers: containers(&local.containers),
+        init_containers: local.init_containers.as_deref().map(containers),
+        volumes: local
+            .volumes
+            .as_ref()
+            .map(|v| remote_volumes(v, token_secret.as_deref(), ctx)),
         active_deadline_seconds: local.active_deadline_seconds,
         dns_config: local.dns_config.clone(),
         dns_policy: local.dns_policy.clone(),
@@ -106,15 +128,38 @@ fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context
 }
 
 /// Volumes as the provider can satisfy them: the origin's root CA ConfigMap under its reflected
-/// name, and no projected service-account token.
-fn remote_volumes(volumes: &[Volume], ctx: &Context<'_>) -> Vec<Volume> {
+/// name, and projected service-account tokens read from the pod's token Secret
+/// (`token_secret`), or removed when the pod gets no origin tokens.
+fn remote_volumes(
+    volumes: &[Volume],
+    token_secret: Option<&str>,
+    ctx: &Context<'_>,
+) -> Vec<Volume> {
     volumes
         .iter()
         .cloned()
         .map(|mut v| {
+            let volume_name = v.name.clone();
             if let Some(projected) = v.projected.as_mut() {
                 if let Some(sources) = projected.sources.as_mut() {
-                    sources.retain(|s| s.service_account_token.is_none());
+                    match token_secret {
+                        None => sources.retain(|s| s.service_account_token.is_none()),
+                        Some(secret) => {
+                            for s in sources.iter_mut() {
+                                if let Some(t) = s.service_account_token.take() {
+                                    s.secret = Some(SecretProjection {
+                                        name: secret.to_string(),
+                                        items: Some(vec![KeyToPath {
+                                            key: token_key(&volume_name, &t.path),
+                                            path: t.path,
+                                            mode: None,
+                                        }]),
+                                        optional: None,
+                                    });
+                                }
+                            }
+                        }
+                    }
                     for s in sources.iter_mut() {
                         if let Some(cm) = s.config_map.as_mut() {
                             if cm.name == ROOT_CA_NAME {
@@ -132,6 +177,51 @@ fn remote_volumes(volumes: &[Volume], ctx: &Context<'_>) -> Vec<Volume> {
             v
         })
         .collect()
+}
+
+/// Points a container's in-cluster clients at the origin API server: the service account name
+/// it reads from the downward API becomes a literal (the provider pod has none), and, when the
+/// operator configured the origin API server's address, the variables client libraries read
+/// are appended (after the container's own, so they win).
+fn api_server_env(container: &mut Container, service_account: &str, ctx: &Context<'_>) {
+    let address = ctx.options.api_server.address();
+    let env = container.env.get_or_insert_with(Vec::new);
+    for var in env.iter_mut() {
+        let reads_sa = var
+            .value_from
+            .as_ref()
+            .and_then(|f| f.field_ref.as_ref())
+            .is_some_and(|f| f.field_path == "spec.serviceAccountName");
+        if reads_sa {
+            var.value_from = None;
+            var.value = Some(service_account.to_string());
+        }
+    }
+    if let Some((host, port)) = address {
+        let host_port = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let url = format!("tcp://{host_port}");
+        let vars = [
+            ("KUBERNETES_SERVICE_HOST".to_string(), host.clone()),
+            ("KUBERNETES_SERVICE_PORT".to_string(), port.to_string()),
+            ("KUBERNETES_PORT".to_string(), url.clone()),
+            (format!("KUBERNETES_PORT_{port}_TCP"), url),
+            (format!("KUBERNETES_PORT_{port}_TCP_PROTO"), "tcp".into()),
+            (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), host),
+            (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.to_string()),
+        ];
+        env.extend(vars.into_iter().map(|(name, value)| EnvVar {
+            name,
+            value: Some(value),
+            value_from: None,
+        }));
+    }
+    if env.is_empty() {
+        container.env = None;
+    }
 }
 
 fn anti_affinity(pod: &Pod, virtual_node: &str, ctx: &Context<'_>) -> Option<Affinity> {

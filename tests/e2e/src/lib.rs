@@ -243,6 +243,11 @@ impl Peering {
     /// (8 CPU, 16Gi each), both CRDs, and the local agent's pod webhook registered in the
     /// origin: everything pod offloading needs.
     pub async fn start_offloading() -> anyhow::Result<Self> {
+        Self::start_offloading_with(&[]).await
+    }
+
+    /// Like [`Peering::start_offloading`], with extra local agent flags.
+    pub async fn start_offloading_with(extra: &[&str]) -> anyhow::Result<Self> {
         let dir_probe = tempfile::tempdir()?;
         let webhook_port = free_port();
         // The webhook certificate is minted before the local agent starts.
@@ -261,7 +266,11 @@ impl Peering {
             format!("--remote-pod-remap={POD_REMAP}"),
             "--node-not-ready-grace=5s".into(),
         ];
-        let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let refs: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
         let mut p = Self::start_with(true, &refs).await?;
         let ca = std::fs::read(dir_probe.path().join("ca/ca.crt"))?;
         use base64::Engine;

@@ -1,0 +1,451 @@
+//! ServiceAccount tokens for offloaded pods.
+//!
+//! For every offloaded pod that mounts projected ServiceAccount tokens, the agent asks the
+//! origin's TokenRequest API for tokens bound to that pod (audience and lifetime as the pod's
+//! volume asks) and sends them as the pod's token Secret, which the provider mounts in place of
+//! the projected tokens (see `refract_shared::forge::token`). A token is renewed once
+//! `--token-refresh-percentage` of its lifetime has passed; the Secret is deleted when the pod
+//! goes (and the provider also removes it with the pod's ShadowPod). Tokens are kept in memory
+//! only; the origin API server invalidates them when the pod is deleted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::api::{Api, PostParams};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use refract_shared::forge::token::{
+    api_server_support, service_account_of, token_secret, token_secret_name, token_sources,
+    TokenSource,
+};
+use refract_shared::forge::Context;
+use refract_shared::hash::object_hash;
+use refract_shared::options::ReflectionOptions;
+use refract_shared::proto::{local_message, Ack, Delete, ObjectRef, Outcome, Upsert};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::acks::{AckRouter, AckSink};
+use crate::extension::Extension;
+use crate::link::SessionTx;
+use crate::reflect::queue::WorkQueue;
+use crate::reflect::{publish_event, send, Key};
+
+/// Longest wait before a refused or failed token Secret is tried again.
+const MAX_RETRY: Duration = Duration::from_secs(60);
+
+/// Settings of token reflection.
+#[derive(Clone)]
+pub struct TokenConfig {
+    /// The virtual node (only its pods are offloaded).
+    pub node_name: String,
+    /// Renew a token once this share (percent) of its lifetime has passed.
+    pub refresh_percentage: u32,
+}
+
+/// A token issued by the origin.
+#[derive(Clone)]
+struct Issued {
+    token: String,
+    audience: Option<String>,
+    expiration_seconds: i64,
+    expires: SystemTime,
+    refresh_at: SystemTime,
+}
+
+#[derive(Default)]
+struct PodTokens {
+    uid: String,
+    tokens: BTreeMap<String, Issued>,
+}
+
+#[derive(Default)]
+struct State {
+    generation: u64,
+    cache: HashMap<Key, PodTokens>,
+    /// Token Secrets sent on this session: pod → (provider Secret, hash).
+    sent: HashMap<Key, (ObjectRef, String)>,
+    by_remote: HashMap<(String, String), Key>,
+    failures: HashMap<Key, u32>,
+}
+
+/// Reflects offloaded pods' ServiceAccount tokens.
+pub struct TokenReflector {
+    client: kube::Client,
+    config: TokenConfig,
+    options: Arc<ReflectionOptions>,
+    extension: watch::Receiver<Extension>,
+    recorder: Recorder,
+    pods: Store<Pod>,
+    queue: WorkQueue<Key>,
+    state: Mutex<State>,
+}
+
+/// Starts token reflection (nothing when API server support is off).
+pub fn spawn(
+    client: kube::Client,
+    config: TokenConfig,
+    options: Arc<ReflectionOptions>,
+    extension: watch::Receiver<Extension>,
+    recorder: Recorder,
+    acks: &AckRouter,
+    shutdown: CancellationToken,
+) -> Option<Arc<TokenReflector>> {
+    if !options.api_server.enabled {
+        tracing::info!("API server support disabled: no ServiceAccount tokens are reflected");
+        return None;
+    }
+    let (pods, writer) = reflector::store();
+    let r = Arc::new(TokenReflector {
+        client: client.clone(),
+        config: config.clone(),
+        options,
+        extension,
+        recorder,
+        pods,
+        queue: WorkQueue::new(),
+        state: Mutex::new(State::default()),
+    });
+    acks.register("Secret", r.clone());
+    let watch_config =
+        watcher::Config::default().fields(&format!("spec.nodeName={}", config.node_name));
+    let w = r.clone();
+    let watch_task = async move {
+        let mut events = watcher(Api::<Pod>::all(client), watch_config)
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects()
+            .boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(pod) = event {
+                w.queue.add(key_of(&pod));
+            }
+        }
+    };
+    let worker = {
+        let r = r.clone();
+        async move {
+            loop {
+                let key = r.queue.next().await;
+                r.reconcile(&key).await;
+            }
+        }
+    };
+    let follow = {
+        let r = r.clone();
+        async move { r.follow_extension().await }
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = watch_task => {}
+            _ = worker => {}
+            _ = follow => {}
+        }
+    });
+    Some(r)
+}
+
+fn key_of(pod: &Pod) -> Key {
+    Key {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+    }
+}
+
+impl TokenReflector {
+    /// On a new session or a change of extended namespaces, re-checks every pod: the provider
+    /// may lack what the previous session sent.
+    async fn follow_extension(&self) {
+        let mut rx = self.extension.clone();
+        loop {
+            let generation = rx.borrow_and_update().generation();
+            {
+                let mut s = self.state.lock().expect("token state poisoned");
+                if s.generation != generation {
+                    s.generation = generation;
+                    s.sent.clear();
+                    s.by_remote.clear();
+                }
+            }
+            if self.pods.wait_until_ready().await.is_err() {
+                return;
+            }
+            for pod in self.pods.state() {
+                self.queue.add(key_of(&pod));
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn reconcile(&self, key: &Key) {
+        let extension = self.extension.borrow().clone();
+        let Some(session) = extension.session.as_ref() else {
+            return;
+        };
+        let pod = self
+            .pods
+            .get(&StoreRef::new(&key.name).within(&key.namespace));
+        let remote_ns = extension.namespaces.get(&key.namespace);
+        let wanted = match (&pod, remote_ns) {
+            (Some(pod), Some(remote_ns)) if pod.metadata.deletion_timestamp.is_none() => {
+                let ctx = self.context(remote_ns);
+                let sources = token_sources(pod);
+                (api_server_support(pod, &ctx) && !sources.is_empty())
+                    .then(|| (pod.clone(), remote_ns.clone(), sources))
+            }
+            _ => None,
+        };
+        let Some((pod, remote_ns, sources)) = wanted else {
+            self.remove(session, key).await;
+            return;
+        };
+        let tokens = match self.tokens_for(key, &pod, &sources).await {
+            Ok(t) => t,
+            Err(error) => {
+                let message =
+                    format!("failed to request ServiceAccount tokens for the provider: {error}");
+                tracing::warn!(namespace = %key.namespace, pod = %key.name, %message);
+                publish_event(
+                    &self.recorder,
+                    pod.object_ref(&()),
+                    EventType::Warning,
+                    "FailedSATokensReflection",
+                    message,
+                )
+                .await;
+                self.retry_later(key.clone());
+                return;
+            }
+        };
+        let ctx = self.context(&remote_ns);
+        let values: BTreeMap<String, String> = tokens
+            .iter()
+            .map(|(k, t)| (k.clone(), t.token.clone()))
+            .collect();
+        let earliest = tokens.values().map(|t| t.expires).min();
+        let refresh = tokens.values().map(|t| t.refresh_at).min();
+        let expiration = earliest.map(rfc3339).unwrap_or_default();
+        let secret = token_secret(&pod, &values, &expiration, &ctx);
+        let hash = object_hash(&secret);
+        let remote = ObjectRef {
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            namespace: remote_ns.clone(),
+            name: token_secret_name(&key.name),
+        };
+        let changed = {
+            let mut s = self.state.lock().expect("token state poisoned");
+            if s.generation != session.generation {
+                return;
+            }
+            let changed = s.sent.get(key).is_none_or(|(_, h)| *h != hash);
+            if changed {
+                s.by_remote
+                    .insert((remote.namespace.clone(), remote.name.clone()), key.clone());
+                s.sent.insert(key.clone(), (remote.clone(), hash));
+            }
+            changed
+        };
+        if changed {
+            send(
+                &session.tx,
+                local_message::Kind::Upsert(Upsert {
+                    object: Some(remote),
+                    revision: pod.resource_version().unwrap_or_default(),
+                    object_json: serde_json::to_vec(&secret).expect("JSON serializes"),
+                    origin_uid: pod.uid().unwrap_or_default(),
+                }),
+            )
+            .await;
+        }
+        if let Some(at) = refresh {
+            let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+            self.queue.add_after(key.clone(), wait);
+        }
+    }
+
+    /// The pod's tokens, renewing those past their refresh time.
+    async fn tokens_for(
+        &self,
+        key: &Key,
+        pod: &Pod,
+        sources: &[TokenSource],
+    ) -> Result<BTreeMap<String, Issued>, kube::Error> {
+        let uid = pod.uid().unwrap_or_default();
+        let mut current = {
+            let mut s = self.state.lock().expect("token state poisoned");
+            let cached = s.cache.remove(key).unwrap_or_default();
+            if cached.uid == uid {
+                cached.tokens
+            } else {
+                BTreeMap::new() // a new pod of the same name: nothing of the old one is valid
+            }
+        };
+        let now = SystemTime::now();
+        let mut tokens = BTreeMap::new();
+        let mut result = Ok(());
+        for source in sources {
+            let reusable = current.remove(&source.key).filter(|t| {
+                t.refresh_at > now
+                    && t.audience == source.audience
+                    && t.expiration_seconds == source.expiration_seconds
+            });
+            let issued = match reusable {
+                Some(t) => t,
+                None => match self.request(pod, source).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                },
+            };
+            tokens.insert(source.key.clone(), issued);
+        }
+        self.state
+            .lock()
+            .expect("token state poisoned")
+            .cache
+            .insert(
+                key.clone(),
+                PodTokens {
+                    uid,
+                    tokens: tokens.clone(),
+                },
+            );
+        result.map(|()| tokens)
+    }
+
+    async fn request(&self, pod: &Pod, source: &TokenSource) -> Result<Issued, kube::Error> {
+        let api: Api<ServiceAccount> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: source.audience.clone().into_iter().collect(),
+                expiration_seconds: Some(source.expiration_seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: pod.metadata.name.clone(),
+                    uid: pod.metadata.uid.clone(),
+                }),
+            },
+            ..Default::default()
+        };
+        let issued_at = SystemTime::now();
+        let answer = api
+            .create_token_request(&service_account_of(pod), &PostParams::default(), &request)
+            .await?;
+        let Some(status) = answer.status else {
+            return Err(kube::Error::Service(
+                "the API server answered a TokenRequest without a token".into(),
+            ));
+        };
+        let expires = SystemTime::UNIX_EPOCH
+            + Duration::from_secs(status.expiration_timestamp.0.as_second().max(0) as u64);
+        let lifetime = expires.duration_since(issued_at).unwrap_or_default();
+        let refresh_at = issued_at + lifetime * self.config.refresh_percentage.min(100) / 100;
+        tracing::debug!(namespace = %pod.namespace().unwrap_or_default(), pod = %pod.name_any(), key = %source.key, ?lifetime, "requested a ServiceAccount token");
+        Ok(Issued {
+            token: status.token,
+            audience: source.audience.clone(),
+            expiration_seconds: source.expiration_seconds,
+            expires,
+            refresh_at,
+        })
+    }
+
+    /// Deletes the pod's token Secret if this session sent one, and forgets its tokens.
+    async fn remove(&self, session: &SessionTx, key: &Key) {
+        let sent = {
+            let mut s = self.state.lock().expect("token state poisoned");
+            s.cache.remove(key);
+            s.failures.remove(key);
+            let sent = s.sent.remove(key);
+            if let Some((remote, _)) = &sent {
+                s.by_remote
+                    .remove(&(remote.namespace.clone(), remote.name.clone()));
+            }
+            sent
+        };
+        if let Some((remote, _)) = sent {
+            send(
+                &session.tx,
+                local_message::Kind::Delete(Delete {
+                    object: Some(remote),
+                    revision: String::new(),
+                    grace_period_seconds: None,
+                }),
+            )
+            .await;
+        }
+    }
+
+    fn retry_later(&self, key: Key) {
+        let failures = {
+            let mut s = self.state.lock().expect("token state poisoned");
+            let n = s.failures.entry(key.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let delay = Duration::from_secs(1 << failures.min(6)).min(MAX_RETRY);
+        self.queue.add_after(key, delay);
+    }
+
+    fn context<'a>(&'a self, remote_ns: &'a str) -> Context<'a> {
+        Context {
+            options: &self.options,
+            remote_namespace: remote_ns,
+            service: None,
+            provider_nodes: &EMPTY,
+            known_nodes: None,
+        }
+    }
+}
+
+static EMPTY: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+
+impl AckSink for TokenReflector {
+    fn on_ack(&self, ack: Ack) {
+        let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
+        let Some(object) = ack.object else { return };
+        let key = {
+            let mut s = self.state.lock().expect("token state poisoned");
+            let Some(key) = s
+                .by_remote
+                .get(&(object.namespace.clone(), object.name.clone()))
+                .cloned()
+            else {
+                return; // not a token Secret (the Secret reflector's)
+            };
+            if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
+                s.failures.remove(&key);
+                return;
+            }
+            s.sent.remove(&key);
+            key
+        };
+        // The ShadowPod may not be there yet, or was refused: try again later, spaced out.
+        tracing::info!(namespace = %key.namespace, pod = %key.name, outcome = outcome.as_str_name(), message = %ack.message, "token Secret not applied; retrying later");
+        self.retry_later(key);
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs() as i64;
+    k8s_openapi::jiff::Timestamp::from_second(secs)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}

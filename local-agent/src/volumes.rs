@@ -1,0 +1,174 @@
+//! The storage fabric at the origin: provider volumes become origin PVs, and go with their
+//! claims.
+//!
+//! Claims of the virtual storage class are reflected by the generic reflector (kind
+//! PersistentVolumeClaim). When the provider has bound one, its PV comes back on the stream;
+//! here it becomes an origin PV pre-bound to the claim and pinned to the virtual node, which
+//! the origin's PV controller binds (and the scheduler then lets the claim's pod onto the
+//! virtual node). Only a claim this agent reflects gets a PV, named after the claim's UID: a
+//! provider cannot make the agent write any other PV. When the claim is deleted, its PV is
+//! released and, if its reclaim policy is Delete, removed here (the provider removes its own).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
+use refract_shared::forge::{self, Context, Decision};
+use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_shared::options::ReflectionOptions;
+use refract_shared::proto::PersistentVolume as VolumeMessage;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::extension::Extension;
+use crate::reflect::Reflector;
+
+/// Attempts at creating one origin PV before waiting for the provider to send it again.
+const CREATE_ATTEMPTS: u32 = 5;
+
+/// Turns provider volumes into origin PVs.
+pub struct VolumeIntake {
+    client: kube::Client,
+    options: Arc<ReflectionOptions>,
+    extension: watch::Receiver<Extension>,
+    claims: Arc<Reflector<PersistentVolumeClaim>>,
+}
+
+impl VolumeIntake {
+    /// Starts the intake and the clean-up of released origin PVs.
+    pub fn spawn(
+        client: kube::Client,
+        options: Arc<ReflectionOptions>,
+        extension: watch::Receiver<Extension>,
+        claims: Arc<Reflector<PersistentVolumeClaim>>,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        let cleanup = delete_released(client.clone(), options.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = cleanup => {}
+            }
+        });
+        Arc::new(Self {
+            client,
+            options,
+            extension,
+            claims,
+        })
+    }
+
+    /// Creates the origin PV for a provider volume, if it is for a claim this agent reflects.
+    pub async fn on_volume(&self, message: VolumeMessage) {
+        let what = format!("{}/{}", message.claim_namespace, message.claim_name);
+        let volume = match self.origin_volume(&message) {
+            Ok(v) => v,
+            Err(reason) => {
+                tracing::warn!(claim = %what, %reason, "ignoring a volume from the provider");
+                return;
+            }
+        };
+        let Some(volume) = volume else { return };
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        let name = volume.name_any();
+        for attempt in 1..=CREATE_ATTEMPTS {
+            match api.create(&PostParams::default(), &volume).await {
+                Ok(_) => {
+                    tracing::info!(claim = %what, volume = %name, "created the origin volume of a provider volume");
+                    return;
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => return, // made on an earlier message
+                Err(error) => {
+                    tracing::warn!(claim = %what, volume = %name, attempt, %error, "failed to create the origin volume");
+                    tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
+                }
+            }
+        }
+    }
+
+    /// The origin PV for `message`; `Ok(None)` when there is nothing to do (already bound),
+    /// `Err` when the provider named something this agent did not send.
+    fn origin_volume(&self, message: &VolumeMessage) -> Result<Option<PersistentVolume>, String> {
+        let extension = self.extension.borrow().clone();
+        let local_ns = extension
+            .namespaces
+            .iter()
+            .find(|(_, remote)| **remote == message.claim_namespace)
+            .map(|(local, _)| local.clone())
+            .ok_or("the namespace is not extended to this provider")?;
+        let claim = self
+            .claims
+            .get(&local_ns, &message.claim_name)
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .ok_or("no such claim at the origin")?;
+        let ctx = Context {
+            options: &self.options,
+            remote_namespace: &message.claim_namespace,
+            service: None,
+            provider_nodes: &Default::default(),
+            known_nodes: None,
+        };
+        if !matches!(forge::pvc::forge(&claim, &ctx), Ok(Decision::Reflect(_))) {
+            return Err("the claim is not one this agent reflects".into());
+        }
+        let remote: PersistentVolume = serde_json::from_slice(&message.volume_json)
+            .map_err(|e| format!("malformed PersistentVolume: {e}"))?;
+        let claim_ref = remote.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+        if claim_ref.and_then(|r| r.name.as_deref()) != Some(message.claim_name.as_str())
+            || claim_ref.and_then(|r| r.namespace.as_deref())
+                != Some(message.claim_namespace.as_str())
+        {
+            return Err("the volume is not bound to that claim".into());
+        }
+        let wanted = forge::volume::origin_volume_name(&claim);
+        let bound = claim.spec.as_ref().and_then(|s| s.volume_name.clone());
+        if bound.is_some() && bound != wanted {
+            return Ok(None); // bound to something else at the origin; leave it
+        }
+        forge::volume::origin_volume(&remote, &claim, &self.options)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Deletes origin PVs of this peering whose claim is gone (phase Released) and whose reclaim
+/// policy is Delete: the provider deletes the real volume with its own claim.
+async fn delete_released(client: kube::Client, options: Arc<ReflectionOptions>) {
+    let api: Api<PersistentVolume> = Api::all(client);
+    let selector = format!(
+        "{ORIGIN_LABEL}={},{DESTINATION_LABEL}={}",
+        options.local_cluster_id, options.remote_cluster_id
+    );
+    let mut events = watcher(api.clone(), watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let Ok(volume) = event else { continue };
+        let spec = volume.spec.clone().unwrap_or_default();
+        let released = volume.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+        if !released || spec.persistent_volume_reclaim_policy.as_deref() != Some("Delete") {
+            continue;
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: volume.uid(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&volume.name_any(), &params).await {
+            Ok(_) => {
+                tracing::info!(volume = %volume.name_any(), "deleted the origin volume of a deleted claim")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(error) => {
+                tracing::warn!(volume = %volume.name_any(), %error, "failed to delete a released volume")
+            }
+        }
+    }
+}

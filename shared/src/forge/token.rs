@@ -1,0 +1,164 @@
+//! ServiceAccount tokens for offloaded pods, so they can talk to the origin API server.
+//!
+//! Each projected `serviceAccountToken` source of an offloaded pod is served on the provider
+//! from one Secret per pod (`<pod>-token`), one key per source (`<volume>-<first 6 hex of
+//! sha256(path)>`). The local agent fills it with bound tokens from the origin's TokenRequest
+//! API, with the audience and lifetime the pod asks for; the pod forge mounts that key where
+//! the token would have been. Turned off by `--enable-apiserver-support=false`, or for one pod
+//! by its annotation `liqo.io/api-server-support: disabled`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
+use sha2::{Digest, Sha256};
+
+use super::pod::NODE_NAME_LABEL;
+use super::Context;
+use crate::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+
+/// Pod annotation: `disabled` turns API server support off for this pod.
+pub const API_SERVER_SUPPORT_ANNOTATION: &str = "liqo.io/api-server-support";
+/// Token Secret label: the service account the tokens are for. Its presence marks the Secret
+/// as a token Secret on the provider.
+pub const SERVICE_ACCOUNT_LABEL: &str = "offloading.refract.io/service-account-name";
+/// Token Secret annotation: the pod the tokens are bound to.
+pub const FOR_POD_ANNOTATION: &str = "offloading.refract.io/service-account-for-pod-name";
+/// Token Secret annotation: that pod's origin UID.
+pub const FOR_POD_UID_ANNOTATION: &str = "offloading.refract.io/service-account-for-pod-uid";
+/// Token Secret annotation: the earliest expiry of its tokens (RFC 3339).
+pub const EXPIRATION_ANNOTATION: &str = "offloading.refract.io/service-account-expiration";
+/// Lifetime of a projected token that does not say (the Kubernetes default).
+pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
+
+/// One projected token a pod mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSource {
+    /// The key in the token Secret.
+    pub key: String,
+    /// The audience asked for; `None` means the API server's own.
+    pub audience: Option<String>,
+    /// The lifetime asked for.
+    pub expiration_seconds: i64,
+    /// Where the token is mounted in its volume.
+    pub path: String,
+}
+
+/// The name of the provider Secret holding `pod`'s tokens.
+pub fn token_secret_name(pod: &str) -> String {
+    format!("{pod}-token")
+}
+
+/// The Secret key for the token projected at `path` of volume `volume`.
+pub fn token_key(volume: &str, path: &str) -> String {
+    let digest = Sha256::digest(path.as_bytes());
+    let hex: String = digest.iter().take(3).map(|b| format!("{b:02x}")).collect();
+    format!("{volume}-{hex}")
+}
+
+/// Whether `pod` gets origin tokens: support on, and not disabled by the pod's annotation.
+pub fn api_server_support(pod: &Pod, ctx: &Context<'_>) -> bool {
+    ctx.options.api_server.enabled
+        && pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(API_SERVER_SUPPORT_ANNOTATION))
+            .is_none_or(|v| v != "disabled")
+}
+
+/// Every projected token `pod` mounts.
+pub fn token_sources(pod: &Pod) -> Vec<TokenSource> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes
+        .into_iter()
+        .flatten()
+        .flat_map(|v| {
+            let sources = v.projected.as_ref().and_then(|p| p.sources.as_ref());
+            sources
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.service_account_token.as_ref())
+                .map(|t| TokenSource {
+                    key: token_key(&v.name, &t.path),
+                    audience: t.audience.clone().filter(|a| !a.is_empty()),
+                    expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS),
+                    path: t.path.clone(),
+                })
+        })
+        .collect()
+}
+
+/// The service account whose tokens `pod` mounts.
+pub fn service_account_of(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// The provider Secret holding `tokens` (key → token) for `pod`, whose earliest token expires
+/// at `expiration` (RFC 3339).
+pub fn token_secret(
+    pod: &Pod,
+    tokens: &BTreeMap<String, String>,
+    expiration: &str,
+    ctx: &Context<'_>,
+) -> serde_json::Value {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let o = ctx.options;
+    let labels = BTreeMap::from([
+        (ORIGIN_LABEL.to_string(), o.local_cluster_id.clone()),
+        (DESTINATION_LABEL.to_string(), o.remote_cluster_id.clone()),
+        (SERVICE_ACCOUNT_LABEL.to_string(), service_account_of(pod)),
+        (NODE_NAME_LABEL.to_string(), o.virtual_node_name()),
+    ]);
+    let annotations = BTreeMap::from([
+        (FOR_POD_ANNOTATION.to_string(), name.clone()),
+        (
+            FOR_POD_UID_ANNOTATION.to_string(),
+            pod.metadata.uid.clone().unwrap_or_default(),
+        ),
+        (EXPIRATION_ANNOTATION.to_string(), expiration.to_string()),
+    ]);
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(token_secret_name(&name)),
+            namespace: Some(ctx.remote_namespace.to_string()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        data: Some(
+            tokens
+                .iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
+                .collect(),
+        ),
+        type_: Some("Opaque".into()),
+        immutable: Some(false),
+        string_data: None,
+    };
+    let mut value = serde_json::to_value(secret).expect("Secrets serialize");
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "Secret".into();
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_stable_and_distinguish_paths() {
+        assert_eq!(
+            token_key("kube-api-access-x", "token"),
+            token_key("kube-api-access-x", "token")
+        );
+        assert_ne!(token_key("v", "token"), token_key("v", "other"));
+        assert!(token_key("v", "token").starts_with("v-"));
+        assert_eq!(token_key("v", "token").len(), "v-".len() + 6);
+    }
+}

@@ -1,0 +1,311 @@
+//! The storage fabric end to end: a claim of the virtual storage class whose pod lands on the
+//! virtual node is provisioned on the provider with the peering's class (by the testkit's fake
+//! provisioner and the provider's real PV controller), and the provider's volume comes back as
+//! an origin PV pinned to the virtual node, which the origin's real PV controller binds and
+//! the real scheduler honours.
+
+use std::time::Duration;
+
+use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
+use refract_testkit::fake_kubelet::{self, FakeNode};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn origin_get(p: &Peering, args: &[&str]) -> Option<String> {
+    kubectl_get(&p.origin, args)
+}
+
+fn provider_get(p: &Peering, args: &[&str]) -> Option<String> {
+    kubectl_get(&p.provider, args)
+}
+
+fn pod(name: &str, node_selector: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: apps}}
+spec:
+  nodeSelector: {node_selector}
+  automountServiceAccountToken: false
+  containers: [{{name: db, image: postgres, volumeMounts: [{{name: data, mountPath: /var/lib/postgresql}}]}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_virtual_class_claim_is_provisioned_on_the_provider_and_its_volume_pins_pods() {
+    let p = Peering::start_offloading_with(&["--remote-real-storage-class-name=fast"])
+        .await
+        .expect("peering");
+    // A real (fake-kubelet) node at the origin too, so the scheduler has a local choice the
+    // volume's node affinity must rule out.
+    let origin_nodes = tokio_util::sync::CancellationToken::new();
+    let _stop_origin_nodes = origin_nodes.clone().drop_guard();
+    tokio::spawn(fake_kubelet::run(
+        p.origin.client().await.unwrap(),
+        vec![FakeNode::new(
+            "origin-node-1",
+            "8",
+            "16Gi",
+            "10.50.0.0/24".parse().unwrap(),
+            std::net::Ipv4Addr::new(127, 0, 20, 1),
+        )],
+        origin_nodes,
+    ));
+    let storage_class = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/local-agent/storageclass.yaml"
+    );
+    p.origin_kubectl(&["apply", "-f", storage_class]);
+    kubectl_stdin(
+        &p.provider,
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: fast}}\nprovisioner: {}\nreclaimPolicy: Delete\n",
+            refract_testkit::fake_provisioner::PROVISIONER
+        ),
+    );
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: offloading.refract.io/v1alpha1
+kind: NamespaceOffloading
+metadata: {name: offloading, namespace: apps}
+spec: {podOffloadingStrategy: LocalAndRemote}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: apps}
+spec: {storageClassName: liqo, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: scratch, namespace: apps}
+spec: {storageClassName: manual, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+"#,
+    );
+    p.eventually(WAIT, "namespace extended", || {
+        (origin_get(
+            &p,
+            &[
+                "-n",
+                "apps",
+                "nso",
+                "offloading",
+                "-o",
+                "jsonpath={.status.offloadingPhase}",
+            ],
+        )? == "Ready")
+            .then_some(())
+    })
+    .await;
+    // Before any consumer, nothing is provisioned anywhere.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(provider_get(&p, &["-n", "apps-origin", "pvc", "data", "-o", "name"]).is_none());
+
+    // The first consumer goes to the virtual node.
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &pod("db", "{liqo.io/type: virtual-node}"),
+    );
+    let claim_uid = origin_get(
+        &p,
+        &[
+            "-n",
+            "apps",
+            "pvc",
+            "data",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    )
+    .unwrap();
+    let origin_pv = format!("pvc-{claim_uid}");
+    p.eventually(WAIT, "the provider claim Bound with class fast", || {
+        let r = provider_get(
+            &p,
+            &[
+                "-n",
+                "apps-origin",
+                "pvc",
+                "data",
+                "-o",
+                "jsonpath={.spec.storageClassName},{.status.phase}",
+            ],
+        )?;
+        (r == "fast,Bound").then_some(())
+    })
+    .await;
+    p.eventually(WAIT, "the origin claim Bound to the origin PV", || {
+        let r = origin_get(
+            &p,
+            &[
+                "-n",
+                "apps",
+                "pvc",
+                "data",
+                "-o",
+                "jsonpath={.spec.volumeName},{.status.phase}",
+            ],
+        )?;
+        (r == format!("{origin_pv},Bound")).then_some(())
+    })
+    .await;
+    let affinity = origin_get(
+        &p,
+        &[
+            "pv",
+            &origin_pv,
+            "-o",
+            "jsonpath={.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0]}",
+        ],
+    )
+    .unwrap();
+    assert!(
+        affinity.contains("kubernetes.io/hostname") && affinity.contains("refract-provider"),
+        "origin PV not pinned to the virtual node: {affinity}"
+    );
+    let remote_pv = provider_get(
+        &p,
+        &[
+            "-n",
+            "apps-origin",
+            "pvc",
+            "data",
+            "-o",
+            "jsonpath={.spec.volumeName}",
+        ],
+    )
+    .unwrap();
+    let mirrored = origin_get(
+        &p,
+        &[
+            "pv",
+            &origin_pv,
+            "-o",
+            "jsonpath={.metadata.annotations.offloading\\.refract\\.io/remote-volume},{.spec.capacity.storage},{.spec.storageClassName}",
+        ],
+    )
+    .unwrap();
+    assert_eq!(mirrored, format!("{remote_pv},1Gi,liqo"));
+    p.eventually(
+        WAIT,
+        "the pod Running on the provider with its claim",
+        || {
+            let r = provider_get(
+                &p,
+                &[
+                    "-n",
+                    "apps-origin",
+                    "pod",
+                    "db",
+                    "-o",
+                    "jsonpath={.status.phase},{.spec.volumes[0].persistentVolumeClaim.claimName}",
+                ],
+            )?;
+            (r == "Running,data").then_some(())
+        },
+    )
+    .await;
+
+    // Later consumers: one pinned to the origin node cannot be scheduled (volume node affinity
+    // conflict); one left free lands on the virtual node.
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!(
+            "{}---{}",
+            pod("db-local", "{kubernetes.io/hostname: origin-node-1}"),
+            pod("db-2", "{}")
+        ),
+    );
+    let node = p
+        .eventually(WAIT, "db-2 scheduled", || {
+            let node = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "pod",
+                    "db-2",
+                    "-o",
+                    "jsonpath={.spec.nodeName}",
+                ],
+            )?;
+            (!node.is_empty()).then_some(node)
+        })
+        .await;
+    assert_eq!(
+        node, "refract-provider",
+        "db-2 must follow its volume to the virtual node"
+    );
+    p.eventually(
+        WAIT,
+        "db-local refused for its volume's node affinity",
+        || {
+            let events = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=db-local,reason=FailedScheduling",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+            )?;
+            events
+                .contains("volume node affinity conflict")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        origin_get(
+            &p,
+            &[
+                "-n",
+                "apps",
+                "pod",
+                "db-local",
+                "-o",
+                "jsonpath={.spec.nodeName}"
+            ]
+        )
+        .unwrap(),
+        ""
+    );
+
+    // A claim of another class is never reflected.
+    assert!(provider_get(&p, &["-n", "apps-origin", "pvc", "scratch", "-o", "name"]).is_none());
+
+    // Deleting the claim (after its pods) removes the provider claim and the origin PV.
+    p.origin_kubectl(&[
+        "-n",
+        "apps",
+        "delete",
+        "pod",
+        "db",
+        "db-2",
+        "db-local",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    p.origin_kubectl(&["-n", "apps", "delete", "pvc", "data", "--wait=false"]);
+    p.eventually(WAIT, "provider claim and both PVs gone", || {
+        let remote_claim = provider_get(&p, &["-n", "apps-origin", "pvc", "data", "-o", "name"]);
+        let remote_volume = provider_get(&p, &["pv", &remote_pv, "-o", "name"]);
+        let local_volume = origin_get(&p, &["pv", &origin_pv, "-o", "name"]);
+        (remote_claim.is_none() && remote_volume.is_none() && local_volume.is_none()).then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,279 @@
+//! ServiceAccount tokens end to end: an offloaded pod's projected tokens are requested from the
+//! origin's real TokenRequest API, stored in a Secret on the provider and mounted there, work
+//! against the origin API server as the pod's service account, are renewed, and go with the
+//! pod; with API server support off, none of it happens.
+
+use std::time::Duration;
+
+use base64::Engine;
+use refract_e2e::{kubectl_get, kubectl_stdin, run, Peering};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+const POD: &str = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: reader, namespace: apps}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: read-pods, namespace: apps}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reader-reads-pods, namespace: apps}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read-pods}
+subjects: [{kind: ServiceAccount, name: reader, namespace: apps}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: api-client, namespace: apps}
+spec:
+  serviceAccountName: reader
+  automountServiceAccountToken: false
+  containers:
+    - name: c
+      image: bitnami/kubectl
+      volumeMounts:
+        - {name: api-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}
+        - {name: vault-token, mountPath: /var/run/secrets/vault}
+  volumes:
+    - name: api-token
+      projected: {sources: [{serviceAccountToken: {path: token, expirationSeconds: 600}}]}
+    - name: vault-token
+      projected: {sources: [{serviceAccountToken: {path: token, audience: vault, expirationSeconds: 600}}]}
+"#;
+
+fn extend(p: &Peering) {
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: apps}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {name: offloading, namespace: apps}\nspec: {podOffloadingStrategy: Remote}\n",
+    );
+}
+
+async fn remote_pod_running(p: &Peering) {
+    p.eventually(WAIT, "api-client Running on the provider", || {
+        let phase = kubectl_get(
+            &p.provider,
+            &[
+                "-n",
+                "apps-origin",
+                "pod",
+                "api-client",
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
+        )?;
+        (phase == "Running").then_some(())
+    })
+    .await;
+}
+
+/// The token Secret's data (key → token), or None while it does not exist.
+fn token_secret(p: &Peering) -> Option<(serde_json::Value, Vec<(String, String)>)> {
+    let json = kubectl_get(
+        &p.provider,
+        &[
+            "-n",
+            "apps-origin",
+            "secret",
+            "api-client-token",
+            "-o",
+            "json",
+        ],
+    )?;
+    let secret: serde_json::Value = serde_json::from_str(&json).ok()?;
+    let data = secret["data"]
+        .as_object()?
+        .iter()
+        .map(|(k, v)| {
+            let token = base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap_or_default())
+                .unwrap_or_default();
+            (k.clone(), String::from_utf8_lossy(&token).into_owned())
+        })
+        .collect();
+    Some((secret, data))
+}
+
+fn token_for(data: &[(String, String)], volume: &str) -> String {
+    data.iter()
+        .find(|(k, _)| k.starts_with(&format!("{volume}-")))
+        .map(|(_, t)| t.clone())
+        .unwrap_or_else(|| panic!("no token of volume {volume} in {data:?}"))
+}
+
+/// TokenReview on the origin: the user the token authenticates as, if any.
+fn review(p: &Peering, token: &str, audience: Option<&str>) -> Option<String> {
+    let audiences = audience
+        .map(|a| format!(", audiences: [{a}]"))
+        .unwrap_or_default();
+    let out = kubectl_stdin(
+        &p.origin,
+        &["create", "-o", "json", "-f", "-"],
+        &format!(
+            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec: {{token: \"{token}\"{audiences}}}\n"
+        ),
+    );
+    let review: serde_json::Value = serde_json::from_str(&out).unwrap();
+    (review["status"]["authenticated"] == true).then(|| {
+        review["status"]["user"]["username"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    })
+}
+
+#[tokio::test]
+async fn offloaded_pods_get_origin_tokens_that_work_renew_and_go_with_them() {
+    let origin_port_flag;
+    let p = {
+        // The origin API server's port is only known once it runs: start, then restart the
+        // local agent with the address pods should use.
+        let mut p = Peering::start_offloading_with(&["--token-refresh-percentage=3"])
+            .await
+            .expect("peering");
+        let port = p.origin.server.rsplit(':').next().unwrap().to_string();
+        origin_port_flag = format!("--home-api-server-port={port}");
+        p.local.take().unwrap().stop().await;
+        p.local_flags
+            .push("--home-api-server-host=127.0.0.1".into());
+        p.local_flags.push(origin_port_flag.clone());
+        p.start_local();
+        p
+    };
+    extend(&p);
+    kubectl_stdin(&p.origin, &["apply", "-f", "-"], POD);
+    remote_pod_running(&p).await;
+
+    let (secret, data) = p
+        .eventually(WAIT, "the pod's token Secret on the provider", || {
+            token_secret(&p)
+        })
+        .await;
+    assert_eq!(data.len(), 2, "one key per projected token: {data:?}");
+    assert_eq!(
+        secret["metadata"]["labels"]["offloading.refract.io/service-account-name"],
+        "reader"
+    );
+    assert_eq!(
+        secret["metadata"]["ownerReferences"][0]["kind"],
+        "ShadowPod"
+    );
+
+    // The remote pod mounts the Secret where the tokens were, and talks to the origin.
+    let remote = kubectl_get(
+        &p.provider,
+        &["-n", "apps-origin", "pod", "api-client", "-o", "json"],
+    )
+    .unwrap();
+    let remote: serde_json::Value = serde_json::from_str(&remote).unwrap();
+    let source = &remote["spec"]["volumes"][0]["projected"]["sources"][0];
+    assert_eq!(source["secret"]["name"], "api-client-token", "{source}");
+    assert_eq!(source["secret"]["items"][0]["path"], "token");
+    assert!(source["serviceAccountToken"].is_null());
+    let env = remote["spec"]["containers"][0]["env"].to_string();
+    assert!(
+        env.contains(r#"{"name":"KUBERNETES_SERVICE_HOST","value":"127.0.0.1"}"#)
+            && env.contains(&origin_port_flag["--home-api-server-port=".len()..]),
+        "{env}"
+    );
+
+    // The tokens authenticate at the origin as the pod's service account.
+    let api_token = token_for(&data, "api-token");
+    assert_eq!(
+        review(&p, &api_token, None).as_deref(),
+        Some("system:serviceaccount:apps:reader")
+    );
+    let vault_token = token_for(&data, "vault-token");
+    assert_eq!(
+        review(&p, &vault_token, Some("vault")).as_deref(),
+        Some("system:serviceaccount:apps:reader")
+    );
+    assert!(
+        review(&p, &vault_token, None).is_none(),
+        "the vault token must not be valid for the API server's audience"
+    );
+    // A real request with the token, as the offloaded pod would make it.
+    let kc = p.origin.kubeconfig.display().to_string();
+    let out = run(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &kc,
+            "--token",
+            &api_token,
+            "-n",
+            "apps",
+            "get",
+            "pod",
+            "api-client",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "request with the reflected token failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "pod/api-client"
+    );
+
+    // Renewed before expiry: 3% of 600 s is 18 s.
+    let expiration = secret["metadata"]["annotations"]
+        ["offloading.refract.io/service-account-expiration"]
+        .clone();
+    p.eventually(WAIT, "the tokens renewed", || {
+        let (secret, data) = token_secret(&p)?;
+        (token_for(&data, "api-token") != api_token
+            && secret["metadata"]["annotations"]
+                ["offloading.refract.io/service-account-expiration"]
+                != expiration)
+            .then_some(())
+    })
+    .await;
+
+    // Gone with the pod, and no longer valid at the origin.
+    p.origin_kubectl(&["-n", "apps", "delete", "pod", "api-client", "--wait=false"]);
+    p.eventually(WAIT, "the token Secret removed from the provider", || {
+        token_secret(&p).is_none().then_some(())
+    })
+    .await;
+    p.eventually(WAIT, "the pod's tokens rejected by the origin", || {
+        review(&p, &api_token, None).is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn with_api_server_support_disabled_no_token_leaves_the_origin() {
+    let p = Peering::start_offloading_with(&["--enable-apiserver-support=false"])
+        .await
+        .expect("peering");
+    extend(&p);
+    kubectl_stdin(&p.origin, &["apply", "-f", "-"], POD);
+    remote_pod_running(&p).await;
+    let remote = kubectl_get(
+        &p.provider,
+        &["-n", "apps-origin", "pod", "api-client", "-o", "json"],
+    )
+    .unwrap();
+    let remote: serde_json::Value = serde_json::from_str(&remote).unwrap();
+    assert_eq!(
+        remote["spec"]["volumes"][0]["projected"]["sources"],
+        serde_json::json!([]),
+        "projected tokens must be removed"
+    );
+    assert!(remote["spec"]["containers"][0]["env"].is_null());
+    // Give a token reflector every chance to act, then check none did.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(token_secret(&p).is_none());
+    let secrets = kubectl_get(&p.provider, &["-n", "apps-origin", "secrets", "-o", "name"])
+        .unwrap_or_default();
+    assert!(!secrets.contains("api-client-token"), "{secrets}");
+}
