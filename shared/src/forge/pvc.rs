@@ -54,9 +54,11 @@ pub fn forge(claim: &PersistentVolumeClaim, ctx: &Context<'_>) -> Result<Decisio
     let node = ctx.options.virtual_node_name();
     match annotations.get(SELECTED_NODE_ANNOTATION) {
         Some(selected) if *selected == node => {}
-        Some(selected) => return Ok(skip(format!(
+        Some(selected) => {
+            return Ok(skip(format!(
             "its first consumer was scheduled on node {selected:?}, not on virtual node {node:?}"
-        ))),
+        )))
+        }
         None => {
             return Ok(skip(format!(
                 "no consumer scheduled yet (annotation {SELECTED_NODE_ANNOTATION} is not set)"

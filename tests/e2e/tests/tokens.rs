@@ -264,10 +264,10 @@ async fn with_api_server_support_disabled_no_token_leaves_the_origin() {
     )
     .unwrap();
     let remote: serde_json::Value = serde_json::from_str(&remote).unwrap();
-    assert_eq!(
-        remote["spec"]["volumes"][0]["projected"]["sources"],
-        serde_json::json!([]),
-        "projected tokens must be removed"
+    let sources = &remote["spec"]["volumes"][0]["projected"]["sources"];
+    assert!(
+        sources.as_array().is_none_or(|s| s.is_empty()),
+        "projected tokens must be removed: {sources}"
     );
     assert!(remote["spec"]["containers"][0]["env"].is_null());
     // Give a token reflector every chance to act, then check none did.
