@@ -17,11 +17,14 @@ pub trait AckSink: Send + Sync {
     fn on_ack(&self, ack: Ack);
 }
 
+/// The sinks of one kind.
+type Sinks = Vec<Arc<dyn AckSink>>;
+
 /// Routes acks; clones share the routes.
 #[derive(Clone, Default)]
 pub struct AckRouter {
     waiters: Arc<Mutex<HashMap<AckKey, oneshot::Sender<Ack>>>>,
-    sinks: Arc<Mutex<HashMap<String, Vec<Arc<dyn AckSink>>>>>,
+    sinks: Arc<Mutex<HashMap<String, Sinks>>>,
 }
 
 impl AckRouter {

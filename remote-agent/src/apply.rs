@@ -10,7 +10,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use tokio_util::sync::CancellationToken;
 use kube::ResourceExt;
 use refract_shared::forge::token::{token_secret_name, FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
 use refract_shared::hash::object_hash;
@@ -129,6 +134,8 @@ pub struct Applier {
     client: kube::Client,
     provider: ClusterId,
     pod_security_level: String,
+    /// Tenant namespaces, as a watch sees them: ownership checks cost no request.
+    namespaces: Store<Namespace>,
     /// The desired state of every tenant object this process has been sent.
     pub desired: DesiredStore,
 }
@@ -148,12 +155,33 @@ fn api_error(e: kube::Error) -> Answer {
 }
 
 impl Applier {
-    /// An applier writing with `client` as provider `provider`.
-    pub fn new(client: kube::Client, provider: ClusterId, pod_security_level: String) -> Self {
+    /// An applier writing with `client` as provider `provider`; watches tenant namespaces
+    /// until `shutdown`.
+    pub fn new(
+        client: kube::Client,
+        provider: ClusterId,
+        pod_security_level: String,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (namespaces, writer) = reflector::store();
+        let feed = watcher(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default().labels(TENANT_NAMESPACE_LABEL),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = feed => {}
+            }
+        });
         Self {
             client,
             provider,
             pod_security_level,
+            namespaces,
             desired: DesiredStore::default(),
         }
     }
@@ -172,8 +200,17 @@ impl Applier {
             && labels.get(DESTINATION_LABEL).map(String::as_str) == Some(self.provider.as_str())
     }
 
-    /// Whether `namespace` exists and belongs to `tenant`.
+    /// Whether `namespace` exists and belongs to `tenant`. Answered from the watch of tenant
+    /// namespaces when it knows the namespace as the tenant's; asked of the API server
+    /// otherwise (a namespace created a moment ago may not have reached the watch yet).
     async fn owns_namespace(&self, tenant: &ClusterId, namespace: &str) -> Result<bool, Answer> {
+        let cached = self.namespaces.get(&reflector::ObjectRef::new(namespace));
+        if cached.is_some_and(|ns| {
+            ns.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str())
+                && ns.metadata.deletion_timestamp.is_none()
+        }) {
+            return Ok(true);
+        }
         let ns = self
             .api(Allowed::Namespace, "")
             .get_opt(namespace)

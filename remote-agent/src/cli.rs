@@ -76,6 +76,11 @@ pub struct Args {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub keepalive_timeout: Duration,
 
+    /// Requests of one tenant applied to the provider at the same time. Requests for the same
+    /// object are always applied in the order they were sent.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub apply_concurrency: u16,
+
     /// How often certificate files are checked for changes.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub cert_poll_interval: Duration,

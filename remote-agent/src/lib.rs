@@ -77,6 +77,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         client.clone(),
         args.cluster_id.clone(),
         args.pod_security_level.clone(),
+        token.clone(),
     );
     restore::spawn_restorers(
         client.clone(),
@@ -105,6 +106,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         applier,
         metrics: metrics.clone(),
         shutdown: token.clone(),
+        apply_concurrency: usize::from(args.apply_concurrency),
     };
     let inspect = inspect::InspectService {
         registry,

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use refract_shared::proto::reflection_server::Reflection;
 use refract_shared::proto::{
-    local_message, remote_message, Ack, LocalMessage, ObjectRef, Outcome, RemoteMessage,
-    SnapshotComplete, Welcome,
+    local_message, remote_message, Ack, Delete, LocalMessage, ObjectRef, Outcome, RemoteMessage,
+    SnapshotComplete, Upsert, Welcome,
 };
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
@@ -24,6 +24,18 @@ use crate::registry::{local_kind, Registry, Session, TapMessage};
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Outbound messages buffered per stream before the session waits for the peer to read.
 const OUTBOUND_BUFFER: usize = 256;
+/// Requests buffered per lane before the session stops reading the stream.
+const LANE_BUFFER: usize = 64;
+
+/// The lane of an object: the same object always goes to the same lane.
+fn lane_of(object: Option<&ObjectRef>, lanes: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    if let Some(o) = object {
+        (&o.kind, &o.namespace, &o.name).hash(&mut h);
+    }
+    (h.finish() % lanes as u64) as usize
+}
 
 /// The Reflection service.
 #[derive(Clone)]
@@ -38,6 +50,9 @@ pub struct ReflectionService {
     pub metrics: Metrics,
     /// Cancelled when the agent shuts down; open sessions end with UNAVAILABLE.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Requests of one session applied at the same time (each object's own requests stay in
+    /// order).
+    pub apply_concurrency: usize,
 }
 
 #[tonic::async_trait]
@@ -116,12 +131,12 @@ impl Reflection for ReflectionService {
             },
             tx.clone(),
         );
-        let session = TenantSession {
+        let session = std::sync::Arc::new(TenantSession {
             service: self.clone(),
             tenant: peer.cluster_id.clone(),
             tx,
             seen: Default::default(),
-        };
+        });
         self.registry
             .tap(&peer.cluster_id, TapMessage::FromRemote(&welcome));
         let span = tracing::info_span!("session", tenant = %peer.cluster_id, session = %session_id);
@@ -174,7 +189,27 @@ impl TenantSession {
         let _ = self.tx.send(Ok(message)).await;
     }
 
-    async fn run(&self, inbound: &mut Streaming<LocalMessage>) -> Result<(), Status> {
+    /// Reads the tenant's messages and hands each object's requests to one of the session's
+    /// lanes (chosen by the object's identity, so they apply in order), which run concurrently.
+    async fn run(
+        self: &std::sync::Arc<Self>,
+        inbound: &mut Streaming<LocalMessage>,
+    ) -> Result<(), Status> {
+        let lanes: Vec<mpsc::Sender<LocalMessage>> = (0..self.service.apply_concurrency.max(1))
+            .map(|_| {
+                let (lane_tx, mut lane_rx) = mpsc::channel::<LocalMessage>(LANE_BUFFER);
+                let session = self.clone();
+                tokio::spawn(
+                    async move {
+                        while let Some(message) = lane_rx.recv().await {
+                            session.handle(message).await;
+                        }
+                    }
+                    .in_current_span(),
+                );
+                lane_tx
+            })
+            .collect();
         loop {
             let message = tokio::select! {
                 _ = self.service.shutdown.cancelled() => {
@@ -194,7 +229,23 @@ impl TenantSession {
                 .received
                 .get_or_create(&label("kind", local_kind(&message)))
                 .inc();
-            self.handle(message).await;
+            // What a SnapshotComplete keeps is what was received before it, applied or not.
+            match &message.kind {
+                Some(local_message::Kind::Upsert(u)) => self.see(u.object.as_ref(), true),
+                Some(local_message::Kind::Delete(d)) => self.see(d.object.as_ref(), false),
+                _ => {}
+            }
+            let lane = match &message.kind {
+                Some(local_message::Kind::Upsert(Upsert { object, .. }))
+                | Some(local_message::Kind::Delete(Delete { object, .. })) => {
+                    lane_of(object.as_ref(), lanes.len())
+                }
+                _ => 0,
+            };
+            // Waits when the lane is full: a busy provider slows the tenant's stream down.
+            if lanes[lane].send(message).await.is_err() {
+                return Ok(());
+            }
         }
     }
 
@@ -203,7 +254,6 @@ impl TenantSession {
         match message.kind {
             Some(Kind::Upsert(upsert)) => {
                 let object = upsert.object.clone().unwrap_or_default();
-                self.see(&object, true);
                 let (outcome, msg) = self.service.applier.upsert(&self.tenant, &upsert).await;
                 self.service.registry.record(
                     &self.tenant,
@@ -216,7 +266,6 @@ impl TenantSession {
             }
             Some(Kind::Delete(delete)) => {
                 let object = delete.object.clone().unwrap_or_default();
-                self.see(&object, false);
                 let (outcome, msg) = self.service.applier.delete(&self.tenant, &delete).await;
                 if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
                     self.service.registry.forget(&self.tenant, &object);
@@ -230,7 +279,8 @@ impl TenantSession {
         }
     }
 
-    fn see(&self, object: &ObjectRef, present: bool) {
+    fn see(&self, object: Option<&ObjectRef>, present: bool) {
+        let Some(object) = object else { return };
         let Some(kind) = Allowed::lookup(&object.api_version, &object.kind) else {
             return;
         };

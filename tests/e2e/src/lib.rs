@@ -120,12 +120,13 @@ impl Agent {
     /// Starts `binary` with `args`, logging to `log`.
     pub fn spawn(binary: &str, args: &[String], log: PathBuf) -> Self {
         let file = std::fs::File::create(&log).expect("log file");
+        // Tests want the agents' debug logs; a benchmark sets REFRACT_AGENT_LOG_LEVEL quieter.
+        let level = std::env::var("REFRACT_AGENT_LOG_LEVEL").unwrap_or_else(|_| {
+            "info,refract_remote_agent=debug,refract_local_agent=debug".into()
+        });
         let child = Command::new(bin(binary))
             .args(args)
-            .env(
-                "REFRACT_LOG_LEVEL",
-                "info,refract_remote_agent=debug,refract_local_agent=debug",
-            )
+            .env("REFRACT_LOG_LEVEL", level)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -133,6 +134,11 @@ impl Agent {
             .spawn()
             .unwrap_or_else(|e| panic!("failed to start {binary}: {e}"));
         Self { child, log }
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// The agent's log so far.
@@ -174,6 +180,12 @@ pub struct Peering {
     pub local_flags: Vec<String>,
     /// Stops the fake kubelet, when one runs.
     pub kubelet: Option<tokio_util::sync::CancellationToken>,
+    /// The remote agent's admin endpoint (`/metrics`), `127.0.0.1:<port>`.
+    pub remote_admin: String,
+    /// The local agent's admin endpoint, `127.0.0.1:<port>`.
+    pub local_admin: String,
+    /// Extra flags for the remote agent.
+    pub remote_flags: Vec<String>,
 }
 
 /// The address the virtual node (and offloaded pods' host IP) shows in offloading tests.
@@ -190,6 +202,15 @@ impl Peering {
 
     /// Like [`Peering::start`], with extra local agent flags.
     pub async fn start_with(controllers: bool, local_flags: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with_flags(controllers, local_flags, &[]).await
+    }
+
+    /// Like [`Peering::start`], with extra flags for each agent.
+    pub async fn start_with_flags(
+        controllers: bool,
+        local_flags: &[&str],
+        remote_flags: &[&str],
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("refract-e2e-").tempdir()?;
         let opts = |name: &str| {
             let o = Options::named(name);
@@ -223,6 +244,9 @@ impl Peering {
             local: None,
             local_flags: local_flags.iter().map(|s| s.to_string()).collect(),
             kubelet: None,
+            remote_admin: format!("127.0.0.1:{}", free_port()),
+            local_admin: format!("127.0.0.1:{}", free_port()),
+            remote_flags: remote_flags.iter().map(|s| s.to_string()).collect(),
         };
         let crd = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -312,8 +336,12 @@ impl Peering {
             format!("--client-ca={}", s.join("ca.crt").display()),
             "--cluster-id=provider".into(),
             format!("--kubeconfig={}", self.provider.kubeconfig.display()),
-            format!("--admin-listen=127.0.0.1:{}", free_port()),
+            format!("--admin-listen={}", self.remote_admin),
         ];
+        let args: Vec<String> = args
+            .into_iter()
+            .chain(self.remote_flags.iter().cloned())
+            .collect();
         self.remote = Some(Agent::spawn(
             "remote-agent",
             &args,
@@ -332,7 +360,7 @@ impl Peering {
             "--cluster-id=origin".into(),
             "--remote-cluster-id=provider".into(),
             format!("--kubeconfig={}", self.origin.kubeconfig.display()),
-            format!("--admin-listen=127.0.0.1:{}", free_port()),
+            format!("--admin-listen={}", self.local_admin),
             "--min-backoff=100ms".into(),
             "--max-backoff=1s".into(),
         ];

@@ -1,0 +1,223 @@
+//! The benchmark's baseline: the design Refract avoids, kept as the reference harness.
+//!
+//! It watches one origin namespace and server-side applies the same mutated objects (Refract's
+//! own forge) straight into the provider with a provider kubeconfig: no gRPC hop, no remote
+//! agent, no desired-state hash, `--concurrency` workers per kind, no client-side rate limit.
+//! It prints `synced <n>` once everything listed at start-up has been applied, so a benchmark
+//! can time a restart.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use refract_local_agent::reflect::queue::WorkQueue;
+use refract_shared::forge::{self, Context, Decision};
+use refract_shared::options::{Kind, ReflectionOptions};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+const FIELD_MANAGER: &str = "refract-direct-copier";
+
+/// Copies an origin namespace's ConfigMaps and Services into a provider namespace directly.
+#[derive(Debug, clap::Parser)]
+#[command(name = "direct-copier", version, about, long_about)]
+struct Args {
+    /// Kubeconfig of the origin cluster.
+    #[arg(long)]
+    origin_kubeconfig: PathBuf,
+    /// Kubeconfig of the provider cluster (the credential Refract keeps out of the origin).
+    #[arg(long)]
+    provider_kubeconfig: PathBuf,
+    /// The origin namespace to copy.
+    #[arg(long)]
+    namespace: String,
+    /// The provider namespace to write into (must exist).
+    #[arg(long)]
+    remote_namespace: String,
+    /// The origin cluster id (for the origin/destination labels).
+    #[arg(long, default_value = "origin")]
+    cluster_id: String,
+    /// The provider cluster id.
+    #[arg(long, default_value = "provider")]
+    remote_cluster_id: String,
+    /// Concurrent writers per kind.
+    #[arg(long, default_value_t = 3)]
+    concurrency: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
+    let origin = client(&args.origin_kubeconfig).await?;
+    let provider = client(&args.provider_kubeconfig).await?;
+    let options = Arc::new(ReflectionOptions::new(
+        &args.cluster_id,
+        &args.remote_cluster_id,
+    ));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let (cm_queue, svc_queue) = (WorkQueue::new(), WorkQueue::new());
+    let copier = |kind, queue| Copier {
+        kind,
+        origin: origin.clone(),
+        provider: provider.clone(),
+        namespace: args.namespace.clone(),
+        remote_namespace: args.remote_namespace.clone(),
+        options: options.clone(),
+        concurrency: args.concurrency,
+        queue,
+        in_flight: in_flight.clone(),
+    };
+    let (cm_listed, svc_listed) = (
+        tokio::sync::oneshot::channel::<usize>(),
+        tokio::sync::oneshot::channel::<usize>(),
+    );
+    let cms = tokio::spawn(copier(Kind::ConfigMap, cm_queue.clone()).run::<ConfigMap>(cm_listed.0));
+    let svcs = tokio::spawn(copier(Kind::Service, svc_queue.clone()).run::<Service>(svc_listed.0));
+    let listed = cm_listed.1.await? + svc_listed.1.await?;
+    // Everything listed at start-up is queued by now: synced once nothing is queued or being
+    // written, twice in a row (a worker may be between taking a key and counting it).
+    let idle = || cm_queue.is_empty() && svc_queue.is_empty() && in_flight.load(Ordering::SeqCst) == 0;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        if idle() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            if idle() {
+                break;
+            }
+        }
+    }
+    println!("synced {listed}");
+    tokio::select! {
+        r = cms => r??,
+        r = svcs => r??,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(())
+}
+
+async fn client(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+struct Copier {
+    kind: Kind,
+    origin: kube::Client,
+    provider: kube::Client,
+    namespace: String,
+    remote_namespace: String,
+    options: Arc<ReflectionOptions>,
+    concurrency: usize,
+    queue: WorkQueue<String>,
+    /// Keys being written, over every kind.
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Copier {
+    async fn run<K>(self, listed: tokio::sync::oneshot::Sender<usize>) -> anyhow::Result<()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let this = Arc::new(self);
+        let (store, writer) = reflector::store::<K>();
+        for _ in 0..this.concurrency.max(1) {
+            let (this, store) = (this.clone(), store.clone());
+            tokio::spawn(async move {
+                loop {
+                    let name = this.queue.next().await;
+                    this.in_flight.fetch_add(1, Ordering::SeqCst);
+                    if let Err(error) = this.copy(&store, &name).await {
+                        eprintln!("failed to copy {} {name}: {error}", this.kind.kind());
+                        this.queue.add(name);
+                    }
+                    this.in_flight.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        }
+        let mut listed = Some(listed);
+        let mut initial = 0;
+        let api: Api<K> = Api::namespaced(this.origin.clone(), &this.namespace);
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .boxed();
+        while let Some(event) = events.next().await {
+            let obj = match event {
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(tx) = listed.take() {
+                        let _ = tx.send(initial);
+                    }
+                    continue;
+                }
+                Ok(watcher::Event::InitApply(obj)) => {
+                    initial += 1;
+                    obj
+                }
+                Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) => obj,
+                Ok(watcher::Event::Init) | Err(_) => continue,
+            };
+            this.queue.add(obj.name_any());
+        }
+        Ok(())
+    }
+
+    async fn copy<K>(&self, store: &Store<K>, name: &str) -> anyhow::Result<()>
+    where
+        K: Resource<DynamicType = ()> + Clone + Serialize,
+    {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.provider.clone(),
+            &self.remote_namespace,
+            &ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                "",
+                "v1",
+                self.kind.kind(),
+            )),
+        );
+        let Some(obj) = store.get(&ObjectRef::new(name).within(&self.namespace)) else {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) | Err(kube::Error::Api(_)) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let ctx = Context {
+            options: &self.options,
+            remote_namespace: &self.remote_namespace,
+            service: None,
+            provider_nodes: &Default::default(),
+            known_nodes: None,
+        };
+        match forge::forge(self.kind, &serde_json::to_value(&*obj)?, &ctx)? {
+            Decision::Reflect(desired) => {
+                api.patch(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired.object),
+                )
+                .await?;
+            }
+            Decision::Skip { .. } => {
+                let _ = api.delete(name, &DeleteParams::default()).await;
+            }
+        }
+        Ok(())
+    }
+}

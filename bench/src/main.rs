@@ -1,0 +1,118 @@
+//! `refract-bench`: Refract's reflection against a direct copier, on the same two real control
+//! planes, in one run.
+//!
+//! Both systems get the same phases ([`phases`]): bursts of ConfigMaps (throughput), updates and
+//! no-op touches (writes per effective change), an idle minute (writes and CPU), memory with
+//! nothing and with the largest burst reflected, a restart of the origin side (time to agree,
+//! writes), and a steady load at half the measured throughput (latency, ConfigMaps and
+//! Services). Refract runs as its two agent binaries over mutual TLS; the direct copier
+//! (`direct-copier`) watches the origin and server-side applies Refract's own forged objects
+//! straight into the provider with an admin kubeconfig. It prints one table and writes JSON.
+
+mod load;
+mod measure;
+mod phases;
+mod report;
+mod sides;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use refract_e2e::Peering;
+use serde_json::json;
+
+/// Measures Refract against a direct copier on two local control planes.
+#[derive(Debug, clap::Parser)]
+#[command(name = "refract-bench", version, about, long_about)]
+struct Args {
+    /// Burst sizes, ascending; the largest stays reflected for the later phases.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    sizes: Vec<usize>,
+    /// ConfigMap payload, bytes.
+    #[arg(long, default_value_t = 4096)]
+    data_bytes: usize,
+    /// Concurrency of both systems: Refract's ConfigMap and Service workers and the remote
+    /// agent's apply concurrency; the direct copier's writers per kind.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Length of the idle window, seconds.
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u64,
+    /// Length of each steady-load window, seconds.
+    #[arg(long, default_value_t = 20)]
+    latency_seconds: u64,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "target/bench/results.json")]
+    json: PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
+    anyhow::ensure!(!args.sizes.is_empty(), "--sizes needs at least one size");
+    // The agents log at info: debug logs of 10,000 objects would measure the logger.
+    std::env::set_var("REFRACT_AGENT_LOG_LEVEL", "info");
+    // The agents and the direct copier are built beside this binary.
+    if std::env::var_os("REFRACT_BIN_DIR").is_none() {
+        let exe = std::env::current_exe()?;
+        std::env::set_var("REFRACT_BIN_DIR", exe.parent().context("binary folder")?);
+    }
+    let c = args.concurrency.to_string();
+    let workers = [
+        format!("--configmap-reflection-workers={c}"),
+        format!("--service-reflection-workers={c}"),
+    ];
+    let apply = [format!("--apply-concurrency={c}")];
+    say("starting two control planes (etcd + kube-apiserver 1.20.2) and the agent pair");
+    let mut peering = Peering::start_with_flags(
+        false,
+        &workers.iter().map(String::as_str).collect::<Vec<_>>(),
+        &apply.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await
+    .context("failed to start the peering")?;
+    let plan = phases::Plan {
+        sizes: args.sizes.clone(),
+        data_bytes: args.data_bytes,
+        idle: std::time::Duration::from_secs(args.idle_seconds),
+        steady: std::time::Duration::from_secs(args.latency_seconds),
+    };
+
+    say("== Refract (local-agent -> mTLS gRPC -> remote-agent)");
+    let mut refract_side = sides::Refract::new(&mut peering).await?;
+    let refract = phases::run("refract", &mut refract_side, &plan).await?;
+    refract_side.clean_up().await?;
+
+    say("== direct copier (watch origin, server-side apply into the provider)");
+    let mut direct_side = sides::Direct::new(&peering, args.concurrency).await?;
+    let direct = phases::run("direct", &mut direct_side, &plan).await?;
+    direct_side.stop().await;
+
+    let table = report::table(&refract, &direct);
+    println!("\n{table}");
+    let conditions = json!({
+        "sizes": args.sizes,
+        "data_bytes": args.data_bytes,
+        "concurrency": args.concurrency,
+        "refract_workers_per_kind": args.concurrency,
+        "remote_apply_concurrency": args.concurrency,
+        "direct_writers_per_kind": args.concurrency,
+        "idle_seconds": args.idle_seconds,
+        "latency_seconds": args.latency_seconds,
+        "kubernetes": "1.20.2 (etcd 3.4, loopback)",
+        "refract_version": refract_shared::AGENT_VERSION,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    });
+    let out = report::json(conditions, &refract, &direct);
+    if let Some(dir) = args.json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.json, serde_json::to_string_pretty(&out)? + "\n")?;
+    say(&format!("JSON written to {}", args.json.display()));
+    Ok(())
+}
+
+/// Progress on stderr, so stdout holds only the table.
+pub fn say(message: &str) {
+    eprintln!("\x1b[1m[bench]\x1b[0m {message}");
+}

@@ -1,0 +1,178 @@
+//! What the benchmark observes: provider-side writes and first sightings (a watch on the
+//! provider, as a user would see the objects arrive), and the agents' resident memory and CPU
+//! time (from `/proc`), and a remote agent's Prometheus counters.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::Api;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Default)]
+struct Seen {
+    /// `kind/name` → when the provider watch first showed it.
+    first: HashMap<String, Instant>,
+    /// `kind/name` of objects present now.
+    present: std::collections::HashSet<String>,
+    /// Every change the watch reported (creations, updates, deletions): provider writes.
+    writes: u64,
+}
+
+/// A watch of ConfigMaps and Services in one provider namespace.
+#[derive(Clone, Default)]
+pub struct ProviderWatch {
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl ProviderWatch {
+    /// Starts watching `namespace` on the provider; returns once both watches have listed.
+    pub async fn start(client: kube::Client, namespace: &str) -> Self {
+        let w = Self::default();
+        let (a, b) = (
+            w.spawn::<ConfigMap>(client.clone(), namespace),
+            w.spawn::<Service>(client, namespace),
+        );
+        let _ = tokio::join!(a, b);
+        w
+    }
+
+    fn spawn<K>(&self, client: kube::Client, namespace: &str) -> tokio::sync::oneshot::Receiver<()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let seen = self.seen.clone();
+        let api: Api<K> = Api::namespaced(client, namespace);
+        tokio::spawn(async move {
+            let mut ready = Some(ready_tx);
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = events.next().await {
+                let now = Instant::now();
+                let mut s = seen.lock().expect("seen poisoned");
+                match event {
+                    Ok(watcher::Event::Apply(o)) => {
+                        let key = format!("{}/{}", K::kind(&()), o.name_any());
+                        s.writes += 1;
+                        s.first.entry(key.clone()).or_insert(now);
+                        s.present.insert(key);
+                    }
+                    Ok(watcher::Event::Delete(o)) => {
+                        s.writes += 1;
+                        s.present
+                            .remove(&format!("{}/{}", K::kind(&()), o.name_any()));
+                    }
+                    Ok(watcher::Event::InitApply(o)) => {
+                        s.present
+                            .insert(format!("{}/{}", K::kind(&()), o.name_any()));
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = ready.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(watcher::Event::Init) | Err(_) => {}
+                }
+            }
+        });
+        ready_rx
+    }
+
+    /// Provider writes seen so far.
+    pub fn writes(&self) -> u64 {
+        self.seen.lock().expect("seen poisoned").writes
+    }
+
+    /// How many objects of `kind` whose name starts with `prefix` exist now.
+    pub fn present(&self, kind: &str, prefix: &str) -> usize {
+        let p = format!("{kind}/{prefix}");
+        let s = self.seen.lock().expect("seen poisoned");
+        s.present.iter().filter(|k| k.starts_with(&p)).count()
+    }
+
+    /// When `kind/name` was first seen.
+    pub fn first_seen(&self, kind: &str, name: &str) -> Option<Instant> {
+        let s = self.seen.lock().expect("seen poisoned");
+        s.first.get(&format!("{kind}/{name}")).copied()
+    }
+
+    /// Waits until `check` holds, polling; fails after `within`.
+    pub async fn until(
+        &self,
+        within: Duration,
+        what: &str,
+        check: impl Fn(&Self) -> bool,
+    ) -> anyhow::Result<Instant> {
+        let deadline = Instant::now() + within;
+        loop {
+            if check(self) {
+                return Ok(Instant::now());
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("timed out after {within:?} waiting for {what}");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Resident memory of a process, in bytes.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// User plus system CPU time of a process, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15, i.e. indexes 11 and 12 after the state field.
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// One counter of a Prometheus text endpoint (`name{labels}` exactly as exported), or 0.
+pub async fn counter(admin: &str, series: &str) -> f64 {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(admin).await else {
+        return 0.0;
+    };
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return 0.0;
+    }
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body).await;
+    body.lines()
+        .find_map(|l| l.strip_prefix(series).map(str::trim))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}

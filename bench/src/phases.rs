@@ -1,0 +1,162 @@
+//! The phases every system goes through, in order, on its own namespace.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::load::{self, SteadyKind};
+use crate::measure::{cpu_seconds, rss_bytes};
+use crate::report::{Latency, SystemResult};
+use crate::say;
+use crate::sides::Side;
+
+/// How long any one wait may take before the run fails.
+const PATIENCE: Duration = Duration::from_secs(900);
+/// Quiet time after a phase, to count late writes too.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// What to run.
+pub struct Plan {
+    /// Burst sizes, ascending.
+    pub sizes: Vec<usize>,
+    /// ConfigMap payload, bytes.
+    pub data_bytes: usize,
+    /// Idle window.
+    pub idle: Duration,
+    /// Each steady-load window.
+    pub steady: Duration,
+}
+
+fn rss(side: &impl Side) -> Vec<(String, u64)> {
+    side.processes()
+        .into_iter()
+        .map(|(n, pid)| (n, rss_bytes(pid)))
+        .collect()
+}
+
+fn cpu(side: &impl Side) -> f64 {
+    side.processes().iter().map(|(_, pid)| cpu_seconds(*pid)).sum()
+}
+
+/// Runs every phase against `side`.
+pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Result<SystemResult> {
+    let mut r = SystemResult {
+        system: name.into(),
+        rss_empty: rss(side),
+        ..Default::default()
+    };
+    let origin = side.origin().clone();
+    let ns = side.origin_ns().to_string();
+    let watch = side.watch().clone();
+    let writes_start = watch.writes();
+    let mut changes = 0u64;
+    let largest = *plan.sizes.last().expect("sizes checked");
+    let largest_prefix = format!("b{largest}-");
+
+    for (i, &n) in plan.sizes.iter().enumerate() {
+        let prefix = format!("b{n}-");
+        say(&format!("{name}: burst of {n} ConfigMaps of {} bytes", plan.data_bytes));
+        let start = Instant::now();
+        let creating = {
+            let (origin, ns, prefix) = (origin.clone(), ns.clone(), prefix.clone());
+            let bytes = plan.data_bytes;
+            tokio::spawn(async move { load::burst(&origin, &ns, &prefix, n, bytes).await })
+        };
+        let arrived = watch.until(PATIENCE, "the burst on the provider", |w| {
+            w.present("ConfigMap", &prefix) >= n
+        });
+        tokio::pin!(arrived);
+        // A failed creation would leave the wait hanging: watch both.
+        let done = tokio::select! {
+            done = &mut arrived => done?,
+            created = creating => {
+                created?.context("failed to create the burst at the origin")?;
+                arrived.await?
+            }
+        };
+        let secs = (done - start).as_secs_f64();
+        say(&format!("{name}: {n} objects on the provider in {secs:.2} s ({:.0}/s)", n as f64 / secs));
+        r.throughput.push((n, n as f64 / secs));
+        changes += n as u64;
+        if i + 1 < plan.sizes.len() {
+            load::delete_burst(&origin, &ns, &prefix).await?;
+            watch
+                .until(PATIENCE, "the burst deleted on the provider", |w| {
+                    w.present("ConfigMap", &prefix) == 0
+                })
+                .await?;
+            changes += n as u64;
+        }
+    }
+
+    let touched = largest.min(1000);
+    say(&format!("{name}: {touched} updates, then {touched} changes of a never-reflected annotation"));
+    let before = watch.writes();
+    load::update(&origin, &ns, &largest_prefix, touched, plan.data_bytes).await?;
+    watch
+        .until(PATIENCE, "the updates on the provider", |w| {
+            w.writes() >= before + touched as u64
+        })
+        .await?;
+    changes += touched as u64;
+    load::touch(&origin, &ns, &largest_prefix, touched).await?;
+    tokio::time::sleep(SETTLE * 2).await;
+    r.writes = watch.writes() - writes_start;
+    r.effective_changes = changes;
+    say(&format!("{name}: {} provider writes for {changes} effective changes", r.writes));
+
+    r.objects = largest;
+    r.rss_full = rss(side);
+
+    say(&format!("{name}: idle for {:?} with {largest} objects reflected", plan.idle));
+    let (writes0, cpu0) = (watch.writes(), cpu(side));
+    tokio::time::sleep(plan.idle).await;
+    r.idle_writes = watch.writes() - writes0;
+    r.idle_cpu_seconds = cpu(side) - cpu0;
+
+    say(&format!("{name}: restarting the origin side"));
+    let writes0 = watch.writes();
+    let start = Instant::now();
+    side.restart(largest).await?;
+    r.reconnect_seconds = start.elapsed().as_secs_f64();
+    tokio::time::sleep(SETTLE).await;
+    r.reconnect_writes = watch.writes() - writes0;
+    say(&format!(
+        "{name}: in agreement after {:.2} s, {} provider writes",
+        r.reconnect_seconds, r.reconnect_writes
+    ));
+
+    let rate = r.throughput.last().map_or(1.0, |(_, t)| t / 2.0);
+    r.steady_rate = rate;
+    for (kind, k8s_kind, prefix) in [
+        (SteadyKind::ConfigMap, "ConfigMap", "lat-cm-"),
+        (SteadyKind::Service, "Service", "lat-svc-"),
+    ] {
+        say(&format!("{name}: {k8s_kind}s at {rate:.0}/s for {:?}", plan.steady));
+        let sent = load::steady(&origin, &ns, kind, prefix, rate, plan.steady, plan.data_bytes)
+            .await?;
+        watch
+            .until(PATIENCE, "every steady object on the provider", |w| {
+                w.present(k8s_kind, prefix) >= sent.len()
+            })
+            .await?;
+        let samples = sent
+            .iter()
+            .filter_map(|(n, at)| {
+                watch
+                    .first_seen(k8s_kind, n)
+                    .map(|seen| seen.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        let latency = Latency::of(samples);
+        say(&format!(
+            "{name}: {k8s_kind} latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            latency.p50_ms, latency.p99_ms, latency.max_ms
+        ));
+        match kind {
+            SteadyKind::ConfigMap => r.latency_configmap = latency,
+            SteadyKind::Service => r.latency_service = latency,
+        }
+    }
+    Ok(r)
+}

@@ -1,0 +1,237 @@
+//! The benchmark's results: one table for people, the same numbers as JSON for machines.
+
+use serde_json::{json, Value};
+
+/// Latency percentiles, milliseconds.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Worst.
+    pub max_ms: f64,
+    /// Objects measured.
+    pub samples: usize,
+}
+
+impl Latency {
+    /// Percentiles of `samples` (milliseconds).
+    pub fn of(mut samples: Vec<f64>) -> Self {
+        if samples.is_empty() {
+            return Self::default();
+        }
+        samples.sort_by(|a, b| a.total_cmp(b));
+        let at = |q: f64| samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1];
+        Self {
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            max_ms: *samples.last().expect("not empty"),
+            samples: samples.len(),
+        }
+    }
+}
+
+/// Everything measured for one system.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SystemResult {
+    /// `refract` or `direct`.
+    pub system: String,
+    /// Burst size → objects per second.
+    pub throughput: Vec<(usize, f64)>,
+    /// ConfigMaps created at half the largest burst's throughput.
+    pub latency_configmap: Latency,
+    /// Services created at the same rate.
+    pub latency_service: Latency,
+    /// The steady rate used, objects per second.
+    pub steady_rate: f64,
+    /// Provider writes during the change phases.
+    pub writes: u64,
+    /// Effective changes made at the origin during those phases.
+    pub effective_changes: u64,
+    /// Provider writes during the idle window.
+    pub idle_writes: u64,
+    /// CPU seconds of the system's processes during the idle window.
+    pub idle_cpu_seconds: f64,
+    /// Resident memory per process (name, bytes) with nothing reflected.
+    pub rss_empty: Vec<(String, u64)>,
+    /// Resident memory per process with the largest burst reflected.
+    pub rss_full: Vec<(String, u64)>,
+    /// Objects reflected when `rss_full` was read.
+    pub objects: usize,
+    /// Seconds from restarting the origin-side process until both sides agree again.
+    pub reconnect_seconds: f64,
+    /// Provider writes caused by that restart.
+    pub reconnect_writes: u64,
+}
+
+impl SystemResult {
+    /// Provider writes per effective change.
+    pub fn amplification(&self) -> f64 {
+        self.writes as f64 / self.effective_changes.max(1) as f64
+    }
+
+    /// Memory growth per reflected object, over all the system's processes.
+    pub fn bytes_per_object(&self) -> f64 {
+        let sum = |v: &[(String, u64)]| v.iter().map(|(_, b)| *b as f64).sum::<f64>();
+        (sum(&self.rss_full) - sum(&self.rss_empty)) / self.objects.max(1) as f64
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+/// The table, as printed and committed in BENCHMARKS.md.
+pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    let mut row = |m: String, r: String, d: String, x: String| rows.push([m, r, d, x]);
+    for ((n, r), (_, d)) in refract.throughput.iter().zip(&direct.throughput) {
+        row(
+            format!("throughput, burst of {n} ConfigMaps (objects/s)"),
+            format!("{r:.0}"),
+            format!("{d:.0}"),
+            ratio(*r, *d),
+        );
+    }
+    for (what, r, d) in [
+        ("ConfigMap", refract.latency_configmap, direct.latency_configmap),
+        ("Service", refract.latency_service, direct.latency_service),
+    ] {
+        row(
+            format!("latency {what} p50 (ms)"),
+            format!("{:.1}", r.p50_ms),
+            format!("{:.1}", d.p50_ms),
+            ratio(r.p50_ms, d.p50_ms),
+        );
+        row(
+            format!("latency {what} p99 (ms)"),
+            format!("{:.1}", r.p99_ms),
+            format!("{:.1}", d.p99_ms),
+            ratio(r.p99_ms, d.p99_ms),
+        );
+        row(
+            format!("latency {what} max (ms)"),
+            format!("{:.1}", r.max_ms),
+            format!("{:.1}", d.max_ms),
+            ratio(r.max_ms, d.max_ms),
+        );
+    }
+    row(
+        "steady rate for latency (objects/s)".into(),
+        format!("{:.0}", refract.steady_rate),
+        format!("{:.0}", direct.steady_rate),
+        String::new(),
+    );
+    row(
+        "provider writes per effective change".into(),
+        format!("{:.2} ({}/{})", refract.amplification(), refract.writes, refract.effective_changes),
+        format!("{:.2} ({}/{})", direct.amplification(), direct.writes, direct.effective_changes),
+        String::new(),
+    );
+    row(
+        format!("idle 60 s with {} objects: provider writes", refract.objects),
+        refract.idle_writes.to_string(),
+        direct.idle_writes.to_string(),
+        String::new(),
+    );
+    row(
+        "idle 60 s: CPU seconds of the system's processes".into(),
+        format!("{:.2}", refract.idle_cpu_seconds),
+        format!("{:.2}", direct.idle_cpu_seconds),
+        String::new(),
+    );
+    let procs = |v: &[(String, u64)]| {
+        v.iter()
+            .map(|(n, b)| format!("{n} {}", mib(*b)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    row(
+        "resident memory, nothing reflected".into(),
+        procs(&refract.rss_empty),
+        procs(&direct.rss_empty),
+        String::new(),
+    );
+    row(
+        format!("resident memory, {} objects", refract.objects),
+        procs(&refract.rss_full),
+        procs(&direct.rss_full),
+        String::new(),
+    );
+    row(
+        "memory per reflected object (bytes, all processes)".into(),
+        format!("{:.0}", refract.bytes_per_object()),
+        format!("{:.0}", direct.bytes_per_object()),
+        String::new(),
+    );
+    row(
+        "restart of the origin side: seconds until in agreement".into(),
+        format!("{:.2}", refract.reconnect_seconds),
+        format!("{:.2}", direct.reconnect_seconds),
+        ratio(refract.reconnect_seconds, direct.reconnect_seconds),
+    );
+    row(
+        "restart of the origin side: provider writes".into(),
+        refract.reconnect_writes.to_string(),
+        direct.reconnect_writes.to_string(),
+        String::new(),
+    );
+    let header = ["metric", "refract", "direct copier", "refract/direct"];
+    let widths: Vec<usize> = (0..4)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: [&str; 4]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("| {} |\n", padded.join(" | "))
+    };
+    let mut out = line(header);
+    let dashes: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    out.push_str(&format!("|-{}-|\n", dashes.join("-|-")));
+    for r in &rows {
+        out.push_str(&line([&r[0], &r[1], &r[2], &r[3]]));
+    }
+    out
+}
+
+/// The same results as JSON, with the conditions they were measured under.
+pub fn json(conditions: Value, refract: &SystemResult, direct: &SystemResult) -> Value {
+    let ratios = json!({
+        "throughput": refract.throughput.iter().zip(&direct.throughput)
+            .map(|((n, r), (_, d))| json!({"n": n, "ratio": r / d})).collect::<Vec<_>>(),
+        "latency_configmap_p50": refract.latency_configmap.p50_ms / direct.latency_configmap.p50_ms,
+        "latency_configmap_p99": refract.latency_configmap.p99_ms / direct.latency_configmap.p99_ms,
+        "latency_service_p50": refract.latency_service.p50_ms / direct.latency_service.p50_ms,
+        "latency_service_p99": refract.latency_service.p99_ms / direct.latency_service.p99_ms,
+    });
+    let with_derived = |s: &SystemResult| {
+        let mut v = serde_json::to_value(s).expect("serializes");
+        v["writes_per_effective_change"] = json!(s.amplification());
+        v["bytes_per_object"] = json!(s.bytes_per_object());
+        v
+    };
+    json!({
+        "conditions": conditions,
+        "refract": with_derived(refract),
+        "direct": with_derived(direct),
+        "refract_over_direct": ratios,
+    })
+}

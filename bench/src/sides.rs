@@ -1,0 +1,233 @@
+//! The two systems under test, behind one interface: where their origin namespace is, which
+//! processes are theirs, and how to restart their origin side.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use refract_e2e::{kubectl_stdin, Agent, Peering};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::measure::{counter, ProviderWatch};
+use crate::say;
+
+/// What the phases need of a system.
+pub trait Side {
+    /// The origin cluster.
+    fn origin(&self) -> &kube::Client;
+    /// The origin namespace the system reflects.
+    fn origin_ns(&self) -> &str;
+    /// The watch of the provider namespace it writes.
+    fn watch(&self) -> &ProviderWatch;
+    /// Its processes: (name, pid).
+    fn processes(&self) -> Vec<(String, u32)>;
+    /// Restarts its origin side and returns once it agrees with the provider on `objects`
+    /// objects again.
+    async fn restart(&mut self, objects: usize) -> anyhow::Result<()>;
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .with_context(|| format!("failed to create namespace {name}"))?;
+    Ok(())
+}
+
+/// Refract: the two agent binaries of a [`Peering`].
+pub struct Refract<'a> {
+    peering: &'a mut Peering,
+    origin: kube::Client,
+    provider: kube::Client,
+    watch: ProviderWatch,
+}
+
+const REFRACT_NS: &str = "bench-refract";
+const REFRACT_REMOTE_NS: &str = "bench-refract-origin";
+const UNCHANGED_ACKS: &str = "refract_remote_acks_total{outcome=\"OUTCOME_UNCHANGED\"}";
+
+impl<'a> Refract<'a> {
+    /// Extends the benchmark namespace to the provider and watches its twin.
+    pub async fn new(peering: &'a mut Peering) -> anyhow::Result<Self> {
+        let origin = peering.origin.client().await?;
+        let provider = peering.provider.client().await?;
+        kubectl_stdin(
+            &peering.origin,
+            &["apply", "-f", "-"],
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {REFRACT_NS}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {REFRACT_NS}}}\nspec: {{}}\n"),
+        );
+        let namespaces: Api<Namespace> = Api::all(provider.clone());
+        for _ in 0..300 {
+            if namespaces.get_opt(REFRACT_REMOTE_NS).await?.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let watch = ProviderWatch::start(provider.clone(), REFRACT_REMOTE_NS).await;
+        // Let the reflectors see the extension before loading.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok(Self {
+            peering,
+            origin,
+            provider,
+            watch,
+        })
+    }
+
+    /// Stops both agents and deletes what they reflected on both sides, so the next system
+    /// starts from the same clusters.
+    pub async fn clean_up(self) -> anyhow::Result<()> {
+        for agent in [self.peering.local.take(), self.peering.remote.take()]
+            .into_iter()
+            .flatten()
+        {
+            agent.stop().await;
+        }
+        crate::load::delete_all(&self.origin, REFRACT_NS).await?;
+        crate::load::delete_all(&self.provider, REFRACT_REMOTE_NS).await?;
+        Ok(())
+    }
+}
+
+impl Side for Refract<'_> {
+    fn origin(&self) -> &kube::Client {
+        &self.origin
+    }
+    fn origin_ns(&self) -> &str {
+        REFRACT_NS
+    }
+    fn watch(&self) -> &ProviderWatch {
+        &self.watch
+    }
+    fn processes(&self) -> Vec<(String, u32)> {
+        let pid = |a: &Option<Agent>| a.as_ref().and_then(Agent::pid);
+        [
+            ("local-agent", pid(&self.peering.local)),
+            ("remote-agent", pid(&self.peering.remote)),
+        ]
+        .into_iter()
+        .filter_map(|(n, p)| p.map(|p| (n.to_string(), p)))
+        .collect()
+    }
+    async fn restart(&mut self, objects: usize) -> anyhow::Result<()> {
+        let admin = self.peering.remote_admin.clone();
+        let before = counter(&admin, UNCHANGED_ACKS).await;
+        if let Some(local) = self.peering.local.take() {
+            local.stop().await;
+        }
+        self.peering.start_local();
+        // In agreement once the remote agent has confirmed every object unchanged.
+        for _ in 0..60_000 {
+            if counter(&admin, UNCHANGED_ACKS).await >= before + objects as f64 {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        anyhow::bail!("the restarted local agent did not re-confirm {objects} objects")
+    }
+}
+
+/// The direct copier process.
+pub struct Direct {
+    args: Vec<String>,
+    child: Option<Child>,
+    origin: kube::Client,
+    watch: ProviderWatch,
+}
+
+const DIRECT_NS: &str = "bench-direct";
+const DIRECT_REMOTE_NS: &str = "bench-direct-origin";
+
+impl Direct {
+    /// Creates its namespaces and starts it.
+    pub async fn new(peering: &Peering, concurrency: usize) -> anyhow::Result<Self> {
+        let origin = peering.origin.client().await?;
+        let provider = peering.provider.client().await?;
+        create_namespace(&origin, DIRECT_NS).await?;
+        create_namespace(&provider, DIRECT_REMOTE_NS).await?;
+        let watch = ProviderWatch::start(provider, DIRECT_REMOTE_NS).await;
+        let args = vec![
+            format!("--origin-kubeconfig={}", peering.origin.kubeconfig.display()),
+            format!(
+                "--provider-kubeconfig={}",
+                peering.provider.kubeconfig.display()
+            ),
+            format!("--namespace={DIRECT_NS}"),
+            format!("--remote-namespace={DIRECT_REMOTE_NS}"),
+            format!("--concurrency={concurrency}"),
+        ];
+        let mut d = Self {
+            args,
+            child: None,
+            origin,
+            watch,
+        };
+        d.start().await?;
+        Ok(d)
+    }
+
+    /// Starts the copier and waits until it has applied what it listed.
+    async fn start(&mut self) -> anyhow::Result<()> {
+        let mut child = Command::new(refract_e2e::bin("direct-copier"))
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("failed to start direct-copier")?;
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            match lines.next_line().await? {
+                Some(l) if l.starts_with("synced") => break,
+                Some(_) => {}
+                None => anyhow::bail!("direct-copier exited before it synced"),
+            }
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Stops the copier.
+    pub async fn stop(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+impl Side for Direct {
+    fn origin(&self) -> &kube::Client {
+        &self.origin
+    }
+    fn origin_ns(&self) -> &str {
+        DIRECT_NS
+    }
+    fn watch(&self) -> &ProviderWatch {
+        &self.watch
+    }
+    fn processes(&self) -> Vec<(String, u32)> {
+        self.child
+            .as_ref()
+            .and_then(Child::id)
+            .map(|p| vec![("direct-copier".to_string(), p)])
+            .unwrap_or_default()
+    }
+    async fn restart(&mut self, _objects: usize) -> anyhow::Result<()> {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+        say("restarting direct-copier");
+        self.start().await
+    }
+}
