@@ -74,7 +74,10 @@ pub async fn burst(
 ) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     for_each_concurrently(n, |i| {
-        let (api, cm) = (api.clone(), config_map(&format!("{prefix}{i}"), bytes, prefix));
+        let (api, cm) = (
+            api.clone(),
+            config_map(&format!("{prefix}{i}"), bytes, prefix),
+        );
         async move { api.create(&PostParams::default(), &cm).await.map(|_| ()) }
     })
     .await

@@ -41,6 +41,10 @@ struct Args {
     /// Length of each steady-load window, seconds.
     #[arg(long, default_value_t = 20)]
     latency_seconds: u64,
+    /// Steady-load rate, objects per second (default: half Refract's throughput on the
+    /// largest burst, used for both systems).
+    #[arg(long)]
+    steady_rate: Option<f64>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     json: PathBuf,
@@ -71,17 +75,20 @@ async fn main() -> anyhow::Result<()> {
     )
     .await
     .context("failed to start the peering")?;
-    let plan = phases::Plan {
+    let mut plan = phases::Plan {
         sizes: args.sizes.clone(),
         data_bytes: args.data_bytes,
         idle: std::time::Duration::from_secs(args.idle_seconds),
         steady: std::time::Duration::from_secs(args.latency_seconds),
+        steady_rate: args.steady_rate,
     };
 
     say("== Refract (local-agent -> mTLS gRPC -> remote-agent)");
     let mut refract_side = sides::Refract::new(&mut peering).await?;
     let refract = phases::run("refract", &mut refract_side, &plan).await?;
     refract_side.clean_up().await?;
+    // The same load for the direct copier: comparable latencies.
+    plan.steady_rate = Some(refract.steady_rate);
 
     say("== direct copier (watch origin, server-side apply into the provider)");
     let mut direct_side = sides::Direct::new(&peering, args.concurrency).await?;

@@ -146,7 +146,12 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     // Fields after the command name (which may hold spaces) start at state, field 3.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // utime and stime are fields 14 and 15, i.e. indexes 11 and 12 after the state field.
     (ticks(11) + ticks(12)) / clock_ticks()
 }

@@ -25,6 +25,10 @@ pub struct Plan {
     pub idle: Duration,
     /// Each steady-load window.
     pub steady: Duration,
+    /// The steady rate, objects per second; `None` means half this system's throughput on
+    /// the largest burst (the first system's rate is then used for the second, so both are
+    /// measured under the same load).
+    pub steady_rate: Option<f64>,
 }
 
 fn rss(side: &impl Side) -> Vec<(String, u64)> {
@@ -35,7 +39,10 @@ fn rss(side: &impl Side) -> Vec<(String, u64)> {
 }
 
 fn cpu(side: &impl Side) -> f64 {
-    side.processes().iter().map(|(_, pid)| cpu_seconds(*pid)).sum()
+    side.processes()
+        .iter()
+        .map(|(_, pid)| cpu_seconds(*pid))
+        .sum()
 }
 
 /// Runs every phase against `side`.
@@ -55,7 +62,10 @@ pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Resul
 
     for (i, &n) in plan.sizes.iter().enumerate() {
         let prefix = format!("b{n}-");
-        say(&format!("{name}: burst of {n} ConfigMaps of {} bytes", plan.data_bytes));
+        say(&format!(
+            "{name}: burst of {n} ConfigMaps of {} bytes",
+            plan.data_bytes
+        ));
         let start = Instant::now();
         let creating = {
             let (origin, ns, prefix) = (origin.clone(), ns.clone(), prefix.clone());
@@ -75,7 +85,10 @@ pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Resul
             }
         };
         let secs = (done - start).as_secs_f64();
-        say(&format!("{name}: {n} objects on the provider in {secs:.2} s ({:.0}/s)", n as f64 / secs));
+        say(&format!(
+            "{name}: {n} objects on the provider in {secs:.2} s ({:.0}/s)",
+            n as f64 / secs
+        ));
         r.throughput.push((n, n as f64 / secs));
         changes += n as u64;
         if i + 1 < plan.sizes.len() {
@@ -90,7 +103,9 @@ pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Resul
     }
 
     let touched = largest.min(1000);
-    say(&format!("{name}: {touched} updates, then {touched} changes of a never-reflected annotation"));
+    say(&format!(
+        "{name}: {touched} updates, then {touched} changes of a never-reflected annotation"
+    ));
     let before = watch.writes();
     load::update(&origin, &ns, &largest_prefix, touched, plan.data_bytes).await?;
     watch
@@ -103,15 +118,22 @@ pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Resul
     tokio::time::sleep(SETTLE * 2).await;
     r.writes = watch.writes() - writes_start;
     r.effective_changes = changes;
-    say(&format!("{name}: {} provider writes for {changes} effective changes", r.writes));
+    say(&format!(
+        "{name}: {} provider writes for {changes} effective changes",
+        r.writes
+    ));
 
     r.objects = largest;
     r.rss_full = rss(side);
 
-    say(&format!("{name}: idle for {:?} with {largest} objects reflected", plan.idle));
+    say(&format!(
+        "{name}: idle for {:?} with {largest} objects reflected",
+        plan.idle
+    ));
     let (writes0, cpu0) = (watch.writes(), cpu(side));
     tokio::time::sleep(plan.idle).await;
     r.idle_writes = watch.writes() - writes0;
+    r.idle_seconds = plan.idle.as_secs();
     r.idle_cpu_seconds = cpu(side) - cpu0;
 
     say(&format!("{name}: restarting the origin side"));
@@ -126,15 +148,28 @@ pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Resul
         r.reconnect_seconds, r.reconnect_writes
     ));
 
-    let rate = r.throughput.last().map_or(1.0, |(_, t)| t / 2.0);
+    let rate = plan
+        .steady_rate
+        .unwrap_or_else(|| r.throughput.last().map_or(1.0, |(_, t)| t / 2.0));
     r.steady_rate = rate;
     for (kind, k8s_kind, prefix) in [
         (SteadyKind::ConfigMap, "ConfigMap", "lat-cm-"),
         (SteadyKind::Service, "Service", "lat-svc-"),
     ] {
-        say(&format!("{name}: {k8s_kind}s at {rate:.0}/s for {:?}", plan.steady));
-        let sent = load::steady(&origin, &ns, kind, prefix, rate, plan.steady, plan.data_bytes)
-            .await?;
+        say(&format!(
+            "{name}: {k8s_kind}s at {rate:.0}/s for {:?}",
+            plan.steady
+        ));
+        let sent = load::steady(
+            &origin,
+            &ns,
+            kind,
+            prefix,
+            rate,
+            plan.steady,
+            plan.data_bytes,
+        )
+        .await?;
         watch
             .until(PATIENCE, "every steady object on the provider", |w| {
                 w.present(k8s_kind, prefix) >= sent.len()

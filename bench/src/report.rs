@@ -22,7 +22,9 @@ impl Latency {
             return Self::default();
         }
         samples.sort_by(|a, b| a.total_cmp(b));
-        let at = |q: f64| samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1];
+        let at = |q: f64| {
+            samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1]
+        };
         Self {
             p50_ms: at(0.50),
             p99_ms: at(0.99),
@@ -49,6 +51,8 @@ pub struct SystemResult {
     pub writes: u64,
     /// Effective changes made at the origin during those phases.
     pub effective_changes: u64,
+    /// Length of the idle window, seconds.
+    pub idle_seconds: u64,
     /// Provider writes during the idle window.
     pub idle_writes: u64,
     /// CPU seconds of the system's processes during the idle window.
@@ -103,7 +107,11 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         );
     }
     for (what, r, d) in [
-        ("ConfigMap", refract.latency_configmap, direct.latency_configmap),
+        (
+            "ConfigMap",
+            refract.latency_configmap,
+            direct.latency_configmap,
+        ),
         ("Service", refract.latency_service, direct.latency_service),
     ] {
         row(
@@ -126,25 +134,41 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         );
     }
     row(
-        "steady rate for latency (objects/s)".into(),
+        "steady rate for latency, both systems (objects/s)".into(),
         format!("{:.0}", refract.steady_rate),
         format!("{:.0}", direct.steady_rate),
         String::new(),
     );
     row(
         "provider writes per effective change".into(),
-        format!("{:.2} ({}/{})", refract.amplification(), refract.writes, refract.effective_changes),
-        format!("{:.2} ({}/{})", direct.amplification(), direct.writes, direct.effective_changes),
+        format!(
+            "{:.2} ({}/{})",
+            refract.amplification(),
+            refract.writes,
+            refract.effective_changes
+        ),
+        format!(
+            "{:.2} ({}/{})",
+            direct.amplification(),
+            direct.writes,
+            direct.effective_changes
+        ),
         String::new(),
     );
     row(
-        format!("idle 60 s with {} objects: provider writes", refract.objects),
+        format!(
+            "idle {} s with {} objects: provider writes",
+            refract.idle_seconds, refract.objects
+        ),
         refract.idle_writes.to_string(),
         direct.idle_writes.to_string(),
         String::new(),
     );
     row(
-        "idle 60 s: CPU seconds of the system's processes".into(),
+        format!(
+            "idle {} s: CPU seconds of the system's processes",
+            refract.idle_seconds
+        ),
         format!("{:.2}", refract.idle_cpu_seconds),
         format!("{:.2}", direct.idle_cpu_seconds),
         String::new(),

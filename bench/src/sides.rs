@@ -157,7 +157,10 @@ impl Direct {
         create_namespace(&provider, DIRECT_REMOTE_NS).await?;
         let watch = ProviderWatch::start(provider, DIRECT_REMOTE_NS).await;
         let args = vec![
-            format!("--origin-kubeconfig={}", peering.origin.kubeconfig.display()),
+            format!(
+                "--origin-kubeconfig={}",
+                peering.origin.kubeconfig.display()
+            ),
             format!(
                 "--provider-kubeconfig={}",
                 peering.provider.kubeconfig.display()

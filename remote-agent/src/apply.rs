@@ -10,12 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
-use tokio_util::sync::CancellationToken;
 use kube::ResourceExt;
 use refract_shared::forge::token::{token_secret_name, FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
 use refract_shared::hash::object_hash;
@@ -28,6 +23,7 @@ use refract_shared::proto::{Delete, ObjectRef, Outcome, Upsert};
 use refract_shared::tls::ClusterId;
 
 use crate::kinds::Allowed;
+use crate::objects::TenantObjects;
 
 /// Annotation on a twin namespace: the origin namespace it mirrors.
 pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";
@@ -134,8 +130,9 @@ pub struct Applier {
     client: kube::Client,
     provider: ClusterId,
     pod_security_level: String,
-    /// Tenant namespaces, as a watch sees them: ownership checks cost no request.
-    namespaces: Store<Namespace>,
+    /// Tenant objects (namespaces included) as the watch sees them: most checks cost no
+    /// request.
+    objects: TenantObjects,
     /// The desired state of every tenant object this process has been sent.
     pub desired: DesiredStore,
 }
@@ -155,33 +152,19 @@ fn api_error(e: kube::Error) -> Answer {
 }
 
 impl Applier {
-    /// An applier writing with `client` as provider `provider`; watches tenant namespaces
-    /// until `shutdown`.
+    /// An applier writing with `client` as provider `provider`, reading what the tenant
+    /// objects' watch knows from `objects`.
     pub fn new(
         client: kube::Client,
         provider: ClusterId,
         pod_security_level: String,
-        shutdown: CancellationToken,
+        objects: TenantObjects,
     ) -> Self {
-        let (namespaces, writer) = reflector::store();
-        let feed = watcher(
-            Api::<Namespace>::all(client.clone()),
-            watcher::Config::default().labels(TENANT_NAMESPACE_LABEL),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = feed => {}
-            }
-        });
         Self {
             client,
             provider,
             pod_security_level,
-            namespaces,
+            objects,
             desired: DesiredStore::default(),
         }
     }
@@ -204,7 +187,7 @@ impl Applier {
     /// namespaces when it knows the namespace as the tenant's; asked of the API server
     /// otherwise (a namespace created a moment ago may not have reached the watch yet).
     async fn owns_namespace(&self, tenant: &ClusterId, namespace: &str) -> Result<bool, Answer> {
-        let cached = self.namespaces.get(&reflector::ObjectRef::new(namespace));
+        let cached = self.objects.get(Allowed::Namespace, "", namespace);
         if cached.is_some_and(|ns| {
             ns.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str())
                 && ns.metadata.deletion_timestamp.is_none()
@@ -273,7 +256,13 @@ impl Applier {
             name: object.name.clone(),
         };
         let api = self.api(kind, &object.namespace);
-        if let Some(existing) = api.get_opt(&object.name).await.map_err(api_error)? {
+        // The watch knows every object of ours; only an object it does not know (new, foreign,
+        // or written a moment ago) is read from the API server.
+        let existing = match self.objects.get(kind, &object.namespace, &object.name) {
+            Some(known) => Some((*known).clone()),
+            None => api.get_opt(&object.name).await.map_err(api_error)?,
+        };
+        if let Some(existing) = existing {
             let foreign = match kind {
                 Allowed::Namespace => {
                     existing

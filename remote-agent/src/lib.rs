@@ -15,6 +15,7 @@ pub mod events;
 pub mod inspect;
 pub mod kinds;
 pub mod metrics;
+pub mod objects;
 pub mod peer;
 pub mod pod_security;
 pub mod pod_status;
@@ -73,18 +74,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let registry = registry::Registry::default();
+    let (objects, changes) = objects::spawn(client.clone(), &args.cluster_id, token.clone());
     let applier = apply::Applier::new(
         client.clone(),
         args.cluster_id.clone(),
         args.pod_security_level.clone(),
-        token.clone(),
+        objects,
     );
-    restore::spawn_restorers(
-        client.clone(),
-        applier.clone(),
-        args.cluster_id.clone(),
-        token.clone(),
-    );
+    restore::spawn_restorer(applier.clone(), changes);
     let stores = shadowpod_controller::spawn(client.clone(), &args.cluster_id, token.clone());
     pod_status::spawn(stores, registry.clone(), token.clone());
     capacity::spawn(

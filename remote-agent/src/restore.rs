@@ -1,62 +1,40 @@
 //! Keeping tenants' objects as they sent them: a copy deleted or edited on the provider is
 //! re-applied from the desired state the tenant last sent.
 //!
-//! One watch per kind over objects labelled with this provider as destination. An event whose
-//! resourceVersion is not the one the remote agent last wrote means someone else touched the
-//! object; server-side apply with force takes back the fields Refract owns, and is a no-op (no
-//! write) when nothing of ours changed.
+//! Fed by the watch of tenant objects ([`crate::objects`]). An event whose resourceVersion is
+//! not the one the remote agent last wrote means someone else touched the object; server-side
+//! apply with force takes back the fields Refract owns, and is a no-op (no write) when nothing
+//! of ours changed.
 
-use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::api::DynamicObject;
+use kube::runtime::watcher;
 use kube::ResourceExt;
-use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_shared::keys::ORIGIN_LABEL;
+use refract_shared::options::Kind;
 use refract_shared::tls::ClusterId;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::mpsc;
 
 use crate::apply::{Applier, ObjectKey};
 use crate::kinds::Allowed;
-use refract_shared::options::Kind;
+use crate::objects::Change;
 
-/// Starts one restore watch per allowed kind.
-pub fn spawn_restorers(
-    client: kube::Client,
-    applier: Applier,
-    provider: ClusterId,
-    shutdown: CancellationToken,
-) {
-    for kind in Allowed::all() {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
-        let config = watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}"));
-        let applier = applier.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
-            loop {
-                let event = tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    e = events.next() => match e {
-                        Some(e) => e,
-                        None => return,
-                    },
-                };
-                match event {
-                    Ok(watcher::Event::Apply(obj)) if obj.metadata.deletion_timestamp.is_none() => {
-                        check(&applier, kind, &obj, obj.resource_version().as_deref()).await
-                    }
-                    // A claim deleted on the provider is not re-created: a new claim would be a
-                    // new, empty volume behind the origin's back (Liqo does the same).
-                    Ok(watcher::Event::Delete(_))
-                        if kind == Allowed::Reflected(Kind::PersistentVolumeClaim) => {}
-                    Ok(watcher::Event::Delete(obj)) => check(&applier, kind, &obj, None).await,
-                    Ok(_) => {}
-                    Err(error) => {
-                        tracing::warn!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind (is its CRD installed?); retrying with backoff")
-                    }
+/// Restores tenant objects as their changes arrive, until the stream ends.
+pub fn spawn_restorer(applier: Applier, mut changes: mpsc::Receiver<Change>) {
+    tokio::spawn(async move {
+        while let Some((kind, event)) = changes.recv().await {
+            match event {
+                watcher::Event::Apply(obj) if obj.metadata.deletion_timestamp.is_none() => {
+                    check(&applier, kind, &obj, obj.resource_version().as_deref()).await
                 }
+                // A claim deleted on the provider is not re-created: a new claim would be a
+                // new, empty volume behind the origin's back (Liqo does the same).
+                watcher::Event::Delete(_)
+                    if kind == Allowed::Reflected(Kind::PersistentVolumeClaim) => {}
+                watcher::Event::Delete(obj) => check(&applier, kind, &obj, None).await,
+                _ => {}
             }
-        });
-    }
+        }
+    });
 }
 
 async fn check(

@@ -85,7 +85,8 @@ async fn main() -> anyhow::Result<()> {
     let listed = cm_listed.1.await? + svc_listed.1.await?;
     // Everything listed at start-up is queued by now: synced once nothing is queued or being
     // written, twice in a row (a worker may be between taking a key and counting it).
-    let idle = || cm_queue.is_empty() && svc_queue.is_empty() && in_flight.load(Ordering::SeqCst) == 0;
+    let idle =
+        || cm_queue.is_empty() && svc_queue.is_empty() && in_flight.load(Ordering::SeqCst) == 0;
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         if idle() {

@@ -121,9 +121,8 @@ impl Agent {
     pub fn spawn(binary: &str, args: &[String], log: PathBuf) -> Self {
         let file = std::fs::File::create(&log).expect("log file");
         // Tests want the agents' debug logs; a benchmark sets REFRACT_AGENT_LOG_LEVEL quieter.
-        let level = std::env::var("REFRACT_AGENT_LOG_LEVEL").unwrap_or_else(|_| {
-            "info,refract_remote_agent=debug,refract_local_agent=debug".into()
-        });
+        let level = std::env::var("REFRACT_AGENT_LOG_LEVEL")
+            .unwrap_or_else(|_| "info,refract_remote_agent=debug,refract_local_agent=debug".into());
         let child = Command::new(bin(binary))
             .args(args)
             .env("REFRACT_LOG_LEVEL", level)

@@ -1,0 +1,93 @@
+//! Tenants' objects on the provider, as one watch per kind sees them.
+//!
+//! Every object the remote agent writes carries the destination label; one watch per allowed
+//! kind over that label keeps a store the applier reads before writing (an object already
+//! holding the desired state costs no request at all, one that differs costs one apply), and
+//! forwards each change to [`crate::restore`], which repairs copies edited or deleted on the
+//! provider.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use refract_shared::keys::DESTINATION_LABEL;
+use refract_shared::tls::ClusterId;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::kinds::Allowed;
+
+/// A change of a tenant object seen by the watch.
+pub type Change = (Allowed, watcher::Event<DynamicObject>);
+
+/// Read access to the watched tenant objects; clones share the stores.
+#[derive(Clone)]
+pub struct TenantObjects {
+    stores: Arc<BTreeMap<Allowed, Store<DynamicObject>>>,
+}
+
+impl TenantObjects {
+    /// The object `kind` `namespace/name` (namespace empty for namespaces), if the watch has it.
+    pub fn get(&self, kind: Allowed, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        let store = self.stores.get(&kind)?;
+        let dt = kind.resource();
+        let key = if matches!(kind, Allowed::Namespace) {
+            ObjectRef::new_with(name, dt)
+        } else {
+            ObjectRef::new_with(name, dt).within(namespace)
+        };
+        store.get(&key)
+    }
+}
+
+/// Starts one watch per allowed kind; returns the stores and the stream of changes.
+pub fn spawn(
+    client: kube::Client,
+    provider: &ClusterId,
+    shutdown: CancellationToken,
+) -> (TenantObjects, mpsc::Receiver<Change>) {
+    let (changes_tx, changes_rx) = mpsc::channel(1024);
+    let mut stores = BTreeMap::new();
+    for kind in Allowed::all() {
+        let resource = kind.resource();
+        let writer = reflector::store::Writer::new(resource.clone());
+        stores.insert(kind, writer.as_reader());
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let config = watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}"));
+        let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let mut events = watcher(api, config)
+                .default_backoff()
+                .reflect(writer)
+                .boxed();
+            loop {
+                let event = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    e = events.next() => match e {
+                        Some(e) => e,
+                        None => return,
+                    },
+                };
+                match event {
+                    Ok(event) => {
+                        if tx.send((kind, event)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind (is its CRD installed?); retrying with backoff")
+                    }
+                }
+            }
+        });
+    }
+    (
+        TenantObjects {
+            stores: Arc::new(stores),
+        },
+        changes_rx,
+    )
+}
