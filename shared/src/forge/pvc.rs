@@ -52,7 +52,12 @@ pub fn forge(claim: &PersistentVolumeClaim, ctx: &Context<'_>) -> Result<Decisio
     }
     let annotations = claim.metadata.annotations.clone().unwrap_or_default();
     let node = ctx.options.virtual_node_name();
+    // Once bound to the PV this agent made for it, the claim stays reflected whatever happens
+    // to the scheduler's annotation: un-reflecting it would delete the provider's volume.
+    let bound_here =
+        spec.volume_name.is_some() && spec.volume_name == super::volume::origin_volume_name(claim);
     match annotations.get(SELECTED_NODE_ANNOTATION) {
+        _ if bound_here => {}
         Some(selected) if *selected == node => {}
         Some(selected) => {
             return Ok(skip(format!(

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs the benchmark: Refract against a direct copier on two local control planes, in one run.
+# Builds what is missing first (release profile), and prints one table; JSON goes to
+# target/bench/results.json. Extra arguments go to refract-bench (see --help), for example
+#   ./scripts/bench.sh --sizes 1000,10000 --concurrency 8
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
+
+say "toolchain: etcd, Kubernetes 1.20.2 control plane (cached after the first run)"
+eval "$(scripts/ensure-toolchain.sh | grep '^REFRACT_K8S_BIN=')"
+export REFRACT_K8S_BIN
+
+say "building the agents, refract-certs, refract-bench and direct-copier (release)"
+cargo build --release --locked -p refract-local-agent -p refract-remote-agent -p refract-certs -p refract-bench --bins
+
+say "running (about 10 minutes with the default sizes)"
+exec target/release/refract-bench "$@"
