@@ -38,6 +38,10 @@ use crate::acks::{AckRouter, AckSink};
 use crate::extension::Extension;
 use queue::WorkQueue;
 
+/// kubectl's copy of the whole object, never reflected (see the default skip list): often as
+/// large as the object itself.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// How long before a transiently failed object is retried.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
@@ -158,6 +162,11 @@ pub fn spawn<K: Reflectable>(
         async move {
             let mut events = watcher(api, watcher::Config::default())
                 .default_backoff()
+                // What the forge never reads need not be kept for every object.
+                .modify(|obj| {
+                    obj.managed_fields_mut().clear();
+                    obj.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
+                })
                 .reflect(writer)
                 .boxed();
             while let Some(event) = events.next().await {

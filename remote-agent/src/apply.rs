@@ -7,12 +7,9 @@
 //! never deleted (`Conflict`). A hash of the desired state is stored on each object; a request
 //! whose hash matches is answered `Unchanged` without a write.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use kube::ResourceExt;
-use refract_shared::forge::token::{token_secret_name, FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
+use refract_shared::forge::token::SERVICE_ACCOUNT_LABEL;
 use refract_shared::hash::object_hash;
 use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, REMOTE_FIELD_MANAGER,
@@ -22,107 +19,16 @@ use refract_shared::options::Kind;
 use refract_shared::proto::{Delete, ObjectRef, Outcome, Upsert};
 use refract_shared::tls::ClusterId;
 
+use crate::desired::DesiredStore;
+pub use crate::desired::ObjectKey;
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
+use tokens::{is_token_secret, token_kind};
+
+mod tokens;
 
 /// Annotation on a twin namespace: the origin namespace it mirrors.
 pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";
-
-/// What the remote agent wants each tenant object to be, for restoring copies edited or
-/// deleted on the provider.
-#[derive(Clone, Default)]
-pub struct DesiredStore {
-    inner: Arc<Mutex<BTreeMap<ObjectKey, Remembered>>>,
-}
-
-/// Identifies one tenant object.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ObjectKey {
-    /// Tenant.
-    pub tenant: ClusterId,
-    /// Kind.
-    pub kind: Allowed,
-    /// Namespace (empty for namespaces).
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
-
-#[derive(Clone)]
-struct Remembered {
-    object: serde_json::Value,
-    resource_version: Option<String>,
-    /// A write of this object is under way: its watch events are the agent's own.
-    in_flight: bool,
-}
-
-impl DesiredStore {
-    fn remember(
-        &self,
-        key: ObjectKey,
-        object: serde_json::Value,
-        resource_version: Option<String>,
-    ) {
-        self.inner.lock().expect("desired store poisoned").insert(
-            key,
-            Remembered {
-                object,
-                resource_version,
-                in_flight: false,
-            },
-        );
-    }
-
-    /// Records the new desired state before it is written, so the write's own watch events are
-    /// not mistaken for someone else's edit (and never restore the previous state over it).
-    fn begin_write(&self, key: ObjectKey, object: serde_json::Value) {
-        self.inner.lock().expect("desired store poisoned").insert(
-            key,
-            Remembered {
-                object,
-                resource_version: None,
-                in_flight: true,
-            },
-        );
-    }
-
-    fn forget(&self, key: &ObjectKey) {
-        self.inner
-            .lock()
-            .expect("desired store poisoned")
-            .remove(key);
-    }
-
-    /// The desired object for `key`, if it differs from what was last written at
-    /// `resource_version` (or the object is gone, `None`).
-    pub fn needs_restore(
-        &self,
-        key: &ObjectKey,
-        resource_version: Option<&str>,
-    ) -> Option<serde_json::Value> {
-        let map = self.inner.lock().expect("desired store poisoned");
-        let r = map.get(key)?;
-        if r.in_flight {
-            return None;
-        }
-        match (resource_version, r.resource_version.as_deref()) {
-            (Some(seen), Some(written)) if seen == written => None,
-            _ => Some(r.object.clone()),
-        }
-    }
-
-    fn set_written(&self, key: &ObjectKey, resource_version: Option<String>) {
-        if let Some(r) = self
-            .inner
-            .lock()
-            .expect("desired store poisoned")
-            .get_mut(key)
-        {
-            r.resource_version = resource_version;
-            r.in_flight = false;
-        }
-    }
-}
 
 /// Writes tenants' objects into the provider cluster with the remote agent's own identity.
 #[derive(Clone)]
@@ -349,51 +255,6 @@ impl Applier {
         }
     }
 
-    /// Ties a pod's token Secret to the pod's ShadowPod (owner reference), so it goes with the
-    /// pod even if the origin never says so. A token Secret must be named after its pod, and
-    /// that pod's ShadowPod must be the tenant's: tokens are never mounted anywhere else.
-    async fn own_token_secret(
-        &self,
-        tenant: &ClusterId,
-        object: &ObjectRef,
-        desired: &mut serde_json::Value,
-    ) -> Result<(), Answer> {
-        let pod = desired["metadata"]["annotations"][FOR_POD_ANNOTATION]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        if pod.is_empty() || token_secret_name(&pod) != object.name {
-            return Err((
-                Outcome::Invalid,
-                format!(
-                    "a token Secret must be named <pod>-token after its {FOR_POD_ANNOTATION} annotation ({pod:?})"
-                ),
-            ));
-        }
-        let shadow = self
-            .api(Allowed::ShadowPod, &object.namespace)
-            .get_opt(&pod)
-            .await
-            .map_err(api_error)?
-            .filter(|s| self.is_ours(tenant, s))
-            .ok_or_else(|| {
-                (
-                    Outcome::Denied,
-                    format!(
-                        "no ShadowPod {}/{pod} of tenant {tenant} for these tokens",
-                        object.namespace
-                    ),
-                )
-            })?;
-        desired["metadata"]["ownerReferences"] = serde_json::json!([{
-            "apiVersion": refract_shared::forge::pod::SHADOWPOD_API_VERSION,
-            "kind": "ShadowPod",
-            "name": pod,
-            "uid": shadow.uid().unwrap_or_default(),
-        }]);
-        Ok(())
-    }
-
     /// Refuses a ShadowPod whose pod breaks the provider's security level.
     fn check_pod_security(&self, shadow: &serde_json::Value) -> Result<(), Answer> {
         let spec: k8s_openapi::api::core::v1::PodSpec =
@@ -609,20 +470,6 @@ impl Applier {
             }
         }
         Ok(deleted)
-    }
-}
-
-/// Whether `object` (of `kind`) is a pod's token Secret rather than a reflected Secret.
-fn is_token_secret(kind: Allowed, object: &serde_json::Value) -> bool {
-    kind == Allowed::Reflected(Kind::Secret)
-        && object["metadata"]["labels"][SERVICE_ACCOUNT_LABEL].is_string()
-}
-
-fn token_kind(token: bool) -> &'static str {
-    if token {
-        "a pod's ServiceAccount token Secret"
-    } else {
-        "a reflected Secret"
     }
 }
 

@@ -13,6 +13,7 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
 use refract_shared::keys::DESTINATION_LABEL;
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
@@ -61,6 +62,8 @@ pub fn spawn(
         tokio::spawn(async move {
             let mut events = watcher(api, config)
                 .default_backoff()
+                // Field ownership is the API server's business; no need to keep it per object.
+                .modify(|obj| obj.managed_fields_mut().clear())
                 .reflect(writer)
                 .boxed();
             loop {

@@ -14,6 +14,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+mod dispatch;
+
 use crate::apply::Applier;
 use crate::kinds::Allowed;
 use crate::metrics::{label, Metrics};
@@ -24,19 +26,6 @@ use crate::registry::{local_kind, Registry, Session, TapMessage};
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Outbound messages buffered per stream before the session waits for the peer to read.
 const OUTBOUND_BUFFER: usize = 256;
-/// Requests buffered per lane before the session stops reading the stream.
-const LANE_BUFFER: usize = 64;
-
-/// The lane of an object: the same object always goes to the same lane.
-fn lane_of(object: Option<&ObjectRef>, lanes: usize) -> usize {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    if let Some(o) = object {
-        (&o.kind, &o.namespace, &o.name).hash(&mut h);
-    }
-    (h.finish() % lanes as u64) as usize
-}
-
 /// The Reflection service.
 #[derive(Clone)]
 pub struct ReflectionService {
@@ -189,27 +178,13 @@ impl TenantSession {
         let _ = self.tx.send(Ok(message)).await;
     }
 
-    /// Reads the tenant's messages and hands each object's requests to one of the session's
-    /// lanes (chosen by the object's identity, so they apply in order), which run concurrently.
+    /// Reads the tenant's messages and applies them concurrently, each object's in order
+    /// ([`dispatch`]).
     async fn run(
         self: &std::sync::Arc<Self>,
         inbound: &mut Streaming<LocalMessage>,
     ) -> Result<(), Status> {
-        let lanes: Vec<mpsc::Sender<LocalMessage>> = (0..self.service.apply_concurrency.max(1))
-            .map(|_| {
-                let (lane_tx, mut lane_rx) = mpsc::channel::<LocalMessage>(LANE_BUFFER);
-                let session = self.clone();
-                tokio::spawn(
-                    async move {
-                        while let Some(message) = lane_rx.recv().await {
-                            session.handle(message).await;
-                        }
-                    }
-                    .in_current_span(),
-                );
-                lane_tx
-            })
-            .collect();
+        let dispatcher = dispatch::Dispatcher::new(self.service.apply_concurrency);
         loop {
             let message = tokio::select! {
                 _ = self.service.shutdown.cancelled() => {
@@ -235,16 +210,28 @@ impl TenantSession {
                 Some(local_message::Kind::Delete(d)) => self.see(d.object.as_ref(), false),
                 _ => {}
             }
-            let lane = match &message.kind {
+            let key = match &message.kind {
                 Some(local_message::Kind::Upsert(Upsert { object, .. }))
-                | Some(local_message::Kind::Delete(Delete { object, .. })) => {
-                    lane_of(object.as_ref(), lanes.len())
-                }
-                _ => 0,
+                | Some(local_message::Kind::Delete(Delete { object, .. })) => object
+                    .as_ref()
+                    .map(|o| (o.kind.clone(), o.namespace.clone(), o.name.clone())),
+                _ => None,
             };
-            // Waits when the lane is full: a busy provider slows the tenant's stream down.
-            if lanes[lane].send(message).await.is_err() {
-                return Ok(());
+            let session = self.clone();
+            match key {
+                Some(key) => {
+                    dispatcher
+                        .dispatch(key, message, move |m| {
+                            let session = session.clone();
+                            async move { session.handle(m).await }
+                        })
+                        .await
+                }
+                // SnapshotComplete and the rest: off the reader, so a long orphan collection
+                // does not hold the stream up.
+                None => {
+                    tokio::spawn(async move { session.handle(message).await }.in_current_span());
+                }
             }
         }
     }
