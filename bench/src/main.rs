@@ -83,16 +83,25 @@ async fn main() -> anyhow::Result<()> {
         steady_rate: args.steady_rate,
     };
 
+    let clusters: Vec<(String, u32)> =
+        [("origin", &peering.origin), ("provider", &peering.provider)]
+            .into_iter()
+            .flat_map(|(c, cp)| {
+                cp.processes()
+                    .into_iter()
+                    .map(move |(n, pid)| (format!("{c} {n}"), pid))
+            })
+            .collect();
     say("== Refract (local-agent -> mTLS gRPC -> remote-agent)");
     let mut refract_side = sides::Refract::new(&mut peering).await?;
-    let refract = phases::run("refract", &mut refract_side, &plan).await?;
+    let refract = phases::run("refract", &mut refract_side, &plan, &clusters).await?;
     refract_side.clean_up().await?;
     // The same load for the direct copier: comparable latencies.
     plan.steady_rate = Some(refract.steady_rate);
 
     say("== direct copier (watch origin, server-side apply into the provider)");
     let mut direct_side = sides::Direct::new(&peering, args.concurrency).await?;
-    let direct = phases::run("direct", &mut direct_side, &plan).await?;
+    let direct = phases::run("direct", &mut direct_side, &plan, &clusters).await?;
     direct_side.stop().await;
 
     let table = report::table(&refract, &direct);

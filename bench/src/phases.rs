@@ -45,8 +45,22 @@ fn cpu(side: &impl Side) -> f64 {
         .sum()
 }
 
+/// CPU seconds per process: the system's own and the clusters'.
+fn cpu_by_process(side: &impl Side, clusters: &[(String, u32)]) -> Vec<(String, f64)> {
+    side.processes()
+        .iter()
+        .chain(clusters)
+        .map(|(n, pid)| (n.clone(), cpu_seconds(*pid)))
+        .collect()
+}
+
 /// Runs every phase against `side`.
-pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Result<SystemResult> {
+pub async fn run(
+    name: &str,
+    side: &mut impl Side,
+    plan: &Plan,
+    clusters: &[(String, u32)],
+) -> anyhow::Result<SystemResult> {
     let mut r = SystemResult {
         system: name.into(),
         rss_empty: rss(side),
@@ -67,6 +81,7 @@ pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Resul
             plan.data_bytes
         ));
         let start = Instant::now();
+        let cpu_before = cpu_by_process(side, clusters);
         let creating = {
             let (origin, ns, prefix) = (origin.clone(), ns.clone(), prefix.clone());
             let bytes = plan.data_bytes;
@@ -85,6 +100,11 @@ pub async fn run(name: &str, side: &mut impl Side, plan: &Plan) -> anyhow::Resul
             }
         };
         let secs = (done - start).as_secs_f64();
+        r.burst_cpu = cpu_by_process(side, clusters)
+            .into_iter()
+            .zip(&cpu_before)
+            .map(|((n, after), (_, before))| (n, after - before))
+            .collect();
         say(&format!(
             "{name}: {n} objects on the provider in {secs:.2} s ({:.0}/s)",
             n as f64 / secs

@@ -63,6 +63,9 @@ pub struct SystemResult {
     pub rss_full: Vec<(String, u64)>,
     /// Objects reflected when `rss_full` was read.
     pub objects: usize,
+    /// CPU seconds of every process during the largest burst (the system's own, both
+    /// clusters' kube-apiserver and etcd): where the time goes.
+    pub burst_cpu: Vec<(String, f64)>,
     /// Seconds from restarting the origin-side process until both sides agree again.
     pub reconnect_seconds: f64,
     /// Provider writes caused by that restart.
@@ -207,6 +210,22 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         "restart of the origin side: provider writes".into(),
         refract.reconnect_writes.to_string(),
         direct.reconnect_writes.to_string(),
+        String::new(),
+    );
+    let cpu = |v: &[(String, f64)]| {
+        v.iter()
+            .filter(|(_, s)| *s >= 0.05)
+            .map(|(n, s)| format!("{n} {s:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    row(
+        format!(
+            "CPU seconds during the {}-object burst, by process",
+            refract.throughput.last().map_or(0, |(n, _)| *n)
+        ),
+        cpu(&refract.burst_cpu),
+        cpu(&direct.burst_cpu),
         String::new(),
     );
     let header = ["metric", "refract", "direct copier", "refract/direct"];

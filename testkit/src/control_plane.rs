@@ -230,6 +230,14 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// The processes of this control plane: (`etcd`, `kube-apiserver`, ..., pid).
+    pub fn processes(&self) -> Vec<(String, u32)> {
+        self.children
+            .iter()
+            .filter_map(|(name, child)| child.id().map(|pid| (name.clone(), pid)))
+            .collect()
+    }
+
     /// An admin client for this control plane.
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
