@@ -7,7 +7,10 @@
 //! never deleted (`Conflict`). A hash of the desired state is stored on each object; a request
 //! whose hash matches is answered `Unchanged` without a write.
 
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, GetParams, ListParams, ObjectMeta, Patch, PatchParams,
+    Preconditions,
+};
 use kube::ResourceExt;
 use refract_shared::forge::token::SERVICE_ACCOUNT_LABEL;
 use refract_shared::hash::object_hash;
@@ -83,8 +86,8 @@ impl Applier {
         }
     }
 
-    fn is_ours(&self, tenant: &ClusterId, obj: &DynamicObject) -> bool {
-        let labels = obj.labels();
+    fn is_ours(&self, tenant: &ClusterId, meta: &ObjectMeta) -> bool {
+        let labels = meta.labels.as_ref().cloned().unwrap_or_default();
         labels.get(ORIGIN_LABEL).map(String::as_str) == Some(tenant.as_str())
             && labels.get(DESTINATION_LABEL).map(String::as_str) == Some(self.provider.as_str())
     }
@@ -163,10 +166,13 @@ impl Applier {
         };
         let api = self.api(kind, &object.namespace);
         // The watch knows every object of ours; only an object it does not know (new, foreign,
-        // or written a moment ago) is read from the API server.
+        // or written a moment ago) is asked of the API server, its metadata from its cache.
         let existing = match self.objects.get(kind, &object.namespace, &object.name) {
             Some(known) => Some((*known).clone()),
-            None => api.get_opt(&object.name).await.map_err(api_error)?,
+            None => api
+                .get_metadata_opt_with(&object.name, &GetParams::any())
+                .await
+                .map_err(api_error)?,
         };
         if let Some(existing) = existing {
             let foreign = match kind {
@@ -177,7 +183,7 @@ impl Applier {
                         .map(String::as_str)
                         != Some(tenant.as_str())
                 }
-                _ => !self.is_ours(tenant, &existing),
+                _ => !self.is_ours(tenant, &existing.metadata),
             };
             if foreign {
                 return Ok((
@@ -380,7 +386,7 @@ impl Applier {
                     .map(String::as_str)
                     == Some(tenant.as_str())
             }
-            _ => self.is_ours(tenant, &existing),
+            _ => self.is_ours(tenant, &existing.metadata),
         };
         if !ours {
             return Ok((

@@ -1,16 +1,18 @@
 //! Tenants' objects on the provider, as one watch per kind sees them.
 //!
-//! Every object the remote agent writes carries the destination label; one watch per allowed
-//! kind over that label keeps a store the applier reads before writing (an object already
-//! holding the desired state costs no request at all, one that differs costs one apply), and
-//! forwards each change to [`crate::restore`], which repairs copies edited or deleted on the
-//! provider.
+//! Every object the remote agent writes carries the destination label; one metadata-only watch
+//! per allowed kind over that label keeps a store the applier reads before writing (an object
+//! already holding the desired state costs no request at all, one that differs costs one
+//! apply), and forwards each change to [`crate::restore`], which repairs copies edited or
+//! deleted on the provider. Metadata is all either needs (labels, the desired-state hash,
+//! resourceVersion), and it keeps both the API server's work and the agent's memory small.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
@@ -21,18 +23,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kinds::Allowed;
 
+/// A tenant object's metadata.
+pub type Meta = PartialObjectMeta<DynamicObject>;
+
 /// A change of a tenant object seen by the watch.
-pub type Change = (Allowed, watcher::Event<DynamicObject>);
+pub type Change = (Allowed, watcher::Event<Meta>);
 
 /// Read access to the watched tenant objects; clones share the stores.
 #[derive(Clone)]
 pub struct TenantObjects {
-    stores: Arc<BTreeMap<Allowed, Store<DynamicObject>>>,
+    stores: Arc<BTreeMap<Allowed, Store<Meta>>>,
 }
 
 impl TenantObjects {
     /// The object `kind` `namespace/name` (namespace empty for namespaces), if the watch has it.
-    pub fn get(&self, kind: Allowed, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+    pub fn get(&self, kind: Allowed, namespace: &str, name: &str) -> Option<Arc<Meta>> {
         let store = self.stores.get(&kind)?;
         let dt = kind.resource();
         let key = if matches!(kind, Allowed::Namespace) {
@@ -56,7 +61,8 @@ pub fn spawn(
         let resource = kind.resource();
         let writer = reflector::store::Writer::new(resource.clone());
         stores.insert(kind, writer.as_reader());
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        // An Api of partial objects asks for metadata only.
+        let api: Api<Meta> = Api::all_with(client.clone(), &resource);
         let config = watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}"));
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
         tokio::spawn(async move {

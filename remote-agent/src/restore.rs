@@ -6,7 +6,6 @@
 //! apply with force takes back the fields Refract owns, and is a no-op (no write) when nothing
 //! of ours changed.
 
-use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use kube::ResourceExt;
 use refract_shared::keys::ORIGIN_LABEL;
@@ -16,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::apply::{Applier, ObjectKey};
 use crate::kinds::Allowed;
-use crate::objects::Change;
+use crate::objects::{Change, Meta};
 
 /// Restores tenant objects as their changes arrive, until the stream ends.
 pub fn spawn_restorer(applier: Applier, mut changes: mpsc::Receiver<Change>) {
@@ -37,12 +36,7 @@ pub fn spawn_restorer(applier: Applier, mut changes: mpsc::Receiver<Change>) {
     });
 }
 
-async fn check(
-    applier: &Applier,
-    kind: Allowed,
-    obj: &DynamicObject,
-    resource_version: Option<&str>,
-) {
+async fn check(applier: &Applier, kind: Allowed, obj: &Meta, resource_version: Option<&str>) {
     let Some(tenant) = obj
         .labels()
         .get(ORIGIN_LABEL)

@@ -40,7 +40,7 @@ impl Applier {
             .get_opt(&pod)
             .await
             .map_err(api_error)?
-            .filter(|s| self.is_ours(tenant, s))
+            .filter(|s| self.is_ours(tenant, &s.metadata))
             .ok_or_else(|| {
                 (
                     Outcome::Denied,
