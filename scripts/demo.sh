@@ -243,10 +243,12 @@ for _ in $(seq 60); do
   [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pod db -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] && break; sleep 1
 done
 say "ORIGIN: the claim is Bound to a PV that mirrors the provider's volume and is pinned to the virtual node"
-run kubectl --kubeconfig "$ORIGIN" -n apps get pvc,pod/db -o wide
+run kubectl --kubeconfig "$ORIGIN" -n apps get pvc -o wide
+run kubectl --kubeconfig "$ORIGIN" -n apps get pod db -o wide
 run kubectl --kubeconfig "$ORIGIN" get pv -o custom-columns='NAME:.metadata.name,CAPACITY:.spec.capacity.storage,CLASS:.spec.storageClassName,CLAIM:.spec.claimRef.name,PROVIDER-VOLUME:.metadata.annotations.offloading\.refract\.io/remote-volume,NODE-AFFINITY:.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]'
 say "PROVIDER: the claim with the peering's storage class 'standard', and the pod's token Secret"
-run kubectl --kubeconfig "$PROVIDER" -n apps-origin get pvc,secret/db-token
+run kubectl --kubeconfig "$PROVIDER" -n apps-origin get pvc
+run kubectl --kubeconfig "$PROVIDER" -n apps-origin get secret db-token -L offloading.refract.io/service-account-name
 say "The reflected token authenticates at the origin as the pod's service account (TokenReview)"
 TOKEN=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get secret db-token -o json \
   | python3 -c 'import json,sys,base64; d=json.load(sys.stdin)["data"]; print(base64.b64decode(next(iter(d.values()))).decode())')
