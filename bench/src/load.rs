@@ -91,39 +91,46 @@ pub async fn update(
     n: usize,
     bytes: usize,
 ) -> anyhow::Result<()> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    for_each_concurrently(n, |i| {
-        let api = api.clone();
-        let patch = serde_json::json!({"data": {"payload": "y".repeat(bytes)}});
-        async move {
-            api.patch(
-                &format!("{prefix}{i}"),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map(|_| ())
-        }
-    })
+    let payload = "y".repeat(bytes);
+    patch_each(
+        client,
+        ns,
+        prefix,
+        n,
+        |_| serde_json::json!({"data": {"payload": payload}}),
+    )
     .await
 }
 
 /// Writes an annotation Refract never reflects on ConfigMaps `<prefix>0..n`: `n` origin
 /// writes, no effective change.
 pub async fn touch(client: &kube::Client, ns: &str, prefix: &str, n: usize) -> anyhow::Result<()> {
+    patch_each(
+        client,
+        ns,
+        prefix,
+        n,
+        |i| serde_json::json!({"metadata": {"annotations": {SKIPPED_ANNOTATION: i.to_string()}}}),
+    )
+    .await
+}
+
+/// Merge-patches ConfigMaps `<prefix>0..n` with `patch(i)`.
+async fn patch_each(
+    client: &kube::Client,
+    ns: &str,
+    prefix: &str,
+    n: usize,
+    patch: impl Fn(usize) -> serde_json::Value,
+) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     for_each_concurrently(n, |i| {
-        let api = api.clone();
-        let patch =
-            serde_json::json!({"metadata": {"annotations": {SKIPPED_ANNOTATION: format!("{i}")}}});
+        let (api, patch) = (api.clone(), patch(i));
+        let name = format!("{prefix}{i}");
         async move {
-            api.patch(
-                &format!("{prefix}{i}"),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map(|_| ())
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
         }
     })
     .await

@@ -428,6 +428,25 @@ impl Peering {
         }
     }
 
+    /// Waits until the NamespaceOffloading of `namespace` reports phase Ready.
+    pub async fn until_extended(&self, namespace: &str, within: Duration) {
+        self.eventually(within, &format!("namespace {namespace} extended"), || {
+            let phase = kubectl_get(
+                &self.origin,
+                &[
+                    "-n",
+                    namespace,
+                    "nso",
+                    "offloading",
+                    "-o",
+                    "jsonpath={.status.offloadingPhase}",
+                ],
+            )?;
+            (phase == "Ready").then_some(())
+        })
+        .await
+    }
+
     /// `kubectl` against the origin; panics on failure.
     pub fn origin_kubectl(&self, args: &[&str]) -> String {
         kubectl(&self.origin, args)

@@ -313,21 +313,7 @@ async fn privileged_pods_are_refused_and_strays_back_off() {
     let p = Peering::start_offloading().await.expect("peering");
     node_ready(&p).await;
     extend(&p, "apps", "{podOffloadingStrategy: Remote}");
-    p.eventually(WAIT, "namespace extended", || {
-        (origin_get(
-            &p,
-            &[
-                "-n",
-                "apps",
-                "nso",
-                "offloading",
-                "-o",
-                "jsonpath={.status.offloadingPhase}",
-            ],
-        )? == "Ready")
-            .then_some(())
-    })
-    .await;
+    p.until_extended("apps", WAIT).await;
     kubectl_stdin(
         &p.origin,
         &["apply", "-f", "-"],

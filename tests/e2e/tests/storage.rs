@@ -91,21 +91,7 @@ metadata: {name: scratch, namespace: apps}
 spec: {storageClassName: manual, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
 "#,
     );
-    p.eventually(WAIT, "namespace extended", || {
-        (origin_get(
-            &p,
-            &[
-                "-n",
-                "apps",
-                "nso",
-                "offloading",
-                "-o",
-                "jsonpath={.status.offloadingPhase}",
-            ],
-        )? == "Ready")
-            .then_some(())
-    })
-    .await;
+    p.until_extended("apps", WAIT).await;
     // Before any consumer, nothing is provisioned anywhere.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(provider_get(&p, &["-n", "apps-origin", "pvc", "data", "-o", "name"]).is_none());
