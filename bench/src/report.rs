@@ -117,24 +117,18 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         ),
         ("Service", refract.latency_service, direct.latency_service),
     ] {
-        row(
-            format!("latency {what} p50 (ms)"),
-            format!("{:.1}", r.p50_ms),
-            format!("{:.1}", d.p50_ms),
-            ratio(r.p50_ms, d.p50_ms),
-        );
-        row(
-            format!("latency {what} p99 (ms)"),
-            format!("{:.1}", r.p99_ms),
-            format!("{:.1}", d.p99_ms),
-            ratio(r.p99_ms, d.p99_ms),
-        );
-        row(
-            format!("latency {what} max (ms)"),
-            format!("{:.1}", r.max_ms),
-            format!("{:.1}", d.max_ms),
-            ratio(r.max_ms, d.max_ms),
-        );
+        for (q, rv, dv) in [
+            ("p50", r.p50_ms, d.p50_ms),
+            ("p99", r.p99_ms, d.p99_ms),
+            ("max", r.max_ms, d.max_ms),
+        ] {
+            row(
+                format!("latency {what} {q} (ms)"),
+                format!("{rv:.1}"),
+                format!("{dv:.1}"),
+                ratio(rv, dv),
+            );
+        }
     }
     row(
         "steady rate for latency, both systems (objects/s)".into(),

@@ -87,9 +87,14 @@ impl Applier {
     }
 
     fn is_ours(&self, tenant: &ClusterId, meta: &ObjectMeta) -> bool {
-        let labels = meta.labels.as_ref().cloned().unwrap_or_default();
-        labels.get(ORIGIN_LABEL).map(String::as_str) == Some(tenant.as_str())
-            && labels.get(DESTINATION_LABEL).map(String::as_str) == Some(self.provider.as_str())
+        let label = |k: &str| {
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get(k))
+                .map(String::as_str)
+        };
+        label(ORIGIN_LABEL) == Some(tenant.as_str())
+            && label(DESTINATION_LABEL) == Some(self.provider.as_str())
     }
 
     /// Whether `namespace` exists and belongs to `tenant`. Answered from the watch of tenant
@@ -153,7 +158,8 @@ impl Applier {
         if kind == Allowed::ShadowPod {
             self.check_pod_security(&desired)?;
         }
-        if is_token_secret(kind, &desired) {
+        let token = is_token_secret(kind, &desired);
+        if token {
             self.own_token_secret(tenant, object, &mut desired).await?;
         }
         let hash = object_hash(&desired);
@@ -198,14 +204,14 @@ impl Applier {
             }
             let existing_token = kind == Allowed::Reflected(Kind::Secret)
                 && existing.labels().contains_key(SERVICE_ACCOUNT_LABEL);
-            if is_token_secret(kind, &desired) != existing_token {
+            if token != existing_token {
                 return Ok((
                     Outcome::Conflict,
                     format!(
                         "Secret {} exists as {} and cannot be replaced by {}; left untouched",
                         object.display_name(),
                         token_kind(existing_token),
-                        token_kind(is_token_secret(kind, &desired)),
+                        token_kind(token),
                     ),
                 ));
             }

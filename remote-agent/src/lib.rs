@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod capacity;
 mod cli;
+pub mod delivered;
 pub mod desired;
 pub mod events;
 pub mod inspect;

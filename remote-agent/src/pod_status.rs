@@ -4,7 +4,6 @@
 //! status is sent unless the tenant's current session already has exactly that status. A
 //! reconnecting origin therefore gets every status again without asking.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use kube::runtime::reflector::ObjectRef;
@@ -16,6 +15,7 @@ use refract_shared::proto::{remote_message, PodStatus, RemoteMessage};
 use refract_shared::tls::ClusterId;
 use tokio_util::sync::CancellationToken;
 
+use crate::delivered::Delivered;
 use crate::registry::Registry;
 use crate::shadowpod_controller::Stores;
 
@@ -25,8 +25,7 @@ const RESCAN: Duration = Duration::from_secs(2);
 /// Starts the status stream.
 pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
     tokio::spawn(async move {
-        // pod UID → (session, status hash) last sent
-        let mut sent: HashMap<String, (String, String)> = HashMap::new();
+        let mut delivered = Delivered::default();
         let mut tick = tokio::time::interval(RESCAN);
         loop {
             tokio::select! {
@@ -57,7 +56,7 @@ pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
                 let status = serde_json::to_value(&pod.status).unwrap_or_default();
                 let hash = desired_hash(&serde_json::json!([status, recreations]));
                 let uid = pod.uid().unwrap_or_default();
-                if sent.get(&uid) == Some(&(session.clone(), hash.clone())) {
+                if delivered.has(&uid, &session, &hash) {
                     continue;
                 }
                 let message = RemoteMessage {
@@ -70,12 +69,12 @@ pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
                     })),
                 };
                 if registry.send_to(&tenant, message).await {
-                    sent.insert(uid, (session, hash));
+                    delivered.record(uid, session, hash);
                 }
             }
             let live: std::collections::HashSet<String> =
                 stores.pods.state().iter().filter_map(|p| p.uid()).collect();
-            sent.retain(|uid, _| live.contains(uid));
+            delivered.retain(&live);
         }
     });
 }

@@ -5,7 +5,6 @@
 //! so a reconnecting origin gets them all again without asking. A volume is only sent to the
 //! tenant whose labels its claim carries.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -20,6 +19,7 @@ use refract_shared::proto::{remote_message, PersistentVolume as VolumeMessage, R
 use refract_shared::tls::ClusterId;
 use tokio_util::sync::CancellationToken;
 
+use crate::delivered::Delivered;
 use crate::registry::Registry;
 
 /// How often every volume is re-checked against what each session has.
@@ -64,8 +64,7 @@ async fn send_loop(
     claims: Store<PersistentVolumeClaim>,
     registry: Registry,
 ) {
-    // volume UID → (session, hash) last sent
-    let mut sent: HashMap<String, (String, String)> = HashMap::new();
+    let mut delivered = Delivered::default();
     let mut tick = tokio::time::interval(RESCAN);
     loop {
         tick.tick().await;
@@ -78,7 +77,7 @@ async fn send_loop(
             };
             let hash = desired_hash(&serde_json::json!([volume.metadata.name, volume.spec]));
             let uid = volume.uid().unwrap_or_default();
-            if sent.get(&uid) == Some(&(session.clone(), hash.clone())) {
+            if delivered.has(&uid, &session, &hash) {
                 continue;
             }
             let message = RemoteMessage {
@@ -86,12 +85,12 @@ async fn send_loop(
             };
             if registry.send_to(&tenant, message).await {
                 tracing::info!(%tenant, volume = %volume.name_any(), "sent a provider volume to its origin");
-                sent.insert(uid, (session, hash));
+                delivered.record(uid, session, hash);
             }
         }
         let live: std::collections::HashSet<String> =
             volumes.state().iter().filter_map(|v| v.uid()).collect();
-        sent.retain(|uid, _| live.contains(uid));
+        delivered.retain(&live);
     }
 }
 

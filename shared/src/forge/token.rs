@@ -41,8 +41,6 @@ pub struct TokenSource {
     pub audience: Option<String>,
     /// The lifetime asked for.
     pub expiration_seconds: i64,
-    /// Where the token is mounted in its volume.
-    pub path: String,
 }
 
 /// The name of the provider Secret holding `pod`'s tokens.
@@ -84,7 +82,6 @@ pub fn token_sources(pod: &Pod) -> Vec<TokenSource> {
                     key: token_key(&v.name, &t.path),
                     audience: t.audience.clone().filter(|a| !a.is_empty()),
                     expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS),
-                    path: t.path.clone(),
                 })
         })
         .collect()

@@ -527,6 +527,16 @@ pub fn kubectl_get(cp: &ControlPlane, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `kubectl get` against the origin of `p`; `None` when the object does not exist.
+pub fn origin_get(p: &Peering, args: &[&str]) -> Option<String> {
+    kubectl_get(&p.origin, args)
+}
+
+/// `kubectl get` against the provider of `p`; `None` when the object does not exist.
+pub fn provider_get(p: &Peering, args: &[&str]) -> Option<String> {
+    kubectl_get(&p.provider, args)
+}
+
 /// Parses grpcurl's JSON output.
 pub fn json_of(out: &Output) -> anyhow::Result<serde_json::Value> {
     if !out.status.success() {

@@ -4,17 +4,9 @@
 
 use std::time::Duration;
 
-use refract_e2e::{kubectl_get, kubectl_stdin, Peering, NODE_IP};
+use refract_e2e::{kubectl_stdin, origin_get, provider_get, Peering, NODE_IP};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn origin_get(p: &Peering, args: &[&str]) -> Option<String> {
-    kubectl_get(&p.origin, args)
-}
-
-fn provider_get(p: &Peering, args: &[&str]) -> Option<String> {
-    kubectl_get(&p.provider, args)
-}
 
 async fn node_ready(p: &Peering) {
     p.eventually(WAIT, "virtual node Ready", || {

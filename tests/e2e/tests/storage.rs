@@ -6,18 +6,10 @@
 
 use std::time::Duration;
 
-use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
+use refract_e2e::{kubectl_stdin, origin_get, provider_get, Peering};
 use refract_testkit::fake_kubelet::{self, FakeNode};
 
 const WAIT: Duration = Duration::from_secs(90);
-
-fn origin_get(p: &Peering, args: &[&str]) -> Option<String> {
-    kubectl_get(&p.origin, args)
-}
-
-fn provider_get(p: &Peering, args: &[&str]) -> Option<String> {
-    kubectl_get(&p.provider, args)
-}
 
 fn pod(name: &str, node_selector: &str) -> String {
     format!(
