@@ -23,7 +23,7 @@ use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use refract_shared::forge::{self, Context, Decision};
-use refract_shared::hash::object_hash;
+use refract_shared::hash::bytes_hash;
 use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::proto::{
@@ -366,7 +366,9 @@ impl<K: Reflectable> Reflector<K> {
         match decision {
             Some(Decision::Reflect(desired)) => {
                 let obj = obj.expect("decided on an object");
-                let hash = object_hash(&desired.object);
+                // What was sent is told apart by the hash of the bytes sent.
+                let json = serde_json::to_vec(&desired.object).expect("JSON serializes");
+                let hash = bytes_hash(&json);
                 let remote = ObjectRef {
                     api_version: self.kind.api_version().into(),
                     kind: self.kind.kind().into(),
@@ -394,7 +396,7 @@ impl<K: Reflectable> Reflector<K> {
                     local_message::Kind::Upsert(Upsert {
                         object: Some(remote),
                         revision: obj.resource_version().unwrap_or_default(),
-                        object_json: serde_json::to_vec(&desired.object).expect("JSON serializes"),
+                        object_json: json,
                         origin_uid: obj.uid().unwrap_or_default(),
                     }),
                 )

@@ -7,16 +7,17 @@
 //! never deleted (`Conflict`). A hash of the desired state is stored on each object; a request
 //! whose hash matches is answered `Unchanged` without a write.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
 use kube::api::{
-    Api, DeleteParams, DynamicObject, GetParams, ListParams, ObjectMeta, Patch, PatchParams,
-    Preconditions,
+    Api, DeleteParams, DynamicObject, GetParams, ListParams, ObjectMeta, Preconditions,
 };
 use kube::ResourceExt;
 use refract_shared::forge::token::SERVICE_ACCOUNT_LABEL;
-use refract_shared::hash::object_hash;
+use refract_shared::hash::desired_hash;
 use refract_shared::keys::{
-    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, REMOTE_FIELD_MANAGER,
-    TENANT_NAMESPACE_LABEL,
+    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, TENANT_NAMESPACE_LABEL,
 };
 use refract_shared::options::Kind;
 use refract_shared::proto::{Delete, ObjectRef, Outcome, Upsert};
@@ -27,8 +28,10 @@ pub use crate::desired::ObjectKey;
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
 use tokens::{is_token_secret, token_kind};
+use write::{Mode, Refused};
 
 mod tokens;
+mod write;
 
 /// Annotation on a twin namespace: the origin namespace it mirrors.
 pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";
@@ -44,6 +47,9 @@ pub struct Applier {
     objects: TenantObjects,
     /// The desired state of every tenant object this process has been sent.
     pub desired: DesiredStore,
+    /// Kinds whose API refuses guarded creates (see [`write::Mode::CreateOnly`]): their new
+    /// objects are read before being created.
+    unguarded: Arc<Mutex<BTreeSet<Allowed>>>,
 }
 
 /// The result of one request.
@@ -75,6 +81,7 @@ impl Applier {
             pod_security_level,
             objects,
             desired: DesiredStore::default(),
+            unguarded: Arc::default(),
         }
     }
 
@@ -162,7 +169,9 @@ impl Applier {
         if token {
             self.own_token_secret(tenant, object, &mut desired).await?;
         }
-        let hash = object_hash(&desired);
+        // `object_hash` without its copy: `desired_object` left an annotations map without the
+        // hash in it.
+        let hash = desired_hash(&desired);
         desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
         let key = ObjectKey {
             tenant: tenant.clone(),
@@ -171,76 +180,169 @@ impl Applier {
             name: object.name.clone(),
         };
         let api = self.api(kind, &object.namespace);
-        // The watch knows every object of ours; only an object it does not know (new, foreign,
-        // or written a moment ago) is asked of the API server, its metadata from its cache.
-        let existing = match self.objects.get(kind, &object.namespace, &object.name) {
-            Some(known) => Some((*known).clone()),
-            None => api
-                .get_metadata_opt_with(&object.name, &GetParams::any())
-                .await
-                .map_err(api_error)?,
-        };
-        if let Some(existing) = existing {
-            let foreign = match kind {
-                Allowed::Namespace => {
-                    existing
-                        .labels()
-                        .get(TENANT_NAMESPACE_LABEL)
-                        .map(String::as_str)
-                        != Some(tenant.as_str())
+        // The watch knows every object of ours: one it has is checked without a request, and
+        // one it does not have is most likely new, so it is created in one request that cannot
+        // take over an existing object. Only when that create finds the object there (someone
+        // else's, or one written a moment ago) is its metadata read.
+        let known = self.objects.get(kind, &object.namespace, &object.name);
+        let mut consistent_read = false;
+        match known {
+            Some(known) => {
+                if let Some(answer) =
+                    self.settled(tenant, kind, object, token, &hash, &known.metadata)
+                {
+                    return self.settle(answer, key, desired, known.resource_version());
                 }
-                _ => !self.is_ours(tenant, &existing.metadata),
-            };
-            if foreign {
-                return Ok((
-                    Outcome::Conflict,
-                    format!(
-                        "{} {} exists on cluster {:?} and was not reflected by {tenant}; left untouched",
-                        kind.kind(),
-                        object.display_name(),
-                        self.provider.as_str()
-                    ),
-                ));
+                return self
+                    .write(&api, key, desired, Mode::Apply)
+                    .await
+                    .map_err(Refused::into_answer);
             }
-            let existing_token = kind == Allowed::Reflected(Kind::Secret)
-                && existing.labels().contains_key(SERVICE_ACCOUNT_LABEL);
-            if token != existing_token {
-                return Ok((
-                    Outcome::Conflict,
-                    format!(
-                        "Secret {} exists as {} and cannot be replaced by {}; left untouched",
-                        object.display_name(),
-                        token_kind(existing_token),
-                        token_kind(token),
-                    ),
-                ));
+            None if self.guards_creates(kind) => {
+                match self
+                    .write(&api, key.clone(), desired.clone(), Mode::CreateOnly)
+                    .await
+                {
+                    Err(Refused::Exists) => consistent_read = true,
+                    Err(Refused::GuardUnsupported) => {
+                        tracing::info!(
+                            kind = kind.kind(),
+                            "this API refuses guarded creates; reading before creating instead"
+                        );
+                        self.unguarded
+                            .lock()
+                            .expect("unguarded poisoned")
+                            .insert(kind);
+                    }
+                    Err(Refused::Failed(answer)) => return Err(answer),
+                    Ok(answer) => return Ok(answer),
+                }
             }
-            if existing.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
-                self.desired
-                    .remember(key, desired, existing.resource_version());
-                return Ok((Outcome::Unchanged, String::new()));
-            }
+            None => {}
         }
-        self.desired.begin_write(key.clone(), desired.clone());
-        let written = self.apply(&api, &object.name, &desired).await;
-        self.desired
-            .set_written(&key, written.as_ref().ok().cloned().flatten());
-        written?;
-        Ok((Outcome::Applied, String::new()))
-    }
-
-    async fn apply(
-        &self,
-        api: &Api<DynamicObject>,
-        name: &str,
-        desired: &serde_json::Value,
-    ) -> Result<Option<String>, Answer> {
-        let params = PatchParams::apply(REMOTE_FIELD_MANAGER).force();
-        let applied = api
-            .patch(name, &params, &Patch::Apply(desired))
+        // After a refused create the object exists: read it from etcd, not from the API
+        // server's cache, which may not have it yet.
+        let params = if consistent_read {
+            GetParams::default()
+        } else {
+            GetParams::any()
+        };
+        let existing = api
+            .get_metadata_opt_with(&object.name, &params)
             .await
             .map_err(api_error)?;
-        Ok(applied.resource_version())
+        if let Some(existing) = &existing {
+            if let Some(answer) =
+                self.settled(tenant, kind, object, token, &hash, &existing.metadata)
+            {
+                return self.settle(answer, key, desired, existing.resource_version());
+            }
+        }
+        self.write(&api, key, desired, Mode::Apply)
+            .await
+            .map_err(Refused::into_answer)
+    }
+
+    /// What to answer without writing, given the object on the provider: `Conflict` for a
+    /// foreign object (or a Secret of the other sort), `Unchanged` when it holds the desired
+    /// state; `None` when it must be written.
+    fn settled(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        object: &ObjectRef,
+        token: bool,
+        hash: &str,
+        existing: &ObjectMeta,
+    ) -> Option<Answer> {
+        let labels = existing.labels.as_ref();
+        let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+        let foreign = match kind {
+            Allowed::Namespace => label(TENANT_NAMESPACE_LABEL) != Some(tenant.as_str()),
+            _ => !self.is_ours(tenant, existing),
+        };
+        if foreign {
+            return Some((
+                Outcome::Conflict,
+                format!(
+                    "{} {} exists on cluster {:?} and was not reflected by {tenant}; left untouched",
+                    kind.kind(),
+                    object.display_name(),
+                    self.provider.as_str()
+                ),
+            ));
+        }
+        let existing_token =
+            kind == Allowed::Reflected(Kind::Secret) && label(SERVICE_ACCOUNT_LABEL).is_some();
+        if token != existing_token {
+            return Some((
+                Outcome::Conflict,
+                format!(
+                    "Secret {} exists as {} and cannot be replaced by {}; left untouched",
+                    object.display_name(),
+                    token_kind(existing_token),
+                    token_kind(token),
+                ),
+            ));
+        }
+        let annotations = existing.annotations.as_ref();
+        (annotations
+            .and_then(|a| a.get(DESIRED_HASH_ANNOTATION))
+            .map(String::as_str)
+            == Some(hash))
+        .then(|| (Outcome::Unchanged, String::new()))
+    }
+
+    /// Returns a settled answer; an object found holding the desired state is remembered as
+    /// written at `resource_version`.
+    fn settle(
+        &self,
+        answer: Answer,
+        key: ObjectKey,
+        desired: serde_json::Value,
+        resource_version: Option<String>,
+    ) -> Result<Answer, Answer> {
+        if answer.0 == Outcome::Unchanged {
+            self.desired.remember(key, desired, resource_version);
+        }
+        Ok(answer)
+    }
+
+    /// Whether creates of `kind` go through the guarded apply (see [`write::Mode`]).
+    fn guards_creates(&self, kind: Allowed) -> bool {
+        !self
+            .unguarded
+            .lock()
+            .expect("unguarded poisoned")
+            .contains(&kind)
+    }
+
+    /// Writes `desired`, recording it as the agent's own write while it is under way (so its
+    /// watch events are never taken for someone else's edit).
+    async fn write(
+        &self,
+        api: &Api<DynamicObject>,
+        key: ObjectKey,
+        desired: serde_json::Value,
+        mode: Mode,
+    ) -> Result<Answer, Refused> {
+        let mut body = desired.clone();
+        self.desired.begin_write(key.clone(), desired);
+        match write::write(api, &self.client, &key.name, &mut body, mode).await {
+            Ok(rv) => {
+                self.desired.set_written(&key, rv);
+                Ok((Outcome::Applied, String::new()))
+            }
+            Err(Refused::Failed(answer)) => {
+                self.desired.set_written(&key, None);
+                Err(Refused::Failed(answer))
+            }
+            // Nothing was written: the object is not ours to remember (yet).
+            Err(refused) => {
+                self.desired.forget(&key);
+                Err(refused)
+            }
+        }
     }
 
     /// Re-applies a remembered desired object (restoring a copy edited or deleted on the
@@ -258,12 +360,12 @@ impl Applier {
         if let Some(rv) = observed {
             desired["metadata"]["resourceVersion"] = rv.into();
         }
-        match self.apply(&api, &key.name, &desired).await {
+        match write::write(&api, &self.client, &key.name, &mut desired, Mode::Apply).await {
             Ok(rv) => {
                 self.desired.set_written(key, rv);
                 (Outcome::Applied, String::new())
             }
-            Err(a) => a,
+            Err(refused) => refused.into_answer(),
         }
     }
 
@@ -334,9 +436,10 @@ impl Applier {
         let annotations = meta
             .entry("annotations")
             .or_insert_with(|| serde_json::json!({}));
-        if !annotations.is_object() {
+        let Some(annotations) = annotations.as_object_mut() else {
             return Err(invalid("metadata.annotations is not a map".into()));
-        }
+        };
+        annotations.remove(DESIRED_HASH_ANNOTATION);
         Ok(value)
     }
 

@@ -5,7 +5,12 @@ use sha2::{Digest, Sha256};
 /// SHA-256 (hex, first 32 characters) of the canonical JSON of `value`. serde_json's maps are
 /// ordered (BTreeMap), so equal objects always hash equally.
 pub fn desired_hash(value: &serde_json::Value) -> String {
-    let bytes = serde_json::to_vec(value).expect("JSON values always serialize");
+    bytes_hash(&serde_json::to_vec(value).expect("JSON values always serialize"))
+}
+
+/// SHA-256 (hex, first 32 characters) of `bytes`: for JSON that was serialized anyway, so a
+/// value is not serialized twice.
+pub fn bytes_hash(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }

@@ -389,6 +389,7 @@ async fn foreign_objects_are_left_alone_copies_restored_and_restarts_write_nothi
         "taken",
         "--from-literal=owner=provider",
     ]);
+    let foreign_version = provider(&p, twin, "configmap/taken", "{.metadata.resourceVersion}");
     apply_origin(
         &p,
         r#"
@@ -435,6 +436,11 @@ stringData: {v: "1"}
     assert_eq!(
         provider(&p, twin, "configmap/taken", "{.data.owner}").as_deref(),
         Some("provider")
+    );
+    // Not written at all, not even labelled: the create that found it there was refused.
+    assert_eq!(
+        provider(&p, twin, "configmap/taken", "{.metadata.resourceVersion}"),
+        foreign_version
     );
 
     // A reflected copy deleted or edited on the provider comes back.

@@ -1,0 +1,100 @@
+//! The one write the remote agent makes of a tenant object: a server-side apply, optionally
+//! guarded so that it can only create.
+//!
+//! Only the written resourceVersion is read back from the API server's answer: the rest of the
+//! object (several KiB, parsed into a tree by `Api::patch`) is of no use to the agent.
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::Request;
+use refract_shared::keys::REMOTE_FIELD_MANAGER;
+use refract_shared::proto::Outcome;
+use serde::Deserialize;
+
+use super::{api_error, Answer};
+
+/// A resourceVersion no stored object can have (the largest the API server parses). An apply
+/// carrying it creates the object when it is absent, and when it is present fails with 409
+/// without writing, as an optimistic-concurrency precondition does: a create in one request,
+/// which can never take over an object created a moment ago by someone else.
+const ABSENT_GUARD: &str = "18446744073709551615";
+
+/// How an object is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Server-side apply with force: creates or updates the fields Refract owns.
+    Apply,
+    /// The same apply, but only if the object does not exist yet.
+    CreateOnly,
+}
+
+/// Why a write did not happen.
+#[derive(Debug)]
+pub(super) enum Refused {
+    /// `CreateOnly`, and the object exists.
+    Exists,
+    /// `CreateOnly`, and this kind's API refuses a resourceVersion on create (Services up to
+    /// Kubernetes 1.22 are not stored by the generic registry); nothing was written.
+    GuardUnsupported,
+    /// Any other failure, as the tenant is told.
+    Failed(Answer),
+}
+
+impl Refused {
+    /// The answer for the tenant.
+    pub(super) fn into_answer(self) -> Answer {
+        match self {
+            Refused::Failed(answer) => answer,
+            Refused::Exists => (Outcome::Transient, "the object exists already".into()),
+            Refused::GuardUnsupported => (
+                Outcome::Transient,
+                "the API refused a guarded create".into(),
+            ),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(Deserialize)]
+struct WrittenMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+/// Writes `desired` as `name` through `api`; returns the written resourceVersion.
+pub(super) async fn write(
+    api: &Api<DynamicObject>,
+    client: &kube::Client,
+    name: &str,
+    desired: &mut serde_json::Value,
+    mode: Mode,
+) -> Result<Option<String>, Refused> {
+    let params = PatchParams::apply(REMOTE_FIELD_MANAGER).force();
+    if mode == Mode::CreateOnly {
+        desired["metadata"]["resourceVersion"] = ABSENT_GUARD.into();
+    }
+    let request = Request::new(api.resource_url()).patch(name, &params, &Patch::Apply(&*desired));
+    if mode == Mode::CreateOnly {
+        if let Some(meta) = desired["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+    }
+    let request = request.map_err(|e| Refused::Failed(api_error(kube::Error::BuildRequest(e))))?;
+    match client.request::<Written>(request).await {
+        Ok(written) => Ok(written.metadata.resource_version),
+        Err(kube::Error::Api(s)) if mode == Mode::CreateOnly && s.code == 409 => {
+            Err(Refused::Exists)
+        }
+        Err(kube::Error::Api(s))
+            if mode == Mode::CreateOnly
+                && s.message
+                    .contains("resourceVersion should not be set on objects to be created") =>
+        {
+            Err(Refused::GuardUnsupported)
+        }
+        Err(e) => Err(Refused::Failed(api_error(e))),
+    }
+}
