@@ -35,6 +35,10 @@ struct Args {
     /// agent's apply concurrency; the direct copier's writers per kind.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    /// Worker threads of every Rust process of both systems (the agents' --worker-threads,
+    /// and the direct copier's).
+    #[arg(long, default_value_t = 1)]
+    worker_threads: u16,
     /// Length of the idle window, seconds.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
@@ -62,11 +66,13 @@ async fn main() -> anyhow::Result<()> {
         std::env::set_var("REFRACT_BIN_DIR", exe.parent().context("binary folder")?);
     }
     let c = args.concurrency.to_string();
+    let threads = format!("--worker-threads={}", args.worker_threads);
     let workers = [
         format!("--configmap-reflection-workers={c}"),
         format!("--service-reflection-workers={c}"),
+        threads.clone(),
     ];
-    let apply = [format!("--apply-concurrency={c}")];
+    let apply = [format!("--apply-concurrency={c}"), threads];
     say("starting two control planes (etcd + kube-apiserver 1.20.2) and the agent pair");
     let mut peering = Peering::start_with_flags(
         false,
@@ -100,7 +106,8 @@ async fn main() -> anyhow::Result<()> {
     plan.steady_rate = Some(refract.steady_rate);
 
     say("== direct copier (watch origin, server-side apply into the provider)");
-    let mut direct_side = sides::Direct::new(&peering, args.concurrency).await?;
+    let mut direct_side =
+        sides::Direct::new(&peering, args.concurrency, args.worker_threads).await?;
     let direct = phases::run("direct", &mut direct_side, &plan, &clusters).await?;
     direct_side.stop().await;
 
@@ -113,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
         "refract_workers_per_kind": args.concurrency,
         "remote_apply_concurrency": args.concurrency,
         "direct_writers_per_kind": args.concurrency,
+        "worker_threads_per_process": args.worker_threads,
         "idle_seconds": args.idle_seconds,
         "latency_seconds": args.latency_seconds,
         "kubernetes": "1.20.2 (etcd 3.4, loopback)",

@@ -150,7 +150,11 @@ const DIRECT_REMOTE_NS: &str = "bench-direct-origin";
 
 impl Direct {
     /// Creates its namespaces and starts it.
-    pub async fn new(peering: &Peering, concurrency: usize) -> anyhow::Result<Self> {
+    pub async fn new(
+        peering: &Peering,
+        concurrency: usize,
+        worker_threads: u16,
+    ) -> anyhow::Result<Self> {
         let origin = peering.origin.client().await?;
         let provider = peering.provider.client().await?;
         create_namespace(&origin, DIRECT_NS).await?;
@@ -168,6 +172,7 @@ impl Direct {
             format!("--namespace={DIRECT_NS}"),
             format!("--remote-namespace={DIRECT_REMOTE_NS}"),
             format!("--concurrency={concurrency}"),
+            format!("--worker-threads={worker_threads}"),
         ];
         let mut d = Self {
             args,

@@ -123,6 +123,10 @@ pub struct Args {
     /// Logging and admin endpoint.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
+
+    /// The async runtime.
+    #[command(flatten)]
+    pub runtime: refract_shared::runtime::RuntimeArgs,
 }
 
 impl Args {

@@ -1,15 +1,17 @@
 //! The `local-agent` binary: run the agent, or `preview` / `crd`.
 use clap::Parser;
+use refract_shared::runtime::RuntimeArgs;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     // The agent's flags stay top-level (`local-agent --remote ...`); the two tools are
     // subcommands.
     match std::env::args().nth(1).as_deref() {
         Some("preview") => {
             let args =
                 refract_local_agent::preview::PreviewArgs::parse_from(std::env::args().skip(1));
-            refract_local_agent::preview::run(args).await
+            RuntimeArgs::default()
+                .build()?
+                .block_on(refract_local_agent::preview::run(args))
         }
         Some("crd") => {
             print!("{}", refract_local_agent::crd::crd_yaml());
@@ -18,7 +20,10 @@ async fn main() -> anyhow::Result<()> {
         _ => {
             let args = refract_local_agent::Args::parse();
             refract_shared::telemetry::init_logging(&args.telemetry)?;
-            refract_local_agent::run(args, refract_shared::telemetry::shutdown_signal()).await
+            args.runtime.build()?.block_on(refract_local_agent::run(
+                args,
+                refract_shared::telemetry::shutdown_signal(),
+            ))
         }
     }
 }

@@ -1,13 +1,15 @@
 //! The `remote-agent` binary: run the agent, or `crd` to print the ShadowPod CRD.
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("crd") {
         print!("{}", refract_remote_agent::shadowpod::crd_yaml());
         return Ok(());
     }
     let args = refract_remote_agent::Args::parse();
     refract_shared::telemetry::init_logging(&args.telemetry)?;
-    refract_remote_agent::run(args, refract_shared::telemetry::shutdown_signal()).await
+    args.runtime.build()?.block_on(refract_remote_agent::run(
+        args,
+        refract_shared::telemetry::shutdown_signal(),
+    ))
 }

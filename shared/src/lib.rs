@@ -22,6 +22,7 @@ pub mod policy;
 pub mod proto;
 pub mod quantity;
 pub mod remap;
+pub mod runtime;
 pub mod selector;
 pub mod telemetry;
 pub mod tls;

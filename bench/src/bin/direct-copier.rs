@@ -52,11 +52,17 @@ struct Args {
     /// Concurrent writers per kind.
     #[arg(long, default_value_t = 3)]
     concurrency: usize,
+    /// The async runtime, as the agents take it.
+    #[command(flatten)]
+    runtime: refract_shared::runtime::RuntimeArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
+    args.runtime.build()?.block_on(copy(args))
+}
+
+async fn copy(args: Args) -> anyhow::Result<()> {
     let origin = client(&args.origin_kubeconfig).await?;
     let provider = client(&args.provider_kubeconfig).await?;
     let options = Arc::new(ReflectionOptions::new(

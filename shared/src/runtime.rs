@@ -1,0 +1,29 @@
+//! The async runtime both agents (and the benchmark's direct copier) run on.
+
+/// The process's runtime flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RuntimeArgs {
+    /// Worker threads of the async runtime. An agent waits on the network nearly all the time:
+    /// below several thousand objects per second one thread does the work with fewer
+    /// cross-thread wake-ups (measured: less CPU per object, and more left for the API
+    /// servers beside it). Raise it for a remote agent serving many busy tenants.
+    #[arg(long, default_value_t = 1, env = "REFRACT_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_threads: u16,
+}
+
+impl RuntimeArgs {
+    /// A multi-threaded runtime (so blocking sections may still hand their thread over) with
+    /// `--worker-threads` workers.
+    pub fn build(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(usize::from(self.worker_threads))
+            .enable_all()
+            .build()
+    }
+}
+
+impl Default for RuntimeArgs {
+    fn default() -> Self {
+        Self { worker_threads: 1 }
+    }
+}
