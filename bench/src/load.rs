@@ -83,6 +83,21 @@ pub async fn burst(
     .await
 }
 
+/// Creates `n` Services `<prefix><i>` as fast as the origin takes them.
+pub async fn service_burst(
+    client: &kube::Client,
+    ns: &str,
+    prefix: &str,
+    n: usize,
+) -> anyhow::Result<()> {
+    let api: Api<Service> = Api::namespaced(client.clone(), ns);
+    for_each_concurrently(n, |i| {
+        let (api, svc) = (api.clone(), service(&format!("{prefix}{i}")));
+        async move { api.create(&PostParams::default(), &svc).await.map(|_| ()) }
+    })
+    .await
+}
+
 /// Changes the data of ConfigMaps `<prefix>0..n`: `n` effective changes.
 pub async fn update(
     client: &kube::Client,

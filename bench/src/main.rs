@@ -4,10 +4,11 @@
 //! Both systems get the same phases ([`phases`]): bursts of ConfigMaps (throughput), updates and
 //! no-op touches (writes per effective change), an idle minute (writes and CPU), memory with
 //! nothing and with the largest burst reflected, a restart of the origin side (time to agree,
-//! writes), and a steady load at half the measured throughput (latency, ConfigMaps and
-//! Services). Refract runs as its two agent binaries over mutual TLS; the direct copier
-//! (`direct-copier`) watches the origin and server-side applies Refract's own forged objects
-//! straight into the provider with an admin kubeconfig. It prints one table and writes JSON.
+//! writes), a burst of Services, and a steady load at half the measured throughput of each
+//! kind (latency, ConfigMaps and Services). Refract runs as its two agent binaries over mutual
+//! TLS; the direct copier (`direct-copier`) watches the origin and server-side applies
+//! Refract's own forged objects straight into the provider with an admin kubeconfig. It
+//! prints one table and writes JSON.
 
 mod load;
 mod measure;
@@ -49,6 +50,13 @@ struct Args {
     /// largest burst, used for both systems).
     #[arg(long)]
     steady_rate: Option<f64>,
+    /// Services in the Service burst, whose throughput sets the Service steady rate.
+    #[arg(long, default_value_t = 1000)]
+    service_burst: usize,
+    /// Steady-load rate of Services (default: half Refract's Service throughput, used for
+    /// both systems).
+    #[arg(long)]
+    steady_rate_service: Option<f64>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     json: PathBuf,
@@ -87,6 +95,8 @@ async fn main() -> anyhow::Result<()> {
         idle: std::time::Duration::from_secs(args.idle_seconds),
         steady: std::time::Duration::from_secs(args.latency_seconds),
         steady_rate: args.steady_rate,
+        service_burst: args.service_burst,
+        steady_rate_service: args.steady_rate_service,
     };
 
     let clusters: Vec<(String, u32)> =
@@ -104,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
     refract_side.clean_up().await?;
     // The same load for the direct copier: comparable latencies.
     plan.steady_rate = Some(refract.steady_rate);
+    plan.steady_rate_service = Some(refract.steady_rate_service);
 
     say("== direct copier (watch origin, server-side apply into the provider)");
     let mut direct_side =
@@ -116,6 +127,7 @@ async fn main() -> anyhow::Result<()> {
     let conditions = json!({
         "sizes": args.sizes,
         "data_bytes": args.data_bytes,
+        "service_burst": args.service_burst,
         "concurrency": args.concurrency,
         "refract_workers_per_kind": args.concurrency,
         "remote_apply_concurrency": args.concurrency,

@@ -12,6 +12,8 @@ use crate::sides::Side;
 
 /// How long any one wait may take before the run fails.
 const PATIENCE: Duration = Duration::from_secs(900);
+/// Latency above which a sample is counted in the slow-samples timeline.
+const SLOW_MS: f64 = 100.0;
 /// Quiet time after a phase, to count late writes too.
 const SETTLE: Duration = Duration::from_secs(3);
 
@@ -29,6 +31,35 @@ pub struct Plan {
     /// the largest burst (the first system's rate is then used for the second, so both are
     /// measured under the same load).
     pub steady_rate: Option<f64>,
+    /// Services in the Service burst.
+    pub service_burst: usize,
+    /// The steady rate of Services; `None` means half this system's Service throughput.
+    pub steady_rate_service: Option<f64>,
+}
+
+/// Runs `create` (which makes `n` objects of `kind` named `prefix…` at the origin) and
+/// returns when the provider's watch has seen them all.
+async fn until_reflected(
+    watch: &crate::measure::ProviderWatch,
+    kind: &'static str,
+    prefix: &str,
+    n: usize,
+    create: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+) -> anyhow::Result<Instant> {
+    let creating = tokio::spawn(create);
+    let prefix = prefix.to_string();
+    let arrived = watch.until(PATIENCE, "the burst on the provider", move |w| {
+        w.present(kind, &prefix) >= n
+    });
+    tokio::pin!(arrived);
+    // A failed creation would leave the wait hanging: watch both.
+    tokio::select! {
+        done = &mut arrived => done,
+        created = creating => {
+            created?.context("failed to create the burst at the origin")?;
+            arrived.await
+        }
+    }
 }
 
 fn rss(side: &impl Side) -> Vec<(String, u64)> {
@@ -85,20 +116,9 @@ pub async fn run(
         let creating = {
             let (origin, ns, prefix) = (origin.clone(), ns.clone(), prefix.clone());
             let bytes = plan.data_bytes;
-            tokio::spawn(async move { load::burst(&origin, &ns, &prefix, n, bytes).await })
+            async move { load::burst(&origin, &ns, &prefix, n, bytes).await }
         };
-        let arrived = watch.until(PATIENCE, "the burst on the provider", |w| {
-            w.present("ConfigMap", &prefix) >= n
-        });
-        tokio::pin!(arrived);
-        // A failed creation would leave the wait hanging: watch both.
-        let done = tokio::select! {
-            done = &mut arrived => done?,
-            created = creating => {
-                created?.context("failed to create the burst at the origin")?;
-                arrived.await?
-            }
-        };
+        let done = until_reflected(&watch, "ConfigMap", &prefix, n, creating).await?;
         let secs = (done - start).as_secs_f64();
         r.burst_cpu = cpu_by_process(side, clusters)
             .into_iter()
@@ -168,13 +188,37 @@ pub async fn run(
         r.reconnect_seconds, r.reconnect_writes
     ));
 
-    let rate = plan
+    // Services cost the API servers far more than ConfigMaps (a ClusterIP is allocated on
+    // both clusters): their latency is measured at half their own throughput.
+    let n = plan.service_burst;
+    say(&format!("{name}: burst of {n} Services"));
+    let start = Instant::now();
+    let creating = {
+        let (origin, ns) = (origin.clone(), ns.clone());
+        async move { load::service_burst(&origin, &ns, "bsvc-", n).await }
+    };
+    let done = until_reflected(&watch, "Service", "bsvc-", n, creating).await?;
+    let secs = (done - start).as_secs_f64();
+    say(&format!(
+        "{name}: {n} Services on the provider in {secs:.2} s ({:.0}/s)",
+        n as f64 / secs
+    ));
+    r.service_throughput = (n, n as f64 / secs);
+
+    r.steady_rate = plan
         .steady_rate
         .unwrap_or_else(|| r.throughput.last().map_or(1.0, |(_, t)| t / 2.0));
-    r.steady_rate = rate;
-    for (kind, k8s_kind, prefix) in [
-        (SteadyKind::ConfigMap, "ConfigMap", "lat-cm-"),
-        (SteadyKind::Service, "Service", "lat-svc-"),
+    r.steady_rate_service = plan
+        .steady_rate_service
+        .unwrap_or(r.service_throughput.1 / 2.0);
+    for (kind, k8s_kind, prefix, rate) in [
+        (SteadyKind::ConfigMap, "ConfigMap", "lat-cm-", r.steady_rate),
+        (
+            SteadyKind::Service,
+            "Service",
+            "lat-svc-",
+            r.steady_rate_service,
+        ),
     ] {
         say(&format!(
             "{name}: {k8s_kind}s at {rate:.0}/s for {:?}",
@@ -195,15 +239,27 @@ pub async fn run(
                 w.present(k8s_kind, prefix) >= sent.len()
             })
             .await?;
-        let samples = sent
+        let timed: Vec<(Instant, f64)> = sent
             .iter()
             .filter_map(|(n, at)| {
-                watch
-                    .first_seen(k8s_kind, n)
-                    .map(|seen| seen.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+                watch.first_seen(k8s_kind, n).map(|seen| {
+                    let ms = seen.saturating_duration_since(*at).as_secs_f64() * 1000.0;
+                    (*at, ms)
+                })
             })
             .collect();
-        let latency = Latency::of(samples);
+        // When the slow ones were sent: one stall, or a tail spread over the window.
+        let first = timed.iter().map(|(at, _)| *at).min();
+        let mut slow = std::collections::BTreeMap::<u64, usize>::new();
+        for (at, ms) in &timed {
+            if *ms > SLOW_MS {
+                let second = first.map_or(0, |f| at.saturating_duration_since(f).as_secs());
+                *slow.entry(second).or_default() += 1;
+            }
+        }
+        r.slow_by_second
+            .insert(k8s_kind.to_string(), slow.into_iter().collect());
+        let latency = Latency::of(timed.into_iter().map(|(_, ms)| ms).collect());
         say(&format!(
             "{name}: {k8s_kind} latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             latency.p50_ms, latency.p99_ms, latency.max_ms

@@ -43,10 +43,16 @@ pub struct SystemResult {
     pub throughput: Vec<(usize, f64)>,
     /// ConfigMaps created at half the largest burst's throughput.
     pub latency_configmap: Latency,
-    /// Services created at the same rate.
+    /// Services created at half the Service burst's throughput.
     pub latency_service: Latency,
-    /// The steady rate used, objects per second.
+    /// The steady rate used for ConfigMaps, objects per second.
     pub steady_rate: f64,
+    /// Service burst size and Services per second.
+    pub service_throughput: (usize, f64),
+    /// The steady rate used for Services.
+    pub steady_rate_service: f64,
+    /// Per kind: (second of the steady window, samples above 100 ms sent in it).
+    pub slow_by_second: std::collections::BTreeMap<String, Vec<(u64, usize)>>,
     /// Provider writes during the change phases.
     pub writes: u64,
     /// Effective changes made at the origin during those phases.
@@ -109,6 +115,14 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
             ratio(*r, *d),
         );
     }
+    let (n, r) = refract.service_throughput;
+    let d = direct.service_throughput.1;
+    row(
+        format!("throughput, burst of {n} Services (objects/s)"),
+        format!("{r:.0}"),
+        format!("{d:.0}"),
+        ratio(r, d),
+    );
     for (what, r, d) in [
         (
             "ConfigMap",
@@ -131,9 +145,15 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         }
     }
     row(
-        "steady rate for latency, both systems (objects/s)".into(),
+        "steady rate for ConfigMap latency, both systems (objects/s)".into(),
         format!("{:.0}", refract.steady_rate),
         format!("{:.0}", direct.steady_rate),
+        String::new(),
+    );
+    row(
+        "steady rate for Service latency, both systems (objects/s)".into(),
+        format!("{:.0}", refract.steady_rate_service),
+        format!("{:.0}", direct.steady_rate_service),
         String::new(),
     );
     row(
@@ -254,6 +274,7 @@ pub fn json(conditions: Value, refract: &SystemResult, direct: &SystemResult) ->
     let ratios = json!({
         "throughput": refract.throughput.iter().zip(&direct.throughput)
             .map(|((n, r), (_, d))| json!({"n": n, "ratio": r / d})).collect::<Vec<_>>(),
+        "service_throughput": refract.service_throughput.1 / direct.service_throughput.1,
         "latency_configmap_p50": refract.latency_configmap.p50_ms / direct.latency_configmap.p50_ms,
         "latency_configmap_p99": refract.latency_configmap.p99_ms / direct.latency_configmap.p99_ms,
         "latency_service_p50": refract.latency_service.p50_ms / direct.latency_service.p50_ms,
