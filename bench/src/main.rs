@@ -43,9 +43,13 @@ struct Args {
     /// Length of the idle window, seconds.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
-    /// Length of each steady-load window, seconds.
-    #[arg(long, default_value_t = 20)]
+    /// Length of each steady-load window, seconds. A p99 over a short window is one random
+    /// API-server pause more than the system's steady behaviour.
+    #[arg(long, default_value_t = 30)]
     latency_seconds: u64,
+    /// Seconds of load at the same rate before each window, not measured.
+    #[arg(long, default_value_t = 5)]
+    warmup_seconds: u64,
     /// Steady-load rate, objects per second (default: half Refract's throughput on the
     /// largest burst, used for both systems).
     #[arg(long)]
@@ -94,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         data_bytes: args.data_bytes,
         idle: std::time::Duration::from_secs(args.idle_seconds),
         steady: std::time::Duration::from_secs(args.latency_seconds),
+        warmup: std::time::Duration::from_secs(args.warmup_seconds),
         steady_rate: args.steady_rate,
         service_burst: args.service_burst,
         steady_rate_service: args.steady_rate_service,
@@ -135,6 +140,7 @@ async fn main() -> anyhow::Result<()> {
         "worker_threads_per_process": args.worker_threads,
         "idle_seconds": args.idle_seconds,
         "latency_seconds": args.latency_seconds,
+        "warmup_seconds": args.warmup_seconds,
         "kubernetes": "1.20.2 (etcd 3.4, loopback)",
         "refract_version": refract_shared::AGENT_VERSION,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),

@@ -27,6 +27,8 @@ pub struct Plan {
     pub idle: Duration,
     /// Each steady-load window.
     pub steady: Duration,
+    /// Load before each window, not measured.
+    pub warmup: Duration,
     /// The steady rate, objects per second; `None` means half this system's throughput on
     /// the largest burst (the first system's rate is then used for the second, so both are
     /// measured under the same load).
@@ -221,16 +223,20 @@ pub async fn run(
         ),
     ] {
         say(&format!(
-            "{name}: {k8s_kind}s at {rate:.0}/s for {:?}",
-            plan.steady
+            "{name}: {k8s_kind}s at {rate:.0}/s for {:?} (the first {:?} not measured)",
+            plan.warmup + plan.steady,
+            plan.warmup
         ));
+        // One continuous load; its first seconds only drain what the previous phase left
+        // behind in the API servers (seen hitting both systems alike), so they are not counted.
+        let measured_from = Instant::now() + plan.warmup;
         let sent = load::steady(
             &origin,
             &ns,
             kind,
             prefix,
             rate,
-            plan.steady,
+            plan.warmup + plan.steady,
             plan.data_bytes,
         )
         .await?;
@@ -241,6 +247,7 @@ pub async fn run(
             .await?;
         let timed: Vec<(Instant, f64)> = sent
             .iter()
+            .filter(|(_, at)| *at >= measured_from)
             .filter_map(|(n, at)| {
                 watch.first_seen(k8s_kind, n).map(|seen| {
                     let ms = seen.saturating_duration_since(*at).as_secs_f64() * 1000.0;
