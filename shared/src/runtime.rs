@@ -3,10 +3,10 @@
 /// The process's runtime flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RuntimeArgs {
-    /// Worker threads of the async runtime. An agent waits on the network nearly all the time:
-    /// below several thousand objects per second one thread does the work with fewer
-    /// cross-thread wake-ups (measured: less CPU per object, and more left for the API
-    /// servers beside it). Raise it for a remote agent serving many busy tenants.
+    /// Worker threads of the async runtime. An agent waits on the network nearly all the time;
+    /// one thread does its work with fewer cross-thread wake-ups (in the benchmark: less CPU
+    /// per object than two, and more left for the API servers beside it). Raise it for a
+    /// remote agent serving many busy tenants.
     #[arg(long, default_value_t = 1, env = "REFRACT_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: u16,
 }
