@@ -104,6 +104,21 @@ impl Applier {
             && label(DESTINATION_LABEL) == Some(self.provider.as_str())
     }
 
+    /// Whether an object of `kind` with `meta` is `tenant`'s: a namespace by its tenant label,
+    /// anything else by its origin and destination labels.
+    fn owns(&self, tenant: &ClusterId, kind: Allowed, meta: &ObjectMeta) -> bool {
+        match kind {
+            Allowed::Namespace => {
+                meta.labels
+                    .as_ref()
+                    .and_then(|l| l.get(TENANT_NAMESPACE_LABEL))
+                    .map(String::as_str)
+                    == Some(tenant.as_str())
+            }
+            _ => self.is_ours(tenant, meta),
+        }
+    }
+
     /// Whether `namespace` exists and belongs to `tenant`. Answered from the watch of tenant
     /// namespaces when it knows the namespace as the tenant's; asked of the API server
     /// otherwise (a namespace created a moment ago may not have reached the watch yet).
@@ -205,14 +220,18 @@ impl Applier {
                 {
                     Err(Refused::Exists) => consistent_read = true,
                     Err(Refused::GuardUnsupported) => {
-                        tracing::info!(
-                            kind = kind.kind(),
-                            "this API refuses guarded creates; reading before creating instead"
-                        );
-                        self.unguarded
+                        // Concurrent first creates may all find out; say it once.
+                        let new = self
+                            .unguarded
                             .lock()
                             .expect("unguarded poisoned")
                             .insert(kind);
+                        if new {
+                            tracing::info!(
+                                kind = kind.kind(),
+                                "this API refuses guarded creates; reading before creating instead"
+                            );
+                        }
                     }
                     Err(Refused::Failed(answer)) => return Err(answer),
                     Ok(answer) => return Ok(answer),
@@ -255,13 +274,7 @@ impl Applier {
         hash: &str,
         existing: &ObjectMeta,
     ) -> Option<Answer> {
-        let labels = existing.labels.as_ref();
-        let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-        let foreign = match kind {
-            Allowed::Namespace => label(TENANT_NAMESPACE_LABEL) != Some(tenant.as_str()),
-            _ => !self.is_ours(tenant, existing),
-        };
-        if foreign {
+        if !self.owns(tenant, kind, existing) {
             return Some((
                 Outcome::Conflict,
                 format!(
@@ -272,8 +285,11 @@ impl Applier {
                 ),
             ));
         }
-        let existing_token =
-            kind == Allowed::Reflected(Kind::Secret) && label(SERVICE_ACCOUNT_LABEL).is_some();
+        let existing_token = kind == Allowed::Reflected(Kind::Secret)
+            && existing
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(SERVICE_ACCOUNT_LABEL));
         if token != existing_token {
             return Some((
                 Outcome::Conflict,
@@ -326,9 +342,8 @@ impl Applier {
         desired: serde_json::Value,
         mode: Mode,
     ) -> Result<Answer, Refused> {
-        let mut body = desired.clone();
-        self.desired.begin_write(key.clone(), desired);
-        match write::write(api, &self.client, &key.name, &mut body, mode).await {
+        self.desired.begin_write(key.clone(), desired.clone());
+        match write::write(api, &self.client, &key.name, desired, mode).await {
             Ok(rv) => {
                 self.desired.set_written(&key, rv);
                 Ok((Outcome::Applied, String::new()))
@@ -360,7 +375,7 @@ impl Applier {
         if let Some(rv) = observed {
             desired["metadata"]["resourceVersion"] = rv.into();
         }
-        match write::write(&api, &self.client, &key.name, &mut desired, Mode::Apply).await {
+        match write::write(&api, &self.client, &key.name, desired, Mode::Apply).await {
             Ok(rv) => {
                 self.desired.set_written(key, rv);
                 (Outcome::Applied, String::new())
@@ -487,17 +502,7 @@ impl Applier {
         let Some(existing) = api.get_opt(name).await.map_err(api_error)? else {
             return Ok((Outcome::Unchanged, "already absent".into()));
         };
-        let ours = match kind {
-            Allowed::Namespace => {
-                existing
-                    .labels()
-                    .get(TENANT_NAMESPACE_LABEL)
-                    .map(String::as_str)
-                    == Some(tenant.as_str())
-            }
-            _ => self.is_ours(tenant, &existing.metadata),
-        };
-        if !ours {
+        if !self.owns(tenant, kind, &existing.metadata) {
             return Ok((
                 Outcome::Conflict,
                 format!(

@@ -69,19 +69,14 @@ pub(super) async fn write(
     api: &Api<DynamicObject>,
     client: &kube::Client,
     name: &str,
-    desired: &mut serde_json::Value,
+    mut desired: serde_json::Value,
     mode: Mode,
 ) -> Result<Option<String>, Refused> {
     let params = PatchParams::apply(REMOTE_FIELD_MANAGER).force();
     if mode == Mode::CreateOnly {
         desired["metadata"]["resourceVersion"] = ABSENT_GUARD.into();
     }
-    let request = Request::new(api.resource_url()).patch(name, &params, &Patch::Apply(&*desired));
-    if mode == Mode::CreateOnly {
-        if let Some(meta) = desired["metadata"].as_object_mut() {
-            meta.remove("resourceVersion");
-        }
-    }
+    let request = Request::new(api.resource_url()).patch(name, &params, &Patch::Apply(&desired));
     let request = request.map_err(|e| Refused::Failed(api_error(kube::Error::BuildRequest(e))))?;
     match client.request::<Written>(request).await {
         Ok(written) => Ok(written.metadata.resource_version),
