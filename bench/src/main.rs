@@ -61,6 +61,17 @@ struct Args {
     /// both systems).
     #[arg(long)]
     steady_rate_service: Option<f64>,
+    /// Folder in which both control planes' etcd keep their data. The default, a tmpfs, keeps
+    /// the disk out of the comparison: on a virtual disk etcd's fsyncs stall at random (here
+    /// up to a second of iowait every few seconds), hitting whichever system is being measured.
+    /// Give a folder on disk to measure with it.
+    #[arg(long, default_value = "/dev/shm")]
+    etcd_parent: PathBuf,
+    /// Also append every steady-load object (system, kind, name, wall-clock ms of its origin
+    /// write, latency ms) to this file, to line the samples up with the agents' per-object
+    /// logs (`REFRACT_AGENT_LOG_LEVEL=info,refract::trace=debug`).
+    #[arg(long)]
+    samples: Option<PathBuf>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     json: PathBuf,
@@ -70,13 +81,18 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     anyhow::ensure!(!args.sizes.is_empty(), "--sizes needs at least one size");
-    // The agents log at info: debug logs of 10,000 objects would measure the logger.
-    std::env::set_var("REFRACT_AGENT_LOG_LEVEL", "info");
+    // The agents log at info unless told otherwise: debug logs of 10,000 objects would measure
+    // the logger. `REFRACT_AGENT_LOG_LEVEL=info,refract::trace=debug` logs each object's stages.
+    if std::env::var_os("REFRACT_AGENT_LOG_LEVEL").is_none() {
+        std::env::set_var("REFRACT_AGENT_LOG_LEVEL", "info");
+    }
     // The agents and the direct copier are built beside this binary.
     if std::env::var_os("REFRACT_BIN_DIR").is_none() {
         let exe = std::env::current_exe()?;
         std::env::set_var("REFRACT_BIN_DIR", exe.parent().context("binary folder")?);
     }
+    // Read by the testkit when it starts etcd.
+    std::env::set_var("REFRACT_ETCD_PARENT", &args.etcd_parent);
     let c = args.concurrency.to_string();
     let threads = format!("--worker-threads={}", args.worker_threads);
     let workers = [
@@ -102,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
         steady_rate: args.steady_rate,
         service_burst: args.service_burst,
         steady_rate_service: args.steady_rate_service,
+        samples: args.samples.clone(),
     };
 
     let clusters: Vec<(String, u32)> =
@@ -142,6 +159,7 @@ async fn main() -> anyhow::Result<()> {
         "latency_seconds": args.latency_seconds,
         "warmup_seconds": args.warmup_seconds,
         "kubernetes": "1.20.2 (etcd 3.4, loopback)",
+        "etcd_data_parent": args.etcd_parent,
         "refract_version": refract_shared::AGENT_VERSION,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     });

@@ -37,6 +37,8 @@ pub struct Plan {
     pub service_burst: usize,
     /// The steady rate of Services; `None` means half this system's Service throughput.
     pub steady_rate_service: Option<f64>,
+    /// Where to append each steady-load sample, if anywhere.
+    pub samples: Option<std::path::PathBuf>,
 }
 
 /// Runs `create` (which makes `n` objects of `kind` named `prefix…` at the origin) and
@@ -255,6 +257,9 @@ pub async fn run(
                 })
             })
             .collect();
+        if let Some(path) = &plan.samples {
+            dump_samples(path, name, k8s_kind, &sent, &watch)?;
+        }
         // When the slow ones were sent: one stall, or a tail spread over the window.
         let first = timed.iter().map(|(at, _)| *at).min();
         let mut slow = std::collections::BTreeMap::<u64, usize>::new();
@@ -277,4 +282,35 @@ pub async fn run(
         }
     }
     Ok(r)
+}
+
+/// Appends each steady-load object (system, kind, name, wall-clock ms of its origin write,
+/// latency ms) to `path`, to line the samples up with the agents' per-object trace logs.
+fn dump_samples(
+    path: &std::path::Path,
+    system: &str,
+    kind: &str,
+    sent: &[(String, Instant)],
+    watch: &crate::measure::ProviderWatch,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("failed to open {path:?}"))?;
+    for (name, at) in sent {
+        let written = wall - now.saturating_duration_since(*at);
+        let unix_ms = written
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1000.0;
+        let latency = watch.first_seen(kind, name).map_or(f64::NAN, |seen| {
+            seen.saturating_duration_since(*at).as_secs_f64() * 1000.0
+        });
+        writeln!(out, "{system} {kind} {name} {unix_ms:.1} {latency:.1}")?;
+    }
+    Ok(())
 }

@@ -175,7 +175,10 @@ pub fn spawn<K: Reflectable>(
                         watcher::Event::Apply(obj)
                         | watcher::Event::Delete(obj)
                         | watcher::Event::InitApply(obj),
-                    ) => r.enqueue_object(&obj),
+                    ) => {
+                        tracing::debug!(target: "refract::trace", name = %obj.name_any(), "seen");
+                        r.enqueue_object(&obj)
+                    }
                     // After a relist, objects deleted during the gap left no Delete event:
                     // re-check everything that was sent.
                     Ok(watcher::Event::InitDone) => r.enqueue_sent(),
@@ -401,6 +404,7 @@ impl<K: Reflectable> Reflector<K> {
                     }),
                 )
                 .await;
+                tracing::debug!(target: "refract::trace", name = %key.name, "sent");
             }
             Some(Decision::Skip { reason }) => {
                 tracing::debug!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %reason, "not reflected");

@@ -204,6 +204,12 @@ impl TenantSession {
                 .received
                 .get_or_create(&label("kind", local_kind(&message)))
                 .inc();
+            if let Some(local_message::Kind::Upsert(Upsert {
+                object: Some(o), ..
+            })) = &message.kind
+            {
+                tracing::debug!(target: "refract::trace", name = %o.name, "recv");
+            }
             // What a SnapshotComplete keeps is what was received before it, applied or not.
             match &message.kind {
                 Some(local_message::Kind::Upsert(u)) => self.see(u.object.as_ref(), true),
@@ -241,7 +247,9 @@ impl TenantSession {
         match message.kind {
             Some(Kind::Upsert(upsert)) => {
                 let object = upsert.object.clone().unwrap_or_default();
+                tracing::debug!(target: "refract::trace", name = %object.name, "start");
                 let (outcome, msg) = self.service.applier.upsert(&self.tenant, &upsert).await;
+                tracing::debug!(target: "refract::trace", name = %object.name, "applied");
                 self.service.registry.record(
                     &self.tenant,
                     &object,
