@@ -72,6 +72,10 @@ struct Args {
     /// logs (`REFRACT_AGENT_LOG_LEVEL=info,refract::trace=debug`).
     #[arg(long)]
     samples: Option<PathBuf>,
+    /// Copy the agents' logs (`local-agent.log`, `remote-agent.log`) into this folder after
+    /// Refract's phases (the run's own folder is removed at the end).
+    #[arg(long)]
+    keep_logs: Option<PathBuf>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     json: PathBuf,
@@ -134,6 +138,14 @@ async fn main() -> anyhow::Result<()> {
     let mut refract_side = sides::Refract::new(&mut peering).await?;
     let refract = phases::run("refract", &mut refract_side, &plan, &clusters).await?;
     refract_side.clean_up().await?;
+    if let Some(dir) = &args.keep_logs {
+        std::fs::create_dir_all(dir)?;
+        for log in ["local-agent.log", "remote-agent.log"] {
+            std::fs::copy(peering.dir.path().join(log), dir.join(log))
+                .with_context(|| format!("failed to keep {log}"))?;
+        }
+        say(&format!("agents' logs copied to {}", dir.display()));
+    }
     // The same load for the direct copier: comparable latencies.
     plan.steady_rate = Some(refract.steady_rate);
     plan.steady_rate_service = Some(refract.steady_rate_service);
