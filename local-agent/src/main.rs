@@ -9,9 +9,7 @@ fn main() -> anyhow::Result<()> {
         Some("preview") => {
             let args =
                 refract_local_agent::preview::PreviewArgs::parse_from(std::env::args().skip(1));
-            RuntimeArgs::default()
-                .build()?
-                .block_on(refract_local_agent::preview::run(args))
+            RuntimeArgs::default().run(refract_local_agent::preview::run(args))
         }
         Some("crd") => {
             print!("{}", refract_local_agent::crd::crd_yaml());
@@ -20,7 +18,8 @@ fn main() -> anyhow::Result<()> {
         _ => {
             let args = refract_local_agent::Args::parse();
             refract_shared::telemetry::init_logging(&args.telemetry)?;
-            args.runtime.build()?.block_on(refract_local_agent::run(
+            let runtime = args.runtime.clone();
+            runtime.run(refract_local_agent::run(
                 args,
                 refract_shared::telemetry::shutdown_signal(),
             ))

@@ -8,7 +8,8 @@ fn main() -> anyhow::Result<()> {
     }
     let args = refract_remote_agent::Args::parse();
     refract_shared::telemetry::init_logging(&args.telemetry)?;
-    args.runtime.build()?.block_on(refract_remote_agent::run(
+    let runtime = args.runtime.clone();
+    runtime.run(refract_remote_agent::run(
         args,
         refract_shared::telemetry::shutdown_signal(),
     ))

@@ -22,6 +22,25 @@ impl RuntimeArgs {
     }
 }
 
+impl RuntimeArgs {
+    /// Runs `main` to completion on the runtime's worker threads. Not on the calling thread:
+    /// a future driven by `block_on` is polled there, so every wake-up of it (say, a loop
+    /// handling each message of a stream) would be handed across threads, a futex wake and
+    /// a context switch each time. A panic in `main` is resumed here.
+    pub fn run<F>(&self, main: F) -> anyhow::Result<()>
+    where
+        F: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let runtime = self.build()?;
+        let main = runtime.spawn(main);
+        match runtime.block_on(main) {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(anyhow::anyhow!("the agent's main task was cancelled: {e}")),
+        }
+    }
+}
+
 impl Default for RuntimeArgs {
     fn default() -> Self {
         Self { worker_threads: 1 }

@@ -59,7 +59,8 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
-    args.runtime.build()?.block_on(copy(args))
+    let runtime = args.runtime.clone();
+    runtime.run(copy(args))
 }
 
 async fn copy(args: Args) -> anyhow::Result<()> {
