@@ -204,15 +204,14 @@ impl TenantSession {
                 .received
                 .get_or_create(&label("kind", local_kind(&message)))
                 .inc();
-            if let Some(local_message::Kind::Upsert(Upsert {
-                object: Some(o), ..
-            })) = &message.kind
-            {
-                tracing::debug!(target: "refract::trace", name = %o.name, "recv");
-            }
             // What a SnapshotComplete keeps is what was received before it, applied or not.
             match &message.kind {
-                Some(local_message::Kind::Upsert(u)) => self.see(u.object.as_ref(), true),
+                Some(local_message::Kind::Upsert(u)) => {
+                    if let Some(o) = &u.object {
+                        tracing::debug!(target: "refract::trace", name = %o.name, "recv");
+                    }
+                    self.see(u.object.as_ref(), true)
+                }
                 Some(local_message::Kind::Delete(d)) => self.see(d.object.as_ref(), false),
                 _ => {}
             }

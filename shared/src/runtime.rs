@@ -20,9 +20,7 @@ impl RuntimeArgs {
             .enable_all()
             .build()
     }
-}
 
-impl RuntimeArgs {
     /// Runs `main` to completion on the runtime's worker threads. Not on the calling thread:
     /// a future driven by `block_on` is polled there, so every wake-up of it (say, a loop
     /// handling each message of a stream) would be handed across threads, a futex wake and
@@ -36,7 +34,7 @@ impl RuntimeArgs {
         match runtime.block_on(main) {
             Ok(result) => result,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => Err(anyhow::anyhow!("the agent's main task was cancelled: {e}")),
+            Err(e) => Err(anyhow::anyhow!("the main task was cancelled: {e}")),
         }
     }
 }
@@ -44,5 +42,25 @@ impl RuntimeArgs {
 impl Default for RuntimeArgs {
     fn default() -> Self {
         Self { worker_threads: 1 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_polls_the_future_on_a_worker_and_returns_its_result() {
+        let main_thread = std::thread::current().id();
+        RuntimeArgs::default()
+            .run(async move {
+                anyhow::ensure!(std::thread::current().id() != main_thread, "on main thread");
+                Ok(())
+            })
+            .unwrap();
+        let err = RuntimeArgs::default()
+            .run(async { anyhow::bail!("boom") })
+            .unwrap_err();
+        assert_eq!(err.to_string(), "boom");
     }
 }
