@@ -84,6 +84,17 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
+    // Interrupted, the run is dropped: its agents and control planes are stopped and their
+    // folders removed (etcd's are in memory by default), instead of left running.
+    tokio::select! {
+        result = run(args) => return result,
+        _ = refract_shared::telemetry::shutdown_signal() => {}
+    }
+    say("interrupted: the agents and control planes are stopped");
+    std::process::exit(130)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!args.sizes.is_empty(), "--sizes needs at least one size");
     // The agents log at info unless told otherwise: debug logs of 10,000 objects would measure
     // the logger. `REFRACT_AGENT_LOG_LEVEL=info,refract::trace=debug` logs each object's stages.
