@@ -106,6 +106,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let exe = std::env::current_exe()?;
         std::env::set_var("REFRACT_BIN_DIR", exe.parent().context("binary folder")?);
     }
+    if let Some(path) = &args.samples {
+        // One run's samples per file: the phases append to it.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::File::create(path).with_context(|| format!("failed to create {path:?}"))?;
+    }
     // Read by the testkit when it starts etcd.
     std::env::set_var("REFRACT_ETCD_PARENT", &args.etcd_parent);
     let c = args.concurrency.to_string();

@@ -295,11 +295,7 @@ fn dump_samples(
 ) -> anyhow::Result<()> {
     use std::io::Write;
     let (now, wall) = (Instant::now(), std::time::SystemTime::now());
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
     let mut out = std::fs::OpenOptions::new()
-        .create(true)
         .append(true)
         .open(path)
         .with_context(|| format!("failed to open {path:?}"))?;
