@@ -67,9 +67,9 @@ struct Args {
     /// Give a folder on disk to measure with it.
     #[arg(long, default_value = "/dev/shm")]
     etcd_parent: PathBuf,
-    /// Also append every steady-load object (system, kind, name, wall-clock ms of its origin
-    /// write, latency ms) to this file, to line the samples up with the agents' per-object
-    /// logs (`REFRACT_AGENT_LOG_LEVEL=info,refract::trace=debug`).
+    /// Also write every steady-load object (system, kind, name, wall-clock ms of its origin
+    /// write, latency ms) to this file, replacing it, to line the samples up with the agents'
+    /// per-object logs (`REFRACT_AGENT_LOG_LEVEL=info,refract::trace=debug`).
     #[arg(long)]
     samples: Option<PathBuf>,
     /// Copy the agents' logs (`local-agent.log`, `remote-agent.log`) into this folder after
