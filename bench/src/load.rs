@@ -162,26 +162,31 @@ pub async fn delete_burst(client: &kube::Client, ns: &str, prefix: &str) -> anyh
     Ok(())
 }
 
-/// Deletes every ConfigMap and Service of `ns` (one request per kind and object).
-pub async fn delete_all(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    // A deletecollection of tens of thousands of objects can outlast the API server's request
-    // deadline (it answers 500 having deleted part of them): repeat until none is left.
-    for attempt in 1.. {
+/// Deletes every ConfigMap of `ns`. A deletecollection of tens of thousands of objects can
+/// outlast the API server's request deadline (it answers 500 having deleted part of them):
+/// it is repeated until none is left.
+async fn delete_all_configmaps(cms: &Api<ConfigMap>, ns: &str) -> anyhow::Result<()> {
+    const ATTEMPTS: usize = 20;
+    for _ in 0..ATTEMPTS {
         match cms
             .delete_collection(&DeleteParams::default(), &ListParams::default())
             .await
         {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code >= 500 && attempt < 20 => {}
+            Err(kube::Error::Api(s)) if s.code >= 500 => {}
             Err(e) => return Err(e.into()),
         }
         let left = cms.list_metadata(&ListParams::default().limit(1)).await?;
         if left.items.is_empty() {
-            break;
+            return Ok(());
         }
-        anyhow::ensure!(attempt < 20, "ConfigMaps of {ns} remain after 20 deletions");
     }
+    anyhow::bail!("ConfigMaps of {ns} remain after {ATTEMPTS} deletions")
+}
+
+/// Deletes every ConfigMap and Service of `ns` (one request per kind and object).
+pub async fn delete_all(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
+    delete_all_configmaps(&Api::namespaced(client.clone(), ns), ns).await?;
     // Services have no deletecollection in Kubernetes 1.20.
     let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
     let names: Vec<String> = svcs

@@ -123,11 +123,10 @@ impl Applier {
     /// namespaces when it knows the namespace as the tenant's; asked of the API server
     /// otherwise (a namespace created a moment ago may not have reached the watch yet).
     async fn owns_namespace(&self, tenant: &ClusterId, namespace: &str) -> Result<bool, Answer> {
+        let owned = |meta: &ObjectMeta| self.owns(tenant, Allowed::Namespace, meta);
         let cached = self.objects.get(Allowed::Namespace, "", namespace);
-        if cached.is_some_and(|ns| {
-            ns.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str())
-                && ns.metadata.deletion_timestamp.is_none()
-        }) {
+        if cached.is_some_and(|ns| owned(&ns.metadata) && ns.metadata.deletion_timestamp.is_none())
+        {
             return Ok(true);
         }
         let ns = self
@@ -135,9 +134,7 @@ impl Applier {
             .get_opt(namespace)
             .await
             .map_err(api_error)?;
-        Ok(ns.is_some_and(|ns| {
-            ns.labels().get(TENANT_NAMESPACE_LABEL).map(String::as_str) == Some(tenant.as_str())
-        }))
+        Ok(ns.is_some_and(|ns| owned(&ns.metadata)))
     }
 
     /// Checks a request's kind and namespace against the tenant's rights.

@@ -12,24 +12,19 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
-    /// A multi-threaded runtime (so blocking sections may still hand their thread over) with
-    /// `--worker-threads` workers.
-    pub fn build(&self) -> std::io::Result<tokio::runtime::Runtime> {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(usize::from(self.worker_threads))
-            .enable_all()
-            .build()
-    }
-
-    /// Runs `main` to completion on the runtime's worker threads. Not on the calling thread:
-    /// a future driven by `block_on` is polled there, so every wake-up of it (say, a loop
-    /// handling each message of a stream) would be handed across threads, a futex wake and
-    /// a context switch each time. A panic in `main` is resumed here.
+    /// Runs `main` to completion on a multi-threaded runtime (so blocking sections may still
+    /// hand their thread over) with `--worker-threads` workers. On a worker, not on the calling
+    /// thread: a future driven by `block_on` is polled there, so every wake-up of it (say, a
+    /// loop handling each message of a stream) would be handed across threads, a futex wake
+    /// and a context switch each time. A panic in `main` is resumed here.
     pub fn run<F>(&self, main: F) -> anyhow::Result<()>
     where
         F: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
     {
-        let runtime = self.build()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(usize::from(self.worker_threads))
+            .enable_all()
+            .build()?;
         let main = runtime.spawn(main);
         match runtime.block_on(main) {
             Ok(result) => result,
