@@ -108,9 +108,75 @@ fn etcd_binary() -> anyhow::Result<PathBuf> {
     bail!("etcd not found: run `scripts/ensure-toolchain.sh` (installs Debian's etcd-server)")
 }
 
+/// How many times a start is tried when a process finds its port taken.
+const START_ATTEMPTS: u32 = 3;
+
+/// A child process that exited before the control plane was ready.
+#[derive(Debug)]
+struct EarlyExit {
+    name: String,
+    status: std::process::ExitStatus,
+    log: PathBuf,
+    log_tail: String,
+}
+
+impl EarlyExit {
+    /// Ports come from [`free_port`], which closes its listener before the child binds: another
+    /// process (any outgoing connection takes an ephemeral port) can win that race.
+    fn port_taken(&self) -> bool {
+        self.log_tail.contains("address already in use")
+    }
+}
+
+impl std::fmt::Display for EarlyExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} exited ({}) during startup; the end of {}:\n{}",
+            self.name,
+            self.status,
+            self.log.display(),
+            self.log_tail
+        )
+    }
+}
+
+impl std::error::Error for EarlyExit {}
+
+/// The last `lines` lines of a log, for errors that outlive the log's folder.
+fn log_tail(path: &Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(unreadable: {e})"),
+    }
+}
+
 impl ControlPlane {
     /// Starts a control plane and waits until it serves requests.
+    ///
+    /// A start whose etcd or kube-apiserver lost its port to another process is retried with
+    /// fresh ports; any other failure is returned with the end of the failing process's log.
     pub async fn start(options: Options) -> anyhow::Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(options.clone()).await {
+                Err(e) if attempt < START_ATTEMPTS => match e.downcast_ref::<EarlyExit>() {
+                    Some(exit) if exit.port_taken() => {
+                        tracing::warn!(name = %options.name, process = %exit.name, attempt,
+                            "a port was taken before the process bound it; starting again with fresh ports");
+                        attempt += 1;
+                    }
+                    _ => return Err(e),
+                },
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(options: Options) -> anyhow::Result<Self> {
         let started = Instant::now();
         let (dir, tmp) = match &options.dir {
             Some(d) => {
@@ -146,6 +212,7 @@ impl ControlPlane {
         let etcd_data = etcd_tmp
             .as_ref()
             .map_or_else(|| dir.join("etcd"), |t| t.path().to_path_buf());
+        let etcd_data_is_new = !etcd_data.exists();
         let mut cp = Self {
             server: String::new(),
             kubeconfig: dir.join("kubeconfig"),
@@ -206,7 +273,15 @@ impl ControlPlane {
             ],
         )?;
         cp.write_kubeconfig()?;
-        cp.wait_ready(Duration::from_secs(90)).await?;
+        if let Err(e) = cp.wait_ready(Duration::from_secs(90)).await {
+            cp.stop_children().await;
+            // A retry starts etcd on other ports: data it initialised with this attempt's peer
+            // URL must not be reused then.
+            if etcd_data_is_new && etcd_data.exists() {
+                let _ = std::fs::remove_dir_all(&etcd_data);
+            }
+            return Err(e);
+        }
         crate::control_plane::install_endpointslice_shim(&cp.client().await?).await?;
 
         if options.controller_manager {
@@ -300,10 +375,15 @@ impl ControlPlane {
         loop {
             for (name, child) in &mut self.children {
                 if let Some(status) = child.try_wait()? {
-                    bail!(
-                        "{name} exited ({status}) during startup; see {}",
-                        self.dir.join(format!("{name}.log")).display()
-                    );
+                    let log = self.dir.join(format!("{name}.log"));
+                    let log_tail = log_tail(&log, 20);
+                    return Err(EarlyExit {
+                        name: name.clone(),
+                        status,
+                        log,
+                        log_tail,
+                    }
+                    .into());
                 }
             }
             match self.readyz().await {
@@ -311,10 +391,12 @@ impl ControlPlane {
                 Err(e) => last_error = e.to_string(),
             }
             if Instant::now() > deadline {
+                let log = self.dir.join("kube-apiserver.log");
                 bail!(
-                    "kube-apiserver of {} not ready after {timeout:?}: {last_error}; see {}",
+                    "kube-apiserver of {} not ready after {timeout:?}: {last_error}; the end of {}:\n{}",
                     self.options.name,
-                    self.dir.join("kube-apiserver.log").display()
+                    log.display(),
+                    log_tail(&log, 20)
                 );
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -403,5 +485,35 @@ impl Drop for ControlPlane {
         for (_, child) in &mut self.children {
             let _ = child.start_kill();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("x.log");
+        std::fs::write(&log, "a\nb\nc\nd\n").unwrap();
+        assert_eq!(log_tail(&log, 2), "c\nd");
+        assert_eq!(log_tail(&log, 10), "a\nb\nc\nd");
+        assert!(log_tail(&dir.path().join("missing"), 2).starts_with("(unreadable"));
+    }
+
+    #[test]
+    fn only_a_bind_failure_is_retried() {
+        use std::os::unix::process::ExitStatusExt;
+        let exit = |tail: &str| EarlyExit {
+            name: "kube-apiserver".into(),
+            status: std::process::ExitStatus::from_raw(1 << 8),
+            log: PathBuf::from("kube-apiserver.log"),
+            log_tail: tail.into(),
+        };
+        let taken = exit("failed to listen on 127.0.0.1:40000: listen tcp 127.0.0.1:40000: bind: address already in use");
+        assert!(taken.port_taken());
+        assert!(!exit("error: unknown flag: --insecure-port").port_taken());
+        assert!(taken.to_string().contains("address already in use"));
     }
 }
