@@ -4,12 +4,14 @@
 //! Both systems get the same phases ([`phases`]): bursts of ConfigMaps (throughput), updates and
 //! no-op touches (writes per effective change), an idle minute (writes and CPU), memory with
 //! nothing and with the largest burst reflected, a restart of the origin side (time to agree,
-//! writes), a burst of Services, and a steady load at half the measured throughput of each
-//! kind (latency, ConfigMaps and Services). Refract runs as its two agent binaries over mutual
+//! writes), a burst of Services. Then rounds of steady load at half Refract's throughput of
+//! each kind ([`latency`]: ConfigMaps and Services), the systems taking turns. Refract runs as
+//! its two agent binaries over mutual
 //! TLS; the direct copier (`direct-copier`) watches the origin and server-side applies
 //! Refract's own forged objects straight into the provider with an admin kubeconfig. It
 //! prints one table and writes JSON.
 
+mod latency;
 mod load;
 mod measure;
 mod phases;
@@ -21,6 +23,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use refract_e2e::Peering;
 use serde_json::json;
+use sides::Side;
 
 /// Measures Refract against a direct copier on two local control planes.
 #[derive(Debug, clap::Parser)]
@@ -43,10 +46,15 @@ struct Args {
     /// Length of the idle window, seconds.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
-    /// Length of each steady-load window, seconds. A p99 over a short window is one random
-    /// API-server pause more than the system's steady behaviour.
-    #[arg(long, default_value_t = 30)]
+    /// Length of each steady-load window, seconds.
+    #[arg(long, default_value_t = 20)]
     latency_seconds: u64,
+    /// Latency rounds. Each round gives each system one window per kind, alternating which
+    /// goes first, with only that system's processes running; percentiles are taken over the
+    /// samples of every round. One window's p99 is decided by the few API-server pauses that
+    /// fall in it: pooled rounds measure the system rather than the pauses.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
     /// Seconds of load at the same rate before each window, not measured.
     #[arg(long, default_value_t = 5)]
     warmup_seconds: u64,
@@ -72,8 +80,9 @@ struct Args {
     /// per-object logs (`REFRACT_AGENT_LOG_LEVEL=info,refract::trace=debug`).
     #[arg(long)]
     samples: Option<PathBuf>,
-    /// Copy the agents' logs (`local-agent.log`, `remote-agent.log`) into this folder after
-    /// Refract's phases (the run's own folder is removed at the end).
+    /// Copy the agents' logs into this folder: `local-agent.log` and `remote-agent.log` after
+    /// Refract's phases, `*.round<N>.log` after each of its latency turns (the run's own folder
+    /// is removed at the end).
     #[arg(long)]
     keep_logs: Option<PathBuf>,
     /// Where to write the JSON results.
@@ -135,12 +144,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         sizes: args.sizes.clone(),
         data_bytes: args.data_bytes,
         idle: std::time::Duration::from_secs(args.idle_seconds),
-        steady: std::time::Duration::from_secs(args.latency_seconds),
-        warmup: std::time::Duration::from_secs(args.warmup_seconds),
         steady_rate: args.steady_rate,
         service_burst: args.service_burst,
         steady_rate_service: args.steady_rate_service,
-        samples: args.samples.clone(),
     };
 
     let clusters: Vec<(String, u32)> =
@@ -154,25 +160,77 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .collect();
     say("== Refract (local-agent -> mTLS gRPC -> remote-agent)");
     let mut refract_side = sides::Refract::new(&mut peering).await?;
-    let refract = phases::run("refract", &mut refract_side, &plan, &clusters).await?;
+    let mut refract = phases::run("refract", &mut refract_side, &plan, &clusters).await?;
     refract_side.clean_up().await?;
-    if let Some(dir) = &args.keep_logs {
-        std::fs::create_dir_all(dir)?;
-        for log in ["local-agent.log", "remote-agent.log"] {
-            std::fs::copy(peering.dir.path().join(log), dir.join(log))
-                .with_context(|| format!("failed to keep {log}"))?;
-        }
-        say(&format!("agents' logs copied to {}", dir.display()));
-    }
+    keep_logs(&args, refract_side.peering(), "")?;
     // The same load for the direct copier: comparable latencies.
     plan.steady_rate = Some(refract.steady_rate);
     plan.steady_rate_service = Some(refract.steady_rate_service);
 
     say("== direct copier (watch origin, server-side apply into the provider)");
-    let mut direct_side =
-        sides::Direct::new(&peering, args.concurrency, args.worker_threads).await?;
-    let direct = phases::run("direct", &mut direct_side, &plan, &clusters).await?;
-    direct_side.stop().await;
+    let mut direct_side = sides::Direct::new(
+        refract_side.peering(),
+        args.concurrency,
+        args.worker_threads,
+    )
+    .await?;
+    let mut direct = phases::run("direct", &mut direct_side, &plan, &clusters).await?;
+    direct_side.clean_up().await?;
+
+    say(&format!(
+        "== latency: {} rounds, the two systems taking turns",
+        args.rounds
+    ));
+    let loads = [
+        latency::Load {
+            kind: load::SteadyKind::ConfigMap,
+            rate: refract.steady_rate,
+        },
+        latency::Load {
+            kind: load::SteadyKind::Service,
+            rate: refract.steady_rate_service,
+        },
+    ];
+    let windows = latency::Windows {
+        warmup: std::time::Duration::from_secs(args.warmup_seconds),
+        steady: std::time::Duration::from_secs(args.latency_seconds),
+        data_bytes: args.data_bytes,
+        samples: args.samples.clone(),
+    };
+    for round in 1..=usize::from(args.rounds) {
+        // Refract first in odd rounds, the copier in even ones: neither always follows the
+        // other's leftovers.
+        for refract_turn in [round % 2 == 1, round % 2 == 0] {
+            if refract_turn {
+                refract_side.resume().await?;
+                let r = latency::turn(
+                    "refract",
+                    &mut refract_side,
+                    round,
+                    &loads,
+                    &windows,
+                    &mut refract.latency,
+                )
+                .await;
+                refract_side.pause().await;
+                keep_logs(&args, refract_side.peering(), &format!(".round{round}"))?;
+                r?;
+            } else {
+                direct_side.resume().await?;
+                let r = latency::turn(
+                    "direct",
+                    &mut direct_side,
+                    round,
+                    &loads,
+                    &windows,
+                    &mut direct.latency,
+                )
+                .await;
+                direct_side.pause().await;
+                r?;
+            }
+        }
+    }
 
     let table = report::table(&refract, &direct);
     println!("\n{table}");
@@ -187,6 +245,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "worker_threads_per_process": args.worker_threads,
         "idle_seconds": args.idle_seconds,
         "latency_seconds": args.latency_seconds,
+        "latency_rounds": args.rounds,
         "warmup_seconds": args.warmup_seconds,
         "kubernetes": "1.20.2 (etcd 3.4, loopback)",
         "etcd_data_parent": args.etcd_parent,
@@ -199,6 +258,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     std::fs::write(&args.json, serde_json::to_string_pretty(&out)? + "\n")?;
     say(&format!("JSON written to {}", args.json.display()));
+    Ok(())
+}
+
+/// With `--keep-logs`, copies the agents' logs there, named with `suffix`: a restarted agent
+/// starts its log afresh.
+fn keep_logs(args: &Args, peering: &Peering, suffix: &str) -> anyhow::Result<()> {
+    let Some(dir) = &args.keep_logs else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir)?;
+    for name in ["local-agent", "remote-agent"] {
+        let (from, to) = (format!("{name}.log"), format!("{name}{suffix}.log"));
+        std::fs::copy(peering.dir.path().join(&from), dir.join(&to))
+            .with_context(|| format!("failed to keep {from}"))?;
+    }
+    say(&format!("agents' logs copied to {}", dir.display()));
     Ok(())
 }
 

@@ -4,16 +4,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::load::{self, SteadyKind};
+use crate::load;
 use crate::measure::{cpu_seconds, rss_bytes};
-use crate::report::{Latency, SystemResult};
+use crate::report::SystemResult;
 use crate::say;
 use crate::sides::Side;
 
 /// How long any one wait may take before the run fails.
 const PATIENCE: Duration = Duration::from_secs(900);
-/// Latency above which a sample is counted in the slow-samples timeline.
-const SLOW_MS: f64 = 100.0;
 /// Quiet time after a phase, to count late writes too.
 const SETTLE: Duration = Duration::from_secs(3);
 
@@ -25,10 +23,6 @@ pub struct Plan {
     pub data_bytes: usize,
     /// Idle window.
     pub idle: Duration,
-    /// Each steady-load window.
-    pub steady: Duration,
-    /// Load before each window, not measured.
-    pub warmup: Duration,
     /// The steady rate, objects per second; `None` means half this system's throughput on
     /// the largest burst (the first system's rate is then used for the second, so both are
     /// measured under the same load).
@@ -37,8 +31,6 @@ pub struct Plan {
     pub service_burst: usize,
     /// The steady rate of Services; `None` means half this system's Service throughput.
     pub steady_rate_service: Option<f64>,
-    /// Where to append each steady-load sample, if anywhere.
-    pub samples: Option<std::path::PathBuf>,
 }
 
 /// Runs `create` (which makes `n` objects of `kind` named `prefix…` at the origin) and
@@ -215,101 +207,5 @@ pub async fn run(
     r.steady_rate_service = plan
         .steady_rate_service
         .unwrap_or(r.service_throughput.1 / 2.0);
-    for (kind, k8s_kind, prefix, rate) in [
-        (SteadyKind::ConfigMap, "ConfigMap", "lat-cm-", r.steady_rate),
-        (
-            SteadyKind::Service,
-            "Service",
-            "lat-svc-",
-            r.steady_rate_service,
-        ),
-    ] {
-        say(&format!(
-            "{name}: {k8s_kind}s at {rate:.0}/s for {:?} (the first {:?} not measured)",
-            plan.warmup + plan.steady,
-            plan.warmup
-        ));
-        // One continuous load; its first seconds only drain what the previous phase left
-        // behind in the API servers (seen hitting both systems alike), so they are not counted.
-        let measured_from = Instant::now() + plan.warmup;
-        let sent = load::steady(
-            &origin,
-            &ns,
-            kind,
-            prefix,
-            rate,
-            plan.warmup + plan.steady,
-            plan.data_bytes,
-        )
-        .await?;
-        watch
-            .until(PATIENCE, "every steady object on the provider", |w| {
-                w.present(k8s_kind, prefix) >= sent.len()
-            })
-            .await?;
-        let timed: Vec<(Instant, f64)> = sent
-            .iter()
-            .filter(|(_, at)| *at >= measured_from)
-            .filter_map(|(n, at)| {
-                watch.first_seen(k8s_kind, n).map(|seen| {
-                    let ms = seen.saturating_duration_since(*at).as_secs_f64() * 1000.0;
-                    (*at, ms)
-                })
-            })
-            .collect();
-        if let Some(path) = &plan.samples {
-            dump_samples(path, name, k8s_kind, &sent, &watch)?;
-        }
-        // When the slow ones were sent: one stall, or a tail spread over the window.
-        let first = timed.iter().map(|(at, _)| *at).min();
-        let mut slow = std::collections::BTreeMap::<u64, usize>::new();
-        for (at, ms) in &timed {
-            if *ms > SLOW_MS {
-                let second = first.map_or(0, |f| at.saturating_duration_since(f).as_secs());
-                *slow.entry(second).or_default() += 1;
-            }
-        }
-        r.slow_by_second
-            .insert(k8s_kind.to_string(), slow.into_iter().collect());
-        let latency = Latency::of(timed.into_iter().map(|(_, ms)| ms).collect());
-        say(&format!(
-            "{name}: {k8s_kind} latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-            latency.p50_ms, latency.p99_ms, latency.max_ms
-        ));
-        match kind {
-            SteadyKind::ConfigMap => r.latency_configmap = latency,
-            SteadyKind::Service => r.latency_service = latency,
-        }
-    }
     Ok(r)
-}
-
-/// Appends each steady-load object (system, kind, name, wall-clock ms of its origin write,
-/// latency ms) to `path`, to line the samples up with the agents' per-object trace logs.
-fn dump_samples(
-    path: &std::path::Path,
-    system: &str,
-    kind: &str,
-    sent: &[(String, Instant)],
-    watch: &crate::measure::ProviderWatch,
-) -> anyhow::Result<()> {
-    use std::io::Write;
-    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
-    let mut out = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .with_context(|| format!("failed to open {path:?}"))?;
-    for (name, at) in sent {
-        let written = wall - now.saturating_duration_since(*at);
-        let unix_ms = written
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64()
-            * 1000.0;
-        let latency = watch.first_seen(kind, name).map_or(f64::NAN, |seen| {
-            seen.saturating_duration_since(*at).as_secs_f64() * 1000.0
-        });
-        writeln!(out, "{system} {kind} {name} {unix_ms:.1} {latency:.1}")?;
-    }
-    Ok(())
 }

@@ -1,6 +1,10 @@
 //! The benchmark's results: one table for people, the same numbers as JSON for machines.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Value};
+
+use crate::latency::KindLatency;
 
 /// Latency percentiles, milliseconds.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -41,18 +45,15 @@ pub struct SystemResult {
     pub system: String,
     /// Burst size → objects per second.
     pub throughput: Vec<(usize, f64)>,
-    /// ConfigMaps created at half the largest burst's throughput.
-    pub latency_configmap: Latency,
-    /// Services created at half the Service burst's throughput.
-    pub latency_service: Latency,
+    /// Steady-load latency by kind (`ConfigMap` at half the largest burst's throughput,
+    /// `Service` at half the Service burst's), over every round.
+    pub latency: BTreeMap<&'static str, KindLatency>,
     /// The steady rate used for ConfigMaps, objects per second.
     pub steady_rate: f64,
     /// Service burst size and Services per second.
     pub service_throughput: (usize, f64),
     /// The steady rate used for Services.
     pub steady_rate_service: f64,
-    /// Per kind: (second of the steady window, samples above 100 ms sent in it).
-    pub slow_by_second: std::collections::BTreeMap<String, Vec<(u64, usize)>>,
     /// Provider writes during the change phases.
     pub writes: u64,
     /// Effective changes made at the origin during those phases.
@@ -79,6 +80,11 @@ pub struct SystemResult {
 }
 
 impl SystemResult {
+    /// The steady-load latency of `kind` (empty when it was not measured).
+    pub fn latency_of(&self, kind: &str) -> KindLatency {
+        self.latency.get(kind).cloned().unwrap_or_default()
+    }
+
     /// Provider writes per effective change.
     pub fn amplification(&self) -> f64 {
         self.writes as f64 / self.effective_changes.max(1) as f64
@@ -123,18 +129,12 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         format!("{d:.0}"),
         ratio(r, d),
     );
-    for (what, r, d) in [
-        (
-            "ConfigMap",
-            refract.latency_configmap,
-            direct.latency_configmap,
-        ),
-        ("Service", refract.latency_service, direct.latency_service),
-    ] {
+    for what in ["ConfigMap", "Service"] {
+        let (r, d) = (refract.latency_of(what), direct.latency_of(what));
         for (q, rv, dv) in [
-            ("p50", r.p50_ms, d.p50_ms),
-            ("p99", r.p99_ms, d.p99_ms),
-            ("max", r.max_ms, d.max_ms),
+            ("p50", r.pooled.p50_ms, d.pooled.p50_ms),
+            ("p99", r.pooled.p99_ms, d.pooled.p99_ms),
+            ("max", r.pooled.max_ms, d.pooled.max_ms),
         ] {
             row(
                 format!("latency {what} {q} (ms)"),
@@ -143,6 +143,25 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
                 ratio(rv, dv),
             );
         }
+        let by_round = |k: &KindLatency| {
+            k.by_round
+                .iter()
+                .map(|l| format!("{:.0}", l.p99_ms))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        row(
+            format!("latency {what} p99 of each round (ms)"),
+            by_round(&r),
+            by_round(&d),
+            String::new(),
+        );
+        row(
+            format!("CPU of the system's processes per steady {what} (ms)"),
+            format!("{:.2}", r.cpu_ms_per_object),
+            format!("{:.2}", d.cpu_ms_per_object),
+            ratio(r.cpu_ms_per_object, d.cpu_ms_per_object),
+        );
     }
     row(
         "steady rate for ConfigMap latency, both systems (objects/s)".into(),
@@ -271,14 +290,17 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
 
 /// The same results as JSON, with the conditions they were measured under.
 pub fn json(conditions: Value, refract: &SystemResult, direct: &SystemResult) -> Value {
+    let lat = |kind: &str, q: fn(&Latency) -> f64| {
+        q(&refract.latency_of(kind).pooled) / q(&direct.latency_of(kind).pooled)
+    };
     let ratios = json!({
         "throughput": refract.throughput.iter().zip(&direct.throughput)
             .map(|((n, r), (_, d))| json!({"n": n, "ratio": r / d})).collect::<Vec<_>>(),
         "service_throughput": refract.service_throughput.1 / direct.service_throughput.1,
-        "latency_configmap_p50": refract.latency_configmap.p50_ms / direct.latency_configmap.p50_ms,
-        "latency_configmap_p99": refract.latency_configmap.p99_ms / direct.latency_configmap.p99_ms,
-        "latency_service_p50": refract.latency_service.p50_ms / direct.latency_service.p50_ms,
-        "latency_service_p99": refract.latency_service.p99_ms / direct.latency_service.p99_ms,
+        "latency_configmap_p50": lat("ConfigMap", |l| l.p50_ms),
+        "latency_configmap_p99": lat("ConfigMap", |l| l.p99_ms),
+        "latency_service_p50": lat("Service", |l| l.p50_ms),
+        "latency_service_p99": lat("Service", |l| l.p99_ms),
     });
     let with_derived = |s: &SystemResult| {
         let mut v = serde_json::to_value(s).expect("serializes");

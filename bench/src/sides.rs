@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use kube::api::{Api, PostParams};
 use refract_e2e::{kubectl_stdin, Agent, Peering};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -27,6 +27,23 @@ pub trait Side {
     /// Restarts its origin side and returns once it agrees with the provider on `objects`
     /// objects again.
     async fn restart(&mut self, objects: usize) -> anyhow::Result<()>;
+    /// Stops its processes (between its turns in the latency rounds).
+    async fn pause(&mut self);
+    /// Starts its processes again and returns once they agree with the provider on every
+    /// object of its origin namespace.
+    async fn resume(&mut self) -> anyhow::Result<()>;
+}
+
+/// ConfigMaps plus Services in `ns`: what a system reflects of the benchmark's namespace.
+async fn count_objects(client: &kube::Client, ns: &str) -> anyhow::Result<usize> {
+    let lp = kube::api::ListParams::default();
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .list_metadata(&lp)
+        .await?;
+    let svcs = Api::<Service>::namespaced(client.clone(), ns)
+        .list_metadata(&lp)
+        .await?;
+    Ok(cms.items.len() + svcs.items.len())
 }
 
 async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
@@ -55,6 +72,7 @@ pub struct Refract<'a> {
 const REFRACT_NS: &str = "bench-refract";
 const REFRACT_REMOTE_NS: &str = "bench-refract-origin";
 const UNCHANGED_ACKS: &str = "refract_remote_acks_total{outcome=\"OUTCOME_UNCHANGED\"}";
+const APPLIED_ACKS: &str = "refract_remote_acks_total{outcome=\"OUTCOME_APPLIED\"}";
 
 impl<'a> Refract<'a> {
     /// Extends the benchmark namespace to the provider and watches its twin.
@@ -86,16 +104,16 @@ impl<'a> Refract<'a> {
 
     /// Stops both agents and deletes what they reflected on both sides, so the next system
     /// starts from the same clusters.
-    pub async fn clean_up(self) -> anyhow::Result<()> {
-        for agent in [self.peering.local.take(), self.peering.remote.take()]
-            .into_iter()
-            .flatten()
-        {
-            agent.stop().await;
-        }
+    pub async fn clean_up(&mut self) -> anyhow::Result<()> {
+        self.pause().await;
         crate::load::delete_all(&self.origin, REFRACT_NS).await?;
         crate::load::delete_all(&self.provider, REFRACT_REMOTE_NS).await?;
         Ok(())
+    }
+
+    /// The peering, for what else runs on its clusters.
+    pub fn peering(&self) -> &Peering {
+        self.peering
     }
 }
 
@@ -135,6 +153,33 @@ impl Side for Refract<'_> {
         }
         anyhow::bail!("the restarted local agent did not re-confirm {objects} objects")
     }
+    async fn pause(&mut self) {
+        for agent in [self.peering.local.take(), self.peering.remote.take()]
+            .into_iter()
+            .flatten()
+        {
+            agent.stop().await;
+        }
+    }
+    async fn resume(&mut self) -> anyhow::Result<()> {
+        let objects = count_objects(&self.origin, REFRACT_NS).await?;
+        self.peering.start_remote();
+        self.peering.start_local();
+        // A fresh remote agent counts from zero: in agreement once it has answered for every
+        // object of the namespace (unchanged, or applied if it differed) and for the twin
+        // namespace itself.
+        let objects = objects + 1;
+        let admin = self.peering.remote_admin.clone();
+        for _ in 0..60_000 {
+            let answered =
+                counter(&admin, UNCHANGED_ACKS).await + counter(&admin, APPLIED_ACKS).await;
+            if answered >= objects as f64 {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        anyhow::bail!("the restarted agents did not confirm the namespace's {objects} objects")
+    }
 }
 
 /// The direct copier process.
@@ -142,6 +187,7 @@ pub struct Direct {
     args: Vec<String>,
     child: Option<Child>,
     origin: kube::Client,
+    provider: kube::Client,
     watch: ProviderWatch,
 }
 
@@ -159,7 +205,7 @@ impl Direct {
         let provider = peering.provider.client().await?;
         create_namespace(&origin, DIRECT_NS).await?;
         create_namespace(&provider, DIRECT_REMOTE_NS).await?;
-        let watch = ProviderWatch::start(provider, DIRECT_REMOTE_NS).await;
+        let watch = ProviderWatch::start(provider.clone(), DIRECT_REMOTE_NS).await;
         let args = vec![
             format!(
                 "--origin-kubeconfig={}",
@@ -178,6 +224,7 @@ impl Direct {
             args,
             child: None,
             origin,
+            provider,
             watch,
         };
         d.start().await?;
@@ -206,11 +253,13 @@ impl Direct {
         Ok(())
     }
 
-    /// Stops the copier.
-    pub async fn stop(mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill().await;
-        }
+    /// Stops the copier and deletes what it copied on both sides, so the latency rounds
+    /// start from the same clusters for both systems.
+    pub async fn clean_up(&mut self) -> anyhow::Result<()> {
+        self.pause().await;
+        crate::load::delete_all(&self.origin, DIRECT_NS).await?;
+        crate::load::delete_all(&self.provider, DIRECT_REMOTE_NS).await?;
+        Ok(())
     }
 }
 
@@ -236,6 +285,15 @@ impl Side for Direct {
             let _ = c.kill().await;
         }
         say("restarting direct-copier");
+        self.start().await
+    }
+    async fn pause(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+    }
+    async fn resume(&mut self) -> anyhow::Result<()> {
+        // `synced` comes once it has applied everything it listed.
         self.start().await
     }
 }

@@ -478,6 +478,7 @@ impl Applier {
                 &object.namespace,
                 &object.name,
                 delete.grace_period_seconds,
+                None,
             )
             .await
         }
@@ -487,6 +488,8 @@ impl Applier {
         }
     }
 
+    /// Deletes `tenant`'s object, if it is the tenant's. With `unchanged_since`, only if
+    /// nothing has written it since that resourceVersion.
     async fn delete_owned(
         &self,
         tenant: &ClusterId,
@@ -494,11 +497,16 @@ impl Applier {
         namespace: &str,
         name: &str,
         grace: Option<i64>,
+        unchanged_since: Option<String>,
     ) -> Result<Answer, Answer> {
         let api = self.api(kind, namespace);
         let Some(existing) = api.get_opt(name).await.map_err(api_error)? else {
             return Ok((Outcome::Unchanged, "already absent".into()));
         };
+        let guarded = unchanged_since.is_some();
+        if guarded && existing.resource_version() != unchanged_since {
+            return Ok((Outcome::Unchanged, "written since it was listed".into()));
+        }
         if !self.owns(tenant, kind, &existing.metadata) {
             return Ok((
                 Outcome::Conflict,
@@ -526,7 +534,7 @@ impl Applier {
         let mut params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: existing.uid(),
-                resource_version: None,
+                resource_version: unchanged_since,
             }),
             ..Default::default()
         };
@@ -538,18 +546,28 @@ impl Applier {
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 Ok((Outcome::Unchanged, "already absent".into()))
             }
+            // The resourceVersion precondition failed: written meanwhile, so it stays.
+            Err(kube::Error::Api(s)) if guarded && s.code == 409 => {
+                Ok((Outcome::Unchanged, "written since it was listed".into()))
+            }
             Err(e) => Err(api_error(e)),
         }
     }
 
-    /// Deletes `tenant`'s objects of `kind` in `namespace` whose names are not in `keep`:
-    /// called only after the tenant said it sent every such object (SnapshotComplete).
+    /// Deletes `tenant`'s objects of `kind` in `namespace` that `keep` does not name: called
+    /// only after the tenant said it sent every such object (SnapshotComplete).
+    ///
+    /// The tenant's stream goes on meanwhile, so `keep` is asked about each object just before
+    /// it is deleted (an Upsert received since the SnapshotComplete counts), and the delete
+    /// holds only while the object is as listed: one written since (by an Upsert received
+    /// after that check) stays. An Upsert answered `Unchanged` in that gap is remembered after
+    /// the object is forgotten here, so the restorer re-creates the object from it.
     pub async fn delete_orphans(
         &self,
         tenant: &ClusterId,
         kind: Allowed,
         namespace: &str,
-        keep: &std::collections::BTreeSet<String>,
+        keep: impl Fn(&str) -> bool,
     ) -> Result<Vec<String>, Answer> {
         if kind != Allowed::Namespace && !self.owns_namespace(tenant, namespace).await? {
             return Ok(Vec::new());
@@ -570,7 +588,7 @@ impl Applier {
         let mut deleted = Vec::new();
         for obj in list.items {
             let name = obj.name_any();
-            if keep.contains(&name) {
+            if keep(&name) {
                 continue;
             }
             self.desired.forget(&ObjectKey {
@@ -580,7 +598,7 @@ impl Applier {
                 name: name.clone(),
             });
             if let Ok((Outcome::Applied, _)) = self
-                .delete_owned(tenant, kind, namespace, &name, None)
+                .delete_owned(tenant, kind, namespace, &name, None, obj.resource_version())
                 .await
             {
                 deleted.push(name);

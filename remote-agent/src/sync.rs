@@ -294,17 +294,19 @@ impl TenantSession {
             tracing::warn!(kind = %done.kind, "SnapshotComplete for a kind tenants may not write");
             return;
         };
-        let keep = self
-            .seen
-            .lock()
-            .expect("seen set poisoned")
-            .get(&(kind, done.namespace.clone()))
-            .cloned()
-            .unwrap_or_default();
+        // What the tenant has sent so far, asked again for each object: Upserts keep arriving
+        // while the collection runs.
+        let keep = |name: &str| {
+            self.seen
+                .lock()
+                .expect("seen set poisoned")
+                .get(&(kind, done.namespace.clone()))
+                .is_some_and(|names| names.contains(name))
+        };
         match self
             .service
             .applier
-            .delete_orphans(&self.tenant, kind, &done.namespace, &keep)
+            .delete_orphans(&self.tenant, kind, &done.namespace, keep)
             .await
         {
             Ok(deleted) if !deleted.is_empty() => {

@@ -1,0 +1,235 @@
+//! Latency under steady load, in rounds that alternate the two systems on the same clusters.
+//!
+//! One 30 s window per system (runs 1–10 of `BENCHMARKS.md`) gave p99s that moved by several
+//! times from run to run: a p99 of one window is decided by the few API-server pauses that
+//! happen to fall in it, and the two systems' windows were minutes apart, on clusters in
+//! different states (etcd's size, the API servers' heaps, what the other system left behind).
+//! Here each system gets several shorter windows, alternating (R D, D R, R D, …), only its own
+//! processes running during its turn; the samples of all its windows are pooled. Each round's
+//! own percentiles are kept too, so the spread stays visible.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::load::{self, SteadyKind};
+use crate::measure::ProviderWatch;
+use crate::report::Latency;
+use crate::say;
+use crate::sides::Side;
+
+/// How long any one wait may take before the run fails.
+const PATIENCE: Duration = Duration::from_secs(900);
+/// Latency above which a sample is counted in the slow-samples timeline.
+const SLOW_MS: f64 = 100.0;
+
+/// The steady load of one kind.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// What is created.
+    pub kind: SteadyKind,
+    /// Objects per second.
+    pub rate: f64,
+}
+
+impl Load {
+    /// The Kubernetes kind the provider watch reports.
+    pub fn k8s_kind(&self) -> &'static str {
+        match self.kind {
+            SteadyKind::ConfigMap => "ConfigMap",
+            SteadyKind::Service => "Service",
+        }
+    }
+
+    fn prefix(&self, round: usize) -> String {
+        match self.kind {
+            SteadyKind::ConfigMap => format!("lat-cm-r{round}-"),
+            SteadyKind::Service => format!("lat-svc-r{round}-"),
+        }
+    }
+}
+
+/// The length of every window.
+#[derive(Debug, Clone)]
+pub struct Windows {
+    /// Load before each window, not measured.
+    pub warmup: Duration,
+    /// Each measured window.
+    pub steady: Duration,
+    /// ConfigMap payload, bytes.
+    pub data_bytes: usize,
+    /// Where to append each sample, if anywhere.
+    pub samples: Option<PathBuf>,
+}
+
+/// One kind's latency for one system, over every round.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct KindLatency {
+    /// Percentiles of the pooled samples of every round.
+    pub pooled: Latency,
+    /// Percentiles of each round's window, in round order.
+    pub by_round: Vec<Latency>,
+    /// The rate used, objects per second.
+    pub rate: f64,
+    /// CPU seconds of the system's own processes per object, over the windows and their
+    /// warm-ups (milliseconds): what each object costs the system under this load.
+    pub cpu_ms_per_object: f64,
+    /// Per round: (second of the window, samples above 100 ms sent in it).
+    pub slow_by_second: Vec<Vec<(u64, usize)>>,
+    #[serde(skip)]
+    all: Vec<f64>,
+    #[serde(skip)]
+    cpu_seconds: f64,
+    #[serde(skip)]
+    objects: usize,
+}
+
+impl KindLatency {
+    fn add(&mut self, window: WindowResult) {
+        self.by_round.push(Latency::of(window.latencies.clone()));
+        self.all.extend(window.latencies);
+        self.pooled = Latency::of(self.all.clone());
+        self.cpu_seconds += window.cpu_seconds;
+        self.objects += window.objects;
+        self.cpu_ms_per_object = self.cpu_seconds * 1000.0 / self.objects.max(1) as f64;
+        self.slow_by_second.push(window.slow_by_second);
+    }
+}
+
+struct WindowResult {
+    latencies: Vec<f64>,
+    slow_by_second: Vec<(u64, usize)>,
+    cpu_seconds: f64,
+    objects: usize,
+}
+
+/// One system's turn in round `round`: each load in turn, one window each, added to `into`.
+pub async fn turn(
+    name: &str,
+    side: &mut impl Side,
+    round: usize,
+    loads: &[Load],
+    windows: &Windows,
+    into: &mut BTreeMap<&'static str, KindLatency>,
+) -> anyhow::Result<()> {
+    for load in loads {
+        let result = window(name, side, round, *load, windows).await?;
+        let entry = into.entry(load.k8s_kind()).or_default();
+        entry.rate = load.rate;
+        entry.add(result);
+    }
+    Ok(())
+}
+
+async fn window(
+    name: &str,
+    side: &mut impl Side,
+    round: usize,
+    load: Load,
+    w: &Windows,
+) -> anyhow::Result<WindowResult> {
+    let (kind, prefix) = (load.k8s_kind(), load.prefix(round));
+    say(&format!(
+        "{name}, round {round}: {kind}s at {:.0}/s for {:?} (the first {:?} not measured)",
+        load.rate,
+        w.warmup + w.steady,
+        w.warmup
+    ));
+    let cpu_before = cpu(side);
+    // One continuous load; its first seconds only drain what the previous phase left behind
+    // in the API servers, so they are not counted.
+    let measured_from = Instant::now() + w.warmup;
+    let sent = load::steady(
+        side.origin(),
+        side.origin_ns(),
+        load.kind,
+        &prefix,
+        load.rate,
+        w.warmup + w.steady,
+        w.data_bytes,
+    )
+    .await?;
+    let watch = side.watch().clone();
+    watch
+        .until(PATIENCE, "every steady object on the provider", |w| {
+            w.present(kind, &prefix) >= sent.len()
+        })
+        .await?;
+    let cpu_seconds = cpu(side) - cpu_before;
+    let timed: Vec<(Instant, f64)> = sent
+        .iter()
+        .filter(|(_, at)| *at >= measured_from)
+        .filter_map(|(n, at)| {
+            watch.first_seen(kind, n).map(|seen| {
+                let ms = seen.saturating_duration_since(*at).as_secs_f64() * 1000.0;
+                (*at, ms)
+            })
+        })
+        .collect();
+    if let Some(path) = &w.samples {
+        dump_samples(path, name, kind, &sent, &watch)?;
+    }
+    // When the slow ones were sent: one stall, or a tail spread over the window.
+    let first = timed.iter().map(|(at, _)| *at).min();
+    let mut slow = BTreeMap::<u64, usize>::new();
+    for (at, ms) in &timed {
+        if *ms > SLOW_MS {
+            let second = first.map_or(0, |f| at.saturating_duration_since(f).as_secs());
+            *slow.entry(second).or_default() += 1;
+        }
+    }
+    let latencies: Vec<f64> = timed.into_iter().map(|(_, ms)| ms).collect();
+    let l = Latency::of(latencies.clone());
+    say(&format!(
+        "{name}, round {round}: {kind} latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.2} ms of CPU per object",
+        l.p50_ms,
+        l.p99_ms,
+        l.max_ms,
+        cpu_seconds * 1000.0 / sent.len().max(1) as f64
+    ));
+    Ok(WindowResult {
+        latencies,
+        slow_by_second: slow.into_iter().collect(),
+        cpu_seconds,
+        objects: sent.len(),
+    })
+}
+
+fn cpu(side: &impl Side) -> f64 {
+    side.processes()
+        .iter()
+        .map(|(_, pid)| crate::measure::cpu_seconds(*pid))
+        .sum()
+}
+
+/// Appends each steady-load object (system, kind, name, wall-clock ms of its origin write,
+/// latency ms) to `path`, to line the samples up with the agents' per-object trace logs.
+fn dump_samples(
+    path: &std::path::Path,
+    system: &str,
+    kind: &str,
+    sent: &[(String, Instant)],
+    watch: &ProviderWatch,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+    let mut out = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("failed to open {path:?}"))?;
+    for (name, at) in sent {
+        let written = wall - now.saturating_duration_since(*at);
+        let unix_ms = written
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1000.0;
+        let latency = watch.first_seen(kind, name).map_or(f64::NAN, |seen| {
+            seen.saturating_duration_since(*at).as_secs_f64() * 1000.0
+        });
+        writeln!(out, "{system} {kind} {name} {unix_ms:.1} {latency:.1}")?;
+    }
+    Ok(())
+}
