@@ -2,6 +2,9 @@
 use clap::Parser;
 use refract_shared::runtime::RuntimeArgs;
 
+#[global_allocator]
+static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
+
 fn main() -> anyhow::Result<()> {
     // The agent's flags stay top-level (`local-agent --remote ...`); the two tools are
     // subcommands.

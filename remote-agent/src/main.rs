@@ -1,6 +1,9 @@
 //! The `remote-agent` binary: run the agent, or `crd` to print the ShadowPod CRD.
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
+
 fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("crd") {
         print!("{}", refract_remote_agent::shadowpod::crd_yaml());

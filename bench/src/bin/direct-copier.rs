@@ -27,6 +27,9 @@ use serde::Serialize;
 
 const FIELD_MANAGER: &str = "refract-direct-copier";
 
+#[global_allocator]
+static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
+
 /// Copies an origin namespace's ConfigMaps and Services into a provider namespace directly.
 #[derive(Debug, clap::Parser)]
 #[command(name = "direct-copier", version, about, long_about)]
