@@ -105,7 +105,13 @@ struct WindowResult {
     objects: usize,
 }
 
-/// One system's turn in round `round`: each load in turn, one window each, added to `into`.
+/// CPU below which a system counts as idle: 2 % of a core.
+const IDLE_CPU_SECONDS_PER_SECOND: f64 = 0.02;
+/// How long a system may take to become idle after it starts.
+const SETTLE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// One system's turn in round `round`, its processes just started: once they are idle, each
+/// load in turn, one window each, added to `into`.
 pub async fn turn(
     name: &str,
     side: &mut impl Side,
@@ -114,6 +120,7 @@ pub async fn turn(
     windows: &Windows,
     into: &mut BTreeMap<&'static str, KindLatency>,
 ) -> anyhow::Result<()> {
+    settle(name, side).await;
     for load in loads {
         let result = window(name, side, round, *load, windows).await?;
         let entry = into.entry(load.k8s_kind()).or_default();
@@ -195,6 +202,30 @@ async fn window(
         cpu_seconds,
         objects: sent.len(),
     })
+}
+
+/// Waits until the system's processes are idle. A system that has just started still lists,
+/// resyncs and collects for a while after it first agrees with the provider (Refract's remote
+/// agent lists each kind for its store and for the orphan collection): measured during that,
+/// its first seconds would show its start-up, not its steady state.
+async fn settle(name: &str, side: &impl Side) {
+    let started = Instant::now();
+    let mut before = cpu(side);
+    while started.elapsed() < SETTLE_PATIENCE {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = cpu(side);
+        if now - before < IDLE_CPU_SECONDS_PER_SECOND {
+            say(&format!(
+                "{name}: idle {:.0} s after it agreed with the provider",
+                started.elapsed().as_secs_f64()
+            ));
+            return;
+        }
+        before = now;
+    }
+    say(&format!(
+        "{name}: still busy after {SETTLE_PATIENCE:?}; measuring anyway"
+    ));
 }
 
 fn cpu(side: &impl Side) -> f64 {
