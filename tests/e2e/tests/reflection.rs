@@ -575,3 +575,75 @@ async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
     .unwrap_or_default()
     .is_empty());
 }
+
+/// The orphan collection after a SnapshotComplete runs while the tenant's stream goes on: an
+/// object upserted after the SnapshotComplete stays on the provider, even when it was listed
+/// for collection (as after a reconnect, when the origin recreates an object at once).
+#[tokio::test]
+async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
+    let p = Peering::start(false).await.expect("peering");
+    extend(&p, "late", "{}");
+    let twin = "late-origin";
+    until_provider(
+        &p,
+        "",
+        &format!("namespace/{twin}"),
+        "{.metadata.name}",
+        twin,
+    )
+    .await;
+    // The tenant's objects on the provider that its origin no longer has. They are collected
+    // one by one, in name order: `z-late` comes last, long after its Upsert is applied.
+    let names = (0..40)
+        .map(|i| format!("a-{i:02}"))
+        .chain(["z-late".to_string()]);
+    let orphans: String = names
+        .map(|name| {
+            format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {twin}, labels: {{offloading.refract.io/origin: origin, offloading.refract.io/destination: provider}}}}\ndata: {{v: old}}\n"
+            )
+        })
+        .collect();
+    kubectl_stdin(&p.provider, &["apply", "-f", "-"], &orphans);
+
+    // The tenant has no ConfigMap there any more, then creates `z-late` again.
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let late = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"z-late","namespace":"{twin}"}},"data":{{"v":"new"}}}}"#
+    );
+    let messages = [
+        r#"{"hello":{"clusterId":"origin","agentVersion":"grpcurl","protocolVersion":1}}"#
+            .to_string(),
+        format!(
+            r#"{{"snapshotComplete":{{"apiVersion":"v1","kind":"ConfigMap","namespace":"{twin}"}}}}"#
+        ),
+        format!(
+            r#"{{"upsert":{{"object":{{"apiVersion":"v1","kind":"ConfigMap","namespace":"{twin}","name":"z-late"}},"revision":"2","objectJson":"{}"}}}}"#,
+            b64(&late)
+        ),
+    ];
+    let out = p.grpcurl_with(
+        Some("client"),
+        Some(&messages.join("\n")),
+        &["-max-time", "5", "refract.v1.Reflection/Sync"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("OUTCOME_APPLIED"),
+        "z-late not applied:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p.eventually(WAIT, "the orphans collected", || {
+        provider(&p, twin, "configmap/a-39", "{.metadata.name}")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        provider(&p, twin, "configmap/z-late", "{.data.v}").as_deref(),
+        Some("new"),
+        "the object upserted after the SnapshotComplete was collected as an orphan"
+    );
+    assert!(provider(&p, twin, "configmap/a-00", "{.metadata.name}").is_none());
+}
