@@ -65,7 +65,11 @@ def windows(path, samples, skip):
     spans = {}
     with open(samples) as f:
         for line in f:
-            system, kind, _, written, _ = line.split()
+            system, kind, name, written, _ = line.split()
+            # One window per latency round: `lat-cm-r2-17` is round 2's.
+            parts = name.split("-")
+            if len(parts) > 3 and parts[2].startswith("r"):
+                kind = f"{kind} round {parts[2][1:]}"
             spans.setdefault((system, kind), []).append(float(written) / 1000)
     for (system, kind), times in spans.items():
         start, end = min(times) + skip, max(times)
