@@ -6,10 +6,9 @@
 //! nothing and with the largest burst reflected, a restart of the origin side (time to agree,
 //! writes), a burst of Services. Then rounds of steady load at half Refract's throughput of
 //! each kind ([`latency`]: ConfigMaps and Services), the systems taking turns. Refract runs as
-//! its two agent binaries over mutual
-//! TLS; the direct copier (`direct-copier`) watches the origin and server-side applies
-//! Refract's own forged objects straight into the provider with an admin kubeconfig. It
-//! prints one table and writes JSON.
+//! its two agent binaries over mutual TLS; the direct copier (`direct-copier`) watches the
+//! origin and server-side applies Refract's own forged objects straight into the provider with
+//! an admin kubeconfig. It prints one table and writes JSON.
 
 mod latency;
 mod load;

@@ -1,4 +1,5 @@
-//! The phases every system goes through, in order, on its own namespace.
+//! The phases every system goes through, in order, on its own namespace (the latency rounds
+//! that follow are in [`crate::latency`]).
 
 use std::time::{Duration, Instant};
 
