@@ -110,9 +110,9 @@ const IDLE_CPU_SECONDS_PER_SECOND: f64 = 0.02;
 /// How long a system may take to become idle after it starts.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(60);
 
-/// One system's turn in round `round`, its processes just started: once they are idle, each
-/// load in turn, one window each, added to `into`.
-pub async fn turn(
+/// One system's turn in round `round`: its processes started and idle, then each load in turn, one
+/// window each, added to `into`, then its processes stopped (also when the turn failed).
+pub async fn take_turn(
     name: &str,
     side: &mut impl Side,
     round: usize,
@@ -120,14 +120,20 @@ pub async fn turn(
     windows: &Windows,
     into: &mut BTreeMap<&'static str, KindLatency>,
 ) -> anyhow::Result<()> {
-    settle(name, side).await;
-    for load in loads {
-        let result = window(name, side, round, *load, windows).await?;
-        let entry = into.entry(load.k8s_kind()).or_default();
-        entry.rate = load.rate;
-        entry.add(result);
+    side.resume().await?;
+    let result = async {
+        settle(name, side).await;
+        for load in loads {
+            let result = window(name, side, round, *load, windows).await?;
+            let entry = into.entry(load.k8s_kind()).or_default();
+            entry.rate = load.rate;
+            entry.add(result);
+        }
+        anyhow::Ok(())
     }
-    Ok(())
+    .await;
+    side.pause().await;
+    result
 }
 
 async fn window(

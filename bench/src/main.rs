@@ -201,8 +201,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // other's leftovers.
         for refract_turn in [round % 2 == 1, round % 2 == 0] {
             if refract_turn {
-                refract_side.resume().await?;
-                let r = latency::turn(
+                let r = latency::take_turn(
                     "refract",
                     &mut refract_side,
                     round,
@@ -211,12 +210,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     &mut refract.latency,
                 )
                 .await;
-                refract_side.pause().await;
                 keep_logs(&args, refract_side.peering(), &format!(".round{round}"))?;
                 r?;
             } else {
-                direct_side.resume().await?;
-                let r = latency::turn(
+                latency::take_turn(
                     "direct",
                     &mut direct_side,
                     round,
@@ -224,9 +221,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     &windows,
                     &mut direct.latency,
                 )
-                .await;
-                direct_side.pause().await;
-                r?;
+                .await?;
             }
         }
     }

@@ -20,6 +20,21 @@ fn extend(p: &Peering, ns: &str, spec: &str) {
     );
 }
 
+/// Extends `ns` with the default mapping and returns its twin's name once it exists.
+async fn extended(p: &Peering, ns: &str) -> String {
+    extend(p, ns, "{}");
+    let twin = format!("{ns}-origin");
+    until_provider(
+        p,
+        "",
+        &format!("namespace/{twin}"),
+        "{.metadata.name}",
+        &twin,
+    )
+    .await;
+    twin
+}
+
 fn apply_origin(p: &Peering, yaml: &str) {
     kubectl_stdin(&p.origin, &["apply", "-f", "-"], yaml);
 }
@@ -371,16 +386,8 @@ async fn foreign_objects_are_left_alone_copies_restored_and_restarts_write_nothi
             .is_empty()
     );
 
-    extend(&p, "shop", "{}");
-    let twin = "shop-origin";
-    until_provider(
-        &p,
-        "",
-        &format!("namespace/{twin}"),
-        "{.metadata.name}",
-        twin,
-    )
-    .await;
+    let twin = extended(&p, "shop").await;
+    let twin = twin.as_str();
     p.provider_kubectl(&[
         "-n",
         twin,
@@ -582,16 +589,8 @@ async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
 #[tokio::test]
 async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
     let p = Peering::start(false).await.expect("peering");
-    extend(&p, "late", "{}");
-    let twin = "late-origin";
-    until_provider(
-        &p,
-        "",
-        &format!("namespace/{twin}"),
-        "{.metadata.name}",
-        twin,
-    )
-    .await;
+    let twin = extended(&p, "late").await;
+    let twin = twin.as_str();
     // The tenant's objects on the provider that its origin no longer has. They are collected
     // one by one, in name order: `z-late` comes last, long after its Upsert is applied.
     let names = (0..40)
