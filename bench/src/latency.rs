@@ -110,8 +110,9 @@ const IDLE_CPU_SECONDS_PER_SECOND: f64 = 0.02;
 /// How long a system may take to become idle after it starts.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(60);
 
-/// One system's turn in round `round`: its processes started and idle, then each load in turn, one
-/// window each, added to `into`, then its processes stopped (also when the turn failed).
+/// One system's turn in round `round`: its processes started and idle, then each load in
+/// turn, one window each, added to `into`, then its processes stopped (also when the turn
+/// failed).
 pub async fn take_turn(
     name: &str,
     side: &mut impl Side,
