@@ -22,7 +22,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use refract_e2e::Peering;
 use serde_json::json;
-use sides::Side;
 
 /// Measures Refract against a direct copier on two local control planes.
 #[derive(Debug, clap::Parser)]
