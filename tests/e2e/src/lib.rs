@@ -377,6 +377,61 @@ impl Peering {
     /// `grpcurl` with the certificate in `certs/<client>` (no client certificate when `None`);
     /// `data` is the request body (`-d`), `args` what follows the address.
     pub fn grpcurl_with(&self, client: Option<&str>, data: Option<&str>, args: &[&str]) -> Output {
+        let all = self.grpcurl_args(client, data, args);
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        run(grpcurl(), &refs)
+    }
+
+    /// Like [`Peering::grpcurl_with`], streaming the request messages from stdin: `first`,
+    /// then, once grpcurl has printed a response containing `answer`, `then`. The stream is
+    /// closed after that.
+    pub fn grpcurl_stream(
+        &self,
+        client: Option<&str>,
+        first: &[String],
+        answer: &str,
+        then: &[String],
+        args: &[&str],
+    ) -> Output {
+        use std::io::{BufRead, Read, Write};
+        let all = self.grpcurl_args(client, Some("@"), args);
+        let mut child = StdCommand::new(grpcurl())
+            .args(&all)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("failed to start grpcurl");
+        let mut stdin = child.stdin.take().expect("piped");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        // A message that cannot be written means grpcurl has ended; its output says why.
+        let mut write = |messages: &[String]| {
+            for m in messages {
+                let _ = writeln!(stdin, "{m}").and_then(|()| stdin.flush());
+            }
+        };
+        write(first);
+        let mut seen = Vec::new();
+        let mut line = String::new();
+        while stdout.read_line(&mut line).unwrap_or(0) > 0 {
+            let found = line.contains(answer);
+            seen.push(std::mem::take(&mut line));
+            if found {
+                write(then);
+                break;
+            }
+        }
+        drop(write);
+        drop(stdin);
+        let mut rest = String::new();
+        let _ = stdout.read_to_string(&mut rest);
+        seen.push(rest);
+        let mut output = child.wait_with_output().expect("grpcurl output");
+        output.stdout = seen.concat().into_bytes();
+        output
+    }
+
+    fn grpcurl_args(&self, client: Option<&str>, data: Option<&str>, args: &[&str]) -> Vec<String> {
         let ca = self.certs.dir.join("ca/ca.crt");
         let mut all: Vec<String> = vec![
             "-max-time".into(),
@@ -400,8 +455,7 @@ impl Peering {
         all.extend(flags.iter().map(|s| s.to_string()));
         all.push(self.remote_addr.clone());
         all.extend(rest.iter().map(|s| s.to_string()));
-        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-        run(grpcurl(), &refs)
+        all
     }
 
     /// `grpcurl` without a request body.

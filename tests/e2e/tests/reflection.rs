@@ -593,8 +593,8 @@ async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
     let twin = twin.as_str();
     // The tenant's objects on the provider that its origin no longer has. They are collected
     // one by one, in name order: `z-late` comes last, long after its Upsert is applied.
-    let names = (0..40)
-        .map(|i| format!("a-{i:02}"))
+    let names = (0..200)
+        .map(|i| format!("a-{i:03}"))
         .chain(["z-late".to_string()]);
     let orphans: String = names
         .map(|name| {
@@ -610,20 +610,24 @@ async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
     let late = format!(
         r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"z-late","namespace":"{twin}"}},"data":{{"v":"new"}}}}"#
     );
-    let messages = [
+    let snapshot = [
         r#"{"hello":{"clusterId":"origin","agentVersion":"grpcurl","protocolVersion":1}}"#
             .to_string(),
         format!(
             r#"{{"snapshotComplete":{{"apiVersion":"v1","kind":"ConfigMap","namespace":"{twin}"}}}}"#
         ),
-        format!(
-            r#"{{"upsert":{{"object":{{"apiVersion":"v1","kind":"ConfigMap","namespace":"{twin}","name":"z-late"}},"revision":"2","objectJson":"{}"}}}}"#,
-            b64(&late)
-        ),
     ];
-    let out = p.grpcurl_with(
+    let upsert = [format!(
+        r#"{{"upsert":{{"object":{{"apiVersion":"v1","kind":"ConfigMap","namespace":"{twin}","name":"z-late"}},"revision":"2","objectJson":"{}"}}}}"#,
+        b64(&late)
+    )];
+    // The Upsert comes once the remote agent has answered (Welcome), while the collection is
+    // under way: sent together, the agent reads it before the collection starts.
+    let out = p.grpcurl_stream(
         Some("client"),
-        Some(&messages.join("\n")),
+        &snapshot,
+        "sessionId",
+        &upsert,
         &["-max-time", "5", "refract.v1.Reflection/Sync"],
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -633,7 +637,7 @@ async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
         String::from_utf8_lossy(&out.stderr)
     );
     p.eventually(WAIT, "the orphans collected", || {
-        provider(&p, twin, "configmap/a-39", "{.metadata.name}")
+        provider(&p, twin, "configmap/a-199", "{.metadata.name}")
             .is_none()
             .then_some(())
     })
@@ -644,5 +648,5 @@ async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
         Some("new"),
         "the object upserted after the SnapshotComplete was collected as an orphan"
     );
-    assert!(provider(&p, twin, "configmap/a-00", "{.metadata.name}").is_none());
+    assert!(provider(&p, twin, "configmap/a-000", "{.metadata.name}").is_none());
 }
