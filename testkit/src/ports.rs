@@ -10,7 +10,7 @@ const QUIET_PORTS: std::ops::Range<u16> = 20_000..32_768;
 /// Ports tried in [`QUIET_PORTS`] before asking the kernel for one.
 const ATTEMPTS: usize = 64;
 
-/// How many ports this process has tried; 0 until the first call picks a random start.
+/// How many ports this process has tried so far: where the walk has got to.
 static TRIED: AtomicU32 = AtomicU32::new(0);
 /// Where this process's walk through [`QUIET_PORTS`] starts (random, so that two processes
 /// rarely walk the same ports).
