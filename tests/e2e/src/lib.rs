@@ -405,23 +405,22 @@ impl Peering {
         let mut stdin = child.stdin.take().expect("piped");
         let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
         // A message that cannot be written means grpcurl has ended; its output says why.
-        let mut write = |messages: &[String]| {
+        let write = |stdin: &mut std::process::ChildStdin, messages: &[String]| {
             for m in messages {
                 let _ = writeln!(stdin, "{m}").and_then(|()| stdin.flush());
             }
         };
-        write(first);
+        write(&mut stdin, first);
         let mut seen = Vec::new();
         let mut line = String::new();
         while stdout.read_line(&mut line).unwrap_or(0) > 0 {
             let found = line.contains(answer);
             seen.push(std::mem::take(&mut line));
             if found {
-                write(then);
+                write(&mut stdin, then);
                 break;
             }
         }
-        drop(write);
         drop(stdin);
         let mut rest = String::new();
         let _ = stdout.read_to_string(&mut rest);
