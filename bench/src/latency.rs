@@ -16,12 +16,11 @@ use anyhow::Context;
 
 use crate::load::{self, SteadyKind};
 use crate::measure::ProviderWatch;
+use crate::phases::PATIENCE;
 use crate::report::Latency;
 use crate::say;
 use crate::sides::Side;
 
-/// How long any one wait may take before the run fails.
-const PATIENCE: Duration = Duration::from_secs(900);
 /// Latency above which a sample is counted in the slow-samples timeline.
 const SLOW_MS: f64 = 100.0;
 
@@ -88,7 +87,7 @@ pub struct KindLatency {
 
 impl KindLatency {
     fn add(&mut self, window: WindowResult) {
-        self.by_round.push(Latency::of(window.latencies.clone()));
+        self.by_round.push(window.latency);
         self.all.extend(window.latencies);
         self.pooled = Latency::of(self.all.clone());
         self.cpu_seconds += window.cpu_seconds;
@@ -99,6 +98,7 @@ impl KindLatency {
 }
 
 struct WindowResult {
+    latency: Latency,
     latencies: Vec<f64>,
     slow_by_second: Vec<(u64, usize)>,
     cpu_seconds: f64,
@@ -151,7 +151,7 @@ async fn window(
         w.warmup + w.steady,
         w.warmup
     ));
-    let cpu_before = cpu(side);
+    let cpu_before = side.cpu_seconds();
     // One continuous load; its first seconds only drain what the previous phase left behind
     // in the API servers, so they are not counted.
     let measured_from = Instant::now() + w.warmup;
@@ -171,7 +171,7 @@ async fn window(
             w.present(kind, &prefix) >= sent.len()
         })
         .await?;
-    let cpu_seconds = cpu(side) - cpu_before;
+    let cpu_seconds = side.cpu_seconds() - cpu_before;
     let timed: Vec<(Instant, f64)> = sent
         .iter()
         .filter(|(_, at)| *at >= measured_from)
@@ -204,6 +204,7 @@ async fn window(
         cpu_seconds * 1000.0 / sent.len().max(1) as f64
     ));
     Ok(WindowResult {
+        latency: l,
         latencies,
         slow_by_second: slow.into_iter().collect(),
         cpu_seconds,
@@ -217,10 +218,10 @@ async fn window(
 /// its first seconds would show its start-up, not its steady state.
 async fn settle(name: &str, side: &impl Side) {
     let started = Instant::now();
-    let mut before = cpu(side);
+    let mut before = side.cpu_seconds();
     while started.elapsed() < SETTLE_PATIENCE {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = cpu(side);
+        let now = side.cpu_seconds();
         if now - before < IDLE_CPU_SECONDS_PER_SECOND {
             say(&format!(
                 "{name}: idle {:.0} s after it agreed with the provider",
@@ -233,13 +234,6 @@ async fn settle(name: &str, side: &impl Side) {
     say(&format!(
         "{name}: still busy after {SETTLE_PATIENCE:?}; measuring anyway"
     ));
-}
-
-fn cpu(side: &impl Side) -> f64 {
-    side.processes()
-        .iter()
-        .map(|(_, pid)| crate::measure::cpu_seconds(*pid))
-        .sum()
 }
 
 /// Appends each steady-load object (system, kind, name, wall-clock ms of its origin write,

@@ -12,7 +12,7 @@ use crate::say;
 use crate::sides::Side;
 
 /// How long any one wait may take before the run fails.
-const PATIENCE: Duration = Duration::from_secs(900);
+pub const PATIENCE: Duration = Duration::from_secs(900);
 /// Quiet time after a phase, to count late writes too.
 const SETTLE: Duration = Duration::from_secs(3);
 
@@ -64,13 +64,6 @@ fn rss(side: &impl Side) -> Vec<(String, u64)> {
         .into_iter()
         .map(|(n, pid)| (n, rss_bytes(pid)))
         .collect()
-}
-
-fn cpu(side: &impl Side) -> f64 {
-    side.processes()
-        .iter()
-        .map(|(_, pid)| cpu_seconds(*pid))
-        .sum()
 }
 
 /// CPU seconds per process: the system's own and the clusters'.
@@ -167,11 +160,11 @@ pub async fn run(
         "{name}: idle for {:?} with {largest} objects reflected",
         plan.idle
     ));
-    let (writes0, cpu0) = (watch.writes(), cpu(side));
+    let (writes0, cpu0) = (watch.writes(), side.cpu_seconds());
     tokio::time::sleep(plan.idle).await;
     r.idle_writes = watch.writes() - writes0;
     r.idle_seconds = plan.idle.as_secs();
-    r.idle_cpu_seconds = cpu(side) - cpu0;
+    r.idle_cpu_seconds = side.cpu_seconds() - cpu0;
 
     say(&format!("{name}: restarting the origin side"));
     let writes0 = watch.writes();

@@ -32,6 +32,34 @@ pub trait Side {
     /// Starts its processes again and returns once they agree with the provider on every
     /// object of its origin namespace.
     async fn resume(&mut self) -> anyhow::Result<()>;
+    /// CPU seconds its processes have used so far.
+    fn cpu_seconds(&self) -> f64 {
+        self.processes()
+            .iter()
+            .map(|(_, pid)| crate::measure::cpu_seconds(*pid))
+            .sum()
+    }
+}
+
+/// Waits until the remote agent at `admin` has answered at least `answers` requests with
+/// the outcomes counted by `series`, polling its metrics.
+async fn until_answered(
+    admin: &str,
+    series: &[&str],
+    answers: f64,
+    what: &str,
+) -> anyhow::Result<()> {
+    for _ in 0..60_000 {
+        let mut answered = 0.0;
+        for s in series {
+            answered += counter(admin, s).await;
+        }
+        if answered >= answers {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("{what}")
 }
 
 /// ConfigMaps plus Services in `ns`: what a system reflects of the benchmark's namespace.
@@ -145,13 +173,13 @@ impl Side for Refract<'_> {
         }
         self.peering.start_local();
         // In agreement once the remote agent has confirmed every object unchanged.
-        for _ in 0..60_000 {
-            if counter(&admin, UNCHANGED_ACKS).await >= before + objects as f64 {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        anyhow::bail!("the restarted local agent did not re-confirm {objects} objects")
+        until_answered(
+            &admin,
+            &[UNCHANGED_ACKS],
+            before + objects as f64,
+            &format!("the restarted local agent did not re-confirm {objects} objects"),
+        )
+        .await
     }
     async fn pause(&mut self) {
         for agent in [self.peering.local.take(), self.peering.remote.take()]
@@ -168,17 +196,13 @@ impl Side for Refract<'_> {
         // A fresh remote agent counts from zero: in agreement once it has answered for every
         // object of the namespace (unchanged, or applied if it differed) and for the twin
         // namespace itself.
-        let objects = objects + 1;
-        let admin = self.peering.remote_admin.clone();
-        for _ in 0..60_000 {
-            let answered =
-                counter(&admin, UNCHANGED_ACKS).await + counter(&admin, APPLIED_ACKS).await;
-            if answered >= objects as f64 {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        anyhow::bail!("the restarted agents did not confirm the namespace's {objects} objects")
+        until_answered(
+            &self.peering.remote_admin,
+            &[UNCHANGED_ACKS, APPLIED_ACKS],
+            (objects + 1) as f64,
+            &format!("the restarted agents did not confirm the namespace's {objects} objects"),
+        )
+        .await
     }
 }
 
