@@ -195,7 +195,8 @@ impl Applier {
         // The watch knows every object of ours: one it has is checked without a request, and
         // one it does not have is most likely new, so it is created in one request that cannot
         // take over an existing object. Only when that create finds the object there (someone
-        // else's, or one written a moment ago) is its metadata read.
+        // else's, or one written a moment ago), or the API refuses it and the watch does not
+        // see foreign objects of the kind, is its metadata read.
         let known = self.objects.get(kind, &object.namespace, &object.name);
         let mut consistent_read = false;
         match known {
@@ -233,6 +234,14 @@ impl Applier {
                     Err(Refused::Failed(answer)) => return Err(answer),
                     Ok(answer) => return Ok(answer),
                 }
+            }
+            // No guarded create, but the watch sees foreign objects of this kind too: one it
+            // does not have is absent as far as a read from the API server's cache would tell.
+            None if self.objects.sees_every(kind) => {
+                return self
+                    .write(&api, key, desired, Mode::Apply)
+                    .await
+                    .map_err(Refused::into_answer);
             }
             None => {}
         }

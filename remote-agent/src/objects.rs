@@ -6,11 +6,12 @@
 //! apply), and forwards each change to [`crate::restore`], which repairs copies edited or
 //! deleted on the provider. Metadata is all either needs (labels, the desired-state hash,
 //! resourceVersion), and it keeps both the API server's work and the agent's memory small.
+//! Services are watched whole, foreign ones included ([`whole`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -22,6 +23,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::kinds::Allowed;
+use whole::{OwnEvents, WATCHED_WHOLE};
+
+mod whole;
 
 /// A tenant object's metadata.
 pub type Meta = PartialObjectMeta<DynamicObject>;
@@ -47,6 +51,16 @@ impl TenantObjects {
         };
         store.get(&key)
     }
+
+    /// Whether the store of `kind` holds every object of the kind in the cluster, foreign ones
+    /// included, as of the watch: one it does not have is absent (see [`whole`]).
+    pub fn sees_every(&self, kind: Allowed) -> bool {
+        WATCHED_WHOLE.contains(&kind)
+            && self.stores.get(&kind).is_some_and(|store| {
+                // Listed at least once.
+                matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+            })
+    }
 }
 
 /// Starts one watch per allowed kind; returns the stores and the stream of changes.
@@ -63,7 +77,15 @@ pub fn spawn(
         stores.insert(kind, writer.as_reader());
         // An Api of partial objects asks for metadata only.
         let api: Api<Meta> = Api::all_with(client.clone(), &resource);
-        let config = watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}"));
+        let (config, mut own) = if WATCHED_WHOLE.contains(&kind) {
+            (
+                watcher::Config::default(),
+                Some(OwnEvents::new(provider.as_str())),
+            )
+        } else {
+            let own = format!("{DESTINATION_LABEL}={provider}");
+            (watcher::Config::default().labels(&own), None)
+        };
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
         tokio::spawn(async move {
             let mut events = watcher(api, config)
@@ -79,6 +101,13 @@ pub fn spawn(
                         Some(e) => e,
                         None => return,
                     },
+                };
+                let event = match (event, own.as_mut()) {
+                    (Ok(event), Some(own)) => match own.pass(event) {
+                        Some(event) => Ok(event),
+                        None => continue,
+                    },
+                    (event, _) => event,
                 };
                 match event {
                     Ok(event) => {

@@ -450,6 +450,83 @@ stringData: {v: "1"}
         foreign_version
     );
 
+    // Services: Kubernetes 1.20 refuses the guarded create for them, so the remote agent tells
+    // a new Service from a foreign one by its watch of every Service. The first Service it
+    // creates teaches it that; the foreign one comes after.
+    apply_origin(
+        &p,
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: back, namespace: shop}
+spec: {ports: [{port: 80}]}
+"#,
+    );
+    until_provider(&p, twin, "service/back", "{.spec.ports[0].port}", "80").await;
+    p.provider_kubectl(&[
+        "-n",
+        twin,
+        "create",
+        "service",
+        "clusterip",
+        "front",
+        "--tcp=81",
+    ]);
+    let foreign_service = provider(&p, twin, "service/front", "{.metadata.resourceVersion}");
+    apply_origin(
+        &p,
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: front, namespace: shop}
+spec: {ports: [{port: 80}]}
+"#,
+    );
+    p.eventually(
+        WAIT,
+        "a Warning event on the origin's conflicting Service",
+        || {
+            let events = kubectl_get(
+                &p.origin,
+                &[
+                    "-n",
+                    "shop",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=front,involvedObject.kind=Service,type=Warning",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+            )?;
+            events
+                .contains("remote object already exists")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        provider(&p, twin, "service/front", "{.metadata.resourceVersion}"),
+        foreign_service
+    );
+    // A reflected Service whose labels are taken off on the provider is taken back.
+    p.provider_kubectl(&[
+        "-n",
+        twin,
+        "label",
+        "service",
+        "back",
+        "offloading.refract.io/origin-",
+        "offloading.refract.io/destination-",
+    ]);
+    until_provider(
+        &p,
+        twin,
+        "service/back",
+        "{.metadata.labels.offloading\\.refract\\.io/origin}",
+        "origin",
+    )
+    .await;
+
     // A reflected copy deleted or edited on the provider comes back.
     p.provider_kubectl(&["-n", twin, "delete", "secret", "creds"]);
     p.provider_kubectl(&[
