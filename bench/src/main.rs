@@ -51,7 +51,7 @@ struct Args {
     /// goes first, with only that system's processes running; percentiles are taken over the
     /// samples of every round. One window's p99 is decided by the few API-server pauses that
     /// fall in it: pooled rounds measure the system rather than the pauses.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     rounds: u16,
     /// Seconds of load at the same rate before each window, not measured.
     #[arg(long, default_value_t = 5)]
