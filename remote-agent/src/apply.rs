@@ -48,7 +48,8 @@ pub struct Applier {
     /// The desired state of every tenant object this process has been sent.
     pub desired: DesiredStore,
     /// Kinds whose API refuses guarded creates (see [`write::Mode::CreateOnly`]): their new
-    /// objects are read before being created.
+    /// objects are checked against a watch of every object of the kind where there is one
+    /// ([`TenantObjects::sees_every`]), read before being created otherwise.
     unguarded: Arc<Mutex<BTreeSet<Allowed>>>,
 }
 
@@ -227,7 +228,7 @@ impl Applier {
                         if new {
                             tracing::info!(
                                 kind = kind.kind(),
-                                "this API refuses guarded creates; reading before creating instead"
+                                "this API refuses guarded creates; checking new objects against the watch, or reading them first, instead"
                             );
                         }
                     }

@@ -69,6 +69,33 @@ async fn until_gone(p: &Peering, ns: &str, what: &str) {
     .await
 }
 
+/// Waits for the Warning event that tells the origin namespace `shop` an object (`selector`, a
+/// field selector on the involved object) exists on the provider and is not the tenant's.
+async fn until_conflict_warning(p: &Peering, selector: &str) {
+    p.eventually(
+        WAIT,
+        &format!("a conflict Warning event on {selector}"),
+        || {
+            let events = kubectl_get(
+                &p.origin,
+                &[
+                    "-n",
+                    "shop",
+                    "events",
+                    "--field-selector",
+                    &format!("{selector},type=Warning"),
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+            )?;
+            events
+                .contains("remote object already exists")
+                .then_some(())
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn every_kind_follows_the_origin_and_leaves_with_the_namespace() {
     let p = Peering::start(false).await.expect("peering");
@@ -418,26 +445,9 @@ stringData: {v: "1"}
     );
     until_provider(&p, twin, "configmap/mine", "{.data.v}", "1").await;
     until_provider(&p, twin, "secret/creds", "{.data.v}", "MQ==").await;
-    p.eventually(
-        WAIT,
-        "a Warning event on the origin's conflicting ConfigMap",
-        || {
-            let events = kubectl_get(
-                &p.origin,
-                &[
-                    "-n",
-                    "shop",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.name=taken,type=Warning",
-                    "-o",
-                    "jsonpath={.items[*].message}",
-                ],
-            )?;
-            events
-                .contains("remote object already exists")
-                .then_some(())
-        },
+    until_conflict_warning(
+        &p,
+        "involvedObject.name=taken,involvedObject.kind=ConfigMap",
     )
     .await;
     assert_eq!(
@@ -482,28 +492,7 @@ metadata: {name: front, namespace: shop}
 spec: {ports: [{port: 80}]}
 "#,
     );
-    p.eventually(
-        WAIT,
-        "a Warning event on the origin's conflicting Service",
-        || {
-            let events = kubectl_get(
-                &p.origin,
-                &[
-                    "-n",
-                    "shop",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.name=front,involvedObject.kind=Service,type=Warning",
-                    "-o",
-                    "jsonpath={.items[*].message}",
-                ],
-            )?;
-            events
-                .contains("remote object already exists")
-                .then_some(())
-        },
-    )
-    .await;
+    until_conflict_warning(&p, "involvedObject.name=front,involvedObject.kind=Service").await;
     assert_eq!(
         provider(&p, twin, "service/front", "{.metadata.resourceVersion}"),
         foreign_service
