@@ -83,8 +83,8 @@ pub fn spawn(
                 Some(OwnEvents::new(provider.as_str())),
             )
         } else {
-            let own = format!("{DESTINATION_LABEL}={provider}");
-            (watcher::Config::default().labels(&own), None)
+            let selector = format!("{DESTINATION_LABEL}={provider}");
+            (watcher::Config::default().labels(&selector), None)
         };
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
         tokio::spawn(async move {
