@@ -6,6 +6,8 @@
 //! of the cluster in the watch's store, it tells a new Service from a foreign one without that
 //! read: absent from the store means absent as far as the API server's cache knows, which is
 //! what the read (served from the same cache, and followed by a separate write) would tell.
+//! Neither is race-free: a foreign Service created within that lag could be taken over. Only
+//! the guarded create is, where the API server takes it.
 //!
 //! The restorer must still see only what a watch of the agent's own objects shows:
 //! [`OwnEvents`] passes on the events of objects labelled for this provider, and turns the
