@@ -39,6 +39,16 @@ fn apply_origin(p: &Peering, yaml: &str) {
     kubectl_stdin(&p.origin, &["apply", "-f", "-"], yaml);
 }
 
+/// A Service `name` on port 80 in the origin namespace `shop`.
+fn apply_origin_service(p: &Peering, name: &str) {
+    apply_origin(
+        p,
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{ports: [{{port: 80}}]}}\n"
+        ),
+    );
+}
+
 /// jsonpath of a provider object, or None while it does not exist.
 fn provider(p: &Peering, ns: &str, what: &str, jsonpath: &str) -> Option<String> {
     kubectl_get(
@@ -463,15 +473,7 @@ stringData: {v: "1"}
     // Services: Kubernetes 1.20 refuses the guarded create for them, so the remote agent tells
     // a new Service from a foreign one by its watch of every Service. The first Service it
     // creates teaches it that; the foreign one comes after.
-    apply_origin(
-        &p,
-        r#"
-apiVersion: v1
-kind: Service
-metadata: {name: back, namespace: shop}
-spec: {ports: [{port: 80}]}
-"#,
-    );
+    apply_origin_service(&p, "back");
     until_provider(&p, twin, "service/back", "{.spec.ports[0].port}", "80").await;
     p.provider_kubectl(&[
         "-n",
@@ -483,15 +485,7 @@ spec: {ports: [{port: 80}]}
         "--tcp=81",
     ]);
     let foreign_service = provider(&p, twin, "service/front", "{.metadata.resourceVersion}");
-    apply_origin(
-        &p,
-        r#"
-apiVersion: v1
-kind: Service
-metadata: {name: front, namespace: shop}
-spec: {ports: [{port: 80}]}
-"#,
-    );
+    apply_origin_service(&p, "front");
     until_conflict_warning(&p, "involvedObject.name=front,involvedObject.kind=Service").await;
     assert_eq!(
         provider(&p, twin, "service/front", "{.metadata.resourceVersion}"),
