@@ -216,7 +216,7 @@ async fn window(
 /// resyncs and collects for a while after it first agrees with the provider (Refract's remote
 /// agent lists each kind for its store and for the orphan collection): measured during that,
 /// its first seconds would show its start-up, not its steady state.
-async fn settle(name: &str, side: &impl Side) {
+pub async fn settle(name: &str, side: &impl Side) {
     let started = Instant::now();
     let mut before = side.cpu_seconds();
     while started.elapsed() < SETTLE_PATIENCE {

@@ -1,11 +1,13 @@
 //! `refract-bench`: Refract's reflection against a direct copier, on the same two real control
 //! planes, in one run.
 //!
-//! Both systems get the same phases ([`phases`]): bursts of ConfigMaps (throughput), updates and
+//! First both control planes take the largest burst once, untimed ([`warm_up`]). Then both
+//! systems get the same phases ([`phases`]): bursts of ConfigMaps (throughput), updates and
 //! no-op touches (writes per effective change), an idle minute (writes and CPU), memory with
 //! nothing and with the largest burst reflected, a restart of the origin side (time to agree,
-//! writes), a burst of Services. Then rounds of steady load at half Refract's throughput of
-//! each kind ([`latency`]: ConfigMaps and Services), the systems taking turns. Refract runs as
+//! writes), a burst of Services. Then more rounds of the bursts ([`throughput`]) and rounds of
+//! steady load at half Refract's median throughput of each kind ([`latency`]: ConfigMaps and
+//! Services), the systems taking turns in both. Refract runs as
 //! its two agent binaries over mutual TLS; the direct copier (`direct-copier`) watches the
 //! origin and server-side applies Refract's own forged objects straight into the provider with
 //! an admin kubeconfig. It prints one table and writes JSON.
@@ -16,12 +18,15 @@ mod measure;
 mod phases;
 mod report;
 mod sides;
+mod throughput;
+mod warm_up;
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use refract_e2e::Peering;
 use serde_json::json;
+use sides::Side;
 
 /// Measures Refract against a direct copier on two local control planes.
 #[derive(Debug, clap::Parser)]
@@ -44,6 +49,13 @@ struct Args {
     /// Length of the idle window, seconds.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
+    /// Throughput rounds: the bulk phases' bursts are round 1; each further round gives each
+    /// system every ConfigMap burst and the Service burst again, alternating which goes
+    /// first, with only that system's processes running. The throughput reported is the
+    /// median of the rounds: the API servers' CPU per object drifts over minutes, and one
+    /// burst per system measures where it happened to fall.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    throughput_rounds: u16,
     /// Length of each steady-load window, seconds.
     #[arg(long, default_value_t = 20)]
     latency_seconds: u64,
@@ -57,14 +69,14 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     warmup_seconds: u64,
     /// Steady-load rate, objects per second (default: half Refract's throughput on the
-    /// largest burst, used for both systems).
+    /// largest burst, the median of the rounds, used for both systems).
     #[arg(long)]
     steady_rate: Option<f64>,
     /// Services in the Service burst, whose throughput sets the Service steady rate.
     #[arg(long, default_value_t = 1000)]
     service_burst: usize,
-    /// Steady-load rate of Services (default: half Refract's Service throughput, used for
-    /// both systems).
+    /// Steady-load rate of Services (default: half Refract's Service throughput, the median
+    /// of the rounds, used for both systems).
     #[arg(long)]
     steady_rate_service: Option<f64>,
     /// Folder in which both control planes' etcd keep their data. The default, a tmpfs, keeps
@@ -83,6 +95,15 @@ struct Args {
     /// is removed at the end).
     #[arg(long)]
     keep_logs: Option<PathBuf>,
+    /// Measure on fresh control planes: skip the untimed pass of the largest burst and the
+    /// Service burst through both clusters that otherwise comes first. Without it, whichever
+    /// system runs first (Refract) pays for the clusters' growth.
+    #[arg(long)]
+    no_warm_up: bool,
+    /// Run the direct copier's bulk phases (round 1 of the bursts, updates, idle, memory,
+    /// restart) before Refract's instead of after. The later rounds alternate either way.
+    #[arg(long)]
+    direct_first: bool,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     json: PathBuf,
@@ -138,13 +159,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await
     .context("failed to start the peering")?;
-    let mut plan = phases::Plan {
+    let plan = phases::Plan {
         sizes: args.sizes.clone(),
         data_bytes: args.data_bytes,
         idle: std::time::Duration::from_secs(args.idle_seconds),
-        steady_rate: args.steady_rate,
         service_burst: args.service_burst,
-        steady_rate_service: args.steady_rate_service,
     };
 
     let clusters: Vec<(String, u32)> =
@@ -156,24 +175,56 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     .map(move |(n, pid)| (format!("{c} {n}"), pid))
             })
             .collect();
-    say("== Refract (local-agent -> mTLS gRPC -> remote-agent)");
+    if !args.no_warm_up {
+        let (origin, provider) = (
+            peering.origin.client().await?,
+            peering.provider.client().await?,
+        );
+        warm_up::run(&origin, &provider, &plan).await?;
+    }
     let mut refract_side = sides::Refract::new(&mut peering).await?;
-    let mut refract = phases::run("refract", &mut refract_side, &plan, &clusters).await?;
-    refract_side.clean_up().await?;
-    keep_logs(&args, refract_side.peering(), "")?;
-    // The same load for the direct copier: comparable latencies.
-    plan.steady_rate = Some(refract.steady_rate);
-    plan.steady_rate_service = Some(refract.steady_rate_service);
+    let (mut refract, mut direct_side, mut direct);
+    if args.direct_first {
+        refract_side.pause().await;
+        (direct_side, direct) =
+            bulk_direct(&args, refract_side.peering(), &plan, &clusters).await?;
+        refract_side.resume().await?;
+        refract = bulk_refract(&args, &mut refract_side, &plan, &clusters).await?;
+    } else {
+        refract = bulk_refract(&args, &mut refract_side, &plan, &clusters).await?;
+        (direct_side, direct) =
+            bulk_direct(&args, refract_side.peering(), &plan, &clusters).await?;
+    }
 
-    say("== direct copier (watch origin, server-side apply into the provider)");
-    let mut direct_side = sides::Direct::new(
-        refract_side.peering(),
-        args.concurrency,
-        args.worker_threads,
-    )
-    .await?;
-    let mut direct = phases::run("direct", &mut direct_side, &plan, &clusters).await?;
-    direct_side.clean_up().await?;
+    if args.throughput_rounds > 1 {
+        say(&format!(
+            "== throughput: rounds 2 to {}, the two systems taking turns",
+            args.throughput_rounds
+        ));
+    }
+    for round in 2..=usize::from(args.throughput_rounds) {
+        // Round 1 (the bulk phases) went the other way in the same parity: alternate from it.
+        let refract_first = (round % 2 == 1) != args.direct_first;
+        for refract_turn in [refract_first, !refract_first] {
+            if refract_turn {
+                throughput::take_turn("refract", &mut refract_side, round, &plan, &mut refract)
+                    .await?;
+            } else {
+                throughput::take_turn("direct", &mut direct_side, round, &plan, &mut direct)
+                    .await?;
+            }
+        }
+    }
+    // Both systems get the same load: half Refract's throughput (the median of the rounds).
+    let rate = args
+        .steady_rate
+        .unwrap_or_else(|| refract.throughput.last().map_or(1.0, |(_, t)| t / 2.0));
+    let rate_service = args
+        .steady_rate_service
+        .unwrap_or(refract.service_throughput.1 / 2.0);
+    for s in [&mut refract, &mut direct] {
+        (s.steady_rate, s.steady_rate_service) = (rate, rate_service);
+    }
 
     say(&format!(
         "== latency: {} rounds, the two systems taking turns",
@@ -182,11 +233,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let loads = [
         latency::Load {
             kind: load::SteadyKind::ConfigMap,
-            rate: refract.steady_rate,
+            rate,
         },
         latency::Load {
             kind: load::SteadyKind::Service,
-            rate: refract.steady_rate_service,
+            rate: rate_service,
         },
     ];
     let windows = latency::Windows {
@@ -239,9 +290,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "idle_seconds": args.idle_seconds,
         "latency_seconds": args.latency_seconds,
         "latency_rounds": args.rounds,
+        "throughput_rounds": args.throughput_rounds,
         "warmup_seconds": args.warmup_seconds,
         "kubernetes": "1.20.2 (etcd 3.4, loopback)",
         "etcd_data_parent": args.etcd_parent,
+        "warm_up": !args.no_warm_up,
+        "bulk_phases_first": if args.direct_first { "direct" } else { "refract" },
         "refract_version": refract_shared::AGENT_VERSION,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     });
@@ -252,6 +306,34 @@ async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::write(&args.json, serde_json::to_string_pretty(&out)? + "\n")?;
     say(&format!("JSON written to {}", args.json.display()));
     Ok(())
+}
+
+/// Refract's bulk phases; its agents are stopped afterwards.
+async fn bulk_refract(
+    args: &Args,
+    side: &mut sides::Refract<'_>,
+    plan: &phases::Plan,
+    clusters: &[(String, u32)],
+) -> anyhow::Result<report::SystemResult> {
+    say("== Refract (local-agent -> mTLS gRPC -> remote-agent)");
+    let result = phases::run("refract", side, plan, clusters).await?;
+    side.clean_up().await?;
+    keep_logs(args, side.peering(), "")?;
+    Ok(result)
+}
+
+/// Starts the direct copier and runs its bulk phases; it is stopped afterwards.
+async fn bulk_direct(
+    args: &Args,
+    peering: &Peering,
+    plan: &phases::Plan,
+    clusters: &[(String, u32)],
+) -> anyhow::Result<(sides::Direct, report::SystemResult)> {
+    say("== direct copier (watch origin, server-side apply into the provider)");
+    let mut side = sides::Direct::new(peering, args.concurrency, args.worker_threads).await?;
+    let result = phases::run("direct", &mut side, plan, clusters).await?;
+    side.clean_up().await?;
+    Ok((side, result))
 }
 
 /// With `--keep-logs`, copies the agents' logs there, named with `suffix`: a restarted agent

@@ -24,19 +24,13 @@ pub struct Plan {
     pub data_bytes: usize,
     /// Idle window.
     pub idle: Duration,
-    /// The steady rate, objects per second; `None` means half this system's throughput on
-    /// the largest burst (the first system's rate is then used for the second, so both are
-    /// measured under the same load).
-    pub steady_rate: Option<f64>,
     /// Services in the Service burst.
     pub service_burst: usize,
-    /// The steady rate of Services; `None` means half this system's Service throughput.
-    pub steady_rate_service: Option<f64>,
 }
 
 /// Runs `create` (which makes `n` objects of `kind` named `prefix…` at the origin) and
 /// returns when the provider's watch has seen them all.
-async fn until_reflected(
+pub async fn until_reflected(
     watch: &crate::measure::ProviderWatch,
     kind: &'static str,
     prefix: &str,
@@ -119,7 +113,7 @@ pub async fn run(
             "{name}: {n} objects on the provider in {secs:.2} s ({:.0}/s)",
             n as f64 / secs
         ));
-        r.throughput.push((n, n as f64 / secs));
+        r.add_burst(n, n as f64 / secs);
         changes += n as u64;
         if i + 1 < plan.sizes.len() {
             load::delete_burst(&origin, &ns, &prefix).await?;
@@ -193,13 +187,7 @@ pub async fn run(
         "{name}: {n} Services on the provider in {secs:.2} s ({:.0}/s)",
         n as f64 / secs
     ));
-    r.service_throughput = (n, n as f64 / secs);
-
-    r.steady_rate = plan
-        .steady_rate
-        .unwrap_or_else(|| r.throughput.last().map_or(1.0, |(_, t)| t / 2.0));
-    r.steady_rate_service = plan
-        .steady_rate_service
-        .unwrap_or(r.service_throughput.1 / 2.0);
+    r.service_throughput.0 = n;
+    r.add_service_burst(n as f64 / secs);
     Ok(r)
 }

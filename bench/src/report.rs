@@ -43,15 +43,19 @@ impl Latency {
 pub struct SystemResult {
     /// `refract` or `direct`.
     pub system: String,
-    /// Burst size → objects per second.
+    /// Burst size → objects per second, the median of the rounds.
     pub throughput: Vec<(usize, f64)>,
+    /// Burst size → objects per second in each throughput round, in round order.
+    pub throughput_by_round: Vec<(usize, Vec<f64>)>,
     /// Steady-load latency by kind (`ConfigMap` at half the largest burst's throughput,
     /// `Service` at half the Service burst's), over every round.
     pub latency: BTreeMap<&'static str, KindLatency>,
     /// The steady rate used for ConfigMaps, objects per second.
     pub steady_rate: f64,
-    /// Service burst size and Services per second.
+    /// Service burst size and Services per second, the median of the rounds.
     pub service_throughput: (usize, f64),
+    /// Services per second in each throughput round.
+    pub service_throughput_by_round: Vec<f64>,
     /// The steady rate used for Services.
     pub steady_rate_service: f64,
     /// Provider writes during the change phases.
@@ -79,7 +83,39 @@ pub struct SystemResult {
     pub reconnect_writes: u64,
 }
 
+/// The median of `values` (the mean of the middle two for an even count); 0 for none.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 impl SystemResult {
+    /// Records one round's burst of `n` ConfigMaps at `rate`; the reported throughput becomes
+    /// the median of the rounds so far.
+    pub fn add_burst(&mut self, n: usize, rate: f64) {
+        let i = match self.throughput_by_round.iter().position(|(m, _)| *m == n) {
+            Some(i) => i,
+            None => {
+                self.throughput_by_round.push((n, Vec::new()));
+                self.throughput.push((n, 0.0));
+                self.throughput_by_round.len() - 1
+            }
+        };
+        self.throughput_by_round[i].1.push(rate);
+        self.throughput[i].1 = median(&self.throughput_by_round[i].1);
+    }
+
+    /// Records one round's Service burst at `rate`, as [`Self::add_burst`] does.
+    pub fn add_service_burst(&mut self, rate: f64) {
+        self.service_throughput_by_round.push(rate);
+        self.service_throughput.1 = median(&self.service_throughput_by_round);
+    }
+
     /// The steady-load latency of `kind` (empty when it was not measured).
     pub fn latency_of(&self, kind: &str) -> KindLatency {
         self.latency.get(kind).cloned().unwrap_or_default()
@@ -113,21 +149,46 @@ fn ratio(a: f64, b: f64) -> String {
 pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
     let mut rows: Vec<[String; 4]> = Vec::new();
     let mut row = |m: String, r: String, d: String, x: String| rows.push([m, r, d, x]);
+    let rounds = |v: &[f64]| {
+        v.iter()
+            .map(|t| format!("{t:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let of = |s: &SystemResult, n: usize| {
+        s.throughput_by_round
+            .iter()
+            .find(|(m, _)| *m == n)
+            .map(|(_, v)| rounds(v))
+            .unwrap_or_default()
+    };
     for ((n, r), (_, d)) in refract.throughput.iter().zip(&direct.throughput) {
         row(
-            format!("throughput, burst of {n} ConfigMaps (objects/s)"),
+            format!("throughput, burst of {n} ConfigMaps, median of rounds (objects/s)"),
             format!("{r:.0}"),
             format!("{d:.0}"),
             ratio(*r, *d),
+        );
+        row(
+            format!("throughput, burst of {n} ConfigMaps, each round (objects/s)"),
+            of(refract, *n),
+            of(direct, *n),
+            String::new(),
         );
     }
     let (n, r) = refract.service_throughput;
     let d = direct.service_throughput.1;
     row(
-        format!("throughput, burst of {n} Services (objects/s)"),
+        format!("throughput, burst of {n} Services, median of rounds (objects/s)"),
         format!("{r:.0}"),
         format!("{d:.0}"),
         ratio(r, d),
+    );
+    row(
+        format!("throughput, burst of {n} Services, each round (objects/s)"),
+        rounds(&refract.service_throughput_by_round),
+        rounds(&direct.service_throughput_by_round),
+        String::new(),
     );
     for what in ["ConfigMap", "Service"] {
         let (r, d) = (refract.latency_of(what), direct.latency_of(what));
@@ -254,7 +315,7 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
     };
     row(
         format!(
-            "CPU seconds during the {}-object burst, by process",
+            "CPU seconds during the {}-object burst of round 1, by process",
             refract.throughput.last().map_or(0, |(n, _)| *n)
         ),
         cpu(&refract.burst_cpu),

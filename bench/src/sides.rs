@@ -74,7 +74,7 @@ async fn count_objects(client: &kube::Client, ns: &str) -> anyhow::Result<usize>
     Ok(cms.items.len() + svcs.items.len())
 }
 
-async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
     let ns = Namespace {
         metadata: kube::api::ObjectMeta {
             name: Some(name.into()),
