@@ -207,11 +207,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let refract_first = (round % 2 == 1) != args.direct_first;
         for refract_turn in [refract_first, !refract_first] {
             if refract_turn {
-                throughput::take_turn("refract", &mut refract_side, round, &plan, &mut refract)
-                    .await?;
+                throughput::take_turn(
+                    "refract",
+                    &mut refract_side,
+                    round,
+                    &plan,
+                    &clusters,
+                    &mut refract,
+                )
+                .await?;
             } else {
-                throughput::take_turn("direct", &mut direct_side, round, &plan, &mut direct)
-                    .await?;
+                throughput::take_turn(
+                    "direct",
+                    &mut direct_side,
+                    round,
+                    &plan,
+                    &clusters,
+                    &mut direct,
+                )
+                .await?;
             }
         }
     }

@@ -60,8 +60,21 @@ fn rss(side: &impl Side) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// CPU seconds each process has spent since `before` (from [`cpu_by_process`]).
+pub fn cpu_since(
+    side: &impl Side,
+    clusters: &[(String, u32)],
+    before: &[(String, f64)],
+) -> Vec<(String, f64)> {
+    cpu_by_process(side, clusters)
+        .into_iter()
+        .zip(before)
+        .map(|((n, after), (_, before))| (n, after - before))
+        .collect()
+}
+
 /// CPU seconds per process: the system's own and the clusters'.
-fn cpu_by_process(side: &impl Side, clusters: &[(String, u32)]) -> Vec<(String, f64)> {
+pub fn cpu_by_process(side: &impl Side, clusters: &[(String, u32)]) -> Vec<(String, f64)> {
     side.processes()
         .iter()
         .chain(clusters)
@@ -104,11 +117,10 @@ pub async fn run(
         };
         let done = until_reflected(&watch, "ConfigMap", &prefix, n, creating).await?;
         let secs = (done - start).as_secs_f64();
-        r.burst_cpu = cpu_by_process(side, clusters)
-            .into_iter()
-            .zip(&cpu_before)
-            .map(|((n, after), (_, before))| (n, after - before))
-            .collect();
+        r.burst_cpu = cpu_since(side, clusters, &cpu_before);
+        if n == largest {
+            r.largest_burst_cpu_by_round.push(r.burst_cpu.clone());
+        }
         say(&format!(
             "{name}: {n} objects on the provider in {secs:.2} s ({:.0}/s)",
             n as f64 / secs

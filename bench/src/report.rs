@@ -74,9 +74,11 @@ pub struct SystemResult {
     pub rss_full: Vec<(String, u64)>,
     /// Objects reflected when `rss_full` was read.
     pub objects: usize,
-    /// CPU seconds of every process during the largest burst (the system's own, both
-    /// clusters' kube-apiserver and etcd): where the time goes.
+    /// CPU seconds of every process during the largest burst of round 1 (the system's own,
+    /// both clusters' kube-apiserver and etcd): where the time goes.
     pub burst_cpu: Vec<(String, f64)>,
+    /// The same for the largest burst of each throughput round, in round order.
+    pub largest_burst_cpu_by_round: Vec<Vec<(String, f64)>>,
     /// Seconds from restarting the origin-side process until both sides agree again.
     pub reconnect_seconds: f64,
     /// Provider writes caused by that restart.
@@ -124,6 +126,16 @@ impl SystemResult {
     /// Provider writes per effective change.
     pub fn amplification(&self) -> f64 {
         self.writes as f64 / self.effective_changes.max(1) as f64
+    }
+
+    /// CPU milliseconds per object of every process together, in the largest burst of each
+    /// round: on a saturated machine, what decides throughput.
+    pub fn cpu_ms_per_object_by_round(&self) -> Vec<f64> {
+        let n = self.throughput.last().map_or(1, |(n, _)| *n).max(1) as f64;
+        self.largest_burst_cpu_by_round
+            .iter()
+            .map(|r| r.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n)
+            .collect()
     }
 
     /// Memory growth per reflected object, over all the system's processes.
@@ -188,6 +200,22 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         format!("throughput, burst of {n} Services, each round (objects/s)"),
         rounds(&refract.service_throughput_by_round),
         rounds(&direct.service_throughput_by_round),
+        String::new(),
+    );
+    let per_object = |s: &SystemResult| {
+        s.cpu_ms_per_object_by_round()
+            .iter()
+            .map(|ms| format!("{ms:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    row(
+        format!(
+            "CPU of all processes per object, {}-object burst, each round (ms)",
+            refract.throughput.last().map_or(0, |(n, _)| *n)
+        ),
+        per_object(refract),
+        per_object(direct),
         String::new(),
     );
     for what in ["ConfigMap", "Service"] {
@@ -367,6 +395,7 @@ pub fn json(conditions: Value, refract: &SystemResult, direct: &SystemResult) ->
         let mut v = serde_json::to_value(s).expect("serializes");
         v["writes_per_effective_change"] = json!(s.amplification());
         v["bytes_per_object"] = json!(s.bytes_per_object());
+        v["cpu_ms_per_object_by_round"] = json!(s.cpu_ms_per_object_by_round());
         v
     };
     json!({

@@ -8,31 +8,41 @@
 //! alternating, and the throughput reported is the median of the rounds.
 
 use crate::load;
-use crate::phases::{until_reflected, Plan, PATIENCE};
+use crate::phases::{cpu_by_process, cpu_since, until_reflected, Plan, PATIENCE};
 use crate::report::SystemResult;
 use crate::say;
 use crate::sides::Side;
 
 /// One system's turn in throughput round `round` (2 and up): its processes started and idle,
 /// each ConfigMap burst of `plan` then the Service burst, each deleted again once measured,
-/// then its processes stopped (also when the turn failed).
+/// then its processes stopped (also when the turn failed). The CPU of every process (the
+/// system's and `clusters'`) during the largest burst is recorded too.
 pub async fn take_turn(
     name: &str,
     side: &mut impl Side,
     round: usize,
     plan: &Plan,
+    clusters: &[(String, u32)],
     into: &mut SystemResult,
 ) -> anyhow::Result<()> {
     side.resume().await?;
     let result = async {
         crate::latency::settle(name, side).await;
+        let largest = plan.sizes.last().copied();
         for &n in &plan.sizes {
             let prefix = format!("t{round}-{n}-");
+            let cpu_before = cpu_by_process(side, clusters);
             let rate = configmap_burst(side, &prefix, n, plan.data_bytes).await?;
+            let cpu = cpu_since(side, clusters, &cpu_before);
+            let cpu_ms = cpu.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n as f64;
             say(&format!(
-                "{name}, round {round}: {n} ConfigMaps on the provider at {rate:.0}/s"
+                "{name}, round {round}: {n} ConfigMaps on the provider at {rate:.0}/s, {cpu_ms:.2} ms of CPU per object (all processes)"
             ));
+            if Some(n) == largest {
+                into.largest_burst_cpu_by_round.push(cpu);
+            }
             into.add_burst(n, rate);
+            delete_configmaps(side, &prefix).await?;
         }
         let n = plan.service_burst;
         let rate = service_burst(side, &format!("t{round}svc-"), n).await?;
@@ -47,8 +57,7 @@ pub async fn take_turn(
     result
 }
 
-/// Creates `n` ConfigMaps, returns the objects per second until the provider had them all,
-/// and deletes them again (waiting until the provider has too).
+/// Creates `n` ConfigMaps and returns the objects per second until the provider had them all.
 async fn configmap_burst(
     side: &impl Side,
     prefix: &str,
@@ -62,14 +71,18 @@ async fn configmap_burst(
         async move { load::burst(&origin, &ns, &prefix, n, bytes).await }
     };
     let done = until_reflected(watch, "ConfigMap", prefix, n, creating).await?;
-    let rate = n as f64 / (done - start).as_secs_f64();
-    load::delete_burst(origin, ns, prefix).await?;
-    watch
+    Ok(n as f64 / (done - start).as_secs_f64())
+}
+
+/// Deletes a ConfigMap burst and waits until the provider has too.
+async fn delete_configmaps(side: &impl Side, prefix: &str) -> anyhow::Result<()> {
+    load::delete_burst(side.origin(), side.origin_ns(), prefix).await?;
+    side.watch()
         .until(PATIENCE, "the burst deleted on the provider", |w| {
             w.present("ConfigMap", prefix) == 0
         })
         .await?;
-    Ok(rate)
+    Ok(())
 }
 
 /// The same for `n` Services.
