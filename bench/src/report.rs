@@ -405,3 +405,48 @@ pub fn json(conditions: Value, refract: &SystemResult, direct: &SystemResult) ->
         "refract_over_direct": ratios,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_no_values() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn throughput_is_the_median_of_each_size_rounds() {
+        let mut r = SystemResult::default();
+        for (n, rate) in [(1000, 500.0), (10000, 400.0), (1000, 300.0), (10000, 450.0)] {
+            r.add_burst(n, rate);
+        }
+        r.add_burst(1000, 700.0);
+        assert_eq!(r.throughput, vec![(1000, 500.0), (10000, 425.0)]);
+        assert_eq!(
+            r.throughput_by_round,
+            vec![
+                (1000, vec![500.0, 300.0, 700.0]),
+                (10000, vec![400.0, 450.0])
+            ]
+        );
+        for rate in [200.0, 100.0, 300.0] {
+            r.add_service_burst(rate);
+        }
+        assert_eq!(r.service_throughput.1, 200.0);
+        assert_eq!(r.service_throughput_by_round, vec![200.0, 100.0, 300.0]);
+    }
+
+    #[test]
+    fn cpu_per_object_sums_every_process_of_each_round() {
+        let mut r = SystemResult::default();
+        r.add_burst(10000, 400.0);
+        r.largest_burst_cpu_by_round = vec![
+            vec![("a".into(), 10.0), ("b".into(), 20.0)],
+            vec![("a".into(), 15.0), ("b".into(), 25.0)],
+        ];
+        assert_eq!(r.cpu_ms_per_object_by_round(), vec![3.0, 4.0]);
+    }
+}
