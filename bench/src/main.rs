@@ -203,7 +203,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ));
     }
     for round in 2..=usize::from(args.throughput_rounds) {
-        // Round 1 (the bulk phases) went the other way in the same parity: alternate from it.
+        // Round 1 (the bulk phases) had Refract first, or the copier with --direct-first;
+        // each later round swaps.
         let refract_first = (round % 2 == 1) != args.direct_first;
         for refract_turn in [refract_first, !refract_first] {
             if refract_turn {

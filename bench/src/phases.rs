@@ -1,5 +1,6 @@
-//! The phases every system goes through, in order, on its own namespace (the latency rounds
-//! that follow are in [`crate::latency`]).
+//! The phases every system goes through, in order, on its own namespace; their bursts are
+//! round 1 of the throughput rounds ([`crate::throughput`] has the others, and the latency
+//! rounds that follow are in [`crate::latency`]).
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //!
 //! One burst per system says little: the API servers' CPU per object drifts by tens of percent
 //! over minutes on the same clusters (the same 3,000 applies cost one API server 1.2 ms each
-//! and, a few minutes later, 2.1 ms), and whichever system bursts first meets the clusters in
+//! and, less than a minute later, 2.1 ms), and whichever system bursts first meets the clusters in
 //! another state than the second. The bulk phases' bursts are round 1; each further round gives
 //! each system the same bursts again on its own (the other's processes stopped), the first turn
 //! alternating, and the throughput reported is the median of the rounds.
