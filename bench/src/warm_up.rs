@@ -2,11 +2,11 @@
 //! measured.
 //!
 //! The first burst a fresh control plane takes costs its API server and etcd far more CPU per
-//! object than any later one (etcd's database grows and remaps its file, the API server's heap
-//! and watch cache grow to size): measured on two fresh control planes, 10,000 ConfigMaps cost
-//! the origin API server 15.9 CPU-seconds when first and 9.5 when second, for the same 10,000
-//! creates and watch events. Whichever system ran first paid for it. After this pass both find
-//! the clusters in the same state: grown, with the space of deleted objects free for reuse.
+//! object than later ones (likely etcd's database growing its file and the API server's heap
+//! and caches growing to size; not measured apart): on two fresh control planes, 10,000
+//! ConfigMaps cost the origin API server 15.9 CPU-seconds when first and 9.5 when second, for
+//! the same 10,000 creates and watch events. Whichever system ran first paid for it. After
+//! this pass both find the clusters grown, with the space of deleted objects free for reuse.
 
 use crate::load;
 use crate::phases::Plan;
