@@ -121,18 +121,28 @@ pub async fn take_turn(
     windows: &Windows,
     into: &mut BTreeMap<&'static str, KindLatency>,
 ) -> anyhow::Result<()> {
-    side.resume().await?;
-    let result = async {
-        settle(name, side).await;
+    in_turn(name, side, async |side| {
         for load in loads {
             let result = window(name, side, round, *load, windows).await?;
             let entry = into.entry(load.k8s_kind()).or_default();
             entry.rate = load.rate;
             entry.add(result);
         }
-        anyhow::Ok(())
-    }
-    .await;
+        Ok(())
+    })
+    .await
+}
+
+/// Runs `turn` with the system's processes started and idle, then stops them (also when the
+/// turn failed): one system's turn in a round, with the other's processes stopped.
+pub async fn in_turn<S: Side>(
+    name: &str,
+    side: &mut S,
+    turn: impl AsyncFnOnce(&mut S) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    side.resume().await?;
+    settle(name, side).await;
+    let result = turn(side).await;
     side.pause().await;
     result
 }
@@ -216,7 +226,7 @@ async fn window(
 /// resyncs and collects for a while after it first agrees with the provider (Refract's remote
 /// agent lists each kind for its store and for the orphan collection): measured during that,
 /// its first seconds would show its start-up, not its steady state.
-pub async fn settle(name: &str, side: &impl Side) {
+async fn settle(name: &str, side: &impl Side) {
     let started = Instant::now();
     let mut before = side.cpu_seconds();
     while started.elapsed() < SETTLE_PATIENCE {

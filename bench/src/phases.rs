@@ -30,28 +30,71 @@ pub struct Plan {
 }
 
 /// Runs `create` (which makes `n` objects of `kind` named `prefix…` at the origin) and
-/// returns when the provider's watch has seen them all.
-pub async fn until_reflected(
-    watch: &crate::measure::ProviderWatch,
+/// returns the objects per second until the provider's watch had them all.
+async fn timed_burst(
+    side: &impl Side,
     kind: &'static str,
     prefix: &str,
     n: usize,
     create: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
-) -> anyhow::Result<Instant> {
+) -> anyhow::Result<f64> {
+    let start = Instant::now();
     let creating = tokio::spawn(create);
-    let prefix = prefix.to_string();
-    let arrived = watch.until(PATIENCE, "the burst on the provider", move |w| {
-        w.present(kind, &prefix) >= n
-    });
+    let owned_prefix = prefix.to_string();
+    let arrived = side
+        .watch()
+        .until(PATIENCE, "the burst on the provider", move |w| {
+            w.present(kind, &owned_prefix) >= n
+        });
     tokio::pin!(arrived);
     // A failed creation would leave the wait hanging: watch both.
-    tokio::select! {
+    let done = tokio::select! {
         done = &mut arrived => done,
         created = creating => {
             created?.context("failed to create the burst at the origin")?;
             arrived.await
         }
-    }
+    }?;
+    Ok(n as f64 / (done - start).as_secs_f64())
+}
+
+/// Creates `n` ConfigMaps `prefix…` of `bytes` at the origin; returns the objects per second
+/// until the provider had them all.
+pub async fn configmap_burst(
+    side: &impl Side,
+    prefix: &str,
+    n: usize,
+    bytes: usize,
+) -> anyhow::Result<f64> {
+    let (origin, ns, p) = (
+        side.origin().clone(),
+        side.origin_ns().to_string(),
+        prefix.to_string(),
+    );
+    let creating = async move { load::burst(&origin, &ns, &p, n, bytes).await };
+    timed_burst(side, "ConfigMap", prefix, n, creating).await
+}
+
+/// The same for `n` Services.
+pub async fn service_burst(side: &impl Side, prefix: &str, n: usize) -> anyhow::Result<f64> {
+    let (origin, ns, p) = (
+        side.origin().clone(),
+        side.origin_ns().to_string(),
+        prefix.to_string(),
+    );
+    let creating = async move { load::service_burst(&origin, &ns, &p, n).await };
+    timed_burst(side, "Service", prefix, n, creating).await
+}
+
+/// Deletes the ConfigMap burst `prefix…` and waits until the provider has too.
+pub async fn delete_configmap_burst(side: &impl Side, prefix: &str) -> anyhow::Result<()> {
+    load::delete_burst(side.origin(), side.origin_ns(), prefix).await?;
+    side.watch()
+        .until(PATIENCE, "the burst deleted on the provider", |w| {
+            w.present("ConfigMap", prefix) == 0
+        })
+        .await?;
+    Ok(())
 }
 
 fn rss(side: &impl Side) -> Vec<(String, u64)> {
@@ -109,32 +152,20 @@ pub async fn run(
             "{name}: burst of {n} ConfigMaps of {} bytes",
             plan.data_bytes
         ));
-        let start = Instant::now();
         let cpu_before = cpu_by_process(side, clusters);
-        let creating = {
-            let (origin, ns, prefix) = (origin.clone(), ns.clone(), prefix.clone());
-            let bytes = plan.data_bytes;
-            async move { load::burst(&origin, &ns, &prefix, n, bytes).await }
-        };
-        let done = until_reflected(&watch, "ConfigMap", &prefix, n, creating).await?;
-        let secs = (done - start).as_secs_f64();
+        let rate = configmap_burst(side, &prefix, n, plan.data_bytes).await?;
         r.burst_cpu = cpu_since(side, clusters, &cpu_before);
         if n == largest {
             r.largest_burst_cpu_by_round.push(r.burst_cpu.clone());
         }
         say(&format!(
-            "{name}: {n} objects on the provider in {secs:.2} s ({:.0}/s)",
-            n as f64 / secs
+            "{name}: {n} objects on the provider in {:.2} s ({rate:.0}/s)",
+            n as f64 / rate
         ));
-        r.add_burst(n, n as f64 / secs);
+        r.add_burst(n, rate);
         changes += n as u64;
         if i + 1 < plan.sizes.len() {
-            load::delete_burst(&origin, &ns, &prefix).await?;
-            watch
-                .until(PATIENCE, "the burst deleted on the provider", |w| {
-                    w.present("ConfigMap", &prefix) == 0
-                })
-                .await?;
+            delete_configmap_burst(side, &prefix).await?;
             changes += n as u64;
         }
     }
@@ -189,18 +220,12 @@ pub async fn run(
     // both clusters): their latency is measured at half their own throughput.
     let n = plan.service_burst;
     say(&format!("{name}: burst of {n} Services"));
-    let start = Instant::now();
-    let creating = {
-        let (origin, ns) = (origin.clone(), ns.clone());
-        async move { load::service_burst(&origin, &ns, "bsvc-", n).await }
-    };
-    let done = until_reflected(&watch, "Service", "bsvc-", n, creating).await?;
-    let secs = (done - start).as_secs_f64();
+    let rate = service_burst(side, "bsvc-", n).await?;
     say(&format!(
-        "{name}: {n} Services on the provider in {secs:.2} s ({:.0}/s)",
-        n as f64 / secs
+        "{name}: {n} Services on the provider in {:.2} s ({rate:.0}/s)",
+        n as f64 / rate
     ));
     r.service_throughput.0 = n;
-    r.add_service_burst(n as f64 / secs);
+    r.add_service_burst(rate);
     Ok(r)
 }

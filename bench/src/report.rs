@@ -128,10 +128,15 @@ impl SystemResult {
         self.writes as f64 / self.effective_changes.max(1) as f64
     }
 
+    /// The largest ConfigMap burst size (0 before any burst).
+    fn largest_burst(&self) -> usize {
+        self.throughput.last().map_or(0, |(n, _)| *n)
+    }
+
     /// CPU milliseconds per object of every process together, in the largest burst of each
     /// round: on a saturated machine, what decides throughput.
     pub fn cpu_ms_per_object_by_round(&self) -> Vec<f64> {
-        let n = self.throughput.last().map_or(1, |(n, _)| *n).max(1) as f64;
+        let n = self.largest_burst().max(1) as f64;
         self.largest_burst_cpu_by_round
             .iter()
             .map(|r| r.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n)
@@ -149,6 +154,11 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
+/// `items`, comma-separated: a table cell holding one value per round or per process.
+fn joined(items: impl IntoIterator<Item = String>) -> String {
+    items.into_iter().collect::<Vec<_>>().join(", ")
+}
+
 fn ratio(a: f64, b: f64) -> String {
     if b > 0.0 {
         format!("{:.2}", a / b)
@@ -161,12 +171,7 @@ fn ratio(a: f64, b: f64) -> String {
 pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
     let mut rows: Vec<[String; 4]> = Vec::new();
     let mut row = |m: String, r: String, d: String, x: String| rows.push([m, r, d, x]);
-    let rounds = |v: &[f64]| {
-        v.iter()
-            .map(|t| format!("{t:.0}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let rounds = |v: &[f64]| joined(v.iter().map(|t| format!("{t:.0}")));
     let of = |s: &SystemResult, n: usize| {
         s.throughput_by_round
             .iter()
@@ -203,16 +208,16 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         String::new(),
     );
     let per_object = |s: &SystemResult| {
-        s.cpu_ms_per_object_by_round()
-            .iter()
-            .map(|ms| format!("{ms:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        joined(
+            s.cpu_ms_per_object_by_round()
+                .iter()
+                .map(|ms| format!("{ms:.2}")),
+        )
     };
     row(
         format!(
             "CPU of all processes per object, {}-object burst, each round (ms)",
-            refract.throughput.last().map_or(0, |(n, _)| *n)
+            refract.largest_burst()
         ),
         per_object(refract),
         per_object(direct),
@@ -232,13 +237,8 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
                 ratio(rv, dv),
             );
         }
-        let by_round = |k: &KindLatency| {
-            k.by_round
-                .iter()
-                .map(|l| format!("{:.0}", l.p99_ms))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let by_round =
+            |k: &KindLatency| joined(k.by_round.iter().map(|l| format!("{:.0}", l.p99_ms)));
         row(
             format!("latency {what} p99 of each round (ms)"),
             by_round(&r),
@@ -298,12 +298,7 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         format!("{:.2}", direct.idle_cpu_seconds),
         String::new(),
     );
-    let procs = |v: &[(String, u64)]| {
-        v.iter()
-            .map(|(n, b)| format!("{n} {}", mib(*b)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let procs = |v: &[(String, u64)]| joined(v.iter().map(|(n, b)| format!("{n} {}", mib(*b))));
     row(
         "resident memory, nothing reflected".into(),
         procs(&refract.rss_empty),
@@ -335,16 +330,16 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         String::new(),
     );
     let cpu = |v: &[(String, f64)]| {
-        v.iter()
-            .filter(|(_, s)| *s >= 0.05)
-            .map(|(n, s)| format!("{n} {s:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        joined(
+            v.iter()
+                .filter(|(_, s)| *s >= 0.05)
+                .map(|(n, s)| format!("{n} {s:.1}")),
+        )
     };
     row(
         format!(
             "CPU seconds during the {}-object burst of round 1, by process",
-            refract.throughput.last().map_or(0, |(n, _)| *n)
+            refract.largest_burst()
         ),
         cpu(&refract.burst_cpu),
         cpu(&direct.burst_cpu),

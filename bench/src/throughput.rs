@@ -7,8 +7,12 @@
 //! each system the same bursts again on its own (the other's processes stopped), the first turn
 //! alternating, and the throughput reported is the median of the rounds.
 
+use crate::latency::in_turn;
 use crate::load;
-use crate::phases::{cpu_by_process, cpu_since, until_reflected, Plan, PATIENCE};
+use crate::phases::{
+    configmap_burst, cpu_by_process, cpu_since, delete_configmap_burst, service_burst, Plan,
+    PATIENCE,
+};
 use crate::report::SystemResult;
 use crate::say;
 use crate::sides::Side;
@@ -25,9 +29,7 @@ pub async fn take_turn(
     clusters: &[(String, u32)],
     into: &mut SystemResult,
 ) -> anyhow::Result<()> {
-    side.resume().await?;
-    let result = async {
-        crate::latency::settle(name, side).await;
+    in_turn(name, side, async |side| {
         let largest = plan.sizes.last().copied();
         for &n in &plan.sizes {
             let prefix = format!("t{round}-{n}-");
@@ -42,65 +44,22 @@ pub async fn take_turn(
                 into.largest_burst_cpu_by_round.push(cpu);
             }
             into.add_burst(n, rate);
-            delete_configmaps(side, &prefix).await?;
+            delete_configmap_burst(side, &prefix).await?;
         }
-        let n = plan.service_burst;
-        let rate = service_burst(side, &format!("t{round}svc-"), n).await?;
+        let (n, prefix) = (plan.service_burst, format!("t{round}svc-"));
+        let rate = service_burst(side, &prefix, n).await?;
         say(&format!(
             "{name}, round {round}: {n} Services on the provider at {rate:.0}/s"
         ));
         into.add_service_burst(rate);
-        anyhow::Ok(())
-    }
-    .await;
-    side.pause().await;
-    result
-}
-
-/// Creates `n` ConfigMaps and returns the objects per second until the provider had them all.
-async fn configmap_burst(
-    side: &impl Side,
-    prefix: &str,
-    n: usize,
-    bytes: usize,
-) -> anyhow::Result<f64> {
-    let (origin, ns, watch) = (side.origin(), side.origin_ns(), side.watch());
-    let start = std::time::Instant::now();
-    let creating = {
-        let (origin, ns, prefix) = (origin.clone(), ns.to_string(), prefix.to_string());
-        async move { load::burst(&origin, &ns, &prefix, n, bytes).await }
-    };
-    let done = until_reflected(watch, "ConfigMap", prefix, n, creating).await?;
-    Ok(n as f64 / (done - start).as_secs_f64())
-}
-
-/// Deletes a ConfigMap burst and waits until the provider has too.
-async fn delete_configmaps(side: &impl Side, prefix: &str) -> anyhow::Result<()> {
-    load::delete_burst(side.origin(), side.origin_ns(), prefix).await?;
-    side.watch()
-        .until(PATIENCE, "the burst deleted on the provider", |w| {
-            w.present("ConfigMap", prefix) == 0
-        })
-        .await?;
-    Ok(())
-}
-
-/// The same for `n` Services.
-async fn service_burst(side: &impl Side, prefix: &str, n: usize) -> anyhow::Result<f64> {
-    let (origin, ns, watch) = (side.origin(), side.origin_ns(), side.watch());
-    let start = std::time::Instant::now();
-    let creating = {
-        let (origin, ns, prefix) = (origin.clone(), ns.to_string(), prefix.to_string());
-        async move { load::service_burst(&origin, &ns, &prefix, n).await }
-    };
-    let done = until_reflected(watch, "Service", prefix, n, creating).await?;
-    let rate = n as f64 / (done - start).as_secs_f64();
-    // The namespace holds nothing else between the bulk phases and the latency rounds.
-    load::delete_all(origin, ns).await?;
-    watch
-        .until(PATIENCE, "the Services deleted on the provider", |w| {
-            w.present("Service", prefix) == 0
-        })
-        .await?;
-    Ok(rate)
+        // The namespace holds nothing else between the bulk phases and the latency rounds.
+        load::delete_all(side.origin(), side.origin_ns()).await?;
+        side.watch()
+            .until(PATIENCE, "the Services deleted on the provider", |w| {
+                w.present("Service", &prefix) == 0
+            })
+            .await?;
+        Ok(())
+    })
+    .await
 }
