@@ -14,5 +14,5 @@ export REFRACT_K8S_BIN
 say "building the agents, refract-certs, refract-bench and direct-copier (release)"
 cargo build --release --locked -p refract-local-agent -p refract-remote-agent -p refract-certs -p refract-bench --bins
 
-say "running (about 30 minutes with the defaults)"
+say "running (about 40 minutes with the defaults)"
 exec target/release/refract-bench "$@"

@@ -54,7 +54,7 @@ struct Args {
     /// first, with only that system's processes running. The throughput reported is the
     /// median of the rounds: the API servers' CPU per object drifts over minutes, and one
     /// burst per system measures where it happened to fall.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     throughput_rounds: u16,
     /// Length of each steady-load window, seconds.
     #[arg(long, default_value_t = 20)]
