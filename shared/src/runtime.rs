@@ -11,7 +11,7 @@
 /// Built without transparent huge pages (the workspace enables mimalloc's `no_thp`): otherwise
 /// mimalloc asks the kernel for huge pages on its arenas, so a page it touches again after
 /// returning it is faulted in as 2 MiB zeroed at once. For these small heaps that is memory
-/// held for nothing (12–13 MiB more resident in each process, empty or with 5,000 objects,
+/// held for nothing (7–13 MiB more resident in each process, empty or with 5,000 objects,
 /// in the benchmark) and 5 % of each agent's CPU at a steady load spent zeroing pages. That
 /// covers hosts whose THP mode is `madvise`, the usual default; where it is `always`,
 /// `MIMALLOC_ALLOW_THP=0` in the environment turns it off for the process.
