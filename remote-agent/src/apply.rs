@@ -27,9 +27,11 @@ use crate::desired::DesiredStore;
 pub use crate::desired::ObjectKey;
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
+use merge::{merge_patch, writes_without_apply, OwnedKeys};
 use tokens::{is_token_secret, token_kind};
 use write::{Mode, Refused};
 
+pub(crate) mod merge;
 mod tokens;
 mod write;
 
@@ -193,6 +195,7 @@ impl Applier {
             name: object.name.clone(),
         };
         let api = self.api(kind, &object.namespace);
+        let merges = writes_without_apply(kind, token);
         // The watch knows every object of ours: one it has is checked without a request, and
         // one it does not have is most likely new, so it is created in one request that cannot
         // take over an existing object. Only when that create finds the object there (someone
@@ -208,15 +211,17 @@ impl Applier {
                     return self.settle(answer, key, desired, known.resource_version());
                 }
                 return self
-                    .write(&api, key, desired, Mode::Apply)
+                    .update(&api, key, desired, merges, &known.metadata)
                     .await
                     .map_err(Refused::into_answer);
             }
             None if self.guards_creates(kind) => {
-                match self
-                    .write(&api, key.clone(), desired.clone(), Mode::CreateOnly)
-                    .await
-                {
+                let mode = if merges {
+                    Mode::Create
+                } else {
+                    Mode::CreateOnly
+                };
+                match self.write(&api, key.clone(), desired.clone(), mode).await {
                     Err(Refused::Exists) => consistent_read = true,
                     Err(Refused::GuardUnsupported) => {
                         // Concurrent first creates may all find out; say it once.
@@ -264,9 +269,15 @@ impl Applier {
                 return self.settle(answer, key, desired, existing.resource_version());
             }
         }
-        self.write(&api, key, desired, Mode::Apply)
-            .await
-            .map_err(Refused::into_answer)
+        let written = match &existing {
+            Some(existing) => {
+                self.update(&api, key, desired, merges, &existing.metadata)
+                    .await
+            }
+            None if merges => self.write(&api, key, desired, Mode::Create).await,
+            None => self.write(&api, key, desired, Mode::Apply).await,
+        };
+        written.map_err(Refused::into_answer)
     }
 
     /// What to answer without writing, given the object on the provider: `Conflict` for a
@@ -340,6 +351,28 @@ impl Applier {
             .contains(&kind)
     }
 
+    /// Writes a change of an object the provider has, whose metadata is `existing`: a merge
+    /// patch where `merges` (see [`merge`]), a server-side apply otherwise.
+    async fn update(
+        &self,
+        api: &Api<DynamicObject>,
+        key: ObjectKey,
+        desired: serde_json::Value,
+        merges: bool,
+        existing: &ObjectMeta,
+    ) -> Result<Answer, Refused> {
+        if !merges {
+            return self.write(api, key, desired, Mode::Apply).await;
+        }
+        let managed = existing.managed_fields.as_deref().unwrap_or_default();
+        let mut owned = OwnedKeys::of_managed_fields(managed);
+        if let Some(previous) = self.desired.keys_of(&key) {
+            owned.extend(previous);
+        }
+        let patch = merge_patch(desired.clone(), &owned);
+        self.write_body(api, key, desired, patch, Mode::Merge).await
+    }
+
     /// Writes `desired`, recording it as the agent's own write while it is under way (so its
     /// watch events are never taken for someone else's edit).
     async fn write(
@@ -349,8 +382,21 @@ impl Applier {
         desired: serde_json::Value,
         mode: Mode,
     ) -> Result<Answer, Refused> {
-        self.desired.begin_write(key.clone(), desired.clone());
-        match write::write(api, &self.client, &key.name, desired, mode).await {
+        self.write_body(api, key, desired.clone(), desired, mode)
+            .await
+    }
+
+    /// Sends `body` to make the object `desired` (they differ for a merge patch only).
+    async fn write_body(
+        &self,
+        api: &Api<DynamicObject>,
+        key: ObjectKey,
+        desired: serde_json::Value,
+        body: serde_json::Value,
+        mode: Mode,
+    ) -> Result<Answer, Refused> {
+        self.desired.begin_write(key.clone(), desired);
+        match write::write(api, &self.client, &key.name, body, mode).await {
             Ok(rv) => {
                 self.desired.set_written(&key, rv);
                 Ok((Outcome::Applied, String::new()))

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use refract_shared::tls::ClusterId;
 
+use crate::apply::merge::OwnedKeys;
 use crate::kinds::Allowed;
 
 /// What the remote agent wants each tenant object to be, for restoring copies edited or
@@ -65,6 +66,12 @@ impl DesiredStore {
                 in_flight: true,
             },
         );
+    }
+
+    /// The keys the desired state last remembered for `key` sets (see [`OwnedKeys`]).
+    pub(crate) fn keys_of(&self, key: &ObjectKey) -> Option<OwnedKeys> {
+        let map = self.inner.lock().expect("desired store poisoned");
+        map.get(key).map(|r| OwnedKeys::of_object(&r.object))
     }
 
     pub(crate) fn forget(&self, key: &ObjectKey) {

@@ -17,11 +17,12 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::DESTINATION_LABEL;
+use refract_shared::keys::{DESTINATION_LABEL, REMOTE_FIELD_MANAGER};
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::apply::merge::writes_without_apply;
 use crate::kinds::Allowed;
 use whole::{OwnEvents, WATCHED_WHOLE};
 
@@ -87,11 +88,18 @@ pub fn spawn(
             (watcher::Config::default().labels(&selector), None)
         };
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
+        // Field ownership is the API server's business, except the agent's own on the kinds it
+        // writes without server-side apply (see `apply::merge`): it says which keys are its own.
+        let keeps_own_fields = writes_without_apply(kind, false);
         tokio::spawn(async move {
             let mut events = watcher(api, config)
                 .default_backoff()
-                // Field ownership is the API server's business; no need to keep it per object.
-                .modify(|obj| obj.managed_fields_mut().clear())
+                .modify(move |obj| {
+                    let managed = obj.managed_fields_mut();
+                    managed.retain(|e| {
+                        keeps_own_fields && e.manager.as_deref() == Some(REMOTE_FIELD_MANAGER)
+                    });
+                })
                 .reflect(writer)
                 .boxed();
             loop {

@@ -1,10 +1,11 @@
 //! The one write the remote agent makes of a tenant object: a server-side apply, optionally
-//! guarded so that it can only create.
+//! guarded so that it can only create, or for the kinds of [`super::merge`] a create or a merge
+//! patch.
 //!
 //! Only the written resourceVersion is read back from the API server's answer: the rest of the
 //! object (several KiB, parsed into a tree by `Api::patch`) is of no use to the agent.
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::Request;
 use refract_shared::keys::REMOTE_FIELD_MANAGER;
 use refract_shared::proto::Outcome;
@@ -25,6 +26,10 @@ pub(super) enum Mode {
     Apply,
     /// The same apply, but only if the object does not exist yet.
     CreateOnly,
+    /// A plain create (POST): only if the object does not exist yet.
+    Create,
+    /// A JSON merge patch (the object written is the patch, see [`super::merge`]).
+    Merge,
 }
 
 /// Why a write did not happen.
@@ -72,17 +77,37 @@ pub(super) async fn write(
     mut desired: serde_json::Value,
     mode: Mode,
 ) -> Result<Option<String>, Refused> {
-    let params = PatchParams::apply(REMOTE_FIELD_MANAGER).force();
-    if mode == Mode::CreateOnly {
-        desired["metadata"]["resourceVersion"] = ABSENT_GUARD.into();
-    }
-    let request = Request::new(api.resource_url()).patch(name, &params, &Patch::Apply(&desired));
+    let url = api.resource_url();
+    let request = match mode {
+        Mode::Apply | Mode::CreateOnly => {
+            if mode == Mode::CreateOnly {
+                desired["metadata"]["resourceVersion"] = ABSENT_GUARD.into();
+            }
+            let params = PatchParams::apply(REMOTE_FIELD_MANAGER).force();
+            Request::new(url).patch(name, &params, &Patch::Apply(&desired))
+        }
+        Mode::Create => {
+            let params = PostParams {
+                field_manager: Some(REMOTE_FIELD_MANAGER.into()),
+                ..PostParams::default()
+            };
+            serde_json::to_vec(&desired)
+                .map_err(kube::core::request::Error::SerializeBody)
+                .and_then(|body| Request::new(url).create(&params, body))
+        }
+        Mode::Merge => {
+            let params = PatchParams {
+                field_manager: Some(REMOTE_FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            Request::new(url).patch(name, &params, &Patch::Merge(&desired))
+        }
+    };
     let request = request.map_err(|e| Refused::Failed(api_error(kube::Error::BuildRequest(e))))?;
+    let creates = matches!(mode, Mode::CreateOnly | Mode::Create);
     match client.request::<Written>(request).await {
         Ok(written) => Ok(written.metadata.resource_version),
-        Err(kube::Error::Api(s)) if mode == Mode::CreateOnly && s.code == 409 => {
-            Err(Refused::Exists)
-        }
+        Err(kube::Error::Api(s)) if creates && s.code == 409 => Err(Refused::Exists),
         Err(kube::Error::Api(s))
             if mode == Mode::CreateOnly
                 && s.message

@@ -147,7 +147,7 @@ async fn every_kind_follows_the_origin_and_leaves_with_the_namespace() {
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: app-config, namespace: shop, labels: {app: web}}
-data: {mode: prod}
+data: {mode: prod, debug: "1"}
 ---
 apiVersion: v1
 kind: Secret
@@ -254,7 +254,17 @@ spec:
         "service-account token Secret was reflected"
     );
 
-    // Updates follow; a skip annotation removes the copy; deletes follow.
+    // Updates follow: keys removed at the origin go, keys added on the provider by someone
+    // else stay (server-side apply's rules, which the remote agent keeps for ConfigMaps and
+    // Secrets without using it). A skip annotation removes the copy; deletes follow.
+    p.provider_kubectl(&[
+        "-n",
+        twin,
+        "annotate",
+        "configmap",
+        "app-config",
+        "team.example/keep=yes",
+    ]);
     p.origin_kubectl(&[
         "-n",
         "shop",
@@ -262,9 +272,26 @@ spec:
         "configmap",
         "app-config",
         "-p",
-        r#"{"data":{"mode":"canary"}}"#,
+        r#"{"metadata":{"labels":{"app":null}},"data":{"mode":"canary","debug":null}}"#,
     ]);
     until_provider(&p, twin, "configmap/app-config", "{.data.mode}", "canary").await;
+    let copy = |path: &str| provider(&p, twin, "configmap/app-config", path);
+    // jsonpath prints nothing for an absent key.
+    assert_eq!(
+        copy("{.data.debug}").as_deref(),
+        Some(""),
+        "a removed key stayed"
+    );
+    assert_eq!(
+        copy("{.metadata.labels.app}").as_deref(),
+        Some(""),
+        "a removed label stayed"
+    );
+    assert_eq!(
+        copy("{.metadata.annotations.team\\.example/keep}").as_deref(),
+        Some("yes"),
+        "the provider's own annotation was lost"
+    );
     p.origin_kubectl(&[
         "-n",
         "shop",
