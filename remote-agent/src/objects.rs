@@ -96,9 +96,11 @@ pub fn spawn(
                 .default_backoff()
                 .modify(move |obj| {
                     let managed = obj.managed_fields_mut();
-                    managed.retain(|e| {
-                        keeps_own_fields && e.manager.as_deref() == Some(REMOTE_FIELD_MANAGER)
-                    });
+                    if keeps_own_fields {
+                        managed.retain(|e| e.manager.as_deref() == Some(REMOTE_FIELD_MANAGER));
+                    } else {
+                        managed.clear();
+                    }
                 })
                 .reflect(writer)
                 .boxed();

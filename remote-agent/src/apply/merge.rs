@@ -22,12 +22,30 @@ use serde_json::{Map, Value};
 
 use crate::kinds::Allowed;
 
-/// The maps whose keys the agent owns one by one, as paths from the object's root.
-const SECTIONS: [&[&str]; 4] = [
-    &["data"],
-    &["binaryData"],
-    &["metadata", "labels"],
-    &["metadata", "annotations"],
+/// A map whose keys the agent owns one by one: its path in an object, and its path in a
+/// managedFields entry's FieldsV1 (where each of its keys is "f:<key>").
+struct Section {
+    in_object: &'static [&'static str],
+    in_fields: &'static [&'static str],
+}
+
+const SECTIONS: [Section; 4] = [
+    Section {
+        in_object: &["data"],
+        in_fields: &["f:data"],
+    },
+    Section {
+        in_object: &["binaryData"],
+        in_fields: &["f:binaryData"],
+    },
+    Section {
+        in_object: &["metadata", "labels"],
+        in_fields: &["f:metadata", "f:labels"],
+    },
+    Section {
+        in_object: &["metadata", "annotations"],
+        in_fields: &["f:metadata", "f:annotations"],
+    },
 ];
 
 /// Whether objects of `kind` are written with a POST and merge patches rather than
@@ -47,33 +65,46 @@ pub(crate) struct OwnedKeys(BTreeSet<(usize, String)>);
 impl OwnedKeys {
     /// The keys `object` has.
     pub(crate) fn of_object(object: &Value) -> Self {
-        let mut keys = BTreeSet::new();
-        for (section, path) in SECTIONS.iter().enumerate() {
-            if let Some(map) = at(object, path).and_then(Value::as_object) {
-                keys.extend(map.keys().map(|k| (section, k.clone())));
-            }
-        }
-        Self(keys)
+        let mut keys = Self::default();
+        keys.add(object, false);
+        keys
     }
 
     /// The keys the agent's own entries of `managed` own.
     pub(crate) fn of_managed_fields(managed: &[ManagedFieldsEntry]) -> Self {
-        let mut keys = BTreeSet::new();
+        let mut keys = Self::default();
         let ours = managed
             .iter()
             .filter(|e| e.manager.as_deref() == Some(REMOTE_FIELD_MANAGER));
         for fields in ours.filter_map(|e| e.fields_v1.as_ref()) {
-            for (section, path) in SECTIONS.iter().enumerate() {
-                let prefixed: Vec<String> = path.iter().map(|p| format!("f:{p}")).collect();
-                let prefixed: Vec<&str> = prefixed.iter().map(String::as_str).collect();
-                if let Some(map) = at(&fields.0, &prefixed).and_then(Value::as_object) {
-                    // "." is the map itself; every key of it is "f:<key>".
-                    let owned = map.keys().filter_map(|k| k.strip_prefix("f:"));
-                    keys.extend(owned.map(|k| (section, k.to_string())));
+            keys.add(&fields.0, true);
+        }
+        keys
+    }
+
+    /// Adds the keys of `root`, an object or (`fields`) a FieldsV1 tree.
+    fn add(&mut self, root: &Value, fields: bool) {
+        for (index, section) in SECTIONS.iter().enumerate() {
+            let path = if fields {
+                section.in_fields
+            } else {
+                section.in_object
+            };
+            let Some(map) = at(root, path).and_then(Value::as_object) else {
+                continue;
+            };
+            for key in map.keys() {
+                // In FieldsV1, "." is the map itself, not a key of it.
+                let key = if fields {
+                    key.strip_prefix("f:")
+                } else {
+                    Some(key.as_str())
+                };
+                if let Some(key) = key {
+                    self.0.insert((index, key.to_string()));
                 }
             }
         }
-        Self(keys)
     }
 
     /// Adds `other`'s keys.
@@ -90,7 +121,7 @@ fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
 /// `desired` itself, plus a null for every owned key it no longer has.
 pub(crate) fn merge_patch(mut desired: Value, owned: &OwnedKeys) -> Value {
     for (section, key) in &owned.0 {
-        let path = SECTIONS[*section];
+        let path = SECTIONS[*section].in_object;
         if at(&desired, path).is_some_and(|m| m.get(key).is_some()) {
             continue;
         }
