@@ -20,22 +20,26 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-say "Preparing: toolchain (etcd, Kubernetes 1.20.2, grpcurl) and the Refract binaries"
+say "Preparing: toolchain (etcd, Kubernetes 1.20.2 with kubelet, containerd, grpcurl; cached after the first run)"
 eval "$(scripts/ensure-toolchain.sh | grep '^REFRACT_K8S_BIN=')"
 export REFRACT_K8S_BIN
-cargo build --workspace --bins --locked -q
+say "Building the Refract binaries (cargo build; the first build takes several minutes on 2 cores)"
+cargo build --workspace --bins --locked
+say "Building the node images (pause, busybox) as OCI archives"
+scripts/images.sh --base
+BUSYBOX=$(awk '$1 == "busybox" {print $2}' target/images/images.txt)
 
 rm -rf "$DEMO" && mkdir -p "$DEMO"
 
-say "Starting two control planes: origin and provider (etcd + kube-apiserver + scheduler + controller-manager)"
+say "Starting two control planes: origin and provider (etcd + kube-apiserver + scheduler + controller-manager), the provider with a real node (containerd + kubelet)"
 "$B/testkit" up --dir "$DEMO/clusters" --cluster origin --cluster provider --controllers \
-  >"$DEMO/testkit.out" 2>"$DEMO/testkit.log" &
+  --node provider=10.200.0.0/16 >"$DEMO/testkit.out" 2>"$DEMO/testkit.log" &
 pids+=($!)
-for _ in $(seq 120); do grep -q ready "$DEMO/testkit.out" 2>/dev/null && break; sleep 1; done
+for _ in $(seq 240); do grep -q ready "$DEMO/testkit.out" 2>/dev/null && break; sleep 1; done
 grep -q ready "$DEMO/testkit.out" || { cat "$DEMO/testkit.log"; echo "control planes did not start" >&2; exit 1; }
 ORIGIN=$DEMO/clusters/origin/kubeconfig
 PROVIDER=$DEMO/clusters/provider/kubeconfig
-grep -E '^(origin|provider):' "$DEMO/testkit.log" >&2 || true
+grep -E '^(origin|provider):' "$DEMO/testkit.log" | sed 's/\x1b\[[0-9;]*m//g' >&2 || true
 
 say "Minting the peering's certificates with refract-certs"
 run "$B/refract-certs" ca --out "$DEMO/certs/ca"
@@ -46,10 +50,12 @@ PORT=$(free_port)
 WEBHOOK_PORT=$(free_port)
 "$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin-webhook --role server --ip 127.0.0.1 --out "$DEMO/certs/webhook" >/dev/null 2>&1
 
-say "Installing the CRDs (NamespaceOffloading in the origin, ShadowPod in the provider) and two provider nodes (fake kubelet)"
+say "Installing the CRDs (NamespaceOffloading in the origin, ShadowPod in the provider); the provider's node:"
 run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/namespaceoffloading-crd.yaml
 run kubectl --kubeconfig "$PROVIDER" apply -f deploy/remote-agent/shadowpod-crd.yaml
-"$B/testkit" fake-kubelet --kubeconfig "$PROVIDER" --count 2 --cpu 8 --memory 16Gi >"$DEMO/fake-kubelet.log" 2>&1 &
+run kubectl --kubeconfig "$PROVIDER" get nodes -o wide
+# The provider's storage: a stand-in provisioner whose volumes are folders the kubelet creates.
+"$B/testkit" fake-provisioner --kubeconfig "$PROVIDER" >"$DEMO/fake-provisioner.log" 2>&1 &
 pids+=($!)
 
 say "Starting remote-agent in the provider cluster (gRPC on 127.0.0.1:$PORT)"
@@ -170,7 +176,7 @@ for o in json.load(sys.stdin).get("objects", []):
     print("  %-14s %-36s %s" % (r["kind"], where, o["outcome"]))'
 grpcurl "${GFLAGS[@]}" -d '{"clusterId":"origin"}' "127.0.0.1:$PORT" refract.v1.Inspect/ListObjects | python3 -c "$LIST_OBJECTS"
 say "Offloading a Deployment: namespace 'apps' with podOffloadingStrategy Remote (the webhook adds toleration and affinity)"
-kubectl --kubeconfig "$ORIGIN" apply -f - <<'YAML'
+kubectl --kubeconfig "$ORIGIN" apply -f - <<YAML
 apiVersion: v1
 kind: Namespace
 metadata: {name: apps}
@@ -189,22 +195,30 @@ spec:
   template:
     metadata: {labels: {app: web}}
     spec:
-      containers: [{name: web, image: nginx:1.27, resources: {requests: {cpu: 250m, memory: 64Mi}}}]
+      terminationGracePeriodSeconds: 2
+      containers:
+        - name: web
+          image: $BUSYBOX
+          command: [sh, -c, 'echo "hello from \$(hostname), a real container on the provider"; trap "exit 0" TERM; while true; do sleep 1; done']
+          resources: {requests: {cpu: 100m, memory: 16Mi}}
 YAML
-for _ in $(seq 60); do
+for _ in $(seq 90); do
   [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pods --field-selector=status.phase=Running -o name 2>/dev/null | wc -l)" = 3 ] && break; sleep 1
 done
 say "ORIGIN: pods on the virtual node, Running, with provider IPs remapped (10.200.x -> 10.71.x)"
 run kubectl --kubeconfig "$ORIGIN" -n apps get pods -o wide
-say "PROVIDER: the same pods in the twin namespace, kept by ShadowPods"
+say "PROVIDER: the same pods in the twin namespace, kept by ShadowPods, running as real containers"
 run kubectl --kubeconfig "$PROVIDER" -n apps-origin get shadowpods,pods -o wide
+say "An offloaded pod's container output, read on the provider"
+FIRST=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get pods -o jsonpath='{.items[0].metadata.name}')
+run kubectl --kubeconfig "$PROVIDER" -n apps-origin logs "$FIRST"
 say "The virtual node (90% of the provider's free resources, Ready while the link is up)"
 run kubectl --kubeconfig "$ORIGIN" get nodes -L liqo.io/type,topology.kubernetes.io/region
 run kubectl --kubeconfig "$ORIGIN" describe node "refract-provider" | sed -n '/^Labels/,/^Taints/p;/^Conditions/,/^Addresses/p;/^Capacity/,/^System Info/p'
 say "A remote pod deleted on the provider comes back; the origin counts a restart"
 VICTIM=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get pods -o jsonpath='{.items[0].metadata.name}')
-run kubectl --kubeconfig "$PROVIDER" -n apps-origin delete pod "$VICTIM" --wait=false
-for _ in $(seq 20); do
+run kubectl --kubeconfig "$PROVIDER" -n apps-origin delete pod "$VICTIM" --grace-period=1 --wait=false
+for _ in $(seq 60); do
   [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = 1 ] && break; sleep 1
 done
 run kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o wide
@@ -217,7 +231,7 @@ kind: StorageClass
 metadata: {name: standard}
 provisioner: refract.test/fake-provisioner
 YAML
-kubectl --kubeconfig "$ORIGIN" apply -f - <<'YAML'
+kubectl --kubeconfig "$ORIGIN" apply -f - <<YAML
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {name: data, namespace: apps}
@@ -230,16 +244,17 @@ spec:
   automountServiceAccountToken: false
   containers:
     - name: db
-      image: postgres:16
+      image: $BUSYBOX
+      command: [sh, -c, 'echo "data volume mounted at /data"; trap "exit 0" TERM; while true; do sleep 1; done']
       volumeMounts:
-        - {name: data, mountPath: /var/lib/postgresql/data}
+        - {name: data, mountPath: /data}
         - {name: kube-api-access, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}
   volumes:
     - {name: data, persistentVolumeClaim: {claimName: data}}
     - name: kube-api-access
       projected: {sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]}
 YAML
-for _ in $(seq 60); do
+for _ in $(seq 90); do
   [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pod db -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] && break; sleep 1
 done
 say "ORIGIN: the claim is Bound to a PV that mirrors the provider's volume and is pinned to the virtual node"
@@ -272,7 +287,8 @@ Demo is up. Try:
   kubectl --kubeconfig $PROVIDER -n shop-origin get all,cm,secrets
   kubectl --kubeconfig $ORIGIN -n apps scale deployment web --replicas 5
   kubectl --kubeconfig $PROVIDER -n apps-origin get shadowpods,pods -o wide
-Logs: $DEMO/{remote-agent,local-agent,testkit}.log
+  kubectl --kubeconfig $PROVIDER -n apps-origin logs $FIRST
+Logs: $DEMO/{remote-agent,local-agent,testkit}.log, the provider node's in $DEMO/clusters/provider/node/
 MSG
 if [ -t 0 ]; then
   echo "Press Ctrl-C to stop everything." >&2

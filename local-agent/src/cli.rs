@@ -19,10 +19,11 @@ use refract_shared::tls::ClusterId;
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "local-agent", version, about, long_about)]
 pub struct Args {
-    /// The remote agent's address, `host:port`. The host must be a DNS name or IP in the
-    /// remote agent's serving certificate (or see --tls-server-name).
-    #[arg(long)]
-    pub remote: String,
+    /// The remote agent's address: `host:port`, `[ipv6]:port` or `https://host:port`. The
+    /// host must be a DNS name or IP in the remote agent's serving certificate (or see
+    /// --tls-server-name).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub remote: crate::connector::RemoteAddress,
 
     /// Name to verify the remote agent's certificate against, when it differs from the host in
     /// --remote.

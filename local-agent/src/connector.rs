@@ -98,51 +98,134 @@ impl Connector {
     }
 }
 
-/// Splits `host:port` (or `[v6]:port`) and turns the host into a TLS server name.
-pub fn server_name_of(
-    remote: &str,
-    override_name: Option<&str>,
-) -> Result<ServerName<'static>, String> {
-    let host = match override_name {
-        Some(name) => name.to_string(),
-        None => {
-            let (host, port) = remote
-                .rsplit_once(':')
-                .ok_or_else(|| format!("--remote {remote:?} must be host:port"))?;
-            port.parse::<u16>()
-                .map_err(|_| format!("--remote {remote:?} has an invalid port"))?;
-            host.trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string()
+/// The remote agent's address as given to `--remote`: `host:port`, `[v6]:port`, or the same
+/// behind `https://` (the link is always TLS, so that is the only scheme taken).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteAddress {
+    /// The host: a DNS name or an IP address, without brackets.
+    pub host: String,
+    /// The TCP port.
+    pub port: u16,
+}
+
+impl RemoteAddress {
+    /// What [`TcpStream::connect`] dials: `host:port`, an IPv6 host in brackets.
+    pub fn dial(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
         }
-    };
-    ServerName::try_from(host.clone())
-        .map_err(|e| format!("{host:?} is not a valid TLS server name: {e}"))
+    }
+
+    /// The name the server certificate must carry: `override_name` (`--tls-server-name`) when
+    /// given, else the host.
+    pub fn server_name(&self, override_name: Option<&str>) -> Result<ServerName<'static>, String> {
+        let name = override_name.unwrap_or(&self.host).to_string();
+        ServerName::try_from(name.clone())
+            .map_err(|e| format!("{name:?} is not a valid TLS server name: {e}"))
+    }
+}
+
+impl std::str::FromStr for RemoteAddress {
+    type Err = String;
+
+    fn from_str(given: &str) -> Result<Self, String> {
+        const FORM: &str = "the form is host:port or https://host:port, e.g. remote.example:6443";
+        let rest = match given.split_once("://") {
+            None => given,
+            Some(("https", rest)) => rest,
+            Some((scheme, _)) => {
+                return Err(format!(
+                    "{given:?}: scheme {scheme:?} is not supported; the link is always mutual TLS ({FORM})"
+                ))
+            }
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains('/') {
+            return Err(format!("{given:?} has a path; {FORM}"));
+        }
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{given:?} has no port; {FORM}"))?;
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| format!("{given:?} has an invalid port {port:?}; {FORM}"))?;
+        let host = match host.strip_prefix('[') {
+            Some(v6) => v6
+                .strip_suffix(']')
+                .ok_or_else(|| format!("{given:?}: unclosed '[' around an IPv6 address"))?,
+            None if host.contains(':') => {
+                return Err(format!(
+                    "{given:?}: write an IPv6 address in brackets, e.g. [::1]:6443"
+                ))
+            }
+            None => host,
+        };
+        if host.is_empty() {
+            return Err(format!("{given:?} has no host; {FORM}"));
+        }
+        Ok(Self {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl std::fmt::Display for RemoteAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.dial())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn parse(s: &str) -> Result<RemoteAddress, String> {
+        s.parse()
+    }
+
     #[test]
-    fn server_names() {
+    fn remote_addresses_in_every_accepted_form() {
+        for given in [
+            "remote.example:6443",
+            "https://remote.example:6443",
+            "https://remote.example:6443/",
+        ] {
+            let addr = parse(given).unwrap();
+            assert_eq!(addr.dial(), "remote.example:6443", "{given}");
+            assert!(matches!(addr.server_name(None), Ok(ServerName::DnsName(_))));
+        }
+        let v4 = parse("https://127.0.0.1:7443").unwrap();
+        assert!(matches!(v4.server_name(None), Ok(ServerName::IpAddress(_))));
+        let v6 = parse("[::1]:6443").unwrap();
+        assert_eq!(v6.dial(), "[::1]:6443");
+        assert!(matches!(v6.server_name(None), Ok(ServerName::IpAddress(_))));
         assert!(matches!(
-            server_name_of("127.0.0.1:6443", None),
-            Ok(ServerName::IpAddress(_))
-        ));
-        assert!(matches!(
-            server_name_of("[::1]:6443", None),
-            Ok(ServerName::IpAddress(_))
-        ));
-        assert!(matches!(
-            server_name_of("remote.example:443", None),
+            parse("10.0.0.1:1")
+                .unwrap()
+                .server_name(Some("provider.svc")),
             Ok(ServerName::DnsName(_))
         ));
-        assert!(server_name_of("remote.example", None).is_err());
-        assert!(server_name_of("remote.example:http", None).is_err());
-        assert!(matches!(
-            server_name_of("10.0.0.1:1", Some("provider.svc")),
-            Ok(ServerName::DnsName(_))
-        ));
+    }
+
+    #[test]
+    fn remote_addresses_refused_with_the_expected_form() {
+        for (given, says) in [
+            ("remote.example", "has no port"),
+            ("remote.example:http", "invalid port"),
+            ("http://remote.example:6443", "always mutual TLS"),
+            ("https://remote.example:6443/sync", "has a path"),
+            ("::1:6443", "in brackets"),
+            (":6443", "has no host"),
+        ] {
+            let error = parse(given).unwrap_err();
+            assert!(error.contains(says), "{given}: {error}");
+            assert!(
+                error.contains("host:port") || error.contains("[::1]"),
+                "{error}"
+            );
+        }
     }
 }

@@ -76,7 +76,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             args.cluster_id.as_str()
         );
     }
-    let server_name = connector::server_name_of(&args.remote, args.tls_server_name.as_deref())
+    let server_name = args
+        .remote
+        .server_name(args.tls_server_name.as_deref())
         .map_err(anyhow::Error::msg)?;
     let origin = kube_client(args.kubeconfig.as_deref()).await?;
     let mut options = args
@@ -98,7 +100,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let mut sessions = link::spawn_link(
         link::LinkConfig {
             connector: connector::Connector {
-                addr: args.remote.clone(),
+                addr: args.remote.dial(),
                 server_name,
                 expected: args.remote_cluster_id.clone(),
                 tls: client_tls,

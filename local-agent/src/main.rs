@@ -1,6 +1,7 @@
 //! The `local-agent` binary: run the agent, or `preview` / `crd`.
 use clap::Parser;
 use refract_shared::runtime::RuntimeArgs;
+use refract_shared::stdout::quiet_when_closed;
 
 #[global_allocator]
 static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
@@ -12,12 +13,12 @@ fn main() -> anyhow::Result<()> {
         Some("preview") => {
             let args =
                 refract_local_agent::preview::PreviewArgs::parse_from(std::env::args().skip(1));
-            RuntimeArgs::default().run(refract_local_agent::preview::run(args))
+            quiet_when_closed(RuntimeArgs::default().run(refract_local_agent::preview::run(args)))
         }
-        Some("crd") => {
-            print!("{}", refract_local_agent::crd::crd_yaml());
-            Ok(())
-        }
+        Some("crd") => quiet_when_closed(
+            refract_shared::stdout::write(&refract_local_agent::crd::crd_yaml())
+                .map_err(Into::into),
+        ),
         _ => {
             let args = refract_local_agent::Args::parse();
             refract_shared::telemetry::init_logging(&args.telemetry)?;

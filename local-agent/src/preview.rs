@@ -187,7 +187,7 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
             .insert("source".into(), source.into());
         out.push(entry);
     }
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    refract_shared::stdout::write_line(&serde_json::to_string_pretty(&out)?)?;
     Ok(())
 }
 

@@ -6,8 +6,8 @@ static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::
 
 fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("crd") {
-        print!("{}", refract_remote_agent::shadowpod::crd_yaml());
-        return Ok(());
+        let written = refract_shared::stdout::write(&refract_remote_agent::shadowpod::crd_yaml());
+        return refract_shared::stdout::quiet_when_closed(written.map_err(Into::into));
     }
     let args = refract_remote_agent::Args::parse();
     refract_shared::telemetry::init_logging(&args.telemetry)?;

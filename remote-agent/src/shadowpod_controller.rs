@@ -2,7 +2,7 @@
 //!
 //! A deleted pod (eviction, node loss, a person) is re-created from the ShadowPod and the
 //! re-creation counted in its status, so the origin can raise its restart counts. A pod that
-//! finished (`Succeeded`/`Failed`) is never re-created. Deleting the ShadowPod removes the pod
+//! finished (`Succeeded`/`Failed`), here or at the origin, is never re-created. Deleting the ShadowPod removes the pod
 //! through its owner reference.
 
 use std::collections::BTreeMap;
@@ -14,7 +14,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
-use refract_shared::keys::{DESTINATION_LABEL, REMOTE_STATUS_FIELD_MANAGER};
+use refract_shared::keys::{
+    DESTINATION_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
+};
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -147,6 +149,13 @@ async fn reconcile(
             }
         }
         Some(_) => {} // terminating: re-created once it is gone
+        None if shadow
+            .annotations()
+            .contains_key(ORIGIN_FINISHED_ANNOTATION) =>
+        {
+            // The origin pod finished: whatever became of its provider pod, it never runs again.
+            tracing::debug!(namespace = %ns, %name, "origin pod finished; not starting a pod");
+        }
         None => {
             let recreations = status.recreations + u32::from(status.pod_uid.is_some());
             if status.pod_uid.is_some() {

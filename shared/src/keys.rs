@@ -20,5 +20,9 @@ pub const ORIGIN_LABEL: &str = "offloading.refract.io/origin";
 pub const DESTINATION_LABEL: &str = "offloading.refract.io/destination";
 /// Label on provider namespaces owned by a tenant: the tenant's cluster id.
 pub const TENANT_NAMESPACE_LABEL: &str = "refract.io/tenant";
+/// ShadowPod annotation: the phase (`Succeeded` or `Failed`) the origin pod finished in. The
+/// remote agent never starts a pod for a ShadowPod carrying it: a finished pod is never run
+/// again, even when its ShadowPod or its provider pod was lost meanwhile.
+pub const ORIGIN_FINISHED_ANNOTATION: &str = "offloading.refract.io/origin-finished";
 /// Annotation on provider objects: hash of the desired state last applied.
 pub const DESIRED_HASH_ANNOTATION: &str = "refract.io/desired-hash";

@@ -4,6 +4,7 @@
 //! - [`tls`]: certificate identity (`spiffe://refract/cluster/<id>`), loading and validating
 //!   PEM files, and rustls configurations that follow their files on disk.
 //! - [`keys`]: every label, annotation and field-manager name Refract reads or writes.
+//! - [`stdout`]: command output that ends quietly when its reader closes the pipe.
 //! - [`telemetry`]: logging setup and the admin endpoint (`/healthz`, `/readyz`, `/metrics`)
 //!   both agents serve.
 //!
@@ -24,6 +25,7 @@ pub mod quantity;
 pub mod remap;
 pub mod runtime;
 pub mod selector;
+pub mod stdout;
 pub mod telemetry;
 pub mod tls;
 

@@ -10,6 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, PostParams};
 use tokio::process::{Child, Command};
 
+use crate::node::{ClusterAccess, NodeOptions, RealNode, NODE_NAME};
 use crate::pki;
 use crate::ports::free_port;
 
@@ -31,6 +32,9 @@ pub struct Options {
     pub service_cidr: String,
     /// Where to keep files; a fresh temporary folder when `None`.
     pub dir: Option<PathBuf>,
+    /// Also run a real node (containerd, kubelet and a CNI bridge) with pod subnets from this
+    /// range, importing these images; see [`crate::node`].
+    pub node: Option<NodeOptions>,
     /// A folder in which etcd gets a fresh data folder of its own, removed with the control
     /// plane (e.g. a tmpfs, so that etcd's fsyncs never wait for a slow disk); with the other
     /// files when `None`. Defaults to `$REFRACT_ETCD_PARENT`.
@@ -46,6 +50,7 @@ impl Options {
             controller_manager: false,
             service_cidr: "10.96.0.0/16".to_string(),
             dir: None,
+            node: None,
             etcd_parent: std::env::var_os("REFRACT_ETCD_PARENT").map(PathBuf::from),
         }
     }
@@ -55,6 +60,25 @@ impl Options {
         self.scheduler = true;
         self.controller_manager = true;
         self
+    }
+
+    /// Also run the scheduler, the controller manager and a real node whose pod subnets come
+    /// from `pod_range`, with the base images (pause, busybox) and `extra_images` imported.
+    pub fn with_node(mut self, pod_range: &str, extra_images: &[&str]) -> anyhow::Result<Self> {
+        let catalog = crate::images::catalog(!extra_images.is_empty())?;
+        let mut images = Vec::new();
+        for name in ["pause", "busybox"].iter().chain(extra_images) {
+            let image = catalog
+                .get(*name)
+                .with_context(|| format!("no image archive for {name}"))?;
+            images.push(image.archive.clone());
+        }
+        self.node = Some(NodeOptions {
+            pod_range: pod_range.parse()?,
+            images,
+            pause_image: crate::images::reference(&catalog, "pause")?,
+        });
+        Ok(self.with_controllers())
     }
 }
 
@@ -68,6 +92,8 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     /// The folder with logs, certificates and etcd data.
     pub dir: PathBuf,
+    /// The real node, when one runs.
+    pub node: Option<RealNode>,
     children: Vec<(String, Child)>,
     _tmp: Option<tempfile::TempDir>,
     _etcd_tmp: Option<tempfile::TempDir>,
@@ -87,7 +113,7 @@ pub fn k8s_bin_dir() -> PathBuf {
     cache.join(format!("k8s-{K8S_VERSION}"))
 }
 
-fn binary(name: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let path = k8s_bin_dir().join(name);
     if !path.is_file() {
         bail!(
@@ -144,7 +170,7 @@ impl std::fmt::Display for EarlyExit {
 impl std::error::Error for EarlyExit {}
 
 /// The last `lines` lines of a log, for errors that outlive the log's folder.
-fn log_tail(path: &Path, lines: usize) -> String {
+pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let all: Vec<&str> = text.lines().collect();
@@ -191,9 +217,12 @@ impl ControlPlane {
             }
         };
         pki::write_apiserver_pki(&dir)?;
+        let node_token = format!("refract-testkit-node-{:016x}", fastrand::u64(..));
         std::fs::write(
             dir.join("tokens.csv"),
-            format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"),
+            format!(
+                "{ADMIN_TOKEN},admin,admin,\"system:masters\"\n{node_token},system:node:{NODE_NAME},system:node:{NODE_NAME},\"system:nodes\"\n"
+            ),
         )?;
         let etcd_tmp = match &options.etcd_parent {
             Some(parent) => Some(
@@ -218,6 +247,7 @@ impl ControlPlane {
             kubeconfig: dir.join("kubeconfig"),
             dir: dir.clone(),
             options: options.clone(),
+            node: None,
             children: Vec::new(),
             _tmp: tmp,
             _etcd_tmp: etcd_tmp,
@@ -257,6 +287,9 @@ impl ControlPlane {
                 format!("--tls-cert-file={}", p("serving.crt")),
                 format!("--tls-private-key-file={}", p("serving.key")),
                 format!("--client-ca-file={}", p("ca.crt")),
+                // Kubelets trust this certificate's CA for logs, exec and port-forward.
+                format!("--kubelet-client-certificate={}", p("kubelet-client.crt")),
+                format!("--kubelet-client-key={}", p("kubelet-client.key")),
                 format!("--service-account-key-file={}", p("sa.pub")),
                 format!("--service-account-signing-key-file={}", p("sa.key")),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
@@ -319,6 +352,21 @@ impl ControlPlane {
                     "--leader-elect=false".into(),
                 ],
             )?;
+        }
+        if let Some(node_options) = &options.node {
+            let access = ClusterAccess {
+                server: &cp.server,
+                ca: &dir.join("ca.crt"),
+                node_token: &node_token,
+            };
+            let client = cp.client().await?;
+            match RealNode::start(&dir.join("node"), &access, node_options, &client).await {
+                Ok(node) => cp.node = Some(node),
+                Err(e) => {
+                    cp.stop_children().await;
+                    return Err(e.context(format!("failed to start the node of {}", options.name)));
+                }
+            }
         }
         tracing::info!(
             name = %options.name,
@@ -420,6 +468,8 @@ impl ControlPlane {
     }
 
     async fn stop_children(&mut self) {
+        // The node first: its kubelet must not outlive the API server it reports to.
+        self.node = None;
         while let Some((_, mut child)) = self.children.pop() {
             let _ = child.start_kill();
             let _ = child.wait().await;
@@ -481,6 +531,7 @@ pub async fn install_crd(
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        self.node = None;
         // kill_on_drop sends SIGKILL to each child when `children` is dropped.
         for (_, child) in &mut self.children {
             let _ = child.start_kill();

@@ -87,9 +87,10 @@ async fn provision(client: kube::Client) {
                     uid: Some(uid.clone()),
                     ..Default::default()
                 }),
+                // A real kubelet mounts it: a folder it creates on first use.
                 host_path: Some(HostPathVolumeSource {
-                    path: format!("/fake-volumes/{uid}"),
-                    type_: None,
+                    path: format!("/tmp/refract-fake-volumes/{uid}"),
+                    type_: Some("DirectoryOrCreate".into()),
                 }),
                 ..Default::default()
             }),

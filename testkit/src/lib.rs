@@ -5,6 +5,10 @@
 //! kubeconfig, and installs the `discovery.k8s.io/v1` EndpointSlice shim (see
 //! `shared/design/testing.md`). Dropping it stops everything and removes its files.
 //!
+//! With [`Options::with_node`] a cluster also gets a real [`node`]: containerd, kubelet
+//! 1.20.2 and a CNI bridge, running pods as real containers from the OCI archives of
+//! `scripts/images.sh` ([`images`]).
+//!
 //! [`fake_kubelet`] stands in for the provider's kubelets: it registers Nodes with capacity and
 //! runs the pods bound to them (Running, with IPs from a pod CIDR).
 //!
@@ -14,6 +18,8 @@
 pub mod control_plane;
 pub mod fake_kubelet;
 pub mod fake_provisioner;
+pub mod images;
+pub mod node;
 pub mod pki;
 pub mod ports;
 

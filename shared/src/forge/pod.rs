@@ -24,6 +24,7 @@ use super::configmap::{remote_root_ca_name, ROOT_CA_NAME};
 use super::meta::{name_of, remote_meta};
 use super::token::{api_server_support, service_account_of, token_key, token_secret_name};
 use super::{Context, ForgeError};
+use crate::keys::ORIGIN_FINISHED_ANNOTATION;
 
 /// The ShadowPod API version.
 pub const SHADOWPOD_API_VERSION: &str = "offloading.refract.io/v1alpha1";
@@ -58,6 +59,11 @@ pub fn shadow_pod(
     if let Some(uid) = &pod.metadata.uid {
         labels.insert(ORIGIN_UID_LABEL.into(), uid.clone());
     }
+    if let Some(phase) = finished_phase(pod) {
+        meta.annotations
+            .get_or_insert_with(Default::default)
+            .insert(ORIGIN_FINISHED_ANNOTATION.into(), phase.into());
+    }
     let spec = pod
         .spec
         .as_ref()
@@ -73,6 +79,15 @@ pub fn shadow_pod(
         m.retain(|_, v| !v.is_null());
     }
     Ok(object)
+}
+
+/// The phase a pod finished in (`Succeeded` or `Failed`), if it did: such a pod is never run
+/// again, wherever it ran.
+pub fn finished_phase(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .filter(|phase| matches!(*phase, "Succeeded" | "Failed"))
 }
 
 fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context<'_>) -> PodSpec {

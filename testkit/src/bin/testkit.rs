@@ -32,6 +32,19 @@ enum Command {
         /// Also run kube-scheduler and kube-controller-manager in every cluster.
         #[arg(long)]
         controllers: bool,
+        /// Give a cluster a real node (containerd, kubelet, a CNI bridge) whose pod subnet is
+        /// a free /24 of RANGE, e.g. `provider=10.200.0.0/16` (repeatable; implies
+        /// --controllers for that cluster). Its pods run as real containers from the images of
+        /// `scripts/images.sh --base`.
+        #[arg(long = "node", value_name = "CLUSTER=RANGE")]
+        nodes: Vec<String>,
+    },
+    /// Provision volumes for claims of the stand-in storage classes (provisioner
+    /// `refract.test/fake-provisioner`): each volume is a folder a real kubelet creates.
+    FakeProvisioner {
+        /// The cluster's kubeconfig.
+        #[arg(long)]
+        kubeconfig: PathBuf,
     },
     /// Register fake nodes in a cluster and run the pods bound to them.
     FakeKubelet {
@@ -69,7 +82,19 @@ async fn main() -> anyhow::Result<()> {
             dir,
             clusters,
             controllers,
+            nodes,
         } => {
+            let mut ranges = std::collections::BTreeMap::new();
+            for node in &nodes {
+                let (cluster, range) = node
+                    .split_once('=')
+                    .ok_or_else(|| anyhow::anyhow!("--node {node:?}: the form is CLUSTER=RANGE"))?;
+                anyhow::ensure!(
+                    clusters.iter().any(|c| c == cluster),
+                    "--node {node:?}: no --cluster {cluster}"
+                );
+                ranges.insert(cluster.to_string(), range.to_string());
+            }
             let mut started = Vec::new();
             for name in clusters {
                 let mut options = Options::named(&name);
@@ -77,10 +102,19 @@ async fn main() -> anyhow::Result<()> {
                 if controllers {
                     options = options.with_controllers();
                 }
+                let range = ranges.get(&name);
+                if let Some(range) = range {
+                    options = options.with_node(range, &[])?;
+                }
                 eprintln!(
-                    "starting control plane {name} (etcd + kube-apiserver{})",
-                    if controllers {
+                    "starting control plane {name} (etcd + kube-apiserver{}{})",
+                    if options.controller_manager {
                         " + scheduler + controller-manager"
+                    } else {
+                        ""
+                    },
+                    if range.is_some() {
+                        " + a real node: containerd, kubelet, CNI bridge"
                     } else {
                         ""
                     }
@@ -91,6 +125,15 @@ async fn main() -> anyhow::Result<()> {
                     cp.server,
                     cp.kubeconfig.display()
                 );
+                if let Some(node) = &cp.node {
+                    eprintln!(
+                        "{name}: node {} with pods in {} on bridge {}, logs in {}",
+                        refract_testkit::node::NODE_NAME,
+                        node.pod_cidr,
+                        node.bridge,
+                        node.dir.display()
+                    );
+                }
                 started.push(cp);
             }
             println!("ready");
@@ -98,6 +141,17 @@ async fn main() -> anyhow::Result<()> {
             for cp in started {
                 cp.stop().await;
             }
+            Ok(())
+        }
+        Command::FakeProvisioner { kubeconfig } => {
+            let client = client_of(&kubeconfig).await?;
+            let shutdown = CancellationToken::new();
+            let on_signal = shutdown.clone();
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                on_signal.cancel();
+            });
+            refract_testkit::fake_provisioner::run(client, shutdown).await;
             Ok(())
         }
         Command::FakeKubelet {
@@ -108,9 +162,7 @@ async fn main() -> anyhow::Result<()> {
             memory,
             pod_cidr,
         } => {
-            let kc = kube::config::Kubeconfig::read_from(&kubeconfig)?;
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-            let client = kube::Client::try_from(config)?;
+            let client = client_of(&kubeconfig).await?;
             let subnets: Vec<_> = pod_cidr.subnets(24)?.take(count as usize).collect();
             let nodes = (1..=count)
                 .zip(subnets)
@@ -133,6 +185,12 @@ async fn main() -> anyhow::Result<()> {
             fake_kubelet::run(client, nodes, shutdown).await
         }
     }
+}
+
+async fn client_of(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
 }
 
 async fn wait_for_signal() {

@@ -177,8 +177,8 @@ pub struct Peering {
     pub local: Option<Agent>,
     /// Extra flags for the local agent.
     pub local_flags: Vec<String>,
-    /// Stops the fake kubelet, when one runs.
-    pub kubelet: Option<tokio_util::sync::CancellationToken>,
+    /// Stops the fake provisioner, when one runs.
+    pub provisioner: Option<tokio_util::sync::CancellationToken>,
     /// The remote agent's admin endpoint (`/metrics`), `127.0.0.1:<port>`.
     pub remote_admin: String,
     /// The local agent's admin endpoint, `127.0.0.1:<port>`.
@@ -189,8 +189,15 @@ pub struct Peering {
 
 /// The address the virtual node (and offloaded pods' host IP) shows in offloading tests.
 pub const NODE_IP: &str = "10.244.0.5";
+/// Where the provider's real node takes its pod subnet from in offloading tests.
+pub const PROVIDER_POD_RANGE: &str = "10.200.0.0/16";
 /// Provider pod CIDR → origin-visible CIDR in offloading tests.
 pub const POD_REMAP: &str = "10.200.0.0/16=10.71.0.0/16";
+/// The workload image on the test nodes (Debian's busybox-static).
+pub fn busybox() -> String {
+    let catalog = refract_testkit::images::catalog(false).expect("image archives");
+    refract_testkit::images::reference(&catalog, "busybox").expect("busybox image")
+}
 
 impl Peering {
     /// Starts both control planes (with controllers when `controllers`), mints certificates,
@@ -210,7 +217,6 @@ impl Peering {
         local_flags: &[&str],
         remote_flags: &[&str],
     ) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("refract-e2e-").tempdir()?;
         let opts = |name: &str| {
             let o = Options::named(name);
             if controllers {
@@ -219,11 +225,21 @@ impl Peering {
                 o
             }
         };
-        let (origin, provider) = tokio::try_join!(
-            ControlPlane::start(opts("origin")),
-            ControlPlane::start(opts("provider"))
-        )
-        .context("failed to start control planes")?;
+        Self::start_on(opts("origin"), opts("provider"), local_flags, remote_flags).await
+    }
+
+    /// Starts the two control planes as `origin` and `provider` say, mints certificates, and
+    /// starts both agents with extra flags.
+    pub async fn start_on(
+        origin: Options,
+        provider: Options,
+        local_flags: &[&str],
+        remote_flags: &[&str],
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("refract-e2e-").tempdir()?;
+        let (origin, provider) =
+            tokio::try_join!(ControlPlane::start(origin), ControlPlane::start(provider))
+                .context("failed to start control planes")?;
         let certs = Certs::new(dir.path());
         certs.issue(
             "server",
@@ -242,7 +258,7 @@ impl Peering {
             remote: None,
             local: None,
             local_flags: local_flags.iter().map(|s| s.to_string()).collect(),
-            kubelet: None,
+            provisioner: None,
             remote_admin: format!("127.0.0.1:{}", free_port()),
             local_admin: format!("127.0.0.1:{}", free_port()),
             remote_flags: remote_flags.iter().map(|s| s.to_string()).collect(),
@@ -262,9 +278,10 @@ impl Peering {
         Ok(peering)
     }
 
-    /// Two control planes with scheduler and controller manager, two fake provider nodes
-    /// (8 CPU, 16Gi each), both CRDs, and the local agent's pod webhook registered in the
-    /// origin: everything pod offloading needs.
+    /// Two control planes with scheduler and controller manager, a real node in the provider
+    /// (containerd, kubelet, pods from [`PROVIDER_POD_RANGE`]) with the testkit's fake
+    /// provisioner for its storage, both CRDs, and the local agent's pod webhook registered in
+    /// the origin: everything pod offloading needs.
     pub async fn start_offloading() -> anyhow::Result<Self> {
         Self::start_offloading_with(&[]).await
     }
@@ -294,7 +311,9 @@ impl Peering {
             .map(String::as_str)
             .chain(extra.iter().copied())
             .collect();
-        let mut p = Self::start_with(true, &refs).await?;
+        let provider = Options::named("provider").with_node(PROVIDER_POD_RANGE, &[])?;
+        let origin = Options::named("origin").with_controllers();
+        let mut p = Self::start_on(origin, provider, &refs, &[]).await?;
         let ca = std::fs::read(dir_probe.path().join("ca/ca.crt"))?;
         use base64::Engine;
         let bundle = base64::engine::general_purpose::STANDARD.encode(ca);
@@ -303,25 +322,13 @@ impl Peering {
         ));
         // Keep the webhook's files alive as long as the peering.
         std::mem::forget(dir_probe);
+        // The provider node's storage: claims of the fake provisioner's classes get volumes.
         let token = tokio_util::sync::CancellationToken::new();
-        let client = p.provider.client().await?;
-        let nodes = (1..=2u8)
-            .map(|i| {
-                refract_testkit::fake_kubelet::FakeNode::new(
-                    &format!("provider-node-{i}"),
-                    "8",
-                    "16Gi",
-                    format!("10.200.{}.0/24", i - 1).parse().unwrap(),
-                    std::net::Ipv4Addr::new(127, 0, 10, i),
-                )
-            })
-            .collect();
-        tokio::spawn(refract_testkit::fake_kubelet::run(
-            client,
-            nodes,
+        tokio::spawn(refract_testkit::fake_provisioner::run(
+            p.provider.client().await?,
             token.clone(),
         ));
-        p.kubelet = Some(token);
+        p.provisioner = Some(token);
         Ok(p)
     }
 

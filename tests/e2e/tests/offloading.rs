@@ -1,12 +1,34 @@
 //! Pod offloading end to end: two real control planes with kube-scheduler and
-//! kube-controller-manager, the fake kubelet on the provider, both agent binaries, and the
-//! local agent's admission webhook registered in the origin.
+//! kube-controller-manager, a real node on the provider (containerd, kubelet, CNI bridge: the
+//! offloaded pods run as real containers), both agent binaries, and the local agent's
+//! admission webhook registered in the origin.
 
 use std::time::Duration;
 
-use refract_e2e::{kubectl_stdin, origin_get, provider_get, Peering, NODE_IP};
+use refract_e2e::{busybox, kubectl_stdin, origin_get, provider_get, Peering, NODE_IP};
 
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A container that runs until told to stop, and stops at once when told.
+const SLEEPER: &str = r#"["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]"#;
+
+/// The provider node's allocatable CPU in millicores.
+fn provider_cpu_millis(p: &Peering) -> u64 {
+    let cpu = provider_get(
+        p,
+        &[
+            "node",
+            "localhost",
+            "-o",
+            "jsonpath={.status.allocatable.cpu}",
+        ],
+    )
+    .expect("provider node");
+    match cpu.strip_suffix('m') {
+        Some(m) => m.parse().unwrap(),
+        None => cpu.parse::<u64>().unwrap() * 1000,
+    }
+}
 
 async fn node_ready(p: &Peering) {
     p.eventually(WAIT, "virtual node Ready", || {
@@ -81,17 +103,21 @@ async fn a_deployment_runs_on_the_provider_and_survives_deletions_and_a_cut_link
         taints.contains("virtual-node.liqo.io/not-allowed") && taints.contains("NoExecute"),
         "{taints}"
     );
-    p.eventually(WAIT, "virtual node capacity 90% of 16 CPUs", || {
-        (origin_get(
-            &p,
+    let provider_cpu = provider_cpu_millis(&p);
+    let virtual_cpu = |p: &Peering| {
+        origin_get(
+            p,
             &[
                 "node",
                 "refract-provider",
                 "-o",
                 "jsonpath={.status.allocatable.cpu}",
             ],
-        )? == "14400m")
-            .then_some(())
+        )
+    };
+    let full = format!("{}m", provider_cpu * 9 / 10);
+    p.eventually(WAIT, &format!("virtual node capacity {full}"), || {
+        (virtual_cpu(&p)? == full).then_some(())
     })
     .await;
 
@@ -100,18 +126,22 @@ async fn a_deployment_runs_on_the_provider_and_survives_deletions_and_a_cut_link
     kubectl_stdin(
         &p.origin,
         &["apply", "-f", "-"],
-        r#"
+        &format!(
+            r#"
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: web, namespace: apps}
+metadata: {{name: web, namespace: apps}}
 spec:
   replicas: 2
-  selector: {matchLabels: {app: web}}
+  selector: {{matchLabels: {{app: web}}}}
   template:
-    metadata: {labels: {app: web}}
+    metadata: {{labels: {{app: web}}}}
     spec:
-      containers: [{name: web, image: nginx, resources: {requests: {cpu: 500m, memory: 64Mi}}}]
+      terminationGracePeriodSeconds: 2
+      containers: [{{name: web, image: "{}", command: {SLEEPER}, resources: {{requests: {{cpu: 100m, memory: 16Mi}}}}}}]
 "#,
+            busybox()
+        ),
     );
     let pods = p
         .eventually(WAIT, "two web pods Running at the origin", || {
@@ -189,22 +219,16 @@ spec:
     );
 
     // The virtual node's capacity follows the provider (the origin's own pods do not count).
-    kubectl_stdin(&p.provider, &["apply", "-f", "-"], "apiVersion: v1\nkind: Pod\nmetadata: {name: local-load, namespace: default}\nspec:\n  nodeName: provider-node-1\n  containers: [{name: c, image: x, resources: {requests: {cpu: \"4\"}}}]\n");
+    kubectl_stdin(
+        &p.provider,
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: local-load, namespace: default}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers: [{{name: c, image: \"{}\", command: {SLEEPER}, resources: {{requests: {{cpu: 500m}}}}}}]\n", busybox()),
+    );
+    let less = format!("{}m", (provider_cpu - 500) * 9 / 10);
     p.eventually(
         WAIT,
-        "virtual node capacity to drop to 90% of 12 CPUs",
-        || {
-            (origin_get(
-                &p,
-                &[
-                    "node",
-                    "refract-provider",
-                    "-o",
-                    "jsonpath={.status.allocatable.cpu}",
-                ],
-            )? == "10800m")
-                .then_some(())
-        },
+        &format!("virtual node capacity to drop to {less}"),
+        || (virtual_cpu(&p)? == less).then_some(()),
     )
     .await;
 
@@ -216,6 +240,7 @@ spec:
         "delete",
         "pod",
         &victim,
+        "--grace-period=1",
         "--wait=false",
     ]);
     p.eventually(WAIT, "restart count 1 at the origin", || {
@@ -236,6 +261,7 @@ spec:
         "delete",
         "pod",
         &victim,
+        "--grace-period=1",
         "--wait=false",
     ]);
     p.eventually(
@@ -376,5 +402,180 @@ spec:
     assert!(
         events.contains("liqo.io/type NotIn [virtual-node]"),
         "{events}"
+    );
+}
+
+/// `phase,restarts` of an origin pod.
+fn origin_phase_and_restarts(p: &Peering, ns: &str, name: &str) -> Option<(String, u32)> {
+    let out = origin_get(
+        p,
+        &[
+            "-n",
+            ns,
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.phase},{.status.containerStatuses[0].restartCount}",
+        ],
+    )?;
+    let (phase, restarts) = out.split_once(',')?;
+    Some((phase.to_string(), restarts.parse().ok()?))
+}
+
+#[tokio::test]
+async fn containers_restart_and_finished_pods_never_run_again_on_a_real_node() {
+    let mut p = Peering::start_offloading().await.expect("peering");
+    node_ready(&p).await;
+    extend(&p, "apps", "{podOffloadingStrategy: Remote}");
+    p.until_extended("apps", WAIT).await;
+    let image = busybox();
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: crash, namespace: apps}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers: [{{name: c, image: "{image}", command: ["sh", "-c", "echo starting; sleep 1; exit 3"]}}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: once, namespace: apps}}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{{name: c, image: "{image}", command: ["sh", "-c", "echo job-output-42"]}}]
+"#
+        ),
+    );
+
+    // The kubelet restarts the crashing container; the origin shows the kubelet's count.
+    let restarts = p
+        .eventually(WAIT, "the crashing container restarted twice", || {
+            origin_phase_and_restarts(&p, "apps", "crash").filter(|(_, r)| *r >= 2)
+        })
+        .await
+        .1;
+    let provider_restarts = provider_get(
+        &p,
+        &[
+            "-n",
+            "apps-origin",
+            "pod",
+            "crash",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].restartCount}",
+        ],
+    )
+    .unwrap();
+    let provider_restarts: u32 = provider_restarts.parse().unwrap();
+    assert!(
+        provider_restarts >= restarts,
+        "origin shows {restarts} restarts, more than the provider's kubelet counted ({provider_restarts})"
+    );
+    let exit_code = provider_get(
+        &p,
+        &[
+            "-n",
+            "apps-origin",
+            "pod",
+            "crash",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].lastState.terminated.exitCode}",
+        ],
+    )
+    .unwrap();
+    assert_eq!(exit_code, "3", "the real container's exit code");
+
+    // The Job's pod completes on the provider and shows Succeeded at the origin.
+    let job_pod = p
+        .eventually(WAIT, "the Job's pod Succeeded at the origin", || {
+            let name = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "pods",
+                    "-l",
+                    "job-name=once",
+                    "-o",
+                    "jsonpath={.items[0].metadata.name}",
+                ],
+            )?;
+            let (phase, _) = origin_phase_and_restarts(&p, "apps", &name)?;
+            (phase == "Succeeded").then_some(name)
+        })
+        .await;
+    let logs = p.provider_kubectl(&["-n", "apps-origin", "logs", &job_pod]);
+    assert_eq!(
+        logs.trim(),
+        "job-output-42",
+        "the container's output on the provider"
+    );
+    p.eventually(WAIT, "the Job complete at the origin", || {
+        let done = origin_get(
+            &p,
+            &[
+                "-n",
+                "apps",
+                "job",
+                "once",
+                "-o",
+                "jsonpath={.status.succeeded}",
+            ],
+        )?;
+        (done == "1").then_some(())
+    })
+    .await;
+
+    // A finished pod is never run again: not when its provider pod is deleted, not when the
+    // ShadowPod itself is lost and the origin sends it again after a reconnect.
+    p.provider_kubectl(&["-n", "apps-origin", "delete", "pod", &job_pod]);
+    p.provider_kubectl(&["-n", "apps-origin", "delete", "shadowpod", &job_pod]);
+    let status = p.local.take().unwrap().stop().await;
+    assert!(status.success());
+    p.start_local();
+    p.eventually(
+        WAIT,
+        "the finished pod's ShadowPod sent again, marked finished",
+        || {
+            let marker = provider_get(
+                &p,
+                &[
+                    "-n",
+                    "apps-origin",
+                    "shadowpod",
+                    &job_pod,
+                    "-o",
+                    "jsonpath={.metadata.annotations.offloading\\.refract\\.io/origin-finished}",
+                ],
+            )?;
+            (marker == "Succeeded").then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        provider_get(&p, &["-n", "apps-origin", "pod", &job_pod, "-o", "name"]).is_none(),
+        "a finished pod ran again on the provider\n{}",
+        p.remote_log()
+    );
+    let (phase, _) = origin_phase_and_restarts(&p, "apps", &job_pod).unwrap();
+    assert_eq!(phase, "Succeeded");
+    assert!(
+        origin_get(
+            &p,
+            &["-n", "apps", "pods", "-l", "job-name=once", "-o", "name"]
+        )
+        .unwrap()
+        .lines()
+        .count()
+            == 1,
+        "the Job started another pod"
     );
 }

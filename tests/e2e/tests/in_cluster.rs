@@ -1,0 +1,496 @@
+//! Both agents running in-cluster, deployed from `deploy/` the way users deploy them: their
+//! images imported into real nodes, each under its own ServiceAccount with exactly the RBAC of
+//! `deploy/`, no admin kubeconfig, the peering's certificates in Secrets minted by
+//! `refract-certs --secret`. The test overlays (`deploy/test/`, plus the ports of this run)
+//! add only host networking and loopback addresses, as testkit's clusters have no kube-proxy.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use refract_e2e::{bin, busybox, free_port, grpcurl, kubectl, kubectl_stdin, run, run_ok, Certs};
+use refract_testkit::{ControlPlane, Options};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The workspace's `deploy/` folder.
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+/// `target` relative to `from` (both absolute): kustomize takes bases by relative path only.
+fn relative(from: &Path, target: &Path) -> String {
+    let up = from.components().count() - 1;
+    let target = target.canonicalize().expect("deploy folder");
+    format!(
+        "{}{}",
+        "../".repeat(up),
+        target.display().to_string().trim_start_matches('/')
+    )
+}
+
+/// Writes an overlay of `deploy/test/<agent>` with this run's JSON patches and applies it.
+fn apply_overlay(cp: &ControlPlane, dir: &Path, agent: &str, patches: &[serde_json::Value]) {
+    let overlay = dir.join(agent);
+    std::fs::create_dir_all(&overlay).unwrap();
+    let mut kustomization = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\npatches:\n",
+        relative(&overlay, &deploy_dir().join("test").join(agent))
+    );
+    for (i, patch) in patches.iter().enumerate() {
+        let file = format!("patch-{i}.json");
+        std::fs::write(
+            overlay.join(&file),
+            serde_json::to_vec_pretty(&patch["ops"]).unwrap(),
+        )
+        .unwrap();
+        kustomization.push_str(&format!(
+            "  - path: {file}\n    target: {{kind: {}, name: {}}}\n",
+            patch["kind"].as_str().unwrap(),
+            patch["name"].as_str().unwrap()
+        ));
+    }
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
+    kubectl(cp, &["apply", "-k", overlay.to_str().unwrap()]);
+}
+
+/// The JSON patch that points a Deployment's only container at this run's addresses.
+fn container_patch(
+    deployment: &str,
+    args: Vec<String>,
+    api_port: &str,
+    admin_port: u16,
+    extra_env: serde_json::Value,
+) -> serde_json::Value {
+    let probe = serde_json::json!({"httpGet": {"host": "127.0.0.1", "port": admin_port, "path": "/readyz"}, "periodSeconds": 2});
+    let live = serde_json::json!({"httpGet": {"host": "127.0.0.1", "port": admin_port, "path": "/healthz"}});
+    let mut env = vec![
+        serde_json::json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}),
+        serde_json::json!({"name": "KUBERNETES_SERVICE_PORT", "value": api_port}),
+    ];
+    env.extend(extra_env.as_array().cloned().unwrap_or_default());
+    let c = "/spec/template/spec/containers/0";
+    serde_json::json!({
+        "kind": "Deployment",
+        "name": deployment,
+        "ops": [
+            {"op": "replace", "path": format!("{c}/args"), "value": args},
+            {"op": "add", "path": format!("{c}/env"), "value": env},
+            {"op": "replace", "path": format!("{c}/readinessProbe"), "value": probe},
+            {"op": "replace", "path": format!("{c}/livenessProbe"), "value": live},
+            {"op": "remove", "path": format!("{c}/ports")},
+        ]
+    })
+}
+
+fn api_port(cp: &ControlPlane) -> String {
+    cp.server.rsplit(':').next().unwrap().to_string()
+}
+
+/// `refract-certs issue ... --secret NAME --namespace refract-system`, applied to `cp`.
+fn secret(cp: &ControlPlane, certs: &Certs, name: &str, id: &str, role: &str, extra: &[&str]) {
+    let ca = certs.dir.join("ca");
+    let mut args = vec![
+        "issue",
+        "--ca-dir",
+        ca.to_str().unwrap(),
+        "--cluster-id",
+        id,
+        "--role",
+        role,
+        "--secret",
+        name,
+        "--namespace",
+        "refract-system",
+    ];
+    args.extend_from_slice(extra);
+    let yaml = run_ok(bin("refract-certs"), &args);
+    kubectl_stdin(cp, &["apply", "-f", "-"], &yaml);
+}
+
+/// Polls `check` every second until it says `Some`, failing with `context()` after `within`.
+async fn until<T>(
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+    context: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {within:?} waiting for {what}\n{}",
+                context()
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn get(cp: &ControlPlane, args: &[&str]) -> Option<String> {
+    refract_e2e::kubectl_get(cp, args)
+}
+
+/// What an operator looks at when an agent does not come up: its pod and its log.
+fn agent_state(cp: &ControlPlane, agent: &str) -> String {
+    let kc = cp.kubeconfig.display().to_string();
+    let describe = run(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &kc,
+            "-n",
+            "refract-system",
+            "describe",
+            "pods",
+        ],
+    );
+    let logs = run(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &kc,
+            "-n",
+            "refract-system",
+            "logs",
+            &format!("deployment/refract-{agent}"),
+            "--tail=60",
+        ],
+    );
+    format!(
+        "--- {agent} pods ---\n{}\n--- {agent} log ---\n{}{}",
+        String::from_utf8_lossy(&describe.stdout),
+        String::from_utf8_lossy(&logs.stdout),
+        String::from_utf8_lossy(&logs.stderr)
+    )
+}
+
+fn agent_log(cp: &ControlPlane, agent: &str) -> String {
+    kubectl(
+        cp,
+        &[
+            "-n",
+            "refract-system",
+            "logs",
+            &format!("deployment/refract-{agent}"),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
+    let origin_options = Options::named("origin")
+        .with_node("10.100.0.0/16", &["local-agent"])
+        .expect("origin node images");
+    let provider_options = Options::named("provider")
+        .with_node("10.200.0.0/16", &["remote-agent"])
+        .expect("provider node images");
+    let (origin, provider) = tokio::try_join!(
+        ControlPlane::start(origin_options),
+        ControlPlane::start(provider_options)
+    )
+    .expect("control planes with real nodes");
+    let dir = tempfile::Builder::new()
+        .prefix("refract-in-cluster-")
+        .tempdir()
+        .unwrap();
+    let certs = Certs::new(dir.path());
+
+    // The provider: the remote agent's serving certificate, then deploy/remote-agent.
+    let grpc_port = free_port();
+    let remote_admin = free_port();
+    kubectl(&provider, &["create", "namespace", "refract-system"]);
+    secret(
+        &provider,
+        &certs,
+        "refract-remote-agent-tls",
+        "provider",
+        "server",
+        &["--ip", "127.0.0.1"],
+    );
+    let t = "/etc/refract/tls";
+    apply_overlay(
+        &provider,
+        dir.path(),
+        "remote-agent",
+        &[container_patch(
+            "refract-remote-agent",
+            vec![
+                format!("--listen=127.0.0.1:{grpc_port}"),
+                format!("--tls-cert={t}/tls.crt"),
+                format!("--tls-key={t}/tls.key"),
+                format!("--client-ca={t}/ca.crt"),
+                "--cluster-id=provider".into(),
+                format!("--admin-listen=127.0.0.1:{remote_admin}"),
+            ],
+            &api_port(&provider),
+            remote_admin,
+            serde_json::json!([]),
+        )],
+    );
+
+    // The origin: the client and webhook certificates, then deploy/local-agent.
+    let webhook_port = free_port();
+    let local_admin = free_port();
+    kubectl(&origin, &["create", "namespace", "refract-system"]);
+    secret(
+        &origin,
+        &certs,
+        "refract-local-agent-tls",
+        "origin",
+        "client",
+        &[],
+    );
+    secret(
+        &origin,
+        &certs,
+        "refract-local-agent-webhook-tls",
+        "origin-webhook",
+        "server",
+        &["--ip", "127.0.0.1"],
+    );
+    use base64::Engine;
+    let ca_bundle = base64::engine::general_purpose::STANDARD
+        .encode(std::fs::read(certs.dir.join("ca/ca.crt")).unwrap());
+    let w = "/etc/refract/webhook";
+    apply_overlay(
+        &origin,
+        dir.path(),
+        "local-agent",
+        &[
+            container_patch(
+                "refract-local-agent",
+                vec![
+                    format!("--remote=https://127.0.0.1:{grpc_port}"),
+                    format!("--tls-cert={t}/tls.crt"),
+                    format!("--tls-key={t}/tls.key"),
+                    format!("--server-ca={t}/ca.crt"),
+                    "--cluster-id=origin".into(),
+                    "--remote-cluster-id=provider".into(),
+                    format!("--webhook-listen=127.0.0.1:{webhook_port}"),
+                    format!("--webhook-cert={w}/tls.crt"),
+                    format!("--webhook-key={w}/tls.key"),
+                    format!("--admin-listen=127.0.0.1:{local_admin}"),
+                    "--remote-pod-remap=10.200.0.0/16=10.71.0.0/16".into(),
+                    "--home-api-server-host=127.0.0.1".into(),
+                    format!("--home-api-server-port={}", api_port(&origin)),
+                ],
+                &api_port(&origin),
+                local_admin,
+                serde_json::json!([{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]),
+            ),
+            serde_json::json!({
+                "kind": "MutatingWebhookConfiguration",
+                "name": "refract-local-agent",
+                "ops": [{"op": "replace", "path": "/webhooks/0/clientConfig", "value": {
+                    "url": format!("https://127.0.0.1:{webhook_port}/mutate-pods"),
+                    "caBundle": ca_bundle,
+                }}]
+            }),
+        ],
+    );
+
+    // Both Deployments become Available: the probes pass once each agent has synced.
+    for (cp, agent) in [(&provider, "remote-agent"), (&origin, "local-agent")] {
+        until(
+            WAIT,
+            &format!("deployment refract-{agent} Available"),
+            || {
+                let s = get(
+                    cp,
+                    &[
+                        "-n",
+                        "refract-system",
+                        "deployment",
+                        &format!("refract-{agent}"),
+                        "-o",
+                        "jsonpath={.status.availableReplicas}",
+                    ],
+                )?;
+                (s == "1").then_some(())
+            },
+            || agent_state(cp, agent),
+        )
+        .await;
+    }
+    let pod_sa = get(
+        &origin,
+        &[
+            "-n",
+            "refract-system",
+            "pods",
+            "-o",
+            "jsonpath={.items[0].spec.serviceAccountName}",
+        ],
+    )
+    .unwrap();
+    assert_eq!(pod_sa, "refract-local-agent");
+
+    // The pair is connected: the remote agent shows the tenant to grpcurl with its certificate.
+    let client = certs.issue("operator", "origin", "client", &[]);
+    let connected = || {
+        let out = run(
+            grpcurl(),
+            &[
+                "-max-time",
+                "5",
+                "-cacert",
+                certs.dir.join("ca/ca.crt").to_str().unwrap(),
+                "-cert",
+                client.join("tls.crt").to_str().unwrap(),
+                "-key",
+                client.join("tls.key").to_str().unwrap(),
+                &format!("127.0.0.1:{grpc_port}"),
+                "refract.v1.Inspect/ListTenants",
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("\"connected\": true").then_some(text)
+    };
+    let tenants = until(WAIT, "tenant origin connected", connected, || {
+        agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent")
+    })
+    .await;
+    println!("grpcurl Inspect/ListTenants:\n{tenants}");
+
+    // A namespace offloaded: a ConfigMap reflected, a Deployment's pods running as real
+    // containers on the provider's node and Running at the origin on the virtual node.
+    kubectl_stdin(
+        &origin,
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: offloading.refract.io/v1alpha1
+kind: NamespaceOffloading
+metadata: {name: offloading, namespace: apps}
+spec: {podOffloadingStrategy: Remote}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: apps}
+data: {greeting: hello}
+"#,
+    );
+    until(
+        WAIT,
+        "namespace apps extended",
+        || {
+            let phase = get(
+                &origin,
+                &[
+                    "-n",
+                    "apps",
+                    "nso",
+                    "offloading",
+                    "-o",
+                    "jsonpath={.status.offloadingPhase}",
+                ],
+            )?;
+            (phase == "Ready").then_some(())
+        },
+        || agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent"),
+    )
+    .await;
+    kubectl_stdin(
+        &origin,
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: apps}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+        - name: web
+          image: "{}"
+          command: [sh, -c, 'echo "served by $(hostname)"; trap "exit 0" TERM; while true; do sleep 1; done']
+          resources: {{requests: {{cpu: 50m, memory: 16Mi}}}}
+"#,
+            busybox()
+        ),
+    );
+    until(
+        WAIT,
+        "ConfigMap settings on the provider",
+        || {
+            let v = get(
+                &provider,
+                &[
+                    "-n",
+                    "apps-origin",
+                    "configmap",
+                    "settings",
+                    "-o",
+                    "jsonpath={.data.greeting}",
+                ],
+            )?;
+            (v == "hello").then_some(())
+        },
+        || agent_state(&provider, "remote-agent"),
+    )
+    .await;
+    let origin_pods = until(
+        WAIT,
+        "two web pods Running at the origin on the virtual node",
+        || {
+            let out = get(&origin, &["-n", "apps", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.spec.nodeName} {.status.podIP}{\"\\n\"}{end}"])?;
+            let lines: Vec<String> = out.lines().map(str::to_string).collect();
+            (lines.len() == 2
+                && lines
+                    .iter()
+                    .all(|l| l.contains(" Running refract-provider 10.71.")))
+            .then_some(lines)
+        },
+        || agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent"),
+    )
+    .await;
+    println!("origin pods:\n{}", origin_pods.join("\n"));
+    let provider_pods = kubectl(
+        &provider,
+        &["-n", "apps-origin", "get", "pods", "-o", "wide"],
+    );
+    println!("provider pods:\n{provider_pods}");
+    let first = origin_pods[0].split(' ').next().unwrap();
+    let output = until(
+        WAIT,
+        "the container's output on the provider",
+        || {
+            let logs = get(
+                &provider,
+                &[
+                    "--raw",
+                    &format!("/api/v1/namespaces/apps-origin/pods/{first}/log"),
+                ],
+            )?;
+            logs.contains("served by").then_some(logs)
+        },
+        || agent_state(&provider, "remote-agent"),
+    )
+    .await;
+    println!("kubectl logs {first} (provider): {}", output.trim());
+
+    // Neither agent was refused anything by its API server.
+    for (cp, agent) in [(&origin, "local-agent"), (&provider, "remote-agent")] {
+        let log = agent_log(cp, agent);
+        let refused: Vec<&str> = log
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().contains("forbidden"))
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "{agent} was refused by its API server:\n{}",
+            refused.join("\n")
+        );
+    }
+}
