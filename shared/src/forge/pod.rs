@@ -15,14 +15,18 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EnvVar, KeyToPath, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    SecretProjection, Volume, WeightedPodAffinityTerm,
+    Affinity, ConfigMapProjection, Container, DownwardAPIProjection, DownwardAPIVolumeFile, EnvVar,
+    KeyToPath, ObjectFieldSelector, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::configmap::{remote_root_ca_name, ROOT_CA_NAME};
 use super::meta::{name_of, remote_meta};
-use super::token::{api_server_support, service_account_of, token_key, token_secret_name};
+use super::token::{
+    api_server_support, is_legacy_token_volume, service_account_of, token_key, token_secret_name,
+    LEGACY_TOKEN_PATH,
+};
 use super::{Context, ForgeError};
 use crate::keys::ORIGIN_FINISHED_ANNOTATION;
 
@@ -109,7 +113,7 @@ fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context
         volumes: local
             .volumes
             .as_ref()
-            .map(|v| remote_volumes(v, token_secret.as_deref(), ctx)),
+            .map(|v| remote_volumes(v, &service_account_of(pod), token_secret.as_deref(), ctx)),
         active_deadline_seconds: local.active_deadline_seconds,
         dns_config: local.dns_config.clone(),
         dns_policy: local.dns_policy.clone(),
@@ -145,8 +149,72 @@ fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context
 /// Volumes as the provider can satisfy them: the origin's root CA ConfigMap under its reflected
 /// name, and projected service-account tokens read from the pod's token Secret
 /// (`token_secret`), or removed when the pod gets no origin tokens.
+/// The legacy ServiceAccount token volume, on the provider: with API server support what a
+/// current cluster's `kube-api-access` volume holds (the token from the pod's token Secret, the
+/// origin's CA from the reflected root CA ConfigMap, the namespace), else an empty folder, so
+/// the containers' mounts stay valid and no token of either cluster is there.
+fn legacy_token_volume(volume: Volume, token_secret: Option<&str>, ctx: &Context<'_>) -> Volume {
+    let Some(secret) = token_secret else {
+        return Volume {
+            name: volume.name,
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        };
+    };
+    let item = |key: String, path: &str| {
+        Some(vec![KeyToPath {
+            key,
+            path: path.into(),
+            mode: None,
+        }])
+    };
+    let sources = vec![
+        VolumeProjection {
+            secret: Some(SecretProjection {
+                name: secret.to_string(),
+                items: item(
+                    token_key(&volume.name, LEGACY_TOKEN_PATH),
+                    LEGACY_TOKEN_PATH,
+                ),
+                optional: None,
+            }),
+            ..Default::default()
+        },
+        VolumeProjection {
+            config_map: Some(ConfigMapProjection {
+                name: remote_root_ca_name(&ctx.options.local_cluster_id),
+                items: item("ca.crt".into(), "ca.crt"),
+                optional: None,
+            }),
+            ..Default::default()
+        },
+        VolumeProjection {
+            downward_api: Some(DownwardAPIProjection {
+                items: Some(vec![DownwardAPIVolumeFile {
+                    path: "namespace".into(),
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: Some("v1".into()),
+                        field_path: "metadata.namespace".into(),
+                    }),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        },
+    ];
+    Volume {
+        name: volume.name,
+        projected: Some(ProjectedVolumeSource {
+            default_mode: volume.secret.and_then(|s| s.default_mode),
+            sources: Some(sources),
+        }),
+        ..Default::default()
+    }
+}
+
 fn remote_volumes(
     volumes: &[Volume],
+    service_account: &str,
     token_secret: Option<&str>,
     ctx: &Context<'_>,
 ) -> Vec<Volume> {
@@ -155,6 +223,9 @@ fn remote_volumes(
         .cloned()
         .map(|mut v| {
             let volume_name = v.name.clone();
+            if is_legacy_token_volume(&v, service_account) {
+                return legacy_token_volume(v, token_secret, ctx);
+            }
             if let Some(projected) = v.projected.as_mut() {
                 if let Some(sources) = projected.sources.as_mut() {
                     match token_secret {

@@ -1,6 +1,7 @@
 //! ServiceAccount tokens for offloaded pods, so they can talk to the origin API server.
 //!
-//! Each projected `serviceAccountToken` source of an offloaded pod is served on the provider
+//! Each projected `serviceAccountToken` source of an offloaded pod (and the legacy token
+//! Secret volume older clusters mount, see [`is_legacy_token_volume`]) is served on the provider
 //! from one Secret per pod (`<pod>-token`), one key per source (`<volume>-<first 6 hex of
 //! sha256(path)>`). The local agent fills it with bound tokens from the origin's TokenRequest
 //! API, with the audience and lifetime the pod asks for; the pod forge mounts that key where
@@ -9,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use sha2::{Digest, Sha256};
@@ -66,25 +67,51 @@ pub fn api_server_support(pod: &Pod, ctx: &Context<'_>) -> bool {
             .is_none_or(|v| v != "disabled")
 }
 
-/// Every projected token `pod` mounts.
+/// Whether `volume` is the legacy ServiceAccount token volume of a pod running as
+/// `service_account`: what the ServiceAccount admission plugin of Kubernetes up to 1.20 mounts,
+/// a Secret volume named after its Secret `<service account>-token-<suffix>`. That Secret never
+/// leaves the origin (legacy token Secrets are never reflected), so the forge serves the token
+/// from the pod's token Secret instead, as for a projected token at path `token`.
+pub fn is_legacy_token_volume(volume: &Volume, service_account: &str) -> bool {
+    volume.secret.as_ref().is_some_and(|s| {
+        s.secret_name.as_deref() == Some(volume.name.as_str())
+            && volume
+                .name
+                .strip_prefix(service_account)
+                .is_some_and(|rest| rest.starts_with("-token-"))
+    })
+}
+
+/// The token file's name in a legacy ServiceAccount token volume.
+pub const LEGACY_TOKEN_PATH: &str = "token";
+
+/// Every token `pod` mounts: its projected `serviceAccountToken` sources and its legacy token
+/// volume (see [`is_legacy_token_volume`]).
 pub fn token_sources(pod: &Pod) -> Vec<TokenSource> {
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
-    volumes
+    let service_account = service_account_of(pod);
+    let legacy = volumes
         .into_iter()
         .flatten()
-        .flat_map(|v| {
-            let sources = v.projected.as_ref().and_then(|p| p.sources.as_ref());
-            sources
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.service_account_token.as_ref())
-                .map(|t| TokenSource {
-                    key: token_key(&v.name, &t.path),
-                    audience: t.audience.clone().filter(|a| !a.is_empty()),
-                    expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS),
-                })
-        })
-        .collect()
+        .filter(|v| is_legacy_token_volume(v, &service_account))
+        .map(|v| TokenSource {
+            key: token_key(&v.name, LEGACY_TOKEN_PATH),
+            audience: None,
+            expiration_seconds: DEFAULT_EXPIRATION_SECONDS,
+        });
+    let projected = volumes.into_iter().flatten().flat_map(|v| {
+        let sources = v.projected.as_ref().and_then(|p| p.sources.as_ref());
+        sources
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.service_account_token.as_ref())
+            .map(|t| TokenSource {
+                key: token_key(&v.name, &t.path),
+                audience: t.audience.clone().filter(|a| !a.is_empty()),
+                expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS),
+            })
+    });
+    projected.chain(legacy).collect()
 }
 
 /// The service account whose tokens `pod` mounts.
@@ -157,5 +184,29 @@ mod tests {
         assert_ne!(token_key("v", "token"), token_key("v", "other"));
         assert!(token_key("v", "token").starts_with("v-"));
         assert_eq!(token_key("v", "token").len(), "v-".len() + 6);
+    }
+
+    #[test]
+    fn the_legacy_token_volume_is_a_token_source_and_look_alikes_are_not() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "volumes": [
+                    {"name": "default-token-ab12c", "secret": {"secretName": "default-token-ab12c"}},
+                    {"name": "data", "secret": {"secretName": "default-token-other"}},
+                    {"name": "builder-token-zz", "secret": {"secretName": "builder-token-zz"}}
+                ]
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            token_sources(&pod),
+            vec![TokenSource {
+                key: token_key("default-token-ab12c", LEGACY_TOKEN_PATH),
+                audience: None,
+                expiration_seconds: DEFAULT_EXPIRATION_SECONDS,
+            }]
+        );
     }
 }

@@ -482,7 +482,7 @@ impl Peering {
                 return v;
             }
             if Instant::now() > deadline {
-                panic!("timed out after {within:?} waiting for {what}\n--- remote agent ---\n{}\n--- local agent ---\n{}", self.remote_log(), self.local_log());
+                panic!("timed out after {within:?} waiting for {what}\n--- remote agent ---\n{}\n--- local agent ---\n{}\n--- provider pods and events ---\n{}", self.remote_log(), self.local_log(), self.provider_state());
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -515,6 +515,22 @@ impl Peering {
     /// `kubectl` against the provider; panics on failure.
     pub fn provider_kubectl(&self, args: &[&str]) -> String {
         kubectl(&self.provider, args)
+    }
+
+    /// The provider's pods and events, for a failure message.
+    pub fn provider_state(&self) -> String {
+        let get = |args: &[&str]| {
+            let out = kubectl_get(&self.provider, args);
+            out.unwrap_or_else(|| "(kubectl failed)".into())
+        };
+        get(&["pods", "-A", "-o", "wide"])
+            + &get(&[
+                "events",
+                "-A",
+                "--sort-by=.lastTimestamp",
+                "-o",
+                "custom-columns=NS:.metadata.namespace,OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message",
+            ])
     }
 
     /// The remote agent's log.
