@@ -219,7 +219,7 @@ say "A remote pod deleted on the provider comes back; the origin counts a restar
 VICTIM=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get pods -o jsonpath='{.items[0].metadata.name}')
 run kubectl --kubeconfig "$PROVIDER" -n apps-origin delete pod "$VICTIM" --grace-period=1 --wait=false
 for _ in $(seq 60); do
-  [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = 1 ] && break; sleep 1
+  [ "$(kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o jsonpath='{.status.containerStatuses[0].restartCount},{.status.containerStatuses[0].ready}')" = 1,true ] && break; sleep 1
 done
 run kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o wide
 say "Storage fabric and ServiceAccount tokens: a pod with a claim of the virtual class 'liqo' and a projected token"
