@@ -28,6 +28,8 @@ use crate::ports::free_port;
 pub const NODE_NAME: &str = "localhost";
 /// Where Debian's `containernetworking-plugins` installs the CNI plugins.
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
+/// Where image pulls are sent: the discard port, which nothing on these machines serves.
+const CLOSED_PORT: u16 = 9;
 /// How long a node may take to turn Ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -191,13 +193,17 @@ state = "{state}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN_DIR}"
     conf_dir = "{net_d}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{registries}"
 "#,
             root = d("containerd/root"),
             state = d("containerd/state"),
             socket = self.containerd_socket.display(),
             opt = d("containerd/opt"),
             net_d = d("cni/net.d"),
+            registries = d("registries"),
         );
+        self.write_registry_guard()?;
         let path = self.dir.join("containerd.toml");
         std::fs::write(&path, config)?;
         self.containerd = Some(spawn(
@@ -205,6 +211,25 @@ state = "{state}"
             &["--config".into(), path.display().to_string()],
             &self.dir.join("containerd.log"),
         )?);
+        Ok(())
+    }
+
+    /// Test nodes run only images imported from archives; a pull must never leave the machine.
+    /// Unqualified names (`nginx`) resolve to docker.io, so its registry, and every registry
+    /// where containerd supports a default (`_default`), is a closed port on loopback.
+    fn write_registry_guard(&self) -> anyhow::Result<()> {
+        for host in ["docker.io", "_default"] {
+            let dir = self.dir.join("registries").join(host);
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(
+                dir.join("hosts.toml"),
+                // containerd 1.6 refuses a hosts.toml without a [host] table.
+                format!(
+                    "server = \"{closed}\"\n[host.\"{closed}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+                    closed = format!("http://127.0.0.1:{CLOSED_PORT}")
+                ),
+            )?;
+        }
         Ok(())
     }
 

@@ -91,21 +91,40 @@ impl Certs {
     /// `refract-certs issue` into `dir/<name>` with extra flags.
     pub fn issue(&self, name: &str, cluster_id: &str, role: &str, extra: &[&str]) -> PathBuf {
         let out = self.dir.join(name);
-        let ca = self.dir.join("ca");
+        let out_flag = out.display().to_string();
+        let mut flags = vec!["--out", out_flag.as_str()];
+        flags.extend_from_slice(extra);
+        self.run_issue(cluster_id, role, &flags);
+        out
+    }
+
+    /// `refract-certs issue ... --secret NAME --namespace NAMESPACE`: the Secret's YAML.
+    pub fn issue_secret(
+        &self,
+        secret: &str,
+        namespace: &str,
+        cluster_id: &str,
+        role: &str,
+        extra: &[&str],
+    ) -> String {
+        let mut flags = vec!["--secret", secret, "--namespace", namespace];
+        flags.extend_from_slice(extra);
+        self.run_issue(cluster_id, role, &flags)
+    }
+
+    fn run_issue(&self, cluster_id: &str, role: &str, flags: &[&str]) -> String {
+        let ca = self.dir.join("ca").display().to_string();
         let mut args = vec![
             "issue",
             "--ca-dir",
-            ca.to_str().unwrap(),
+            ca.as_str(),
             "--cluster-id",
             cluster_id,
             "--role",
             role,
-            "--out",
-            out.to_str().unwrap(),
         ];
-        args.extend_from_slice(extra);
-        run_ok(bin("refract-certs"), &args);
-        out
+        args.extend_from_slice(flags);
+        run_ok(bin("refract-certs"), &args)
     }
 }
 
@@ -474,18 +493,17 @@ impl Peering {
         &self,
         within: Duration,
         what: &str,
-        mut check: impl FnMut() -> Option<T>,
+        check: impl FnMut() -> Option<T>,
     ) -> T {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(v) = check() {
-                return v;
-            }
-            if Instant::now() > deadline {
-                panic!("timed out after {within:?} waiting for {what}\n--- remote agent ---\n{}\n--- local agent ---\n{}\n--- provider pods and events ---\n{}", self.remote_log(), self.local_log(), self.provider_state());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eventually(within, what, check, || {
+            format!(
+                "--- remote agent ---\n{}\n--- local agent ---\n{}\n--- provider pods and events ---\n{}",
+                self.remote_log(),
+                self.local_log(),
+                self.provider_state()
+            )
+        })
+        .await
     }
 
     /// Waits until the NamespaceOffloading of `namespace` reports phase Ready.
@@ -544,6 +562,29 @@ impl Peering {
     /// The local agent's log.
     pub fn local_log(&self) -> String {
         self.local.as_ref().map(Agent::log_text).unwrap_or_default()
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`; after `within`, fails saying `what` and
+/// what `context` tells (logs, cluster state).
+pub async fn eventually<T>(
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+    context: impl FnOnce() -> String,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {within:?} waiting for {what}\n{}",
+                context()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

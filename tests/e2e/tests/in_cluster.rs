@@ -5,9 +5,9 @@
 //! add only host networking and loopback addresses, as testkit's clusters have no kube-proxy.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use refract_e2e::{bin, busybox, free_port, grpcurl, kubectl, kubectl_stdin, run, run_ok, Certs};
+use refract_e2e::{busybox, eventually, free_port, grpcurl, kubectl, kubectl_stdin, run, Certs};
 use refract_testkit::{ControlPlane, Options};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -86,47 +86,10 @@ fn api_port(cp: &ControlPlane) -> String {
     cp.server.rsplit(':').next().unwrap().to_string()
 }
 
-/// `refract-certs issue ... --secret NAME --namespace refract-system`, applied to `cp`.
+/// The peering's certificate `name` as a Secret in `refract-system` of `cp`.
 fn secret(cp: &ControlPlane, certs: &Certs, name: &str, id: &str, role: &str, extra: &[&str]) {
-    let ca = certs.dir.join("ca");
-    let mut args = vec![
-        "issue",
-        "--ca-dir",
-        ca.to_str().unwrap(),
-        "--cluster-id",
-        id,
-        "--role",
-        role,
-        "--secret",
-        name,
-        "--namespace",
-        "refract-system",
-    ];
-    args.extend_from_slice(extra);
-    let yaml = run_ok(bin("refract-certs"), &args);
+    let yaml = certs.issue_secret(name, "refract-system", id, role, extra);
     kubectl_stdin(cp, &["apply", "-f", "-"], &yaml);
-}
-
-/// Polls `check` every second until it says `Some`, failing with `context()` after `within`.
-async fn until<T>(
-    within: Duration,
-    what: &str,
-    mut check: impl FnMut() -> Option<T>,
-    context: impl Fn() -> String,
-) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "timed out after {within:?} waiting for {what}\n{}",
-                context()
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 fn get(cp: &ControlPlane, args: &[&str]) -> Option<String> {
@@ -294,7 +257,7 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
 
     // Both Deployments become Available: the probes pass once each agent has synced.
     for (cp, agent) in [(&provider, "remote-agent"), (&origin, "local-agent")] {
-        until(
+        eventually(
             WAIT,
             &format!("deployment refract-{agent} Available"),
             || {
@@ -349,7 +312,7 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         text.contains("\"connected\": true").then_some(text)
     };
-    let tenants = until(WAIT, "tenant origin connected", connected, || {
+    let tenants = eventually(WAIT, "tenant origin connected", connected, || {
         agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent")
     })
     .await;
@@ -376,7 +339,7 @@ metadata: {name: settings, namespace: apps}
 data: {greeting: hello}
 "#,
     );
-    until(
+    eventually(
         WAIT,
         "namespace apps extended",
         || {
@@ -420,7 +383,7 @@ spec:
             busybox()
         ),
     );
-    until(
+    eventually(
         WAIT,
         "ConfigMap settings on the provider",
         || {
@@ -440,7 +403,7 @@ spec:
         || agent_state(&provider, "remote-agent"),
     )
     .await;
-    let origin_pods = until(
+    let origin_pods = eventually(
         WAIT,
         "two web pods Running at the origin on the virtual node",
         || {
@@ -462,7 +425,7 @@ spec:
     );
     println!("provider pods:\n{provider_pods}");
     let first = origin_pods[0].split(' ').next().unwrap();
-    let output = until(
+    let output = eventually(
         WAIT,
         "the container's output on the provider",
         || {

@@ -332,28 +332,32 @@ async fn privileged_pods_are_refused_and_strays_back_off() {
     node_ready(&p).await;
     extend(&p, "apps", "{podOffloadingStrategy: Remote}");
     p.until_extended("apps", WAIT).await;
+    // The local image, though neither pod may ever run: a bug must not make a node pull one.
+    let image = busybox();
     kubectl_stdin(
         &p.origin,
         &["apply", "-f", "-"],
-        r#"
+        &format!(
+            r#"
 apiVersion: v1
 kind: Pod
-metadata: {name: root, namespace: apps}
+metadata: {{name: root, namespace: apps}}
 spec:
-  containers: [{name: c, image: busybox, securityContext: {privileged: true}}]
+  containers: [{{name: c, image: "{image}", securityContext: {{privileged: true}}}}]
 ---
 apiVersion: v1
 kind: Namespace
-metadata: {name: plain, labels: {refract.io/no-webhook: "true"}}
+metadata: {{name: plain, labels: {{refract.io/no-webhook: "true"}}}}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: stray, namespace: plain}
+metadata: {{name: stray, namespace: plain}}
 spec:
   nodeName: refract-provider
-  tolerations: [{operator: Exists}]
-  containers: [{name: c, image: busybox}]
-"#,
+  tolerations: [{{operator: Exists}}]
+  containers: [{{name: c, image: "{image}"}}]
+"#
+        ),
     );
     p.eventually(WAIT, "privileged pod refused with a reason", || {
         let r = origin_get(

@@ -6,12 +6,13 @@
 
 use std::time::Duration;
 
-use refract_e2e::{kubectl_stdin, origin_get, provider_get, Peering};
+use refract_e2e::{busybox, kubectl_stdin, origin_get, provider_get, Peering};
 use refract_testkit::fake_kubelet::{self, FakeNode};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 fn pod(name: &str, node_selector: &str) -> String {
+    let image = busybox();
     format!(
         r#"
 apiVersion: v1
@@ -20,7 +21,12 @@ metadata: {{name: {name}, namespace: apps}}
 spec:
   nodeSelector: {node_selector}
   automountServiceAccountToken: false
-  containers: [{{name: db, image: postgres, volumeMounts: [{{name: data, mountPath: /var/lib/postgresql}}]}}]
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: db
+      image: "{image}"
+      command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+      volumeMounts: [{{name: data, mountPath: /var/lib/postgresql}}]
   volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]
 "#
     )

@@ -6,44 +6,51 @@
 use std::time::Duration;
 
 use base64::Engine;
-use refract_e2e::{kubectl_get, kubectl_stdin, run, Peering};
+use refract_e2e::{busybox, kubectl_get, kubectl_stdin, run, Peering};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-const POD: &str = r#"
+/// The offloaded pod: two projected tokens, the local busybox image (nothing is pulled).
+fn pod_yaml() -> String {
+    let image = busybox();
+    format!(
+        r#"
 apiVersion: v1
 kind: ServiceAccount
-metadata: {name: reader, namespace: apps}
+metadata: {{name: reader, namespace: apps}}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
-metadata: {name: read-pods, namespace: apps}
-rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+metadata: {{name: read-pods, namespace: apps}}
+rules: [{{apiGroups: [""], resources: [pods], verbs: [get, list]}}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
-metadata: {name: reader-reads-pods, namespace: apps}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read-pods}
-subjects: [{kind: ServiceAccount, name: reader, namespace: apps}]
+metadata: {{name: reader-reads-pods, namespace: apps}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: read-pods}}
+subjects: [{{kind: ServiceAccount, name: reader, namespace: apps}}]
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: api-client, namespace: apps}
+metadata: {{name: api-client, namespace: apps}}
 spec:
   serviceAccountName: reader
   automountServiceAccountToken: false
   containers:
     - name: c
-      image: bitnami/kubectl
+      image: "{image}"
+      command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
       volumeMounts:
-        - {name: api-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}
-        - {name: vault-token, mountPath: /var/run/secrets/vault}
+        - {{name: api-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}}
+        - {{name: vault-token, mountPath: /var/run/secrets/vault}}
   volumes:
     - name: api-token
-      projected: {sources: [{serviceAccountToken: {path: token, expirationSeconds: 600}}]}
+      projected: {{sources: [{{serviceAccountToken: {{path: token, expirationSeconds: 600}}}}]}}
     - name: vault-token
-      projected: {sources: [{serviceAccountToken: {path: token, audience: vault, expirationSeconds: 600}}]}
-"#;
+      projected: {{sources: [{{serviceAccountToken: {{path: token, audience: vault, expirationSeconds: 600}}}}]}}
+"#
+    )
+}
 
 fn extend(p: &Peering) {
     kubectl_stdin(
@@ -145,7 +152,7 @@ async fn offloaded_pods_get_origin_tokens_that_work_renew_and_go_with_them() {
         p
     };
     extend(&p);
-    kubectl_stdin(&p.origin, &["apply", "-f", "-"], POD);
+    kubectl_stdin(&p.origin, &["apply", "-f", "-"], &pod_yaml());
     remote_pod_running(&p).await;
 
     let (secret, data) = p
@@ -256,7 +263,7 @@ async fn with_api_server_support_disabled_no_token_leaves_the_origin() {
         .await
         .expect("peering");
     extend(&p);
-    kubectl_stdin(&p.origin, &["apply", "-f", "-"], POD);
+    kubectl_stdin(&p.origin, &["apply", "-f", "-"], &pod_yaml());
     remote_pod_running(&p).await;
     let remote = kubectl_get(
         &p.provider,
