@@ -18,7 +18,9 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+# Ctrl-C (or SIGTERM) is how a terminal session ends the demo: stop everything, exit 0.
+trap 'cleanup; exit 0' INT TERM
 
 say "Preparing: toolchain (etcd, Kubernetes 1.20.2 with kubelet, containerd, grpcurl; cached after the first run)"
 eval "$(scripts/ensure-toolchain.sh | grep '^REFRACT_K8S_BIN=')"
