@@ -42,7 +42,8 @@ mkdir -p "$OUT"
 LIST=$OUT/images.txt.tmp
 : >"$LIST"
 
-# archive NAME REFERENCE INPUT... -- builder args: rebuilt when an input is newer.
+# archive NAME REFERENCE INPUT... -- builder args: rebuilt when an input is newer, or when
+# what the archive holds changed ($STAMP: the reference, and the profile of an agent's binary).
 archive() {
   local name=$1 ref=$2; shift 2
   local inputs=() file=$OUT/$name.tar
@@ -50,12 +51,12 @@ archive() {
   local stale=0
   [ -f "$file" ] || stale=1
   for i in "${inputs[@]}" scripts/oci-archive.py "$0"; do [ "$i" -nt "$file" ] && stale=1; done
-  # The reference is part of the archive: a new version means a new archive.
-  grep -qsF "$ref" "$OUT/$name.ref" || stale=1
+  local stamp="$ref${STAMP_EXTRA:+ $STAMP_EXTRA}"
+  [ "$(cat "$OUT/$name.ref" 2>/dev/null)" = "$stamp" ] || stale=1
   if [ $stale = 1 ]; then
-    say "building $ref"
+    say "building $ref${STAMP_EXTRA:+ ($STAMP_EXTRA)}"
     python3 scripts/oci-archive.py --name "$ref" --out "$file" "$@"
-    echo "$ref" >"$OUT/$name.ref"
+    echo "$stamp" >"$OUT/$name.ref"
   fi
   echo "$name $ref $file" >>"$LIST"
 }
@@ -83,8 +84,9 @@ if [ $BASE_ONLY = 0 ]; then
     say "building the agents (cargo build --workspace --bins)"
     cargo build --locked --workspace --bins
   fi
-  STAGE=$OUT/stage
+  STAGE=$OUT/stage/$PROFILE
   mkdir -p "$STAGE"
+  STAMP_EXTRA=$PROFILE
   for agent in local-agent remote-agent; do
     bin=$ROOT/target/$PROFILE/$agent
     # Stripped: the debug build's line tables are most of its size and nothing in a pod reads them.

@@ -32,7 +32,8 @@ pub fn workspace_root() -> PathBuf {
 static BUILT: Mutex<Option<&'static str>> = Mutex::new(None);
 
 /// The images by name (`pause`, `busybox`, and with `agents` also `local-agent` and
-/// `remote-agent` from the debug build the tests run), building what is missing first.
+/// `remote-agent`), building what is missing first. The agents come from the debug build the
+/// tests run, or from a release build with `REFRACT_IMAGE_PROFILE=release`.
 pub fn catalog(agents: bool) -> anyhow::Result<BTreeMap<String, Image>> {
     let wanted = if agents { "agents" } else { "base" };
     let mut built = BUILT
@@ -42,7 +43,9 @@ pub fn catalog(agents: bool) -> anyhow::Result<BTreeMap<String, Image>> {
         let root = workspace_root();
         let mut cmd = Command::new(root.join("scripts/images.sh"));
         if agents {
-            cmd.args(["--profile", "debug"]);
+            let profile =
+                std::env::var("REFRACT_IMAGE_PROFILE").unwrap_or_else(|_| "debug".into());
+            cmd.args(["--profile", &profile]);
         } else {
             cmd.arg("--base");
         }
