@@ -43,8 +43,7 @@ pub fn catalog(agents: bool) -> anyhow::Result<BTreeMap<String, Image>> {
         let root = workspace_root();
         let mut cmd = Command::new(root.join("scripts/images.sh"));
         if agents {
-            let profile =
-                std::env::var("REFRACT_IMAGE_PROFILE").unwrap_or_else(|_| "debug".into());
+            let profile = std::env::var("REFRACT_IMAGE_PROFILE").unwrap_or_else(|_| "debug".into());
             cmd.args(["--profile", &profile]);
         } else {
             cmd.arg("--base");
