@@ -495,34 +495,22 @@ impl Peering {
         what: &str,
         check: impl FnMut() -> Option<T>,
     ) -> T {
-        eventually(within, what, check, || {
-            format!(
-                "--- remote agent ---\n{}\n--- local agent ---\n{}\n--- provider pods and events ---\n{}",
-                self.remote_log(),
-                self.local_log(),
-                self.provider_state()
-            )
-        })
-        .await
+        eventually(within, what, check, || self.failure_context()).await
+    }
+
+    /// What a timed-out wait shows: both agents' logs, the provider's pods and events.
+    fn failure_context(&self) -> String {
+        format!(
+            "--- remote agent ---\n{}\n--- local agent ---\n{}\n--- provider pods and events ---\n{}",
+            self.remote_log(),
+            self.local_log(),
+            self.provider_state()
+        )
     }
 
     /// Waits until the NamespaceOffloading of `namespace` reports phase Ready.
     pub async fn until_extended(&self, namespace: &str, within: Duration) {
-        self.eventually(within, &format!("namespace {namespace} extended"), || {
-            let phase = kubectl_get(
-                &self.origin,
-                &[
-                    "-n",
-                    namespace,
-                    "nso",
-                    "offloading",
-                    "-o",
-                    "jsonpath={.status.offloadingPhase}",
-                ],
-            )?;
-            (phase == "Ready").then_some(())
-        })
-        .await
+        until_extended(&self.origin, namespace, within, || self.failure_context()).await
     }
 
     /// `kubectl` against the origin; panics on failure.
@@ -586,6 +574,32 @@ pub async fn eventually<T>(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Waits until the NamespaceOffloading of `namespace` in `origin` reports phase Ready; after
+/// `within`, fails with what `context` tells.
+pub async fn until_extended(
+    origin: &ControlPlane,
+    namespace: &str,
+    within: Duration,
+    context: impl FnOnce() -> String,
+) {
+    let what = format!("namespace {namespace} extended");
+    let ready = || {
+        let phase = kubectl_get(
+            origin,
+            &[
+                "-n",
+                namespace,
+                "nso",
+                "offloading",
+                "-o",
+                "jsonpath={.status.offloadingPhase}",
+            ],
+        )?;
+        (phase == "Ready").then_some(())
+    };
+    eventually(within, &what, ready, context).await
 }
 
 /// Splits leading `-flag value` pairs (which grpcurl wants before the address) from the rest.

@@ -7,7 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use refract_e2e::{busybox, eventually, free_port, grpcurl, kubectl, kubectl_stdin, run, Certs};
+use refract_e2e::{
+    busybox, eventually, free_port, grpcurl, kubectl, kubectl_get, kubectl_stdin, run,
+    until_extended, Certs,
+};
 use refract_testkit::{ControlPlane, Options};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -90,10 +93,6 @@ fn api_port(cp: &ControlPlane) -> String {
 fn secret(cp: &ControlPlane, certs: &Certs, name: &str, id: &str, role: &str, extra: &[&str]) {
     let yaml = certs.issue_secret(name, "refract-system", id, role, extra);
     kubectl_stdin(cp, &["apply", "-f", "-"], &yaml);
-}
-
-fn get(cp: &ControlPlane, args: &[&str]) -> Option<String> {
-    refract_e2e::kubectl_get(cp, args)
 }
 
 /// What an operator looks at when an agent does not come up: its pod and its log.
@@ -261,7 +260,7 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
             WAIT,
             &format!("deployment refract-{agent} Available"),
             || {
-                let s = get(
+                let s = kubectl_get(
                     cp,
                     &[
                         "-n",
@@ -278,7 +277,7 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
         )
         .await;
     }
-    let pod_sa = get(
+    let pod_sa = kubectl_get(
         &origin,
         &[
             "-n",
@@ -339,25 +338,9 @@ metadata: {name: settings, namespace: apps}
 data: {greeting: hello}
 "#,
     );
-    eventually(
-        WAIT,
-        "namespace apps extended",
-        || {
-            let phase = get(
-                &origin,
-                &[
-                    "-n",
-                    "apps",
-                    "nso",
-                    "offloading",
-                    "-o",
-                    "jsonpath={.status.offloadingPhase}",
-                ],
-            )?;
-            (phase == "Ready").then_some(())
-        },
-        || agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent"),
-    )
+    until_extended(&origin, "apps", WAIT, || {
+        agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent")
+    })
     .await;
     kubectl_stdin(
         &origin,
@@ -387,7 +370,7 @@ spec:
         WAIT,
         "ConfigMap settings on the provider",
         || {
-            let v = get(
+            let v = kubectl_get(
                 &provider,
                 &[
                     "-n",
@@ -407,7 +390,7 @@ spec:
         WAIT,
         "two web pods Running at the origin on the virtual node",
         || {
-            let out = get(&origin, &["-n", "apps", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.spec.nodeName} {.status.podIP}{\"\\n\"}{end}"])?;
+            let out = kubectl_get(&origin, &["-n", "apps", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.spec.nodeName} {.status.podIP}{\"\\n\"}{end}"])?;
             let lines: Vec<String> = out.lines().map(str::to_string).collect();
             (lines.len() == 2
                 && lines
@@ -429,7 +412,7 @@ spec:
         WAIT,
         "the container's output on the provider",
         || {
-            let logs = get(
+            let logs = kubectl_get(
                 &provider,
                 &[
                     "--raw",
