@@ -29,8 +29,7 @@ use crate::link::SessionTx;
 
 /// How long the remote agent has to answer a namespace request before it is retried.
 const ACK_TIMEOUT: Duration = Duration::from_secs(15);
-/// Annotation on a twin namespace naming its origin namespace.
-pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";
+pub use refract_shared::keys::ORIGINAL_NAME_ANNOTATION;
 
 /// What reflectors act on: the current session and the namespaces extended on it.
 #[derive(Clone, Debug, Default)]

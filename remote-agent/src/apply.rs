@@ -1,11 +1,15 @@
-//! Applying tenants' requests to the provider cluster.
+//! Applying tenants' requests to the provider cluster: the one write path.
 //!
-//! Every write is checked against the tenant taken from the client certificate: namespaced
-//! objects go only into namespaces labelled as that tenant's, and only the allowed kinds. The
-//! origin and destination labels are set here from the authenticated identity, whatever the
-//! message says. An object of the same name without those labels is foreign: never written,
-//! never deleted (`Conflict`). A hash of the desired state is stored on each object; a request
-//! whose hash matches is answered `Unchanged` without a write.
+//! [`Applier::apply`] takes a tenant's Upsert through, in order: the size limit; authorization
+//! (a kind tenants may write, in a namespace labelled as that tenant's); decoding and the
+//! envelope check; the tenant's policy ([`crate::policy`]), which refuses or normalizes; the
+//! labels and annotations the remote agent owns, set from the authenticated identity whatever
+//! the message says; references the pod makes (Secrets must be the tenant's); then a hash of
+//! the desired state, and the write unless the provider already holds that hash. Restoring a
+//! drifted copy ([`Applier::restore`]) goes through the same checks. An object of the same
+//! name without the tenant's labels is foreign: never written, never deleted.
+//!
+//! Results are typed ([`Applied`], [`ApplyError`]); only the gRPC edge maps them to the wire.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -20,30 +24,38 @@ use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, TENANT_NAMESPACE_LABEL,
 };
 use refract_shared::options::Kind;
-use refract_shared::proto::{Delete, ObjectRef, Outcome, Upsert};
+use refract_shared::proto::{Delete, ObjectRef, Upsert};
 use refract_shared::tls::ClusterId;
 
 use crate::desired::DesiredStore;
 pub use crate::desired::ObjectKey;
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
+use crate::policy::{self, Policies};
+pub use error::{answer, Applied, ApplyError};
 use merge::{merge_patch, writes_without_apply, OwnedKeys};
 use tokens::{is_token_secret, token_kind};
 use write::{Mode, Refused};
 
+mod error;
 pub(crate) mod merge;
+mod references;
 mod tokens;
 mod write;
 
-/// Annotation on a twin namespace: the origin namespace it mirrors.
-pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";
+pub use refract_shared::keys::ORIGINAL_NAME_ANNOTATION;
 
 /// Writes tenants' objects into the provider cluster with the remote agent's own identity.
 #[derive(Clone)]
 pub struct Applier {
     client: kube::Client,
     provider: ClusterId,
-    pod_security_level: String,
+    /// What each tenant may have written.
+    policies: Arc<Policies>,
+    /// The provider's own networks, which no tenant endpoint may point into.
+    networks: Arc<policy::ProviderNetworks>,
+    /// The largest object (its JSON, in bytes) a tenant may send.
+    max_object_bytes: usize,
     /// Tenant objects (namespaces included) as the watch sees them: most checks cost no
     /// request.
     objects: TenantObjects,
@@ -56,17 +68,17 @@ pub struct Applier {
 }
 
 /// The result of one request.
-pub type Answer = (Outcome, String);
+pub type ApplyResult = Result<Applied, ApplyError>;
 
-fn api_error(e: kube::Error) -> Answer {
-    match e {
-        kube::Error::Api(s) if s.code == 400 || s.code == 422 => (Outcome::Invalid, s.message),
-        kube::Error::Api(s) if s.code == 403 => (
-            Outcome::Denied,
-            format!("provider API refused: {}", s.message),
-        ),
-        other => (Outcome::Transient, other.to_string()),
-    }
+/// How an [`Applier`] judges tenants' objects.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// What each tenant may have written.
+    pub policies: Policies,
+    /// The provider's own networks.
+    pub networks: policy::ProviderNetworks,
+    /// The largest object (its JSON, in bytes) a tenant may send.
+    pub max_object_bytes: usize,
 }
 
 impl Applier {
@@ -75,13 +87,15 @@ impl Applier {
     pub fn new(
         client: kube::Client,
         provider: ClusterId,
-        pod_security_level: String,
+        limits: Limits,
         objects: TenantObjects,
     ) -> Self {
         Self {
             client,
             provider,
-            pod_security_level,
+            policies: Arc::new(limits.policies),
+            networks: Arc::new(limits.networks),
+            max_object_bytes: limits.max_object_bytes,
             objects,
             desired: DesiredStore::default(),
             unguarded: Arc::default(),
@@ -125,60 +139,61 @@ impl Applier {
     /// Whether `namespace` exists and belongs to `tenant`. Answered from the watch of tenant
     /// namespaces when it knows the namespace as the tenant's; asked of the API server
     /// otherwise (a namespace created a moment ago may not have reached the watch yet).
-    async fn owns_namespace(&self, tenant: &ClusterId, namespace: &str) -> Result<bool, Answer> {
+    async fn owns_namespace(
+        &self,
+        tenant: &ClusterId,
+        namespace: &str,
+    ) -> Result<bool, ApplyError> {
         let owned = |meta: &ObjectMeta| self.owns(tenant, Allowed::Namespace, meta);
         let cached = self.objects.get(Allowed::Namespace, "", namespace);
         if cached.is_some_and(|ns| owned(&ns.metadata) && ns.metadata.deletion_timestamp.is_none())
         {
             return Ok(true);
         }
-        let ns = self
-            .api(Allowed::Namespace, "")
-            .get_opt(namespace)
-            .await
-            .map_err(api_error)?;
+        let ns = self.api(Allowed::Namespace, "").get_opt(namespace).await?;
         Ok(ns.is_some_and(|ns| owned(&ns.metadata)))
     }
 
     /// Checks a request's kind and namespace against the tenant's rights.
-    async fn authorize(&self, tenant: &ClusterId, object: &ObjectRef) -> Result<Allowed, Answer> {
+    async fn authorize(
+        &self,
+        tenant: &ClusterId,
+        object: &ObjectRef,
+    ) -> Result<Allowed, ApplyError> {
         let kind = Allowed::lookup(&object.api_version, &object.kind).ok_or_else(|| {
-            (
-                Outcome::Denied,
-                format!(
-                    "{} {} is not a kind tenants may write",
-                    object.api_version, object.kind
-                ),
-            )
+            ApplyError::KindNotAllowed {
+                api_version: object.api_version.clone(),
+                kind: object.kind.clone(),
+            }
         })?;
         if kind != Allowed::Namespace && !self.owns_namespace(tenant, &object.namespace).await? {
-            return Err((
-                Outcome::Denied,
-                format!(
-                    "namespace {:?} is not a namespace of tenant {tenant}",
-                    object.namespace
-                ),
-            ));
+            return Err(ApplyError::NotTenantNamespace {
+                tenant: tenant.clone(),
+                namespace: object.namespace.clone(),
+            });
         }
         Ok(kind)
     }
 
-    /// Applies one Upsert for `tenant`.
-    pub async fn upsert(&self, tenant: &ClusterId, upsert: &Upsert) -> Answer {
-        match self.try_upsert(tenant, upsert).await {
-            Ok(a) | Err(a) => a,
-        }
-    }
-
-    async fn try_upsert(&self, tenant: &ClusterId, upsert: &Upsert) -> Result<Answer, Answer> {
+    /// Applies one Upsert for `tenant`: the one write path (see the module's documentation).
+    pub async fn apply(&self, tenant: &ClusterId, upsert: &Upsert) -> ApplyResult {
         let object = upsert
             .object
             .as_ref()
-            .ok_or((Outcome::Invalid, "Upsert without object".to_string()))?;
+            .ok_or_else(|| ApplyError::Malformed("Upsert without object".into()))?;
+        let size = upsert.object_json.len();
+        if size > self.max_object_bytes {
+            return Err(ApplyError::TooLarge {
+                size,
+                limit: self.max_object_bytes,
+            });
+        }
         let kind = self.authorize(tenant, object).await?;
-        let mut desired = self.desired_object(tenant, kind, object, &upsert.object_json)?;
+        let desired = decode_desired(kind, object, &upsert.object_json)?;
+        let mut desired = self.judged(tenant, kind, desired)?;
         if kind == Allowed::ShadowPod {
-            self.check_pod_security(&desired)?;
+            self.check_references(tenant, &object.namespace, &desired)
+                .await?;
         }
         let token = is_token_secret(kind, &desired);
         if token {
@@ -205,15 +220,13 @@ impl Applier {
         let mut consistent_read = false;
         match known {
             Some(known) => {
-                if let Some(answer) =
-                    self.settled(tenant, kind, object, token, &hash, &known.metadata)
-                {
-                    return self.settle(answer, key, desired, known.resource_version());
+                if let Some(result) = self.settled(&key, token, &hash, &known.metadata, &desired) {
+                    return self.settle(result, key, desired, known.resource_version());
                 }
                 return self
                     .update(&api, key, desired, merges, &known.metadata)
                     .await
-                    .map_err(Refused::into_answer);
+                    .map_err(Refused::into_error);
             }
             None if self.guards_creates(kind) => {
                 let mode = if merges {
@@ -237,8 +250,8 @@ impl Applier {
                             );
                         }
                     }
-                    Err(Refused::Failed(answer)) => return Err(answer),
-                    Ok(answer) => return Ok(answer),
+                    Err(Refused::Failed(error)) => return Err(error),
+                    Ok(applied) => return Ok(applied),
                 }
             }
             // No guarded create, but the watch sees foreign objects of this kind too: one it
@@ -247,7 +260,7 @@ impl Applier {
                 return self
                     .write(&api, key, desired, Mode::Apply)
                     .await
-                    .map_err(Refused::into_answer);
+                    .map_err(Refused::into_error);
             }
             None => {}
         }
@@ -258,15 +271,10 @@ impl Applier {
         } else {
             GetParams::any()
         };
-        let existing = api
-            .get_metadata_opt_with(&object.name, &params)
-            .await
-            .map_err(api_error)?;
+        let existing = api.get_metadata_opt_with(&object.name, &params).await?;
         if let Some(existing) = &existing {
-            if let Some(answer) =
-                self.settled(tenant, kind, object, token, &hash, &existing.metadata)
-            {
-                return self.settle(answer, key, desired, existing.resource_version());
+            if let Some(result) = self.settled(&key, token, &hash, &existing.metadata, &desired) {
+                return self.settle(result, key, desired, existing.resource_version());
             }
         }
         let written = match &existing {
@@ -277,7 +285,7 @@ impl Applier {
             None if merges => self.write(&api, key, desired, Mode::Create).await,
             None => self.write(&api, key, desired, Mode::Apply).await,
         };
-        written.map_err(Refused::into_answer)
+        written.map_err(Refused::into_error)
     }
 
     /// What to answer without writing, given the object on the provider: `Conflict` for a
@@ -285,23 +293,40 @@ impl Applier {
     /// state; `None` when it must be written.
     fn settled(
         &self,
-        tenant: &ClusterId,
-        kind: Allowed,
-        object: &ObjectRef,
+        key: &ObjectKey,
         token: bool,
         hash: &str,
         existing: &ObjectMeta,
-    ) -> Option<Answer> {
+        desired: &serde_json::Value,
+    ) -> Option<ApplyResult> {
+        let (tenant, kind) = (&key.tenant, key.kind);
+        let shown = if key.namespace.is_empty() {
+            key.name.clone()
+        } else {
+            format!("{}/{}", key.namespace, key.name)
+        };
         if !self.owns(tenant, kind, existing) {
-            return Some((
-                Outcome::Conflict,
-                format!(
-                    "{} {} exists on cluster {:?} and was not reflected by {tenant}; left untouched",
-                    kind.kind(),
-                    object.display_name(),
-                    self.provider.as_str()
-                ),
-            ));
+            return Some(Err(ApplyError::Conflict(format!(
+                "{} {} exists on cluster {:?} and was not reflected by {tenant}; left untouched",
+                kind.kind(),
+                shown,
+                self.provider.as_str()
+            ))));
+        }
+        if kind == Allowed::Namespace {
+            let mirrored = existing
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ORIGINAL_NAME_ANNOTATION));
+            let wanted = desired["metadata"]["annotations"][ORIGINAL_NAME_ANNOTATION].as_str();
+            if let (Some(mirrored), Some(wanted)) = (mirrored, wanted) {
+                if mirrored != wanted {
+                    return Some(Err(ApplyError::Conflict(format!(
+                        "namespace {} already mirrors origin namespace {mirrored:?}; two origin namespaces cannot share it (choose another remote name for {wanted:?})",
+                        key.name
+                    ))));
+                }
+            }
         }
         let existing_token = kind == Allowed::Reflected(Kind::Secret)
             && existing
@@ -309,37 +334,34 @@ impl Applier {
                 .as_ref()
                 .is_some_and(|l| l.contains_key(SERVICE_ACCOUNT_LABEL));
         if token != existing_token {
-            return Some((
-                Outcome::Conflict,
-                format!(
-                    "Secret {} exists as {} and cannot be replaced by {}; left untouched",
-                    object.display_name(),
-                    token_kind(existing_token),
-                    token_kind(token),
-                ),
-            ));
+            return Some(Err(ApplyError::Conflict(format!(
+                "Secret {} exists as {} and cannot be replaced by {}; left untouched",
+                shown,
+                token_kind(existing_token),
+                token_kind(token),
+            ))));
         }
         let annotations = existing.annotations.as_ref();
         (annotations
             .and_then(|a| a.get(DESIRED_HASH_ANNOTATION))
             .map(String::as_str)
             == Some(hash))
-        .then(|| (Outcome::Unchanged, String::new()))
+        .then_some(Ok(Applied::Unchanged))
     }
 
     /// Returns a settled answer; an object found holding the desired state is remembered as
     /// written at `resource_version`.
     fn settle(
         &self,
-        answer: Answer,
+        result: ApplyResult,
         key: ObjectKey,
         desired: serde_json::Value,
         resource_version: Option<String>,
-    ) -> Result<Answer, Answer> {
-        if answer.0 == Outcome::Unchanged {
+    ) -> ApplyResult {
+        if result == Ok(Applied::Unchanged) {
             self.desired.remember(key, desired, resource_version);
         }
-        Ok(answer)
+        result
     }
 
     /// Whether creates of `kind` go through the guarded apply (see [`write::Mode`]).
@@ -360,7 +382,7 @@ impl Applier {
         desired: serde_json::Value,
         merges: bool,
         existing: &ObjectMeta,
-    ) -> Result<Answer, Refused> {
+    ) -> Result<Applied, Refused> {
         if !merges {
             return self.write(api, key, desired, Mode::Apply).await;
         }
@@ -381,7 +403,7 @@ impl Applier {
         key: ObjectKey,
         desired: serde_json::Value,
         mode: Mode,
-    ) -> Result<Answer, Refused> {
+    ) -> Result<Applied, Refused> {
         self.write_body(api, key, desired.clone(), desired, mode)
             .await
     }
@@ -394,16 +416,16 @@ impl Applier {
         desired: serde_json::Value,
         body: serde_json::Value,
         mode: Mode,
-    ) -> Result<Answer, Refused> {
+    ) -> Result<Applied, Refused> {
         self.desired.begin_write(key.clone(), desired);
         match write::write(api, &self.client, &key.name, body, mode).await {
             Ok(rv) => {
                 self.desired.set_written(&key, rv);
-                Ok((Outcome::Applied, String::new()))
+                Ok(Applied::Written)
             }
-            Err(Refused::Failed(answer)) => {
+            Err(Refused::Failed(error)) => {
                 self.desired.set_written(&key, None);
-                Err(Refused::Failed(answer))
+                Err(Refused::Failed(error))
             }
             // Nothing was written: the object is not ours to remember (yet).
             Err(refused) => {
@@ -414,134 +436,95 @@ impl Applier {
     }
 
     /// Re-applies a remembered desired object (restoring a copy edited or deleted on the
-    /// provider); returns the outcome for logs. `observed` is the resourceVersion of the
-    /// edited copy: the apply only succeeds if nothing wrote the object since, so a restore
-    /// can never overwrite a newer write of the tenant's.
+    /// provider), through the same checks as a tenant's request. `observed` is the
+    /// resourceVersion of the edited copy: the apply only succeeds if nothing wrote the object
+    /// since, so a restore can never overwrite a newer write of the tenant's.
     pub async fn restore(
         &self,
         key: &ObjectKey,
         desired: &serde_json::Value,
         observed: Option<&str>,
-    ) -> Answer {
-        let api = self.api(key.kind, &key.namespace);
-        let mut desired = desired.clone();
+    ) -> ApplyResult {
+        let mut judged = self.judged(&key.tenant, key.kind, desired.clone())?;
+        if is_token_secret(key.kind, desired) {
+            // Set by this agent when the Secret was first applied, from its ShadowPod.
+            judged["metadata"]["ownerReferences"] = desired["metadata"]["ownerReferences"].clone();
+        }
+        judged["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = desired_hash(&judged).into();
         if let Some(rv) = observed {
-            desired["metadata"]["resourceVersion"] = rv.into();
+            judged["metadata"]["resourceVersion"] = rv.into();
         }
-        match write::write(&api, &self.client, &key.name, desired, Mode::Apply).await {
-            Ok(rv) => {
-                self.desired.set_written(key, rv);
-                (Outcome::Applied, String::new())
-            }
-            Err(refused) => refused.into_answer(),
-        }
+        let api = self.api(key.kind, &key.namespace);
+        let rv = write::write(&api, &self.client, &key.name, judged, Mode::Apply)
+            .await
+            .map_err(Refused::into_error)?;
+        self.desired.set_written(key, rv);
+        Ok(Applied::Written)
     }
 
-    /// Refuses a ShadowPod whose pod breaks the provider's security level.
-    fn check_pod_security(&self, shadow: &serde_json::Value) -> Result<(), Answer> {
-        let spec: k8s_openapi::api::core::v1::PodSpec =
-            serde_json::from_value(shadow["spec"]["pod"].clone())
-                .map_err(|e| (Outcome::Invalid, format!("spec.pod is not a PodSpec: {e}")))?;
-        match crate::pod_security::violation(&self.pod_security_level, &spec) {
-            Some(v) => Err((
-                Outcome::Denied,
-                format!(
-                    "pod violates the provider's {:?} pod security level: {v}",
-                    self.pod_security_level
-                ),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    /// Decodes the message's object, checks it names what the envelope names, and stamps the
-    /// labels and annotations the remote agent owns.
-    fn desired_object(
+    /// The object as the provider will hold it: checked against `tenant`'s policy (refused, or
+    /// normalized), fields only the API server sets removed, and the labels the remote agent
+    /// owns stamped from the authenticated identity. The desired-state hash is left out.
+    fn judged(
         &self,
         tenant: &ClusterId,
         kind: Allowed,
-        object: &ObjectRef,
-        json: &[u8],
-    ) -> Result<serde_json::Value, Answer> {
-        let invalid = |m: String| (Outcome::Invalid, m);
-        let mut value: serde_json::Value = serde_json::from_slice(json)
-            .map_err(|e| invalid(format!("object is not valid JSON: {e}")))?;
-        if !value.is_object() || !value["metadata"].is_object() {
-            return Err(invalid("object has no metadata".into()));
-        }
-        let field = |v: &serde_json::Value, f: &str| v[f].as_str().unwrap_or_default().to_string();
-        let meta = &value["metadata"];
-        let (name, namespace) = (field(meta, "name"), field(meta, "namespace"));
-        let expected_namespace = match kind {
-            Allowed::Namespace => "",
-            _ => object.namespace.as_str(),
-        };
-        if field(&value, "kind") != object.kind
-            || field(&value, "apiVersion") != object.api_version
-            || name != object.name
-            || namespace != expected_namespace
-        {
-            return Err(invalid(format!(
-                "object {}/{} {namespace}/{name} does not match the envelope {}",
-                field(&value, "apiVersion"),
-                field(&value, "kind"),
-                object.display_name()
-            )));
-        }
-        let meta = value["metadata"].as_object_mut().expect("checked above");
+        mut value: serde_json::Value,
+    ) -> Result<serde_json::Value, ApplyError> {
+        let policy = self.policies.of(tenant);
+        policy::check(kind, &mut value, policy, &self.networks)?;
+        policy::strip_server_fields(&mut value);
+        let malformed = |m: &str| ApplyError::Malformed(m.into());
+        let meta = value["metadata"]
+            .as_object_mut()
+            .ok_or_else(|| malformed("object has no metadata"))?;
         let labels = meta
             .entry("labels")
             .or_insert_with(|| serde_json::json!({}));
         if !labels.is_object() {
-            return Err(invalid("metadata.labels is not a map".into()));
+            return Err(malformed("metadata.labels is not a map"));
         }
         labels[ORIGIN_LABEL] = tenant.as_str().into();
         labels[DESTINATION_LABEL] = self.provider.as_str().into();
         if kind == Allowed::Namespace {
             labels[TENANT_NAMESPACE_LABEL] = tenant.as_str().into();
-            labels["pod-security.kubernetes.io/enforce"] = self.pod_security_level.clone().into();
+            labels[policy::PSA_ENFORCE_LABEL] = policy.pod_security.as_str().into();
         }
         let annotations = meta
             .entry("annotations")
             .or_insert_with(|| serde_json::json!({}));
         let Some(annotations) = annotations.as_object_mut() else {
-            return Err(invalid("metadata.annotations is not a map".into()));
+            return Err(malformed("metadata.annotations is not a map"));
         };
         annotations.remove(DESIRED_HASH_ANNOTATION);
         Ok(value)
     }
 
     /// Applies one Delete for `tenant`. A foreign object is never deleted.
-    pub async fn delete(&self, tenant: &ClusterId, delete: &Delete) -> Answer {
-        let result = async {
-            let object = delete
-                .object
-                .as_ref()
-                .ok_or((Outcome::Invalid, "Delete without object".to_string()))?;
-            let kind = match Allowed::lookup(&object.api_version, &object.kind) {
-                Some(Allowed::Namespace) => Allowed::Namespace,
-                _ => self.authorize(tenant, object).await?,
-            };
-            self.desired.forget(&ObjectKey {
-                tenant: tenant.clone(),
-                kind,
-                namespace: object.namespace.clone(),
-                name: object.name.clone(),
-            });
-            self.delete_owned(
-                tenant,
-                kind,
-                &object.namespace,
-                &object.name,
-                delete.grace_period_seconds,
-                None,
-            )
-            .await
-        }
-        .await;
-        match result {
-            Ok(a) | Err(a) => a,
-        }
+    pub async fn delete(&self, tenant: &ClusterId, delete: &Delete) -> ApplyResult {
+        let object = delete
+            .object
+            .as_ref()
+            .ok_or_else(|| ApplyError::Malformed("Delete without object".into()))?;
+        let kind = match Allowed::lookup(&object.api_version, &object.kind) {
+            Some(Allowed::Namespace) => Allowed::Namespace,
+            _ => self.authorize(tenant, object).await?,
+        };
+        self.desired.forget(&ObjectKey {
+            tenant: tenant.clone(),
+            kind,
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+        });
+        self.delete_owned(
+            tenant,
+            kind,
+            &object.namespace,
+            &object.name,
+            delete.grace_period_seconds,
+            None,
+        )
+        .await
     }
 
     /// Deletes `tenant`'s object, if it is the tenant's. With `unchanged_since`, only if
@@ -554,23 +537,20 @@ impl Applier {
         name: &str,
         grace: Option<i64>,
         unchanged_since: Option<String>,
-    ) -> Result<Answer, Answer> {
+    ) -> ApplyResult {
         let api = self.api(kind, namespace);
-        let Some(existing) = api.get_opt(name).await.map_err(api_error)? else {
-            return Ok((Outcome::Unchanged, "already absent".into()));
+        let Some(existing) = api.get_opt(name).await? else {
+            return Ok(Applied::AlreadyAbsent);
         };
         let guarded = unchanged_since.is_some();
         if guarded && existing.resource_version() != unchanged_since {
-            return Ok((Outcome::Unchanged, "written since it was listed".into()));
+            return Ok(Applied::WrittenSince);
         }
         if !self.owns(tenant, kind, &existing.metadata) {
-            return Ok((
-                Outcome::Conflict,
-                format!(
-                    "{} {namespace}/{name} is not the tenant's; left untouched",
-                    kind.kind()
-                ),
-            ));
+            return Err(ApplyError::Conflict(format!(
+                "{} {namespace}/{name} is not the tenant's; left untouched",
+                kind.kind()
+            )));
         }
         if kind == Allowed::ShadowPod {
             // Stop the pod with the origin's grace period; the ShadowPod's own deletion would
@@ -584,7 +564,7 @@ impl Applier {
             match pods.delete(name, &params).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(api_error(e)),
+                Err(e) => return Err(e.into()),
             }
         }
         let mut params = DeleteParams {
@@ -598,15 +578,11 @@ impl Applier {
             params.grace_period_seconds = Some(g.max(0) as u32);
         }
         match api.delete(name, &params).await {
-            Ok(_) => Ok((Outcome::Applied, String::new())),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                Ok((Outcome::Unchanged, "already absent".into()))
-            }
+            Ok(_) => Ok(Applied::Deleted),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Applied::AlreadyAbsent),
             // The resourceVersion precondition failed: written meanwhile, so it stays.
-            Err(kube::Error::Api(s)) if guarded && s.code == 409 => {
-                Ok((Outcome::Unchanged, "written since it was listed".into()))
-            }
-            Err(e) => Err(api_error(e)),
+            Err(kube::Error::Api(s)) if guarded && s.code == 409 => Ok(Applied::WrittenSince),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -624,7 +600,7 @@ impl Applier {
         kind: Allowed,
         namespace: &str,
         keep: impl Fn(&str) -> bool,
-    ) -> Result<Vec<String>, Answer> {
+    ) -> Result<Vec<String>, ApplyError> {
         if kind != Allowed::Namespace && !self.owns_namespace(tenant, namespace).await? {
             return Ok(Vec::new());
         }
@@ -639,8 +615,7 @@ impl Applier {
         let list = self
             .api(kind, namespace)
             .list_metadata(&ListParams::default().labels(&selector))
-            .await
-            .map_err(api_error)?;
+            .await?;
         let mut deleted = Vec::new();
         for obj in list.items {
             let name = obj.name_any();
@@ -653,15 +628,49 @@ impl Applier {
                 namespace: namespace.to_string(),
                 name: name.clone(),
             });
-            if let Ok((Outcome::Applied, _)) = self
+            let result = self
                 .delete_owned(tenant, kind, namespace, &name, None, obj.resource_version())
-                .await
-            {
+                .await;
+            if result == Ok(Applied::Deleted) {
                 deleted.push(name);
             }
         }
         Ok(deleted)
     }
+}
+
+/// Decodes a request's object and checks it names what the envelope names.
+fn decode_desired(
+    kind: Allowed,
+    object: &ObjectRef,
+    json: &[u8],
+) -> Result<serde_json::Value, ApplyError> {
+    let malformed = ApplyError::Malformed;
+    let value: serde_json::Value = serde_json::from_slice(json)
+        .map_err(|e| malformed(format!("object is not valid JSON: {e}")))?;
+    if !value.is_object() || !value["metadata"].is_object() {
+        return Err(malformed("object has no metadata".into()));
+    }
+    let field = |v: &serde_json::Value, f: &str| v[f].as_str().unwrap_or_default().to_string();
+    let meta = &value["metadata"];
+    let (name, namespace) = (field(meta, "name"), field(meta, "namespace"));
+    let expected_namespace = match kind {
+        Allowed::Namespace => "",
+        _ => object.namespace.as_str(),
+    };
+    if field(&value, "kind") != object.kind
+        || field(&value, "apiVersion") != object.api_version
+        || name != object.name
+        || namespace != expected_namespace
+    {
+        return Err(malformed(format!(
+            "object {}/{} {namespace}/{name} does not match the envelope {}",
+            field(&value, "apiVersion"),
+            field(&value, "kind"),
+            object.display_name()
+        )));
+    }
+    Ok(value)
 }
 
 trait DisplayName {

@@ -4,8 +4,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use refract_shared::telemetry::TelemetryArgs;
 use refract_shared::tls::ClusterId;
+
+use crate::policy::Level;
 
 /// Refract's provider-side agent.
 ///
@@ -43,10 +46,29 @@ pub struct Args {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Pod Security Admission level enforced on tenant namespaces (privileged, baseline or
-    /// restricted).
-    #[arg(long, default_value = "baseline", value_parser = ["privileged", "baseline", "restricted"])]
-    pub pod_security_level: String,
+    /// Pod Security Standards level tenants' pods must meet, checked by the remote agent and set
+    /// as the Pod Security Admission label of tenant namespaces. The default for every tenant;
+    /// a --policy file can set it per tenant.
+    #[arg(long, value_enum, default_value = "baseline")]
+    pub pod_security_level: Level,
+
+    /// YAML file of what tenants may have written: `defaults` for every tenant and `tenants:
+    /// {<cluster-id>: ...}` overriding them field by field (pod security level, priority
+    /// classes, tolerated taints, Service types and addresses, endpoint ranges, Ingress
+    /// annotations and classes, storage classes). See the README, "Provider policy". Read at
+    /// start; an invalid file stops the agent.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+
+    /// The provider's own pod and Service ranges (repeatable): no tenant EndpointSlice may
+    /// point into them.
+    #[arg(long = "provider-cidr", value_name = "CIDR")]
+    pub provider_cidrs: Vec<IpNet>,
+
+    /// The largest object a tenant may send, in bytes of JSON; larger ones are refused with
+    /// the outcome INVALID, and the stream goes on.
+    #[arg(long, default_value_t = refract_shared::limits::MAX_OBJECT_BYTES)]
+    pub max_object_bytes: usize,
 
     /// Label suggested for tenants' virtual nodes, KEY=VALUE (repeatable), e.g.
     /// `topology.kubernetes.io/region=eu-west`.
@@ -95,6 +117,25 @@ pub struct Args {
 }
 
 impl Args {
+    /// What tenants may have written: the --policy file over the flags' defaults.
+    pub fn limits(&self) -> Result<crate::apply::Limits, crate::policy::PolicyError> {
+        let base = crate::policy::TenantPolicy {
+            pod_security: self.pod_security_level,
+            ..Default::default()
+        };
+        let policies = match &self.policy {
+            Some(path) => crate::policy::Policies::load(path, base)?,
+            None => crate::policy::Policies::uniform(base),
+        };
+        Ok(crate::apply::Limits {
+            policies,
+            networks: crate::policy::ProviderNetworks {
+                cidrs: self.provider_cidrs.clone(),
+            },
+            max_object_bytes: self.max_object_bytes,
+        })
+    }
+
     /// The suggested virtual node labels as a map.
     pub fn node_labels(&self) -> std::collections::BTreeMap<String, String> {
         self.node_labels.iter().cloned().collect()

@@ -19,8 +19,8 @@ pub mod kinds;
 pub mod metrics;
 pub mod objects;
 pub mod peer;
-pub mod pod_security;
 pub mod pod_status;
+pub mod policy;
 pub mod registry;
 pub mod restore;
 pub mod shadowpod;
@@ -74,15 +74,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         );
     }
 
+    let limits = args.limits()?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let registry = registry::Registry::default();
     let (objects, changes) = objects::spawn(client.clone(), &args.cluster_id, token.clone());
-    let applier = apply::Applier::new(
-        client.clone(),
-        args.cluster_id.clone(),
-        args.pod_security_level.clone(),
-        objects,
-    );
+    let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
     restore::spawn_restorer(applier.clone(), changes);
     let stores = shadowpod_controller::spawn(client.clone(), &args.cluster_id, token.clone());
     pod_status::spawn(stores, registry.clone(), token.clone());
@@ -151,7 +147,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(ReflectionServer::new(reflection))
+        .add_service(
+            ReflectionServer::new(reflection)
+                .max_decoding_message_size(refract_shared::limits::MAX_MESSAGE_BYTES),
+        )
         .add_service(InspectServer::new(inspect))
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;

@@ -59,10 +59,14 @@ async fn check(applier: &Applier, kind: Allowed, obj: &Meta, resource_version: O
     } else {
         "changed"
     };
-    let (outcome, message) = applier.restore(&key, &desired, resource_version).await;
-    tracing::info!(
-        tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name,
-        outcome = outcome.as_str_name(), %message,
-        "reflected object {what} on the provider; restored the tenant's desired state"
-    );
+    match applier.restore(&key, &desired, resource_version).await {
+        Ok(_) => tracing::info!(
+            tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name,
+            "reflected object {what} on the provider; restored the tenant's desired state"
+        ),
+        Err(error) => tracing::warn!(
+            tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name,
+            %error, "reflected object {what} on the provider; restoring it failed"
+        ),
+    }
 }

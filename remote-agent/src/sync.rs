@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 mod dispatch;
 
-use crate::apply::Applier;
+use crate::apply::{answer, Applier};
 use crate::kinds::Allowed;
 use crate::metrics::{label, Metrics};
 use crate::peer::Peer;
@@ -247,7 +247,8 @@ impl TenantSession {
             Some(Kind::Upsert(upsert)) => {
                 let object = upsert.object.clone().unwrap_or_default();
                 tracing::debug!(target: "refract::trace", name = %object.name, "start");
-                let (outcome, msg) = self.service.applier.upsert(&self.tenant, &upsert).await;
+                let result = self.service.applier.apply(&self.tenant, &upsert).await;
+                let (outcome, msg) = answer(&result);
                 tracing::debug!(target: "refract::trace", name = %object.name, "applied");
                 self.service.registry.record(
                     &self.tenant,
@@ -260,7 +261,8 @@ impl TenantSession {
             }
             Some(Kind::Delete(delete)) => {
                 let object = delete.object.clone().unwrap_or_default();
-                let (outcome, msg) = self.service.applier.delete(&self.tenant, &delete).await;
+                let result = self.service.applier.delete(&self.tenant, &delete).await;
+                let (outcome, msg) = answer(&result);
                 if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
                     self.service.registry.forget(&self.tenant, &object);
                 }
@@ -324,8 +326,8 @@ impl TenantSession {
                 tracing::info!(kind = %done.kind, namespace = %done.namespace, ?deleted, "deleted objects the tenant no longer has")
             }
             Ok(_) => {}
-            Err((outcome, message)) => {
-                tracing::warn!(kind = %done.kind, namespace = %done.namespace, outcome = outcome.as_str_name(), %message, "failed to collect orphans")
+            Err(error) => {
+                tracing::warn!(kind = %done.kind, namespace = %done.namespace, %error, "failed to collect orphans")
             }
         }
     }

@@ -15,6 +15,7 @@ pub mod duration;
 pub mod forge;
 pub mod hash;
 pub mod keys;
+pub mod limits;
 pub mod offloading;
 pub mod options;
 pub mod placement;

@@ -7,10 +7,10 @@
 use kube::ResourceExt;
 use refract_shared::forge::token::{token_secret_name, FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
 use refract_shared::options::Kind;
-use refract_shared::proto::{ObjectRef, Outcome};
+use refract_shared::proto::ObjectRef;
 use refract_shared::tls::ClusterId;
 
-use super::{api_error, Answer, Applier};
+use super::{Applier, ApplyError};
 use crate::kinds::Allowed;
 
 impl Applier {
@@ -22,33 +22,26 @@ impl Applier {
         tenant: &ClusterId,
         object: &ObjectRef,
         desired: &mut serde_json::Value,
-    ) -> Result<(), Answer> {
+    ) -> Result<(), ApplyError> {
         let pod = desired["metadata"]["annotations"][FOR_POD_ANNOTATION]
             .as_str()
             .unwrap_or_default()
             .to_string();
         if pod.is_empty() || token_secret_name(&pod) != object.name {
-            return Err((
-                Outcome::Invalid,
-                format!(
-                    "a token Secret must be named <pod>-token after its {FOR_POD_ANNOTATION} annotation ({pod:?})"
-                ),
-            ));
+            return Err(ApplyError::Malformed(format!(
+                "a token Secret must be named <pod>-token after its {FOR_POD_ANNOTATION} annotation ({pod:?})"
+            )));
         }
         let shadow = self
             .api(Allowed::ShadowPod, &object.namespace)
             .get_opt(&pod)
-            .await
-            .map_err(api_error)?
+            .await?
             .filter(|s| self.is_ours(tenant, &s.metadata))
             .ok_or_else(|| {
-                (
-                    Outcome::Denied,
-                    format!(
-                        "no ShadowPod {}/{pod} of tenant {tenant} for these tokens",
-                        object.namespace
-                    ),
-                )
+                ApplyError::Reference(format!(
+                    "no ShadowPod {}/{pod} of tenant {tenant} for these tokens",
+                    object.namespace
+                ))
             })?;
         desired["metadata"]["ownerReferences"] = serde_json::json!([{
             "apiVersion": refract_shared::forge::pod::SHADOWPOD_API_VERSION,

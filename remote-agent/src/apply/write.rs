@@ -8,10 +8,9 @@
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::Request;
 use refract_shared::keys::REMOTE_FIELD_MANAGER;
-use refract_shared::proto::Outcome;
 use serde::Deserialize;
 
-use super::{api_error, Answer};
+use super::ApplyError;
 
 /// A resourceVersion no stored object can have (the largest the API server parses). An apply
 /// carrying it creates the object when it is absent, and when it is present fails with 409
@@ -41,19 +40,18 @@ pub(super) enum Refused {
     /// Kubernetes 1.22 are not stored by the generic registry); nothing was written.
     GuardUnsupported,
     /// Any other failure, as the tenant is told.
-    Failed(Answer),
+    Failed(ApplyError),
 }
 
 impl Refused {
-    /// The answer for the tenant.
-    pub(super) fn into_answer(self) -> Answer {
+    /// The error the tenant is told.
+    pub(super) fn into_error(self) -> ApplyError {
         match self {
-            Refused::Failed(answer) => answer,
-            Refused::Exists => (Outcome::Transient, "the object exists already".into()),
-            Refused::GuardUnsupported => (
-                Outcome::Transient,
-                "the API refused a guarded create".into(),
-            ),
+            Refused::Failed(error) => error,
+            Refused::Exists => ApplyError::Transient("the object exists already".into()),
+            Refused::GuardUnsupported => {
+                ApplyError::Transient("the API refused a guarded create".into())
+            }
         }
     }
 }
@@ -103,7 +101,7 @@ pub(super) async fn write(
             Request::new(url).patch(name, &params, &Patch::Merge(&desired))
         }
     };
-    let request = request.map_err(|e| Refused::Failed(api_error(kube::Error::BuildRequest(e))))?;
+    let request = request.map_err(|e| Refused::Failed(kube::Error::BuildRequest(e).into()))?;
     let creates = matches!(mode, Mode::CreateOnly | Mode::Create);
     match client.request::<Written>(request).await {
         Ok(written) => Ok(written.metadata.resource_version),
@@ -115,6 +113,6 @@ pub(super) async fn write(
         {
             Err(Refused::GuardUnsupported)
         }
-        Err(e) => Err(Refused::Failed(api_error(e))),
+        Err(e) => Err(Refused::Failed(e.into())),
     }
 }

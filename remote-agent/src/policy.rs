@@ -1,0 +1,370 @@
+//! What each tenant may have the provider write: the policy the remote agent enforces on every
+//! object, whatever the origin sent.
+//!
+//! The policy is configured per tenant in a YAML file (`--policy`): `defaults` apply to every
+//! tenant, and an entry under `tenants` overrides them field by field for one cluster id.
+//! Without a file every tenant gets [`TenantPolicy::default`], with the pod security level of
+//! `--pod-security-level`. The checks ([`check`]) are pure: they look at the desired object and
+//! the policy, refuse with a [`Violation`] or normalize the object in place.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ipnet::IpNet;
+use refract_shared::tls::ClusterId;
+use serde::Deserialize;
+
+use crate::kinds::Allowed;
+
+mod exposition;
+mod namespace;
+mod pod;
+pub mod pod_security;
+mod secret;
+mod storage;
+
+pub use pod::secrets_read;
+pub use pod_security::Level;
+
+/// The Pod Security Admission label the remote agent sets on tenant namespaces.
+pub const PSA_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
+/// Why the provider refuses an object: the field and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct Violation {
+    /// The offending field, as a JSON path such as `spec.externalIPs`.
+    pub field: String,
+    /// What the rule is.
+    pub reason: String,
+}
+
+impl Violation {
+    pub(crate) fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// One tenant's rights on this provider. Every field has a default; see the README's
+/// "Provider policy" for the file format.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TenantPolicy {
+    /// The Pod Security Standards level the tenant's pods must meet (and the Pod Security
+    /// Admission label on its namespaces).
+    pub pod_security: Level,
+    /// PriorityClasses the tenant's pods may name. Empty: none.
+    pub priority_classes: Vec<String>,
+    /// Taint keys the tenant's pods may tolerate (a toleration without a key, i.e. of every
+    /// taint, is never allowed). Empty: any key but the control plane's.
+    pub toleration_keys: Vec<String>,
+    /// Services.
+    pub services: ServicePolicy,
+    /// Ranges every EndpointSlice address must fall in: the addresses this provider assigned to
+    /// the tenant's cluster. Empty: any address that is not forbidden outright (loopback,
+    /// link-local, unspecified, multicast, or `--provider-cidr`).
+    pub endpoint_ranges: Vec<IpNet>,
+    /// Ingresses.
+    pub ingress: IngressPolicy,
+    /// StorageClasses the tenant's claims may use. Empty: any.
+    pub storage_classes: Vec<String>,
+}
+
+impl Default for TenantPolicy {
+    fn default() -> Self {
+        Self {
+            pod_security: Level::Baseline,
+            priority_classes: Vec::new(),
+            toleration_keys: Vec::new(),
+            services: ServicePolicy::default(),
+            endpoint_ranges: Vec::new(),
+            ingress: IngressPolicy::default(),
+            storage_classes: Vec::new(),
+        }
+    }
+}
+
+/// What a tenant's Services may ask of the provider's network.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ServicePolicy {
+    /// Services of type LoadBalancer.
+    pub allow_load_balancer: bool,
+    /// A chosen `loadBalancerIP`.
+    #[serde(rename = "allowLoadBalancerIP")]
+    pub allow_load_balancer_ip: bool,
+    /// Chosen node port numbers (otherwise the provider allocates them).
+    pub allow_node_ports: bool,
+}
+
+impl Default for ServicePolicy {
+    fn default() -> Self {
+        Self {
+            allow_load_balancer: true,
+            allow_load_balancer_ip: false,
+            allow_node_ports: false,
+        }
+    }
+}
+
+/// What a tenant's Ingresses may ask of the provider's ingress controllers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct IngressPolicy {
+    /// Annotation keys allowed on Ingresses: exact keys, or prefixes ending in `*`. Keys
+    /// naming a configuration snippet are refused whatever this says.
+    pub allowed_annotations: Vec<String>,
+    /// Ingress classes the tenant may use. Empty: any.
+    pub classes: Vec<String>,
+}
+
+impl Default for IngressPolicy {
+    fn default() -> Self {
+        Self {
+            allowed_annotations: vec!["*".into()],
+            classes: Vec::new(),
+        }
+    }
+}
+
+/// The provider's own networks, from `--provider-cidr`.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderNetworks {
+    /// The provider's own pod and Service ranges: no tenant endpoint may point into them.
+    pub cidrs: Vec<IpNet>,
+}
+
+/// The policy file: defaults and per-tenant overrides.
+#[derive(Debug, Clone, Default)]
+pub struct Policies {
+    defaults: TenantPolicy,
+    tenants: BTreeMap<String, TenantPolicy>,
+}
+
+/// A policy file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("failed to read policy file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a valid policy.
+    #[error("invalid policy file {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    defaults: serde_json::Value,
+    #[serde(default)]
+    tenants: BTreeMap<String, serde_json::Value>,
+}
+
+impl Policies {
+    /// Every tenant gets `defaults`.
+    pub fn uniform(defaults: TenantPolicy) -> Self {
+        Self {
+            defaults,
+            tenants: BTreeMap::new(),
+        }
+    }
+
+    /// Reads a policy file; fields it does not set keep `base`'s values.
+    pub fn load(path: &Path, base: TenantPolicy) -> Result<Self, PolicyError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::parse(&text, base).map_err(|message| PolicyError::Invalid {
+            path: shown,
+            message,
+        })
+    }
+
+    /// Parses a policy file's text.
+    pub fn parse(text: &str, base: TenantPolicy) -> Result<Self, String> {
+        let file: File = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        let base = serde_json::to_value(BaseView(&base)).map_err(|e| e.to_string())?;
+        let defaults_value = overlay(base, file.defaults);
+        let defaults: TenantPolicy =
+            serde_json::from_value(defaults_value.clone()).map_err(|e| format!("defaults: {e}"))?;
+        let mut tenants = BTreeMap::new();
+        for (tenant, value) in file.tenants {
+            ClusterId::parse(&tenant).map_err(|e| format!("tenants.{tenant}: {e}"))?;
+            let policy = serde_json::from_value(overlay(defaults_value.clone(), value))
+                .map_err(|e| format!("tenants.{tenant}: {e}"))?;
+            tenants.insert(tenant, policy);
+        }
+        Ok(Self { defaults, tenants })
+    }
+
+    /// The policy of `tenant`.
+    pub fn of(&self, tenant: &ClusterId) -> &TenantPolicy {
+        self.tenants.get(tenant.as_str()).unwrap_or(&self.defaults)
+    }
+}
+
+/// `top` laid over `base`: maps are merged key by key, anything else replaces.
+fn overlay(base: serde_json::Value, top: serde_json::Value) -> serde_json::Value {
+    match (base, top) {
+        (serde_json::Value::Object(mut base), serde_json::Value::Object(top)) => {
+            for (k, v) in top {
+                let merged = match base.remove(&k) {
+                    Some(b) => overlay(b, v),
+                    None => v,
+                };
+                base.insert(k, merged);
+            }
+            serde_json::Value::Object(base)
+        }
+        (base, serde_json::Value::Null) => base,
+        (_, top) => top,
+    }
+}
+
+/// [`TenantPolicy`] in the file's own format, for laying a file over it.
+struct BaseView<'a>(&'a TenantPolicy);
+
+impl serde::Serialize for BaseView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let p = self.0;
+        serde_json::json!({
+            "podSecurity": p.pod_security.as_str(),
+            "priorityClasses": p.priority_classes,
+            "tolerationKeys": p.toleration_keys,
+            "services": {
+                "allowLoadBalancer": p.services.allow_load_balancer,
+                "allowLoadBalancerIP": p.services.allow_load_balancer_ip,
+                "allowNodePorts": p.services.allow_node_ports,
+            },
+            "endpointRanges": p.endpoint_ranges.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "ingress": {
+                "allowedAnnotations": p.ingress.allowed_annotations,
+                "classes": p.ingress.classes,
+            },
+            "storageClasses": p.storage_classes,
+        })
+        .serialize(s)
+    }
+}
+
+/// Checks `object` (the whole desired object of `kind`) against `policy`, normalizing what
+/// the provider decides on its own (labels of namespaces, service account mounts of pods).
+pub fn check(
+    kind: Allowed,
+    object: &mut serde_json::Value,
+    policy: &TenantPolicy,
+    provider: &ProviderNetworks,
+) -> Result<(), Violation> {
+    use refract_shared::options::Kind;
+    match kind {
+        Allowed::Namespace => namespace::check(object),
+        Allowed::ShadowPod => pod::check(object, policy),
+        Allowed::Reflected(Kind::Service) => exposition::check_service(object, &policy.services),
+        Allowed::Reflected(Kind::EndpointSlice) => {
+            exposition::check_endpoint_slice(object, policy, provider)
+        }
+        Allowed::Reflected(Kind::Ingress) => exposition::check_ingress(object, &policy.ingress),
+        Allowed::Reflected(Kind::PersistentVolumeClaim) => storage::check_claim(object, policy),
+        Allowed::Reflected(Kind::Secret) => secret::check(object),
+        Allowed::Reflected(Kind::ConfigMap) => Ok(()),
+    }
+}
+
+/// Removes what only the provider's API server sets, or what would tie the object to objects
+/// that are not the tenant's: identity and version fields, owner references, finalizers (a
+/// tenant's finalizer could keep an object from ever being deleted), managed fields and status.
+pub fn strip_server_fields(object: &mut serde_json::Value) {
+    if let Some(o) = object.as_object_mut() {
+        o.remove("status");
+    }
+    if let Some(meta) = object["metadata"].as_object_mut() {
+        for field in [
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "ownerReferences",
+            "finalizers",
+            "managedFields",
+            "selfLink",
+            "generateName",
+        ] {
+            meta.remove(field);
+        }
+    }
+}
+
+/// Decodes `value` as `T`, or says which field is malformed.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    value: &serde_json::Value,
+    field: &str,
+) -> Result<T, Violation> {
+    serde_json::from_value(value.clone())
+        .map_err(|e| Violation::new(field, format!("is not well-formed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_entry_overrides_the_defaults_field_by_field() {
+        let text = "defaults:\n  podSecurity: restricted\n  services: {allowNodePorts: true}\ntenants:\n  origin-a:\n    services: {allowLoadBalancer: false}\n    storageClasses: [fast]\n";
+        let p = Policies::parse(text, TenantPolicy::default()).unwrap();
+        let a = p.of(&ClusterId::parse("origin-a").unwrap());
+        assert_eq!(a.pod_security, Level::Restricted);
+        assert!(a.services.allow_node_ports, "inherited from defaults");
+        assert!(!a.services.allow_load_balancer);
+        assert_eq!(a.storage_classes, vec!["fast".to_string()]);
+        let b = p.of(&ClusterId::parse("origin-b").unwrap());
+        assert!(b.services.allow_load_balancer);
+        assert!(b.storage_classes.is_empty());
+    }
+
+    #[test]
+    fn fields_not_in_the_file_keep_the_base() {
+        let base = TenantPolicy {
+            pod_security: Level::Privileged,
+            ..TenantPolicy::default()
+        };
+        let p = Policies::parse("tenants: {}\n", base.clone()).unwrap();
+        assert_eq!(p.of(&ClusterId::parse("x").unwrap()), &base);
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_refused_with_where() {
+        let e = Policies::parse(
+            "defaults: {podSecurty: baseline}\n",
+            TenantPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("podSecurty"), "{e}");
+        let e = Policies::parse(
+            "tenants: {a: {endpointRanges: [not-a-cidr]}}\n",
+            TenantPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("tenants.a"), "{e}");
+        let e =
+            Policies::parse("tenants: {\"Bad_Id\": {}}\n", TenantPolicy::default()).unwrap_err();
+        assert!(e.contains("Bad_Id"), "{e}");
+    }
+}

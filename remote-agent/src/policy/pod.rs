@@ -1,0 +1,279 @@
+//! ShadowPods: the pod must meet the tenant's Pod Security Standards level, stay off node
+//! placement the provider decides (`nodeName`, priority, control-plane tolerations), and never
+//! run with the provider's own ServiceAccount credentials.
+//!
+//! Tokens a tenant's pod may mount come only from Secrets the tenant itself sent (checked by
+//! the write path, which can read the Secrets); here the pod is held to what needs no read:
+//! no ServiceAccount of the provider's but `default`, no automounted token, no projected token.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodSpec;
+
+use super::{decode, pod_security, TenantPolicy, Violation};
+
+/// Taint keys of the control plane: tolerating them would put tenant pods next to it.
+const CONTROL_PLANE_TAINTS: &[&str] = &[
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
+
+/// Tolerations every pod gets from the API server's admission (DefaultTolerationSeconds):
+/// always allowed.
+const DEFAULT_TOLERATIONS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
+
+/// Checks a ShadowPod, and makes sure its pod never mounts the provider's token.
+pub(super) fn check(
+    shadow: &mut serde_json::Value,
+    policy: &TenantPolicy,
+) -> Result<(), Violation> {
+    let spec_json = &shadow["spec"]["pod"];
+    if !spec_json.is_object() {
+        return Err(Violation::new("spec.pod", "a ShadowPod needs a pod spec"));
+    }
+    let spec: PodSpec = decode(spec_json, "spec.pod")?;
+    let annotations: BTreeMap<String, String> =
+        decode(&shadow["metadata"]["annotations"], "metadata.annotations")
+            .or_else(|_| Ok::<_, Violation>(BTreeMap::new()))?;
+    let prefixed = |v: Violation| Violation::new(v.field.replacen("spec", "spec.pod", 1), v.reason);
+    pod_security::check(policy.pod_security, &spec, spec_json, &annotations).map_err(
+        |v| match v.field.starts_with("spec") {
+            true => prefixed(v),
+            false => v,
+        },
+    )?;
+    placement(&spec, policy).map_err(prefixed)?;
+    credentials(&spec).map_err(prefixed)?;
+    // The pod never gets the provider's ServiceAccount token mounted for it.
+    shadow["spec"]["pod"]["automountServiceAccountToken"] = false.into();
+    Ok(())
+}
+
+fn placement(spec: &PodSpec, policy: &TenantPolicy) -> Result<(), Violation> {
+    if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
+        return Err(Violation::new(
+            "spec.nodeName",
+            "the provider's scheduler places tenant pods; nodeName is not allowed",
+        ));
+    }
+    if let Some(class) = spec
+        .priority_class_name
+        .as_deref()
+        .filter(|c| !c.is_empty())
+    {
+        if !policy.priority_classes.iter().any(|c| c == class) {
+            return Err(Violation::new(
+                "spec.priorityClassName",
+                format!(
+                    "PriorityClass {class:?} is not allowed for this tenant (allowed: {})",
+                    listed(&policy.priority_classes)
+                ),
+            ));
+        }
+    }
+    if spec.priority.is_some() {
+        return Err(Violation::new(
+            "spec.priority",
+            "the priority is set by the provider from priorityClassName",
+        ));
+    }
+    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+        let key = t.key.as_deref().unwrap_or_default();
+        let field = format!("spec.tolerations[{i}]");
+        if key.is_empty() {
+            return Err(Violation::new(
+                field,
+                "a toleration of every taint (no key) is not allowed",
+            ));
+        }
+        if CONTROL_PLANE_TAINTS.contains(&key) {
+            return Err(Violation::new(
+                field,
+                format!("tolerating the control plane's taint {key:?} is not allowed"),
+            ));
+        }
+        let allowed = policy.toleration_keys.is_empty()
+            || DEFAULT_TOLERATIONS.contains(&key)
+            || policy.toleration_keys.iter().any(|k| k == key);
+        if !allowed {
+            return Err(Violation::new(
+                field,
+                format!(
+                    "tolerating taint {key:?} is not allowed for this tenant (allowed: {})",
+                    listed(&policy.toleration_keys)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn credentials(spec: &PodSpec) -> Result<(), Violation> {
+    let account = spec
+        .service_account_name
+        .as_deref()
+        .or(spec.service_account.as_deref())
+        .unwrap_or_default();
+    if !account.is_empty() && account != "default" {
+        return Err(Violation::new(
+            "spec.serviceAccountName",
+            format!("ServiceAccount {account:?} is the provider's; tenant pods run as \"default\" without its token"),
+        ));
+    }
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let projected = v.projected.as_ref().and_then(|p| p.sources.as_ref());
+        if projected
+            .into_iter()
+            .flatten()
+            .any(|s| s.service_account_token.is_some())
+        {
+            return Err(Violation::new(
+                format!("spec.volumes[{i}].projected"),
+                "a projected serviceAccountToken would be the provider's token; tokens come from the tenant's own token Secrets",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The Secrets a pod reads: volumes, image pull Secrets, env and envFrom of every container.
+pub fn secrets_read(spec: &PodSpec) -> Vec<String> {
+    let mut names: Vec<String> = spec
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|r| r.name.clone())
+        .collect();
+    for v in spec.volumes.iter().flatten() {
+        if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+            names.push(s);
+        }
+        let projected = v.projected.as_ref().and_then(|p| p.sources.as_ref());
+        names.extend(
+            projected
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.secret.as_ref().map(|s| s.name.clone())),
+        );
+    }
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        for e in c.env.iter().flatten() {
+            let from = e
+                .value_from
+                .as_ref()
+                .and_then(|f| f.secret_key_ref.as_ref());
+            names.extend(from.map(|r| r.name.clone()));
+        }
+        for f in c.env_from.iter().flatten() {
+            names.extend(f.secret_ref.as_ref().map(|r| r.name.clone()));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn listed(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn shadow(pod: serde_json::Value) -> serde_json::Value {
+        json!({"metadata": {"name": "p"}, "spec": {"pod": pod}})
+    }
+
+    fn refusal(pod: serde_json::Value, policy: &TenantPolicy) -> String {
+        check(&mut shadow(pod), policy).unwrap_err().field
+    }
+
+    #[test]
+    fn placement_and_credentials_are_the_providers() {
+        let p = TenantPolicy::default();
+        let c = json!([{"name": "a", "image": "x"}]);
+        let cases = [
+            (
+                json!({"nodeName": "n1", "containers": c}),
+                "spec.pod.nodeName",
+            ),
+            (
+                json!({"priorityClassName": "system-node-critical", "containers": c}),
+                "spec.pod.priorityClassName",
+            ),
+            (
+                json!({"priority": 2000000000, "containers": c}),
+                "spec.pod.priority",
+            ),
+            (
+                json!({"tolerations": [{"operator": "Exists"}], "containers": c}),
+                "spec.pod.tolerations[0]",
+            ),
+            (
+                json!({"tolerations": [{"key": "node-role.kubernetes.io/master", "operator": "Exists"}], "containers": c}),
+                "spec.pod.tolerations[0]",
+            ),
+            (
+                json!({"serviceAccountName": "remote-agent", "containers": c}),
+                "spec.pod.serviceAccountName",
+            ),
+            (
+                json!({"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}], "containers": c}),
+                "spec.pod.volumes[0].projected",
+            ),
+            (
+                json!({"hostNetwork": true, "containers": c}),
+                "spec.pod.hostNetwork",
+            ),
+        ];
+        for (pod, field) in cases {
+            assert_eq!(refusal(pod, &p), field);
+        }
+    }
+
+    #[test]
+    fn the_policy_opens_priority_classes_and_taints() {
+        let c = json!([{"name": "a", "image": "x"}]);
+        let p = TenantPolicy {
+            priority_classes: vec!["tenant-high".into()],
+            toleration_keys: vec!["gpu".into()],
+            ..TenantPolicy::default()
+        };
+        let mut ok = shadow(
+            json!({"priorityClassName": "tenant-high", "tolerations": [{"key": "gpu", "operator": "Exists"}], "containers": c}),
+        );
+        assert_eq!(check(&mut ok, &p), Ok(()));
+        assert_eq!(
+            ok["spec"]["pod"]["automountServiceAccountToken"],
+            json!(false)
+        );
+        let other =
+            json!({"tolerations": [{"key": "spot", "operator": "Exists"}], "containers": c});
+        assert_eq!(refusal(other, &p), "spec.pod.tolerations[0]");
+    }
+
+    #[test]
+    fn secrets_read_lists_every_reference() {
+        let spec: PodSpec = serde_json::from_value(json!({
+            "volumes": [{"name": "a", "secret": {"secretName": "s1"}},
+                        {"name": "b", "projected": {"sources": [{"secret": {"name": "s2"}}]}}],
+            "containers": [{"name": "c", "env": [{"name": "E", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "k"}}}],
+                            "envFrom": [{"secretRef": {"name": "s4"}}]}]
+        }))
+        .unwrap();
+        assert_eq!(secrets_read(&spec), ["s1", "s2", "s3", "s4"]);
+    }
+}

@@ -1,0 +1,561 @@
+//! The Kubernetes Pod Security Standards, checked by the remote agent before a tenant's pod is
+//! written: `baseline` (nothing that reaches into the node) and `restricted` (hardened pods).
+//! The tenant's namespaces also carry the Pod Security Admission label of the same level, so a
+//! provider whose API server enforces it checks twice; one that does not (Kubernetes before
+//! 1.23) is covered by this check alone.
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, PodSecurityContext, PodSpec, SeccompProfile,
+};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use super::Violation;
+
+/// A Pod Security Standards level.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Anything goes.
+    Privileged,
+    /// Nothing that reaches into the node.
+    Baseline,
+    /// Hardened pods: non-root, no privilege escalation, all capabilities dropped, a seccomp
+    /// profile, and only volume types that carry no node access.
+    Restricted,
+}
+
+impl Level {
+    /// The level's name, as Pod Security Admission labels spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Privileged => "privileged",
+            Level::Baseline => "baseline",
+            Level::Restricted => "restricted",
+        }
+    }
+}
+
+/// Capabilities `baseline` allows to be added.
+const BASELINE_CAPABILITIES: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Sysctls `baseline` allows: namespaced and isolated from the node and other pods.
+const SAFE_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
+/// SELinux types `baseline` allows.
+const SELINUX_TYPES: &[&str] = &[
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+
+/// Volume types `restricted` allows.
+const RESTRICTED_VOLUMES: &[&str] = &[
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+const APPARMOR_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
+const SECCOMP_CONTAINER_PREFIX: &str = "container.seccomp.security.alpha.kubernetes.io/";
+
+/// The first violation of `level` by a pod of `spec` and `annotations`.
+pub fn check(
+    level: Level,
+    spec: &PodSpec,
+    spec_json: &serde_json::Value,
+    annotations: &BTreeMap<String, String>,
+) -> Result<(), Violation> {
+    if level == Level::Privileged {
+        return Ok(());
+    }
+    baseline(spec, annotations)?;
+    if level == Level::Restricted {
+        restricted(spec, spec_json)?;
+    }
+    Ok(())
+}
+
+/// Every container of the pod with its field path: init, regular and ephemeral (the fields
+/// that matter here are the same; an ephemeral one is compared as a container).
+fn containers(spec: &PodSpec) -> Vec<(String, Cow<'_, Container>)> {
+    let init = spec.init_containers.iter().flatten().enumerate();
+    let init = init.map(|(i, c)| (format!("spec.initContainers[{i}]"), Cow::Borrowed(c)));
+    let regular = spec.containers.iter().enumerate();
+    let regular = regular.map(|(i, c)| (format!("spec.containers[{i}]"), Cow::Borrowed(c)));
+    let ephemeral = spec.ephemeral_containers.iter().flatten().enumerate();
+    let ephemeral = ephemeral.map(|(i, e)| {
+        let c = Container {
+            name: e.name.clone(),
+            security_context: e.security_context.clone(),
+            ports: e.ports.clone(),
+            ..Container::default()
+        };
+        (format!("spec.ephemeralContainers[{i}]"), Cow::Owned(c))
+    });
+    init.chain(regular).chain(ephemeral).collect()
+}
+
+fn baseline(spec: &PodSpec, annotations: &BTreeMap<String, String>) -> Result<(), Violation> {
+    for (field, on) in [
+        ("spec.hostNetwork", spec.host_network),
+        ("spec.hostPID", spec.host_pid),
+        ("spec.hostIPC", spec.host_ipc),
+    ] {
+        if on == Some(true) {
+            return Err(Violation::new(field, "host namespaces are not allowed"));
+        }
+    }
+    if let Some((i, v)) = spec
+        .volumes
+        .iter()
+        .flatten()
+        .enumerate()
+        .find(|(_, v)| v.host_path.is_some())
+    {
+        return Err(Violation::new(
+            format!("spec.volumes[{i}].hostPath"),
+            format!("hostPath volume {:?} is not allowed", v.name),
+        ));
+    }
+    let pod_sc = spec.security_context.as_ref();
+    if let Some(sc) = pod_sc {
+        pod_context_baseline(sc)?;
+    }
+    for (field, c) in containers(spec) {
+        container_baseline(&field, &c)?;
+    }
+    for (key, value) in annotations {
+        if key.starts_with(APPARMOR_PREFIX)
+            && value != "runtime/default"
+            && !value.starts_with("localhost/")
+        {
+            return Err(Violation::new(
+                format!("metadata.annotations[{key}]"),
+                format!("AppArmor profile {value:?} is not allowed (runtime/default or localhost/* only)"),
+            ));
+        }
+        if (key == SECCOMP_POD_ANNOTATION || key.starts_with(SECCOMP_CONTAINER_PREFIX))
+            && value == "unconfined"
+        {
+            return Err(Violation::new(
+                format!("metadata.annotations[{key}]"),
+                "an unconfined seccomp profile is not allowed",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn pod_context_baseline(sc: &PodSecurityContext) -> Result<(), Violation> {
+    let field = "spec.securityContext";
+    if sc
+        .windows_options
+        .as_ref()
+        .and_then(|w| w.host_process)
+        .unwrap_or(false)
+    {
+        return Err(Violation::new(
+            format!("{field}.windowsOptions.hostProcess"),
+            "HostProcess pods are not allowed",
+        ));
+    }
+    if let Some(se) = &sc.se_linux_options {
+        selinux(field, se)?;
+    }
+    seccomp_not_unconfined(field, sc.seccomp_profile.as_ref())?;
+    if let Some(p) = &sc.app_armor_profile {
+        apparmor(field, &p.type_)?;
+    }
+    for (i, s) in sc.sysctls.iter().flatten().enumerate() {
+        if !SAFE_SYSCTLS.contains(&s.name.as_str()) {
+            return Err(Violation::new(
+                format!("{field}.sysctls[{i}]"),
+                format!("sysctl {:?} is not allowed", s.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn container_baseline(field: &str, c: &Container) -> Result<(), Violation> {
+    if let Some((i, _)) = c
+        .ports
+        .iter()
+        .flatten()
+        .enumerate()
+        .find(|(_, p)| p.host_port.unwrap_or(0) != 0)
+    {
+        return Err(Violation::new(
+            format!("{field}.ports[{i}].hostPort"),
+            "host ports are not allowed",
+        ));
+    }
+    let Some(sc) = c.security_context.as_ref() else {
+        return Ok(());
+    };
+    let field = format!("{field}.securityContext");
+    if sc.privileged == Some(true) {
+        return Err(Violation::new(
+            format!("{field}.privileged"),
+            "privileged containers are not allowed",
+        ));
+    }
+    if sc
+        .windows_options
+        .as_ref()
+        .and_then(|w| w.host_process)
+        .unwrap_or(false)
+    {
+        return Err(Violation::new(
+            format!("{field}.windowsOptions.hostProcess"),
+            "HostProcess containers are not allowed",
+        ));
+    }
+    if let Some(cap) =
+        added(sc.capabilities.as_ref()).find(|a| !BASELINE_CAPABILITIES.contains(&a.as_str()))
+    {
+        return Err(Violation::new(
+            format!("{field}.capabilities.add"),
+            format!("adding capability {cap} is not allowed"),
+        ));
+    }
+    if let Some(se) = &sc.se_linux_options {
+        selinux(&field, se)?;
+    }
+    if sc.proc_mount.as_deref().is_some_and(|m| m != "Default") {
+        return Err(Violation::new(
+            format!("{field}.procMount"),
+            "only the Default /proc mount is allowed",
+        ));
+    }
+    seccomp_not_unconfined(&field, sc.seccomp_profile.as_ref())?;
+    if let Some(p) = &sc.app_armor_profile {
+        apparmor(&field, &p.type_)?;
+    }
+    Ok(())
+}
+
+fn added(caps: Option<&Capabilities>) -> impl Iterator<Item = &String> {
+    caps.and_then(|c| c.add.as_ref()).into_iter().flatten()
+}
+
+fn selinux(field: &str, se: &k8s_openapi::api::core::v1::SELinuxOptions) -> Result<(), Violation> {
+    if let Some(t) = se.type_.as_deref().filter(|t| !t.is_empty()) {
+        if !SELINUX_TYPES.contains(&t) {
+            return Err(Violation::new(
+                format!("{field}.seLinuxOptions.type"),
+                format!("SELinux type {t:?} is not allowed"),
+            ));
+        }
+    }
+    if se.user.as_deref().is_some_and(|u| !u.is_empty())
+        || se.role.as_deref().is_some_and(|r| !r.is_empty())
+    {
+        return Err(Violation::new(
+            format!("{field}.seLinuxOptions"),
+            "a custom SELinux user or role is not allowed",
+        ));
+    }
+    Ok(())
+}
+
+fn seccomp_not_unconfined(field: &str, p: Option<&SeccompProfile>) -> Result<(), Violation> {
+    if p.is_some_and(|p| p.type_ == "Unconfined") {
+        return Err(Violation::new(
+            format!("{field}.seccompProfile.type"),
+            "an Unconfined seccomp profile is not allowed",
+        ));
+    }
+    Ok(())
+}
+
+fn apparmor(field: &str, type_: &str) -> Result<(), Violation> {
+    if type_ == "Unconfined" {
+        return Err(Violation::new(
+            format!("{field}.appArmorProfile.type"),
+            "an Unconfined AppArmor profile is not allowed",
+        ));
+    }
+    Ok(())
+}
+
+fn restricted(spec: &PodSpec, spec_json: &serde_json::Value) -> Result<(), Violation> {
+    for (i, v) in spec_json["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let types = v.as_object().into_iter().flatten().map(|(k, _)| k.as_str());
+        if let Some(t) = types
+            .filter(|k| *k != "name")
+            .find(|k| !RESTRICTED_VOLUMES.contains(k))
+        {
+            return Err(Violation::new(
+                format!("spec.volumes[{i}].{t}"),
+                format!(
+                    "volume type {t} is not allowed (only {})",
+                    RESTRICTED_VOLUMES.join(", ")
+                ),
+            ));
+        }
+    }
+    let pod_sc = spec.security_context.as_ref();
+    if pod_sc.and_then(|s| s.run_as_user) == Some(0) {
+        return Err(Violation::new(
+            "spec.securityContext.runAsUser",
+            "running as root (UID 0) is not allowed",
+        ));
+    }
+    let pod_non_root = pod_sc.and_then(|s| s.run_as_non_root);
+    let pod_seccomp = pod_sc.and_then(|s| s.seccomp_profile.as_ref());
+    if pod_non_root == Some(false) {
+        return Err(Violation::new(
+            "spec.securityContext.runAsNonRoot",
+            "must not be false",
+        ));
+    }
+    if let Some(p) = pod_seccomp {
+        confined("spec.securityContext", p)?;
+    }
+    for (field, c) in containers(spec) {
+        let sc = c.security_context.as_ref();
+        let field = format!("{field}.securityContext");
+        if sc.and_then(|s| s.allow_privilege_escalation) != Some(false) {
+            return Err(Violation::new(
+                format!("{field}.allowPrivilegeEscalation"),
+                "must be false",
+            ));
+        }
+        match sc.and_then(|s| s.run_as_non_root).or(pod_non_root) {
+            Some(true) => {}
+            _ => {
+                return Err(Violation::new(
+                    format!("{field}.runAsNonRoot"),
+                    "must be true (on the container or the pod)",
+                ))
+            }
+        }
+        if sc.and_then(|s| s.run_as_user) == Some(0) {
+            return Err(Violation::new(
+                format!("{field}.runAsUser"),
+                "running as root (UID 0) is not allowed",
+            ));
+        }
+        match sc.and_then(|s| s.seccomp_profile.as_ref()) {
+            Some(p) => confined(&field, p)?,
+            None if pod_seccomp.is_some() => {}
+            None => {
+                return Err(Violation::new(
+                    format!("{field}.seccompProfile"),
+                    "must be RuntimeDefault or Localhost (on the container or the pod)",
+                ))
+            }
+        }
+        let caps = sc.and_then(|s| s.capabilities.as_ref());
+        if !caps
+            .and_then(|c| c.drop.as_ref())
+            .is_some_and(|d| d.iter().any(|c| c == "ALL"))
+        {
+            return Err(Violation::new(
+                format!("{field}.capabilities.drop"),
+                "must include ALL",
+            ));
+        }
+        if let Some(cap) = added(caps).find(|a| *a != "NET_BIND_SERVICE") {
+            return Err(Violation::new(
+                format!("{field}.capabilities.add"),
+                format!("adding capability {cap} is not allowed (only NET_BIND_SERVICE)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn confined(field: &str, p: &SeccompProfile) -> Result<(), Violation> {
+    if p.type_ == "RuntimeDefault" || p.type_ == "Localhost" {
+        Ok(())
+    } else {
+        Err(Violation::new(
+            format!("{field}.seccompProfile.type"),
+            "must be RuntimeDefault or Localhost",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn verdict(level: Level, spec: serde_json::Value) -> Result<(), Violation> {
+        let typed: PodSpec = serde_json::from_value(spec.clone()).unwrap();
+        check(level, &typed, &spec, &BTreeMap::new())
+    }
+
+    fn field(level: Level, spec: serde_json::Value) -> String {
+        verdict(level, spec).unwrap_err().field
+    }
+
+    fn container(sc: serde_json::Value) -> serde_json::Value {
+        json!({"containers": [{"name": "a", "image": "x", "securityContext": sc}]})
+    }
+
+    const HARDENED: &str = r#"{"allowPrivilegeEscalation": false, "runAsNonRoot": true,
+        "seccompProfile": {"type": "RuntimeDefault"}, "capabilities": {"drop": ["ALL"]}}"#;
+
+    fn hardened() -> serde_json::Value {
+        serde_json::from_str(HARDENED).unwrap()
+    }
+
+    #[test]
+    fn baseline_refuses_what_reaches_into_the_node() {
+        let plain = json!({"containers": [{"name": "a", "image": "x"}]});
+        assert_eq!(verdict(Level::Baseline, plain), Ok(()));
+        let cases = [
+            (
+                container(json!({"privileged": true})),
+                "spec.containers[0].securityContext.privileged",
+            ),
+            (
+                json!({"hostNetwork": true, "containers": [{"name": "a"}]}),
+                "spec.hostNetwork",
+            ),
+            (
+                json!({"hostPID": true, "containers": [{"name": "a"}]}),
+                "spec.hostPID",
+            ),
+            (
+                json!({"containers": [{"name": "a"}], "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+                "spec.volumes[0].hostPath",
+            ),
+            (
+                container(json!({"capabilities": {"add": ["SYS_ADMIN"]}})),
+                "spec.containers[0].securityContext.capabilities.add",
+            ),
+            (
+                json!({"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
+                "spec.containers[0].ports[0].hostPort",
+            ),
+            (
+                container(json!({"procMount": "Unmasked"})),
+                "spec.containers[0].securityContext.procMount",
+            ),
+            (
+                container(json!({"seccompProfile": {"type": "Unconfined"}})),
+                "spec.containers[0].securityContext.seccompProfile.type",
+            ),
+            (
+                container(json!({"seLinuxOptions": {"type": "spc_t"}})),
+                "spec.containers[0].securityContext.seLinuxOptions.type",
+            ),
+            (
+                json!({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}, "containers": [{"name": "a"}]}),
+                "spec.securityContext.sysctls[0]",
+            ),
+            (
+                json!({"initContainers": [{"name": "i", "securityContext": {"privileged": true}}], "containers": [{"name": "a"}]}),
+                "spec.initContainers[0].securityContext.privileged",
+            ),
+            (
+                json!({"ephemeralContainers": [{"name": "e", "securityContext": {"privileged": true}}], "containers": [{"name": "a"}]}),
+                "spec.ephemeralContainers[0].securityContext.privileged",
+            ),
+        ];
+        for (spec, expected) in cases {
+            assert_eq!(field(Level::Baseline, spec.clone()), expected);
+            assert_eq!(verdict(Level::Privileged, spec), Ok(()));
+        }
+        let safe_sysctl = json!({"securityContext": {"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]}, "containers": [{"name": "a"}]});
+        assert_eq!(verdict(Level::Baseline, safe_sysctl), Ok(()));
+    }
+
+    #[test]
+    fn baseline_refuses_unconfined_annotations() {
+        let spec: PodSpec = serde_json::from_value(json!({"containers": [{"name": "a"}]})).unwrap();
+        let a = BTreeMap::from([(format!("{APPARMOR_PREFIX}a"), "unconfined".to_string())]);
+        assert!(check(Level::Baseline, &spec, &json!({}), &a).is_err());
+        let a = BTreeMap::from([(SECCOMP_POD_ANNOTATION.to_string(), "unconfined".to_string())]);
+        assert!(check(Level::Baseline, &spec, &json!({}), &a).is_err());
+        let a = BTreeMap::from([(format!("{APPARMOR_PREFIX}a"), "runtime/default".to_string())]);
+        assert_eq!(check(Level::Baseline, &spec, &json!({}), &a), Ok(()));
+    }
+
+    #[test]
+    fn restricted_wants_hardened_containers() {
+        assert_eq!(verdict(Level::Restricted, container(hardened())), Ok(()));
+        // Pod-level runAsNonRoot and seccomp cover every container.
+        let pod_level = json!({
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "a", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+        });
+        assert_eq!(verdict(Level::Restricted, pod_level), Ok(()));
+        let without = |key: &str| {
+            let mut sc = hardened();
+            sc.as_object_mut().unwrap().remove(key);
+            container(sc)
+        };
+        for (key, expected) in [
+            ("allowPrivilegeEscalation", "allowPrivilegeEscalation"),
+            ("runAsNonRoot", "runAsNonRoot"),
+            ("seccompProfile", "seccompProfile"),
+            ("capabilities", "capabilities.drop"),
+        ] {
+            let spec = without(key);
+            assert_eq!(verdict(Level::Baseline, spec.clone()), Ok(()), "{key}");
+            assert!(field(Level::Restricted, spec).ends_with(expected), "{key}");
+        }
+        let mut sc = hardened();
+        sc["capabilities"]["add"] = json!(["CHOWN"]);
+        assert!(field(Level::Restricted, container(sc)).ends_with("capabilities.add"));
+        let mut sc = hardened();
+        sc["runAsUser"] = json!(0);
+        assert!(field(Level::Restricted, container(sc)).ends_with("runAsUser"));
+        let mut spec = container(hardened());
+        spec["volumes"] = json!([{"name": "n", "nfs": {"server": "x", "path": "/"}}]);
+        assert_eq!(
+            field(Level::Restricted, spec.clone()),
+            "spec.volumes[0].nfs"
+        );
+        assert_eq!(verdict(Level::Baseline, spec), Ok(()));
+        let mut spec = container(hardened());
+        spec["volumes"] =
+            json!([{"name": "c", "configMap": {"name": "x"}}, {"name": "e", "emptyDir": {}}]);
+        assert_eq!(verdict(Level::Restricted, spec), Ok(()));
+    }
+}

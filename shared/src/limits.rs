@@ -1,0 +1,14 @@
+//! Size limits both agents hold to, so that no single object can end a stream.
+//!
+//! The local agent never sends an object larger than [`MAX_OBJECT_BYTES`] (it records a
+//! Warning on the origin object instead), the remote agent refuses one with a clear outcome,
+//! and the stream's message limit leaves room above it, so an oversize object is a refused
+//! request, not a broken stream resent forever.
+
+/// The largest object, in bytes of JSON, either agent accepts: etcd's default request limit
+/// (1.5 MiB), beyond which the provider's API server would refuse the write anyway.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// The largest gRPC message either agent decodes: one object at [`MAX_OBJECT_BYTES`] and its
+/// envelope fit with room to spare.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
