@@ -11,6 +11,7 @@ use refract_shared::proto::{
 };
 use refract_shared::tls::ClusterId;
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 /// How many messages a slow tap reader may fall behind before it loses some.
 const TAP_BUFFER: usize = 1024;
@@ -33,6 +34,8 @@ struct TenantState {
     objects: BTreeMap<(String, String, String), ObjectStatus>,
     tap: broadcast::Sender<TapEvent>,
     outbound: Option<Outbound>,
+    /// Cancelled when the current stream is replaced by a newer one of the same tenant.
+    current: Option<CancellationToken>,
 }
 
 /// The sending half of a tenant's open stream.
@@ -52,6 +55,7 @@ impl TenantState {
             objects: BTreeMap::new(),
             tap: broadcast::channel(TAP_BUFFER).0,
             outbound: None,
+            current: None,
         }
     }
 }
@@ -73,6 +77,8 @@ pub struct ConnectedGuard {
     registry: Registry,
     tenant: ClusterId,
     session_id: String,
+    /// Cancelled when a newer stream of the same tenant replaces this one.
+    pub replaced: CancellationToken,
 }
 
 impl Drop for ConnectedGuard {
@@ -84,6 +90,7 @@ impl Drop for ConnectedGuard {
                 t.connected = false;
                 t.disconnected_at = now();
                 t.outbound = None;
+                t.current = None;
             }
         }
     }
@@ -105,7 +112,9 @@ impl Registry {
     }
 
     /// Records a new stream of `tenant` sending on `outbound`; the returned guard marks it
-    /// closed when dropped.
+    /// closed when dropped. A tenant has one current stream: an older one still open is told
+    /// it was replaced (its guard's `replaced` is cancelled) in the same step, so no write of
+    /// the old stream starts after the new stream is accepted.
     pub fn connect(
         &self,
         tenant: &ClusterId,
@@ -128,10 +137,15 @@ impl Registry {
             .unwrap_or_default();
         t.connections += 1;
         t.outbound = Some(outbound);
+        let replaced = CancellationToken::new();
+        if let Some(previous) = t.current.replace(replaced.clone()) {
+            previous.cancel();
+        }
         ConnectedGuard {
             registry: self.clone(),
             tenant: tenant.clone(),
             session_id: session.session_id,
+            replaced,
         }
     }
 

@@ -125,6 +125,7 @@ impl Reflection for ReflectionService {
             tenant: peer.cluster_id.clone(),
             tx,
             seen: Default::default(),
+            replaced: guard.replaced.clone(),
         });
         self.registry
             .tap(&peer.cluster_id, TapMessage::FromRemote(&welcome));
@@ -167,6 +168,9 @@ struct TenantSession {
     tx: mpsc::Sender<Result<RemoteMessage, Status>>,
     /// Names upserted on this stream, by kind and namespace: what a SnapshotComplete keeps.
     seen: std::sync::Mutex<BTreeMap<(Allowed, String), BTreeSet<String>>>,
+    /// Cancelled when a newer stream of the tenant took over: this one's requests not yet
+    /// started are dropped, and it ends.
+    replaced: tokio_util::sync::CancellationToken,
 }
 
 impl TenantSession {
@@ -190,6 +194,11 @@ impl TenantSession {
                 _ = self.service.shutdown.cancelled() => {
                     let _ = self.tx.send(Err(Status::unavailable("remote agent is shutting down"))).await;
                     return Ok(());
+                }
+                _ = self.replaced.cancelled() => {
+                    let status = Status::aborted("replaced by a newer stream of the same tenant");
+                    let _ = self.tx.send(Err(status.clone())).await;
+                    return Err(status);
                 }
                 message = inbound.message() => match message? {
                     Some(m) => m,
@@ -243,6 +252,10 @@ impl TenantSession {
 
     async fn handle(&self, message: LocalMessage) {
         use local_message::Kind;
+        if self.replaced.is_cancelled() {
+            // The newer stream re-sends what it wants; nothing of this one starts any more.
+            return;
+        }
         match message.kind {
             Some(Kind::Upsert(upsert)) => {
                 let object = upsert.object.clone().unwrap_or_default();
@@ -299,11 +312,14 @@ impl TenantSession {
         // What the tenant has sent so far, asked again for each object: Upserts keep arriving
         // while the collection runs.
         let keep = |name: &str| {
-            self.seen
-                .lock()
-                .expect("seen set poisoned")
-                .get(&(kind, done.namespace.clone()))
-                .is_some_and(|names| names.contains(name))
+            // A replaced stream deletes nothing more: its view is no longer the tenant's.
+            self.replaced.is_cancelled()
+                || self
+                    .seen
+                    .lock()
+                    .expect("seen set poisoned")
+                    .get(&(kind, done.namespace.clone()))
+                    .is_some_and(|names| names.contains(name))
         };
         match self
             .service

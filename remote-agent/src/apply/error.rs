@@ -76,6 +76,15 @@ impl From<kube::Error> for ApplyError {
         match e {
             kube::Error::Api(s) if s.code == 400 || s.code == 422 => Self::Rejected(s.message),
             kube::Error::Api(s) if s.code == 403 => Self::Forbidden(s.message),
+            // Server-side apply's schema check answers 500 for an object it cannot type (such
+            // as a Service port without a protocol on Kubernetes 1.20): the same object fails
+            // the same way every time, so it is no failure worth retrying.
+            kube::Error::Api(s)
+                if s.code == 500
+                    && s.message.starts_with("failed to create typed patch object") =>
+            {
+                Self::Rejected(s.message)
+            }
             other => Self::Transient(other.to_string()),
         }
     }

@@ -10,6 +10,8 @@ use anyhow::{bail, Context};
 use refract_testkit::{ControlPlane, Options};
 use tokio::process::{Child, Command};
 
+pub mod wire;
+
 /// The folder holding `local-agent`, `remote-agent` and `refract-certs`.
 pub fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("REFRACT_BIN_DIR") {

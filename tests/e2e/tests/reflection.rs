@@ -108,7 +108,18 @@ async fn until_conflict_warning(p: &Peering, selector: &str) {
 
 #[tokio::test]
 async fn every_kind_follows_the_origin_and_leaves_with_the_namespace() {
-    let p = Peering::start(false).await.expect("peering");
+    // Chosen node ports (liqo.io/force-remote-node-port) only where the provider's policy
+    // allows them, as it does for this tenant.
+    let policy = tempfile::NamedTempFile::new().expect("policy file");
+    std::fs::write(
+        policy.path(),
+        "tenants:\n  origin:\n    services: {allowNodePorts: true}\n",
+    )
+    .expect("policy file");
+    let policy_flag = format!("--policy={}", policy.path().display());
+    let p = Peering::start_with_flags(false, &[], &[&policy_flag])
+        .await
+        .expect("peering");
     extend(&p, "shop", "{}");
     let twin = "shop-origin";
     until_provider(
@@ -607,12 +618,14 @@ stringData: {v: "1"}
 /// Speaks the stream directly with grpcurl, as a confused or hostile tenant would.
 #[tokio::test]
 async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
-    let p = Peering::start(false).await.expect("peering");
+    let mut p = Peering::start(false).await.expect("peering");
     p.eventually(WAIT, "tenant connected", || {
         let v = json_of(&p.grpcurl(Some("client"), &["refract.v1.Inspect/ListTenants"])).ok()?;
         (v["tenants"][0]["connected"] == true).then_some(())
     })
     .await;
+    // grpcurl speaks as the tenant: its stream would replace the local agent's, and the other.
+    p.local.take().expect("local agent").stop().await;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let cm = |ns: &str| {
         format!(
@@ -675,9 +688,11 @@ async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
 /// for collection (as after a reconnect, when the origin recreates an object at once).
 #[tokio::test]
 async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
-    let p = Peering::start(false).await.expect("peering");
+    let mut p = Peering::start(false).await.expect("peering");
     let twin = extended(&p, "late").await;
     let twin = twin.as_str();
+    // grpcurl speaks as the tenant: its stream would replace the local agent's, and the other.
+    p.local.take().expect("local agent").stop().await;
     // The tenant's objects on the provider that its origin no longer has. They are collected
     // one by one, in name order: `z-late` comes last, long after its Upsert is applied.
     let names = (0..200)

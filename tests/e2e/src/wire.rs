@@ -1,0 +1,182 @@
+//! A tenant speaking the wire protocol by hand: what a compromised origin (or anyone holding a
+//! tenant's certificate) can send. It dials the remote agent with the local agent's own
+//! connector (mutual TLS, the provider's identity checked), says Hello, and then sends whatever
+//! objects a test forges, one request at a time, returning the remote agent's Ack.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use refract_local_agent::connector::Connector;
+use refract_shared::proto::reflection_client::ReflectionClient;
+use refract_shared::proto::{
+    local_message, remote_message, Ack, Delete, Hello, LocalMessage, ObjectRef, Outcome,
+    RemoteMessage, Upsert,
+};
+use refract_shared::tls::{self, ClusterId, TlsFiles, Watched};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Streaming;
+
+/// How long the remote agent has to answer one request.
+const ANSWER_WITHIN: Duration = Duration::from_secs(20);
+
+/// One open stream of a hand-driven tenant.
+pub struct Wire {
+    tx: mpsc::Sender<LocalMessage>,
+    inbound: Streaming<RemoteMessage>,
+    revision: u64,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+/// What the remote agent answered.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// Its explanation.
+    pub message: String,
+}
+
+impl Wire {
+    /// Opens a stream to `remote` (`127.0.0.1:port`, provider `provider`) as `tenant`, with
+    /// the certificate folder `certs` (tls.crt, tls.key, ca.crt).
+    pub async fn open(
+        remote: &str,
+        provider: &str,
+        tenant: &str,
+        certs: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        tls::install_default_crypto_provider();
+        let stop = CancellationToken::new();
+        let files = TlsFiles {
+            cert: certs.join("tls.crt"),
+            key: certs.join("tls.key"),
+            ca: certs.join("ca.crt"),
+        };
+        let tls: Watched<Arc<rustls::ClientConfig>> = Watched::spawn(
+            files,
+            Duration::from_secs(60),
+            tls::client_config,
+            stop.clone(),
+        )
+        .context("client certificate")?;
+        let connector = Connector {
+            addr: remote.to_string(),
+            server_name: rustls::pki_types::ServerName::try_from("localhost")?.to_owned(),
+            expected: ClusterId::parse(provider)?,
+            tls,
+        };
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{remote}"))?
+            .connect_with_connector(tower::service_fn(move |_| {
+                let connector = connector.clone();
+                async move { connector.connect().await }
+            }))
+            .await
+            .context("dial the remote agent")?;
+        let (tx, rx) = mpsc::channel(64);
+        tx.send(LocalMessage {
+            kind: Some(local_message::Kind::Hello(Hello {
+                cluster_id: tenant.to_string(),
+                agent_version: "forger".into(),
+                protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+            })),
+        })
+        .await?;
+        let mut inbound = ReflectionClient::new(channel)
+            .sync(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        match inbound.message().await? {
+            Some(RemoteMessage {
+                kind: Some(remote_message::Kind::Welcome(_)),
+            }) => {}
+            other => bail!("expected Welcome, got {other:?}"),
+        }
+        Ok(Self {
+            tx,
+            inbound,
+            revision: 0,
+            _stop: stop.drop_guard(),
+        })
+    }
+
+    /// Sends `object` (a whole Kubernetes object) as an Upsert and waits for its Ack.
+    pub async fn upsert(&mut self, object: &serde_json::Value) -> anyhow::Result<Answer> {
+        self.upsert_bytes(object_ref(object), serde_json::to_vec(object)?)
+            .await
+    }
+
+    /// Sends an Upsert of `object` with `json` as the object's bytes, whatever they are.
+    pub async fn upsert_bytes(
+        &mut self,
+        object: ObjectRef,
+        json: Vec<u8>,
+    ) -> anyhow::Result<Answer> {
+        self.revision += 1;
+        let upsert = Upsert {
+            object: Some(object.clone()),
+            revision: self.revision.to_string(),
+            object_json: json,
+            origin_uid: String::new(),
+        };
+        self.request(local_message::Kind::Upsert(upsert), &object)
+            .await
+    }
+
+    /// Sends a Delete of `object` and waits for its Ack.
+    pub async fn delete(&mut self, object: ObjectRef) -> anyhow::Result<Answer> {
+        self.revision += 1;
+        let delete = Delete {
+            object: Some(object.clone()),
+            revision: self.revision.to_string(),
+            grace_period_seconds: None,
+        };
+        self.request(local_message::Kind::Delete(delete), &object)
+            .await
+    }
+
+    async fn request(
+        &mut self,
+        kind: local_message::Kind,
+        object: &ObjectRef,
+    ) -> anyhow::Result<Answer> {
+        let revision = self.revision.to_string();
+        self.tx
+            .send(LocalMessage { kind: Some(kind) })
+            .await
+            .context("stream closed")?;
+        let ack = tokio::time::timeout(ANSWER_WITHIN, self.ack_for(object, &revision))
+            .await
+            .with_context(|| format!("no Ack for {} within {ANSWER_WITHIN:?}", object.name))??;
+        Ok(Answer {
+            outcome: Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified),
+            message: ack.message,
+        })
+    }
+
+    async fn ack_for(&mut self, object: &ObjectRef, revision: &str) -> anyhow::Result<Ack> {
+        loop {
+            let Some(message) = self.inbound.message().await? else {
+                bail!("the remote agent closed the stream");
+            };
+            if let Some(remote_message::Kind::Ack(ack)) = message.kind {
+                if ack.object.as_ref() == Some(object) && ack.revision == revision {
+                    return Ok(ack);
+                }
+            }
+        }
+    }
+}
+
+/// The envelope naming `object`.
+pub fn object_ref(object: &serde_json::Value) -> ObjectRef {
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    ObjectRef {
+        api_version: s(&object["apiVersion"]),
+        kind: s(&object["kind"]),
+        namespace: s(&object["metadata"]["namespace"]),
+        name: s(&object["metadata"]["name"]),
+    }
+}

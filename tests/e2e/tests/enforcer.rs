@@ -1,0 +1,465 @@
+//! The remote agent as the enforcer: a tenant holding a valid certificate (a compromised
+//! origin, or anyone with its key) forges requests on the wire, and the provider refuses or
+//! sanitizes each one, writing nothing it refused. The real remote agent runs against a real
+//! API server; the tenant is the in-process [`Wire`] client with its own certificate.
+
+use std::time::Duration;
+
+use refract_e2e::wire::{object_ref, Answer, Wire};
+use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
+use refract_shared::proto::Outcome;
+use serde_json::{json, Value};
+
+/// The forging tenant's cluster id, and its twin namespace on the provider.
+const TENANT: &str = "mallory";
+const NS: &str = "mallory-shop";
+/// The provider's own pod range in these tests (`--provider-cidr`).
+const PROVIDER_CIDR: &str = "10.200.0.0/16";
+
+/// A peering (its own local agent is the tenant `origin`), a policy file for the remote agent,
+/// and the forging tenant connected with a namespace of its own.
+async fn forger(policy: &str) -> (Peering, Wire, tempfile::NamedTempFile) {
+    let file = tempfile::NamedTempFile::new().expect("policy file");
+    std::fs::write(file.path(), policy).expect("policy file");
+    let flags = [
+        format!("--policy={}", file.path().display()),
+        format!("--provider-cidr={PROVIDER_CIDR}"),
+        "--max-object-bytes=1048576".to_string(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let p = Peering::start_with_flags(false, &[], &flags)
+        .await
+        .expect("peering");
+    let certs = p.certs.issue("mallory", TENANT, "client", &[]);
+    // The remote agent may still be starting.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut wire = loop {
+        match Wire::open(&p.remote_addr, "provider", TENANT, &certs).await {
+            Ok(wire) => break wire,
+            Err(e) if std::time::Instant::now() > deadline => {
+                panic!(
+                    "the forging tenant cannot connect: {e:#}\n{}",
+                    p.remote_log()
+                )
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS,
+        "annotations": {"refract.io/original-name": "shop"}}});
+    applied(wire.upsert(&ns).await.unwrap(), "the tenant's namespace");
+    (p, wire, file)
+}
+
+fn applied(answer: Answer, what: &str) {
+    assert!(
+        matches!(answer.outcome, Outcome::Applied | Outcome::Unchanged),
+        "{what}: {answer:?}"
+    );
+}
+
+/// Asserts the request was refused with `outcome` and a message naming `reason`.
+fn refused(answer: Answer, outcome: Outcome, reason: &str) {
+    assert_eq!(answer.outcome, outcome, "{reason}: {answer:?}");
+    assert!(
+        answer.message.contains(reason),
+        "message {:?} does not say {reason:?}",
+        answer.message
+    );
+}
+
+fn provider_has(p: &Peering, what: &str) -> bool {
+    kubectl_get(&p.provider, &["-n", NS, what, "-o", "name"]).is_some()
+}
+
+fn shadow(name: &str, pod: Value) -> Value {
+    json!({"apiVersion": "offloading.refract.io/v1alpha1", "kind": "ShadowPod",
+        "metadata": {"name": name, "namespace": NS}, "spec": {"pod": pod}})
+}
+
+fn container() -> Value {
+    json!({"name": "app", "image": "refract.local/busybox:1.35.0"})
+}
+
+#[tokio::test]
+async fn forged_pods_are_refused_or_sanitized() {
+    let (p, mut wire, _policy) = forger("defaults: {podSecurity: baseline}\n").await;
+    let c = container();
+    let forged = [
+        (
+            "node-name",
+            json!({"nodeName": "localhost", "containers": [c]}),
+            "spec.pod.nodeName",
+        ),
+        (
+            "critical",
+            json!({"priorityClassName": "system-node-critical", "containers": [c]}),
+            "spec.pod.priorityClassName",
+        ),
+        (
+            "every-taint",
+            json!({"tolerations": [{"operator": "Exists"}], "containers": [c]}),
+            "toleration of every taint",
+        ),
+        (
+            "control-plane",
+            json!({"tolerations": [{"key": "node-role.kubernetes.io/master", "operator": "Exists"}], "containers": [c]}),
+            "control plane",
+        ),
+        (
+            "provider-sa",
+            json!({"serviceAccountName": "remote-agent", "containers": [c]}),
+            "spec.pod.serviceAccountName",
+        ),
+        (
+            "projected-token",
+            json!({"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}], "containers": [c]}),
+            "serviceAccountToken",
+        ),
+        (
+            "privileged",
+            json!({"containers": [{"name": "app", "image": "x", "securityContext": {"privileged": true}}]}),
+            "privileged",
+        ),
+        (
+            "host-path",
+            json!({"volumes": [{"name": "root", "hostPath": {"path": "/"}}], "containers": [c]}),
+            "hostPath",
+        ),
+        (
+            "host-net",
+            json!({"hostNetwork": true, "containers": [c]}),
+            "spec.pod.hostNetwork",
+        ),
+    ];
+    for (name, pod, reason) in forged {
+        let answer = wire.upsert(&shadow(name, pod)).await.unwrap();
+        refused(answer, Outcome::Denied, reason);
+        assert!(
+            !provider_has(&p, &format!("shadowpod/{name}")),
+            "{name} was written"
+        );
+    }
+
+    // A Secret of the provider's in the tenant's namespace (as the legacy token controller
+    // makes for `default`) is never mounted into a tenant's pod.
+    kubectl_stdin(
+        &p.provider,
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: provider-creds, namespace: {NS}}}\nstringData: {{token: provider}}\n"),
+    );
+    let reads = json!({"volumes": [{"name": "s", "secret": {"secretName": "provider-creds"}}], "containers": [c]});
+    refused(
+        wire.upsert(&shadow("steal", reads)).await.unwrap(),
+        Outcome::Denied,
+        "is the provider's",
+    );
+    let token_type = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "mint", "namespace": NS, "annotations": {"kubernetes.io/service-account.name": "default"}}});
+    refused(
+        wire.upsert(&token_type).await.unwrap(),
+        Outcome::Denied,
+        "service-account-token",
+    );
+    assert!(!provider_has(&p, "secret/mint"));
+
+    // A pod within the policy is written, never with the provider's token mounted.
+    let fine = json!({"automountServiceAccountToken": true, "containers": [c]});
+    applied(
+        wire.upsert(&shadow("fine", fine)).await.unwrap(),
+        "a baseline pod",
+    );
+    let automount = kubectl_get(
+        &p.provider,
+        &[
+            "-n",
+            NS,
+            "shadowpod/fine",
+            "-o",
+            "jsonpath={.spec.pod.automountServiceAccountToken}",
+        ],
+    );
+    assert_eq!(automount.as_deref(), Some("false"));
+}
+
+#[tokio::test]
+async fn the_restricted_level_is_enforced_per_tenant() {
+    let policy = "tenants:\n  mallory: {podSecurity: restricted, priorityClasses: [tenant-high]}\n";
+    let (p, mut wire, _policy) = forger(policy).await;
+    let plain = json!({"containers": [container()]});
+    refused(
+        wire.upsert(&shadow("plain", plain)).await.unwrap(),
+        Outcome::Denied,
+        "allowPrivilegeEscalation",
+    );
+    let hardened = json!({
+        "priorityClassName": "tenant-high",
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "app", "image": "refract.local/busybox:1.35.0",
+            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+    });
+    applied(
+        wire.upsert(&shadow("hardened", hardened)).await.unwrap(),
+        "a restricted pod",
+    );
+    assert!(provider_has(&p, "shadowpod/hardened"));
+    assert!(!provider_has(&p, "shadowpod/plain"));
+    let label = kubectl_get(
+        &p.provider,
+        &[
+            "namespace",
+            NS,
+            "-o",
+            "jsonpath={.metadata.labels.pod-security\\.kubernetes\\.io/enforce}",
+        ],
+    );
+    assert_eq!(label.as_deref(), Some("restricted"));
+}
+
+#[tokio::test]
+async fn forged_exposition_is_refused_or_sanitized() {
+    let policy = "tenants:\n  mallory:\n    ingress: {classes: [public]}\n";
+    let (p, mut wire, _policy) = forger(policy).await;
+    let svc = |name: &str, spec: Value| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+            "spec": spec})
+    };
+    let port = json!([{"port": 80, "protocol": "TCP"}]);
+    let forged = [
+        svc(
+            "external",
+            json!({"externalIPs": ["10.96.0.1"], "ports": port}),
+        ),
+        svc(
+            "cluster-ip",
+            json!({"clusterIP": "10.0.0.10", "ports": port}),
+        ),
+        svc(
+            "lb-ip",
+            json!({"type": "LoadBalancer", "loadBalancerIP": "192.0.2.10", "ports": port}),
+        ),
+        svc(
+            "node-port",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30999}]}),
+        ),
+    ];
+    for (object, field) in forged.iter().zip([
+        "spec.externalIPs",
+        "spec.clusterIP",
+        "spec.loadBalancerIP",
+        "nodePort",
+    ]) {
+        refused(wire.upsert(object).await.unwrap(), Outcome::Denied, field);
+        let name = object["metadata"]["name"].as_str().unwrap();
+        assert!(
+            !provider_has(&p, &format!("service/{name}")),
+            "{name} was written"
+        );
+    }
+    applied(
+        wire.upsert(&svc("web", json!({"ports": port})))
+            .await
+            .unwrap(),
+        "a plain Service",
+    );
+
+    let slice = |name: &str, address: &str| {
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+            "metadata": {"name": name, "namespace": NS, "labels": {"kubernetes.io/service-name": "web"}},
+            "endpoints": [{"addresses": [address], "targetRef": {"kind": "Pod", "namespace": "kube-system", "name": "etcd"}}],
+            "ports": [{"port": 80}]})
+    };
+    for (name, address, reason) in [
+        ("loopback", "127.0.0.1", "loopback"),
+        ("metadata", "169.254.169.254", "link-local"),
+        ("provider-pod", "10.200.0.7", "provider's own range"),
+    ] {
+        refused(
+            wire.upsert(&slice(name, address)).await.unwrap(),
+            Outcome::Denied,
+            reason,
+        );
+        assert!(!provider_has(&p, &format!("endpointslice/{name}")));
+    }
+    applied(
+        wire.upsert(&slice("origin-pods", "10.0.3.7"))
+            .await
+            .unwrap(),
+        "an origin address",
+    );
+    let target = kubectl_get(
+        &p.provider,
+        &[
+            "-n",
+            NS,
+            "endpointslice/origin-pods",
+            "-o",
+            "jsonpath={.endpoints[0].targetRef}",
+        ],
+    );
+    assert_eq!(target.as_deref(), Some(""), "targetRef was kept");
+
+    let ingress = |name: &str, annotations: Value, class: &str| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+            "spec": {"ingressClassName": class, "defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}})
+    };
+    let snippet = json!({"nginx.ingress.kubernetes.io/server-snippet": "location / { proxy_pass http://10.0.0.1; }"});
+    refused(
+        wire.upsert(&ingress("snippet", snippet, "public"))
+            .await
+            .unwrap(),
+        Outcome::Denied,
+        "snippet",
+    );
+    refused(
+        wire.upsert(&ingress("internal", json!({}), "internal"))
+            .await
+            .unwrap(),
+        Outcome::Denied,
+        "ingress class",
+    );
+    applied(
+        wire.upsert(&ingress("web", json!({}), "public"))
+            .await
+            .unwrap(),
+        "an allowed Ingress",
+    );
+    assert!(!provider_has(&p, "ingress/snippet") && !provider_has(&p, "ingress/internal"));
+}
+
+#[tokio::test]
+async fn forged_claims_and_namespaces_are_refused_or_sanitized() {
+    let policy = "tenants:\n  mallory: {storageClasses: [standard]}\n";
+    let (p, mut wire, _policy) = forger(policy).await;
+    let claim = |name: &str, extra: Value| {
+        let mut spec = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "storageClassName": "standard"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS}, "spec": spec})
+    };
+    for (name, extra, reason) in [
+        (
+            "steal-volume",
+            json!({"volumeName": "pv-of-another-tenant"}),
+            "spec.volumeName",
+        ),
+        (
+            "gold",
+            json!({"storageClassName": "gold"}),
+            "StorageClass \"gold\"",
+        ),
+        (
+            "copy",
+            json!({"dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "data", "namespace": "other"}}),
+            "another namespace",
+        ),
+    ] {
+        refused(
+            wire.upsert(&claim(name, extra)).await.unwrap(),
+            Outcome::Denied,
+            reason,
+        );
+        assert!(!provider_has(&p, &format!("pvc/{name}")));
+    }
+    applied(
+        wire.upsert(&claim("data", json!({}))).await.unwrap(),
+        "a claim of an allowed class",
+    );
+
+    // Namespace labels and annotations are the provider's, whatever the tenant sends.
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mallory-admin",
+        "labels": {"pod-security.kubernetes.io/enforce": "privileged", "refract.io/tenant": "origin"},
+        "annotations": {"refract.io/original-name": "admin", "scheduler.alpha.kubernetes.io/node-selector": "role=control-plane"}}});
+    applied(wire.upsert(&ns).await.unwrap(), "a namespace");
+    let labels = kubectl_get(
+        &p.provider,
+        &[
+            "namespace",
+            "mallory-admin",
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ],
+    )
+    .unwrap();
+    let labels: Value = serde_json::from_str(&labels).unwrap();
+    assert_eq!(
+        labels["pod-security.kubernetes.io/enforce"], "baseline",
+        "{labels}"
+    );
+    assert_eq!(labels["refract.io/tenant"], TENANT, "{labels}");
+    let selector = kubectl_get(
+        &p.provider,
+        &[
+            "namespace",
+            "mallory-admin",
+            "-o",
+            "jsonpath={.metadata.annotations.scheduler\\.alpha\\.kubernetes\\.io/node-selector}",
+        ],
+    );
+    assert_eq!(selector.as_deref(), Some(""));
+
+    // Two origin namespaces never share a twin.
+    let other = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS,
+        "annotations": {"refract.io/original-name": "another"}}});
+    refused(
+        wire.upsert(&other).await.unwrap(),
+        Outcome::Conflict,
+        "already mirrors origin namespace \"shop\"",
+    );
+
+    // Another tenant's namespace is not this tenant's, to write into or to take over.
+    let origin_ns =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-origin"}});
+    kubectl_stdin(&p.provider, &["apply", "-f", "-"], "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop-origin, labels: {refract.io/tenant: origin, offloading.refract.io/origin: origin, offloading.refract.io/destination: provider}}\n");
+    refused(
+        wire.upsert(&origin_ns).await.unwrap(),
+        Outcome::Conflict,
+        "was not reflected by mallory",
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "shop-origin"}});
+    refused(
+        wire.upsert(&cm).await.unwrap(),
+        Outcome::Denied,
+        "is not a namespace of tenant mallory",
+    );
+    let deleted = wire.delete(object_ref(&origin_ns)).await.unwrap();
+    assert_eq!(deleted.outcome, Outcome::Conflict, "{deleted:?}");
+    assert!(kubectl_get(&p.provider, &["namespace", "shop-origin", "-o", "name"]).is_some());
+}
+
+#[tokio::test]
+async fn oversize_objects_are_refused_and_a_newer_stream_replaces_the_old() {
+    let (p, mut wire, _policy) = forger("{}\n").await;
+    let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": NS},
+        "data": {"blob": "x".repeat(2 * 1024 * 1024)}});
+    refused(
+        wire.upsert(&big).await.unwrap(),
+        Outcome::Invalid,
+        "over the provider's limit of 1048576 bytes",
+    );
+    // The stream goes on.
+    let small = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "small", "namespace": NS}, "data": {"a": "b"}});
+    applied(
+        wire.upsert(&small).await.unwrap(),
+        "a small object after a big one",
+    );
+    assert!(!provider_has(&p, "configmap/big"));
+
+    // One stream per tenant: a new one replaces the old at once.
+    let certs = p.certs.dir.join("mallory");
+    let mut newer = Wire::open(&p.remote_addr, "provider", TENANT, &certs)
+        .await
+        .unwrap();
+    let stale = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "stale", "namespace": NS}, "data": {"a": "b"}});
+    let old = tokio::time::timeout(Duration::from_secs(10), wire.upsert(&stale))
+        .await
+        .expect("the old stream answers or ends");
+    assert!(
+        old.is_err(),
+        "the replaced stream still applied a request: {old:?}"
+    );
+    assert!(!provider_has(&p, "configmap/stale"));
+    applied(newer.upsert(&small).await.unwrap(), "the newer stream");
+}
