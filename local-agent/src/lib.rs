@@ -1,7 +1,7 @@
 //! Refract's origin-side agent.
 //!
 //! Data flow: [`link`] keeps one mutual-TLS stream to the remote agent open ([`connector`]
-//! dials and checks the provider's identity, [`backoff`] spaces reconnects). [`extension`]
+//! dials and checks the provider's identity, [`refract_shared::backoff`] spaces reconnects). [`extension`]
 //! turns `NamespaceOffloading`s ([`crd`]) into twin namespaces on the provider and publishes
 //! which namespaces are extended on the current session; one [`reflect`] reflector per kind
 //! forges and sends the desired state of their objects (options from [`config`]). Acks come
@@ -10,7 +10,6 @@
 //! ([`tokens`]); provider volumes of reflected claims become origin PVs ([`volumes`]).
 
 pub mod acks;
-pub mod backoff;
 mod cli;
 pub mod config;
 pub mod connector;
@@ -108,7 +107,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             cluster_id: args.cluster_id.clone(),
             keepalive_interval: args.keepalive_interval,
             keepalive_timeout: args.keepalive_timeout,
-            backoff: backoff::Backoff::new(args.min_backoff, args.max_backoff),
+            backoff: refract_shared::backoff::Backoff::new(args.min_backoff, args.max_backoff),
         },
         inbound_tx,
         metrics,

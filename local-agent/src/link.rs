@@ -15,9 +15,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
 
-use crate::backoff::Backoff;
 use crate::connector::Connector;
 use crate::metrics::Metrics;
+use refract_shared::backoff::Backoff;
 
 /// How long the remote agent has to answer Hello.
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);

@@ -37,7 +37,16 @@ pub struct ShadowPodStatus {
     /// The UID of the current pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
+    /// Why the pod could not be created, while it cannot (`FailedCreate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What the provider's API server said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
+
+/// [`ShadowPodStatus::reason`] while the provider cannot create the pod.
+pub const FAILED_CREATE: &str = "FailedCreate";
 
 /// The PodSpec schema is large and validated by the API server when the pod is created; the
 /// CRD keeps it as an object.

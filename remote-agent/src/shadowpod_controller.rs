@@ -5,15 +5,17 @@
 //! finished (`Succeeded`/`Failed`), here or at the origin, is never re-created. Deleting the ShadowPod removes the pod
 //! through its owner reference.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
+use refract_shared::backoff::Backoff;
 use refract_shared::keys::{
     DESTINATION_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
 };
@@ -21,7 +23,7 @@ use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::shadowpod::{ShadowPod, ShadowPodStatus};
+use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
 
 /// Label on pods the controller created.
 pub const MANAGED_BY_LABEL: &str = "refract.io/managed-by";
@@ -78,6 +80,13 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
         .for_each(feed(key_tx.clone()));
 
     let stores = Stores { shadows, pods };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "refract-remote-agent".into(),
+            instance: Some(provider.to_string()),
+        },
+    );
     let controller = {
         let stores = stores.clone();
         let retry_tx = key_tx.clone();
@@ -85,24 +94,42 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
             let _ = stores.shadows.wait_until_ready().await;
             let _ = stores.pods.wait_until_ready().await;
             // Level-triggered: re-check everything now and then, in case an event was missed.
-            let mut resync = tokio::time::interval(Duration::from_secs(30));
+            let mut resync = tokio::time::interval(RESYNC);
+            let mut retries = Retries::default();
             loop {
                 let key = tokio::select! {
                     k = key_rx.recv() => match k { Some(k) => k, None => return },
                     _ = resync.tick() => {
+                        // A ShadowPod waiting for its retry is left to it: a resync must not
+                        // start a second chain of attempts.
                         for s in stores.shadows.state() {
-                            let _ = retry_tx.try_send((s.namespace().unwrap_or_default(), s.name_any()));
+                            let key = (s.namespace().unwrap_or_default(), s.name_any());
+                            if !retries.waiting(&key) {
+                                let _ = retry_tx.try_send(key);
+                            }
                         }
                         continue;
                     }
                 };
-                if let Err(error) = reconcile(&client, &stores, &key.0, &key.1).await {
-                    tracing::warn!(namespace = %key.0, name = %key.1, %error, "failed to reconcile ShadowPod; retrying");
-                    let tx = retry_tx.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                        let _ = tx.send(key).await;
-                    });
+                // A retry's key arrives after its "due" note: it is no longer scheduled.
+                while let Ok(due) = retries.due_rx.try_recv() {
+                    retries.scheduled.remove(&due);
+                }
+                match reconcile(&client, &recorder, &stores, &key.0, &key.1).await {
+                    Ok(()) => retries.succeeded(&key),
+                    Err(error) => {
+                        let Some(delay) = retries.failed(&key) else {
+                            continue; // a retry is already scheduled
+                        };
+                        tracing::warn!(namespace = %key.0, name = %key.1, %error, retry_in = ?delay, "failed to reconcile ShadowPod");
+                        let tx = retry_tx.clone();
+                        let due = retries.due_tx.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let _ = due.send(key.clone());
+                            let _ = tx.send(key).await;
+                        });
+                    }
                 }
             }
         }
@@ -118,8 +145,59 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
     stores
 }
 
+/// How often every ShadowPod is checked again.
+const RESYNC: Duration = Duration::from_secs(30);
+/// The first retry of a failing ShadowPod comes after 5 to 10 s, doubling up to 1 min: at most
+/// 12 attempts a minute under steady failure, however many events arrive, and a pod that can be
+/// created again is within a minute.
+const RETRY_MIN: Duration = Duration::from_secs(10);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// Per-ShadowPod retry state: its backoff, and whether a retry is already on its way.
+struct Retries {
+    backoffs: HashMap<(String, String), Backoff>,
+    scheduled: HashSet<(String, String)>,
+    due_tx: std::sync::mpsc::Sender<(String, String)>,
+    due_rx: std::sync::mpsc::Receiver<(String, String)>,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        let (due_tx, due_rx) = std::sync::mpsc::channel();
+        Self {
+            backoffs: HashMap::new(),
+            scheduled: HashSet::new(),
+            due_tx,
+            due_rx,
+        }
+    }
+}
+
+impl Retries {
+    fn waiting(&self, key: &(String, String)) -> bool {
+        self.scheduled.contains(key)
+    }
+
+    fn succeeded(&mut self, key: &(String, String)) {
+        self.backoffs.remove(key);
+    }
+
+    /// The delay before the next attempt, or `None` when one is already scheduled.
+    fn failed(&mut self, key: &(String, String)) -> Option<Duration> {
+        if !self.scheduled.insert(key.clone()) {
+            return None;
+        }
+        let backoff = self
+            .backoffs
+            .entry(key.clone())
+            .or_insert_with(|| Backoff::new(RETRY_MIN, RETRY_MAX));
+        Some(backoff.next_delay())
+    }
+}
+
 async fn reconcile(
     client: &kube::Client,
+    recorder: &Recorder,
     stores: &Stores,
     ns: &str,
     name: &str,
@@ -143,6 +221,7 @@ async fn reconcile(
                 phase,
                 recreations: status.recreations,
                 pod_uid: pod.uid(),
+                ..Default::default()
             };
             if next != status {
                 write_status(&shadows, name, &next).await?;
@@ -161,20 +240,46 @@ async fn reconcile(
             if status.pod_uid.is_some() {
                 tracing::info!(namespace = %ns, %name, recreations, "pod of ShadowPod is gone; re-creating it");
             }
-            write_status(
-                &shadows,
-                name,
-                &ShadowPodStatus {
-                    phase: Some("Pending".into()),
-                    recreations,
-                    pod_uid: None,
-                },
-            )
-            .await?;
+            let pending = ShadowPodStatus {
+                phase: Some("Pending".into()),
+                recreations,
+                ..status.clone()
+            };
+            let pending = ShadowPodStatus {
+                pod_uid: None,
+                ..pending
+            };
+            if pending != status {
+                write_status(&shadows, name, &pending).await?;
+            }
             let created = match pods.create(&PostParams::default(), &pod_for(&shadow)).await {
                 Ok(p) => p,
                 Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // The origin pod shows why (the status goes back as a condition, the
+                    // event to the pod's events), once per distinct failure.
+                    let message = format!("the provider could not create the pod: {e}");
+                    if pending.message.as_deref() != Some(message.as_str()) {
+                        let failed = ShadowPodStatus {
+                            reason: Some(FAILED_CREATE.into()),
+                            message: Some(message.clone()),
+                            ..pending
+                        };
+                        write_status(&shadows, name, &failed).await?;
+                        let reference = shadow.object_ref(&());
+                        let event = Event {
+                            type_: EventType::Warning,
+                            reason: FAILED_CREATE.into(),
+                            note: Some(message.chars().take(1000).collect()),
+                            action: "CreatePod".into(),
+                            secondary: None,
+                        };
+                        if let Err(error) = recorder.publish(&event, &reference).await {
+                            tracing::warn!(%error, "failed to record event");
+                        }
+                    }
+                    return Err(e);
+                }
             };
             write_status(
                 &shadows,
@@ -183,6 +288,7 @@ async fn reconcile(
                     phase: Some("Pending".into()),
                     recreations,
                     pod_uid: created.uid(),
+                    ..Default::default()
                 },
             )
             .await?;

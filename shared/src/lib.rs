@@ -11,6 +11,7 @@
 //! Data flow: a local agent turns origin objects into `Upsert`s; the remote agent authorizes
 //! them by the identity [`tls`] extracts from the verified client certificate.
 
+pub mod backoff;
 pub mod duration;
 pub mod forge;
 pub mod hash;

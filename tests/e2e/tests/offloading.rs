@@ -407,6 +407,79 @@ spec:
         events.contains("liqo.io/type NotIn [virtual-node]"),
         "{events}"
     );
+
+    // The provider takes the ShadowPod but cannot create its pod (a quota of its admin's): the
+    // origin pod says why, attempts back off, and the pod runs once the quota goes.
+    kubectl_stdin(
+        &p.provider,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: no-pods, namespace: apps-origin}\nspec: {hard: {pods: \"0\"}}\n",
+    );
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: quota, namespace: apps}}\nspec:\n  containers: [{{name: c, image: \"{image}\", command: {SLEEPER}}}]\n"),
+    );
+    p.eventually(WAIT, "the origin pod shows the provider's failure", || {
+        let r = origin_get(
+            &p,
+            &["-n", "apps", "pod", "quota", "-o", "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].reason}: {.status.message}"],
+        )?;
+        (r.starts_with("ProviderFailedCreate") && r.contains("quota")).then_some(())
+    })
+    .await;
+    p.eventually(WAIT, "a FailedCreate event on the origin pod", || {
+        let e = origin_get(
+            &p,
+            &[
+                "-n",
+                "apps",
+                "events",
+                "--field-selector",
+                "involvedObject.name=quota,reason=FailedCreate",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+        )?;
+        e.contains("could not create the pod").then_some(())
+    })
+    .await;
+    let attempts = || {
+        p.remote_log()
+            .matches("failed to reconcile ShadowPod")
+            .count()
+    };
+    let before = attempts();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let during = attempts() - before;
+    assert!(
+        during <= 6,
+        "{during} attempts in 30 s under steady failure (at most 12 a minute)"
+    );
+    kubectl_stdin(
+        &p.provider,
+        &["delete", "-f", "-"],
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: no-pods, namespace: apps-origin}\n",
+    );
+    p.eventually(
+        Duration::from_secs(180),
+        "the pod runs once the quota is gone",
+        || {
+            let phase = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "pod",
+                    "quota",
+                    "-o",
+                    "jsonpath={.status.phase}",
+                ],
+            )?;
+            (phase == "Running").then_some(())
+        },
+    )
+    .await;
 }
 
 /// `phase,restarts` of an origin pod.

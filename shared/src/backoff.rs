@@ -1,4 +1,4 @@
-//! Jittered exponential backoff for reconnects.
+//! Jittered exponential backoff: reconnects, and retries of a failing object.
 
 use std::time::Duration;
 
