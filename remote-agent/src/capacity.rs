@@ -68,7 +68,7 @@ pub fn spawn(
                     kind: Some(remote_message::Kind::Capacity(capacity.clone())),
                 };
                 tracing::debug!(%tenant, ?capacity, "sending capacity");
-                if registry.send_to(&tenant, message).await {
+                if registry.send_to(&tenant, message) {
                     sent.insert(tenant, (session, capacity));
                 }
             }

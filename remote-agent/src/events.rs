@@ -72,7 +72,7 @@ pub fn spawn(client: kube::Client, registry: Registry, shutdown: CancellationTok
             if entry.0 != session {
                 *entry = (session.clone(), HashSet::new());
             }
-            if !entry.1.insert(key) {
+            if !entry.1.insert(key.clone()) {
                 continue;
             }
             let message = RemoteMessage {
@@ -87,7 +87,13 @@ pub fn spawn(client: kube::Client, registry: Registry, shutdown: CancellationTok
                     event_json: serde_json::to_vec(&event).unwrap_or_default(),
                 })),
             };
-            registry.send_to(&tenant, message).await;
+            if !registry.send_to(&tenant, message) {
+                // A tenant not reading its stream misses this event, not everyone else theirs;
+                // a later count of the same event is sent again.
+                if let Some((_, keys)) = sent.get_mut(&tenant) {
+                    keys.remove(&key);
+                }
+            }
         }
     };
     tokio::spawn(async move {

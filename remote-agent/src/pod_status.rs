@@ -94,7 +94,7 @@ pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
                         recreations,
                     })),
                 };
-                if registry.send_to(&tenant, message).await {
+                if registry.send_to(&tenant, message) {
                     delivered.record(uid, session, hash);
                 }
             }
@@ -136,7 +136,7 @@ pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
                         recreations: shadow.status.as_ref().map_or(0, |s| s.recreations),
                     })),
                 };
-                if registry.send_to(&tenant, message).await {
+                if registry.send_to(&tenant, message) {
                     delivered.record(uid, session, hash);
                 }
             }

@@ -174,16 +174,29 @@ impl Registry {
         );
     }
 
-    /// Sends a message to `tenant`'s open stream; false when the tenant is not connected.
-    /// Waits when the stream's buffer is full (the provider-side watchers slow down rather
-    /// than drop status).
-    pub async fn send_to(&self, tenant: &ClusterId, message: RemoteMessage) -> bool {
+    /// Queues a message on `tenant`'s open stream; false when the tenant is not connected or
+    /// its stream's buffer is full. Never waits: the provider-side watchers serve every tenant
+    /// from one loop, so a tenant that stops reading must not hold up the others. What they
+    /// send is state (pod status, capacity, volumes), sent again on their next pass when it
+    /// was not queued.
+    pub fn send_to(&self, tenant: &ClusterId, message: RemoteMessage) -> bool {
         let outbound = self.lock().get(tenant).and_then(|t| t.outbound.clone());
         let Some(outbound) = outbound else {
             return false;
         };
-        self.tap(tenant, TapMessage::FromRemote(&message));
-        outbound.send(Ok(message)).await.is_ok()
+        let reserved = outbound.try_reserve();
+        match reserved {
+            Ok(slot) => {
+                self.tap(tenant, TapMessage::FromRemote(&message));
+                slot.send(Ok(message));
+                true
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Full(())) => {
+                tracing::debug!(%tenant, kind = remote_kind(&message), "tenant's stream is full; sending later");
+                false
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(())) => false,
+        }
     }
 
     /// The session id of `tenant`'s open stream.

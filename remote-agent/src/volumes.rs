@@ -83,7 +83,7 @@ async fn send_loop(
             let message = RemoteMessage {
                 kind: Some(remote_message::Kind::PersistentVolume(message)),
             };
-            if registry.send_to(&tenant, message).await {
+            if registry.send_to(&tenant, message) {
                 tracing::info!(%tenant, volume = %volume.name_any(), "sent a provider volume to its origin");
                 delivered.record(uid, session, hash);
             }

@@ -1,9 +1,8 @@
 //! Applying one session's requests concurrently, each object's in the order they were sent.
 //!
 //! A request starts as soon as one of `concurrency` permits is free, unless a request for the
-//! same object is under way: then it waits behind it, without holding a permit. Of several
-//! Upserts of one object waiting, only the newest is kept (each is the object's whole desired
-//! state), so what waits is bounded by the number of requests under way. The reader waits for
+//! same object is under way: then it waits behind it, without holding a permit. What waits is
+//! coalesced per object (see [`coalesce`]): at most two requests per object under way. The reader waits for
 //! a permit, so a busy provider slows the tenant's stream down instead of queueing without
 //! bound.
 
@@ -28,6 +27,20 @@ fn is_upsert(m: &LocalMessage) -> bool {
     matches!(m.kind, Some(local_message::Kind::Upsert(_)))
 }
 
+/// Queues `message` behind the object's waiting requests, keeping only what still matters:
+/// a Delete supersedes everything waiting (the object goes whatever it was to become), an
+/// Upsert supersedes a waiting Upsert (each is the whole desired state) but stays behind a
+/// waiting Delete (a new object of the same name comes after the old one is gone). So at most
+/// a Delete and an Upsert wait per object, however fast a tenant alternates them.
+fn coalesce(queue: &mut VecDeque<LocalMessage>, message: LocalMessage) {
+    if !is_upsert(&message) {
+        queue.clear();
+    } else if queue.back().is_some_and(is_upsert) {
+        queue.pop_back();
+    }
+    queue.push_back(message);
+}
+
 impl Dispatcher {
     /// A dispatcher running up to `concurrency` requests at once.
     pub fn new(concurrency: usize) -> Self {
@@ -47,10 +60,7 @@ impl Dispatcher {
         {
             let mut waiting = self.waiting.lock().expect("dispatcher poisoned");
             if let Some(queue) = waiting.get_mut(&key) {
-                match queue.back_mut() {
-                    Some(last) if is_upsert(last) && is_upsert(&message) => *last = message,
-                    _ => queue.push_back(message),
-                }
+                coalesce(queue, message);
                 return;
             }
             waiting.insert(key.clone(), VecDeque::new());
@@ -104,6 +114,46 @@ mod tests {
             Some(local_message::Kind::Upsert(u)) => u.revision.clone(),
             _ => String::new(),
         }
+    }
+
+    fn delete(name: &str, revision: &str) -> LocalMessage {
+        LocalMessage {
+            kind: Some(local_message::Kind::Delete(refract_shared::proto::Delete {
+                object: Some(ObjectRef {
+                    name: name.into(),
+                    ..Default::default()
+                }),
+                revision: revision.into(),
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn revision_of(m: &LocalMessage) -> String {
+        match &m.kind {
+            Some(local_message::Kind::Upsert(u)) => u.revision.clone(),
+            Some(local_message::Kind::Delete(d)) => d.revision.clone(),
+            _ => String::new(),
+        }
+    }
+
+    #[test]
+    fn alternating_upserts_and_deletes_coalesce_to_at_most_two() {
+        let mut q = VecDeque::new();
+        for i in 0..1000 {
+            coalesce(&mut q, upsert("a", &format!("u{i}")));
+            coalesce(&mut q, delete("a", &format!("d{i}")));
+        }
+        let kept: Vec<String> = q.iter().map(revision_of).collect();
+        assert_eq!(kept, ["d999"]);
+        coalesce(&mut q, upsert("a", "u-last"));
+        coalesce(&mut q, upsert("a", "u-later"));
+        let kept: Vec<String> = q.iter().map(revision_of).collect();
+        assert_eq!(
+            kept,
+            ["d999", "u-later"],
+            "the new object comes after the delete"
+        );
     }
 
     #[tokio::test]

@@ -102,6 +102,12 @@ impl Wire {
         })
     }
 
+    /// The stream's sending half, to send without waiting for answers (and without reading
+    /// them: a tenant that stops reading its stream).
+    pub fn sender(&self) -> mpsc::Sender<LocalMessage> {
+        self.tx.clone()
+    }
+
     /// Sends `object` (a whole Kubernetes object) as an Upsert and waits for its Ack.
     pub async fn upsert(&mut self, object: &serde_json::Value) -> anyhow::Result<Answer> {
         self.upsert_bytes(object_ref(object), serde_json::to_vec(object)?)
@@ -167,6 +173,29 @@ impl Wire {
                 }
             }
         }
+    }
+}
+
+/// An Upsert message of `object` at `revision`.
+pub fn upsert_message(object: &serde_json::Value, revision: u64) -> LocalMessage {
+    LocalMessage {
+        kind: Some(local_message::Kind::Upsert(Upsert {
+            object: Some(object_ref(object)),
+            revision: revision.to_string(),
+            object_json: serde_json::to_vec(object).expect("JSON serializes"),
+            origin_uid: String::new(),
+        })),
+    }
+}
+
+/// A Delete message of `object` at `revision`.
+pub fn delete_message(object: &serde_json::Value, revision: u64) -> LocalMessage {
+    LocalMessage {
+        kind: Some(local_message::Kind::Delete(Delete {
+            object: Some(object_ref(object)),
+            revision: revision.to_string(),
+            grace_period_seconds: None,
+        })),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use refract_e2e::wire::{object_ref, Answer, Wire};
+use refract_e2e::wire::{delete_message, object_ref, upsert_message, Answer, Wire};
 use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
 use refract_shared::proto::Outcome;
 use serde_json::{json, Value};
@@ -462,4 +462,84 @@ async fn oversize_objects_are_refused_and_a_newer_stream_replaces_the_old() {
     );
     assert!(!provider_has(&p, "configmap/stale"));
     applied(newer.upsert(&small).await.unwrap(), "the newer stream");
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The slowest of `n` ConfigMap upserts of bob's, 100 ms apart.
+async fn slowest_ack(bob: &mut Wire, n: usize) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for i in 0..n {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{}", i % 5), "namespace": "bob-shop"}, "data": {"i": format!("{n}-{i}")}});
+        let started = std::time::Instant::now();
+        applied(bob.upsert(&cm).await.unwrap(), "bob's ConfigMap");
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    slowest
+}
+
+#[tokio::test]
+async fn a_tenant_that_floods_and_stops_reading_delays_no_other() {
+    let (p, flooder, _policy) = forger("{}\n").await;
+    let bob_certs = p.certs.issue("bob", "bob", "client", &[]);
+    let mut bob = Wire::open(&p.remote_addr, "provider", "bob", &bob_certs)
+        .await
+        .unwrap();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bob-shop"}});
+    applied(bob.upsert(&ns).await.unwrap(), "bob's namespace");
+    let pid = p
+        .remote
+        .as_ref()
+        .and_then(|r| r.pid())
+        .expect("remote agent pid");
+    let rss_before = rss_kib(pid);
+
+    let alone = slowest_ack(&mut bob, 20).await;
+
+    // Mallory floods one object with alternating Upserts and Deletes and never reads an Ack.
+    let tx = flooder.sender();
+    let flood = tokio::spawn(async move {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "flood", "namespace": NS}, "data": {"x": "y".repeat(4096)}});
+        let mut sent = 0u64;
+        for i in 0..200_000u64 {
+            let m = if i % 2 == 0 {
+                upsert_message(&cm, i)
+            } else {
+                delete_message(&cm, i)
+            };
+            // Once the remote agent stops reading (this tenant's answers are not read), the
+            // flood is stuck, as a real stalled tenant would be: stop after a second of that.
+            match tokio::time::timeout(Duration::from_secs(1), tx.send(m)).await {
+                Ok(Ok(())) => sent += 1,
+                _ => break,
+            }
+        }
+        sent
+    });
+
+    // Meanwhile bob's requests are answered as fast as ever.
+    let during = slowest_ack(&mut bob, 40).await;
+    let sent = flood.await.unwrap();
+    let rss_after = rss_kib(pid);
+    println!(
+        "fairness: flooder sent {sent} messages without reading; bob's slowest ack {alone:?} alone, {during:?} during the flood; remote agent RSS {rss_before} KiB -> {rss_after} KiB"
+    );
+    assert!(
+        during < alone + Duration::from_secs(1),
+        "bob's acks took up to {during:?} during the flood, {alone:?} without"
+    );
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "the remote agent grew from {rss_before} to {rss_after} KiB"
+    );
+    drop(flooder);
 }
