@@ -32,11 +32,13 @@ pub use crate::desired::ObjectKey;
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
 use crate::policy::{self, Policies};
+pub use deletion::DeletionSafety;
 pub use error::{answer, Applied, ApplyError};
 use merge::{merge_patch, writes_without_apply, OwnedKeys};
 use tokens::{is_token_secret, token_kind};
 use write::{Mode, Refused};
 
+mod deletion;
 mod error;
 pub(crate) mod merge;
 mod references;
@@ -56,6 +58,10 @@ pub struct Applier {
     networks: Arc<policy::ProviderNetworks>,
     /// The largest object (its JSON, in bytes) a tenant may send.
     max_object_bytes: usize,
+    /// Which deletions wait for a grace period.
+    safety: DeletionSafety,
+    /// Namespace deletions waiting for their grace period.
+    deferred: deletion::Deferred,
     /// Tenant objects (namespaces included) as the watch sees them: most checks cost no
     /// request.
     objects: TenantObjects,
@@ -79,6 +85,8 @@ pub struct Limits {
     pub networks: policy::ProviderNetworks,
     /// The largest object (its JSON, in bytes) a tenant may send.
     pub max_object_bytes: usize,
+    /// Which deletions wait for a grace period.
+    pub safety: DeletionSafety,
 }
 
 impl Applier {
@@ -96,6 +104,8 @@ impl Applier {
             policies: Arc::new(limits.policies),
             networks: Arc::new(limits.networks),
             max_object_bytes: limits.max_object_bytes,
+            safety: limits.safety,
+            deferred: Arc::default(),
             objects,
             desired: DesiredStore::default(),
             unguarded: Arc::default(),
@@ -190,6 +200,9 @@ impl Applier {
         }
         let kind = self.authorize(tenant, object).await?;
         let desired = decode_desired(kind, object, &upsert.object_json)?;
+        if kind == Allowed::Namespace {
+            self.keep_namespace(tenant, &object.name);
+        }
         let mut desired = self.judged(tenant, kind, desired)?;
         if kind == Allowed::ShadowPod {
             self.check_references(tenant, &object.namespace, &desired)
@@ -528,8 +541,35 @@ impl Applier {
     }
 
     /// Deletes `tenant`'s object, if it is the tenant's. With `unchanged_since`, only if
-    /// nothing has written it since that resourceVersion.
+    /// nothing has written it since that resourceVersion. A twin namespace holding claims is
+    /// deleted after the grace period ([`deletion`]).
     async fn delete_owned(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+        name: &str,
+        grace: Option<i64>,
+        unchanged_since: Option<String>,
+    ) -> ApplyResult {
+        if kind != Allowed::Namespace {
+            return self
+                .delete_now(tenant, kind, namespace, name, grace, unchanged_since)
+                .await;
+        }
+        let Some(existing) = self.api(kind, "").get_metadata_opt(name).await? else {
+            return Ok(Applied::AlreadyAbsent);
+        };
+        if !self.owns(tenant, kind, &existing.metadata) {
+            return Err(ApplyError::Conflict(format!(
+                "Namespace {name} is not the tenant's; left untouched"
+            )));
+        }
+        self.delete_namespace(tenant, name, unchanged_since).await
+    }
+
+    /// Deletes `tenant`'s object now, if it is the tenant's (see [`Applier::delete_owned`]).
+    async fn delete_now(
         &self,
         tenant: &ClusterId,
         kind: Allowed,
@@ -616,8 +656,22 @@ impl Applier {
             .api(kind, namespace)
             .list_metadata(&ListParams::default().labels(&selector))
             .await?;
+        let total = list.items.len();
+        let orphans: Vec<_> = list
+            .items
+            .into_iter()
+            .filter(|o| !keep(&o.name_any()))
+            .collect();
+        if self.safety.holds_back(orphans.len(), total) {
+            let grace = self.safety.grace;
+            tracing::warn!(
+                %tenant, kind = kind.kind(), %namespace, removing = orphans.len(), of = total, ?grace,
+                "the tenant's snapshot would remove most of its objects at once; waiting for the grace period first"
+            );
+            tokio::time::sleep(grace).await;
+        }
         let mut deleted = Vec::new();
-        for obj in list.items {
+        for obj in orphans {
             let name = obj.name_any();
             if keep(&name) {
                 continue;

@@ -65,6 +65,17 @@ pub struct Args {
     #[arg(long = "provider-cidr", value_name = "CIDR")]
     pub provider_cidrs: Vec<IpNet>,
 
+    /// How long held-back deletions wait: a twin namespace that holds PersistentVolumeClaims,
+    /// and an orphan collection removing more than --max-orphan-share of a tenant's objects.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub deletion_grace: Duration,
+
+    /// The share (percent) of a tenant's objects of a kind in a namespace that one orphan
+    /// collection may remove without waiting --deletion-grace (collections of fewer than 10
+    /// objects never wait).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub max_orphan_share: u8,
+
     /// The largest object a tenant may send, in bytes of JSON; larger ones are refused with
     /// the outcome INVALID, and the stream goes on.
     #[arg(long, default_value_t = refract_shared::limits::MAX_OBJECT_BYTES)]
@@ -133,6 +144,11 @@ impl Args {
                 cidrs: self.provider_cidrs.clone(),
             },
             max_object_bytes: self.max_object_bytes,
+            safety: crate::apply::DeletionSafety {
+                grace: self.deletion_grace,
+                max_share_percent: self.max_orphan_share,
+                ..Default::default()
+            },
         })
     }
 

@@ -19,6 +19,8 @@ pub enum Applied {
     AlreadyAbsent,
     /// The object to collect was written since it was listed, so it stays.
     WrittenSince,
+    /// The deletion waits for a grace period; why and until when.
+    Deferred(String),
 }
 
 /// Why a request was not applied.
@@ -113,6 +115,7 @@ pub fn answer(result: &Result<Applied, ApplyError>) -> (Outcome, String) {
         Ok(Applied::Unchanged) => (Outcome::Unchanged, String::new()),
         Ok(Applied::AlreadyAbsent) => (Outcome::Unchanged, "already absent".into()),
         Ok(Applied::WrittenSince) => (Outcome::Unchanged, "written since it was listed".into()),
+        Ok(Applied::Deferred(why)) => (Outcome::Unchanged, format!("deletion deferred: {why}")),
         Err(e) => (e.outcome(), e.to_string()),
     }
 }

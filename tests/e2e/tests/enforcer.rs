@@ -19,6 +19,11 @@ const PROVIDER_CIDR: &str = "10.200.0.0/16";
 /// A peering (its own local agent is the tenant `origin`), a policy file for the remote agent,
 /// and the forging tenant connected with a namespace of its own.
 async fn forger(policy: &str) -> (Peering, Wire, tempfile::NamedTempFile) {
+    forger_with(policy, &[]).await
+}
+
+/// Like [`forger`], with extra remote agent flags.
+async fn forger_with(policy: &str, extra: &[&str]) -> (Peering, Wire, tempfile::NamedTempFile) {
     let file = tempfile::NamedTempFile::new().expect("policy file");
     std::fs::write(file.path(), policy).expect("policy file");
     let flags = [
@@ -26,7 +31,11 @@ async fn forger(policy: &str) -> (Peering, Wire, tempfile::NamedTempFile) {
         format!("--provider-cidr={PROVIDER_CIDR}"),
         "--max-object-bytes=1048576".to_string(),
     ];
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let flags: Vec<&str> = flags
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+        .collect();
     let p = Peering::start_with_flags(false, &[], &flags)
         .await
         .expect("peering");
@@ -542,4 +551,94 @@ async fn a_tenant_that_floods_and_stops_reading_delays_no_other() {
         "the remote agent grew from {rss_before} to {rss_after} KiB"
     );
     drop(flooder);
+}
+
+#[tokio::test]
+async fn mass_and_data_deletions_wait_for_the_grace_period() {
+    let (p, mut wire, _policy) = forger_with("{}\n", &["--deletion-grace=8s"]).await;
+    let cm = |i: usize| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("keep-{i}"), "namespace": NS}, "data": {"i": i.to_string()}});
+    for i in 0..12 {
+        applied(wire.upsert(&cm(i)).await.unwrap(), "a ConfigMap");
+    }
+    // A new stream that lists no ConfigMap at all: an empty (or wrong) snapshot.
+    let certs = p.certs.dir.join("mallory");
+    let empty = Wire::open(&p.remote_addr, "provider", TENANT, &certs)
+        .await
+        .unwrap();
+    let done = refract_shared::proto::LocalMessage {
+        kind: Some(
+            refract_shared::proto::local_message::Kind::SnapshotComplete(
+                refract_shared::proto::SnapshotComplete {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    namespace: NS.into(),
+                },
+            ),
+        ),
+    };
+    empty.sender().send(done).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for i in 0..12 {
+        assert!(
+            provider_has(&p, &format!("configmap/keep-{i}")),
+            "keep-{i} went at once"
+        );
+    }
+    assert!(
+        p.remote_log()
+            .contains("would remove most of its objects at once"),
+        "the remote agent did not say why it waits"
+    );
+    p.eventually(
+        Duration::from_secs(30),
+        "the orphans collected after the grace period",
+        || (!provider_has(&p, "configmap/keep-11")).then_some(()),
+    )
+    .await;
+
+    // A twin namespace that holds a claim is deleted only after the grace period, and not at
+    // all when the tenant offloads it again meanwhile.
+    let mut wire = empty;
+    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": NS},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+    applied(wire.upsert(&claim).await.unwrap(), "a claim");
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "annotations": {"refract.io/original-name": "shop"}}});
+    let terminating = || {
+        kubectl_get(
+            &p.provider,
+            &[
+                "namespace",
+                NS,
+                "-o",
+                "jsonpath={.metadata.deletionTimestamp}",
+            ],
+        )
+        .is_none_or(|t| !t.is_empty())
+    };
+    let answer = wire.delete(object_ref(&ns)).await.unwrap();
+    assert_eq!(answer.outcome, Outcome::Unchanged, "{answer:?}");
+    assert!(
+        answer.message.contains("deletion deferred")
+            && answer.message.contains("PersistentVolumeClaims"),
+        "{answer:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!terminating(), "the namespace went before the grace period");
+    applied(
+        wire.upsert(&ns).await.unwrap(),
+        "the namespace offloaded again",
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        !terminating(),
+        "the namespace went though it was offloaded again"
+    );
+    let answer = wire.delete(object_ref(&ns)).await.unwrap();
+    assert!(answer.message.contains("deletion deferred"), "{answer:?}");
+    p.eventually(
+        Duration::from_secs(30),
+        "the namespace deleted after the grace period",
+        || terminating().then_some(()),
+    )
+    .await;
 }
