@@ -18,6 +18,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
+use refract_shared::backoff::PerKey;
 use refract_shared::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
 use refract_shared::forge::Context;
 use refract_shared::hash::object_hash;
@@ -40,7 +41,10 @@ use crate::reflect::{publish_event, send, Key};
 pub const BACKOFF_REASON: &str = "OffloadingBackOff";
 /// Reason shown on pods the provider refused.
 pub const DENIED_REASON: &str = "OffloadingDenied";
-const RETRY_AFTER: Duration = Duration::from_secs(2);
+/// Retries after a transient failure on the provider wait 2.5–5 s, doubling up to 5 min: fewer
+/// than 12 attempts a minute per pod under steady failure.
+const RETRY_MIN: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// Settings of pod offloading.
 #[derive(Clone)]
@@ -82,6 +86,8 @@ pub struct PodOffloader {
     store: Store<Pod>,
     queue: WorkQueue<Key>,
     state: Mutex<State>,
+    /// Pods the provider failed to take for now, and how long each waits to retry.
+    retries: PerKey<Key>,
 }
 
 /// Starts pod offloading.
@@ -104,6 +110,7 @@ pub fn spawn(
         store,
         queue: WorkQueue::new(),
         state: Mutex::new(State::default()),
+        retries: PerKey::new(RETRY_MIN, RETRY_MAX),
     });
     acks.register("ShadowPod", o.clone());
     let api: Api<Pod> = Api::all(client);
@@ -512,10 +519,12 @@ impl AckSink for PodOffloader {
             return;
         };
         match outcome {
+            Outcome::Applied | Outcome::Unchanged => self.retries.succeeded(&key),
             Outcome::Transient => {
                 s.sent.remove(&key);
                 drop(s);
-                self.queue.add_after(key, RETRY_AFTER);
+                let delay = self.retries.failed(&key);
+                self.queue.add_after(key, delay);
             }
             Outcome::Denied | Outcome::Invalid | Outcome::Conflict => {
                 drop(s);

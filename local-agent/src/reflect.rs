@@ -22,6 +22,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
+use refract_shared::backoff::PerKey;
 use refract_shared::forge::{self, Context, Decision};
 use refract_shared::hash::bytes_hash;
 use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
@@ -43,7 +44,10 @@ use queue::WorkQueue;
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// How long before a transiently failed object is retried.
-const RETRY_AFTER: Duration = Duration::from_secs(2);
+/// Retries after a transient failure on the provider wait 2.5–5 s, doubling up to 5 min: fewer
+/// than 12 attempts a minute per object under steady failure.
+const RETRY_MIN: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// A local object: namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -106,6 +110,8 @@ pub struct Reflector<K: Reflectable> {
     pub queue: WorkQueue<Key>,
     sent: Mutex<SentState>,
     shared: Shared,
+    /// Objects the provider failed to apply for now, and how long each waits to retry.
+    retries: PerKey<Key>,
 }
 
 /// Object types a reflector can watch.
@@ -153,6 +159,7 @@ pub fn spawn<K: Reflectable>(
         queue: WorkQueue::new(),
         sent: Mutex::new(SentState::default()),
         shared,
+        retries: PerKey::new(RETRY_MIN, RETRY_MAX),
     });
     acks.register(kind.kind(), r.clone());
 
@@ -371,6 +378,20 @@ impl<K: Reflectable> Reflector<K> {
                 let obj = obj.expect("decided on an object");
                 // What was sent is told apart by the hash of the bytes sent.
                 let json = serde_json::to_vec(&desired.object).expect("JSON serializes");
+                if let Err(too_large) = refract_shared::limits::check_object_size(json.len()) {
+                    // Never sent: the remote agent would refuse it anyway. The copy on the
+                    // provider, if any, stays as it was; the object is sent once it shrinks.
+                    tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %too_large, "object not reflected");
+                    publish_event(
+                        &self.shared.recorder,
+                        obj.object_ref(&()),
+                        EventType::Warning,
+                        "FailedReflection",
+                        format!("cannot reflect: {too_large}"),
+                    )
+                    .await;
+                    return;
+                }
                 let hash = bytes_hash(&json);
                 let remote = ObjectRef {
                     api_version: self.kind.api_version().into(),
@@ -474,11 +495,14 @@ impl<K: Reflectable> AckSink for Reflector<K> {
             .cloned();
         let Some(key) = key else { return };
         match outcome {
-            Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {}
+            Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
+                self.retries.succeeded(&key)
+            }
             Outcome::Transient => {
-                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %ack.message, "transient failure on the provider; retrying");
+                let delay = self.retries.failed(&key);
+                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %ack.message, retry_in = ?delay, "transient failure on the provider; retrying");
                 self.sent.lock().expect("sent poisoned").remove(&key);
-                self.queue.add_after(key, RETRY_AFTER);
+                self.queue.add_after(key, delay);
             }
             Outcome::Conflict | Outcome::Denied | Outcome::Invalid => {
                 tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %ack.message, "provider refused object");

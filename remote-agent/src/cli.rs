@@ -109,6 +109,11 @@ pub struct Args {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub keepalive_timeout: Duration,
 
+    /// HTTP/2 streams one connection may have open at once (the Sync stream, Inspect, health
+    /// and reflection calls).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_concurrent_streams: u32,
+
     /// Requests of one tenant applied to the provider at the same time. Requests for the same
     /// object are always applied in the order they were sent.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]

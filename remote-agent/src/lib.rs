@@ -41,6 +41,8 @@ use refract_shared::telemetry::Admin;
 use refract_shared::tls::{self, TlsFiles, Watched};
 use tokio_util::sync::CancellationToken;
 
+/// Streams a client may reset before the server accepted them (HTTP/2 rapid-reset guard).
+const MAX_PENDING_RESETS: usize = 32;
 /// How long open connections get to close after a shutdown signal.
 const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -142,6 +144,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(args.keepalive_interval))
         .http2_keepalive_timeout(Some(args.keepalive_timeout))
+        // A client opens one Sync stream and a few short calls; more is abuse, and an
+        // unbounded number of streams per connection is memory the client decides.
+        .max_concurrent_streams(Some(args.max_concurrent_streams))
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
         .max_connection_age(args.max_connection_age)
         .max_connection_age_grace(args.max_connection_age_grace)
         .add_service(health_service)

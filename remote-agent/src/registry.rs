@@ -15,6 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 /// How many messages a slow tap reader may fall behind before it loses some.
 const TAP_BUFFER: usize = 1024;
+/// Outcome records kept per tenant; requests about further objects are answered but not
+/// recorded, so a tenant naming ever new objects cannot grow the agent's memory.
+pub const MAX_RECORDS: usize = 100_000;
 
 /// The tenants, shared between the Sync streams and Inspect.
 #[derive(Clone, Default)]
@@ -162,8 +165,12 @@ impl Registry {
         let t = tenants
             .entry(tenant.clone())
             .or_insert_with(TenantState::new);
+        let key = object_key(object);
+        if t.objects.len() >= MAX_RECORDS && !t.objects.contains_key(&key) {
+            return;
+        }
         t.objects.insert(
-            object_key(object),
+            key,
             ObjectStatus {
                 object: Some(object.clone()),
                 revision: revision.to_string(),

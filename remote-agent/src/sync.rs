@@ -22,6 +22,9 @@ use crate::metrics::{label, Metrics};
 use crate::peer::Peer;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
 
+/// Names a stream may upsert before its snapshots stop counting: past it, the stream's orphan
+/// collections are skipped (its view is too large to keep), never run on a partial view.
+const MAX_SEEN: usize = 200_000;
 /// How long a new stream may take to send Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Outbound messages buffered per stream before the session waits for the peer to read.
@@ -124,7 +127,7 @@ impl Reflection for ReflectionService {
             service: self.clone(),
             tenant: peer.cluster_id.clone(),
             tx,
-            seen: Default::default(),
+            seen: std::sync::Mutex::new(Some(Seen::default())),
             replaced: guard.replaced.clone(),
         });
         self.registry
@@ -161,13 +164,21 @@ impl ReflectionService {
     }
 }
 
+/// Names upserted on a stream, by kind and namespace, and how many in all.
+#[derive(Default)]
+struct Seen {
+    names: BTreeMap<(Allowed, String), BTreeSet<String>>,
+    count: usize,
+}
+
 /// One open stream of one tenant.
 struct TenantSession {
     service: ReflectionService,
     tenant: ClusterId,
     tx: mpsc::Sender<Result<RemoteMessage, Status>>,
     /// Names upserted on this stream, by kind and namespace: what a SnapshotComplete keeps.
-    seen: std::sync::Mutex<BTreeMap<(Allowed, String), BTreeSet<String>>>,
+    /// `None` once over [`MAX_SEEN`].
+    seen: std::sync::Mutex<Option<Seen>>,
     /// Cancelled when a newer stream of the tenant took over: this one's requests not yet
     /// started are dropped, and it ends.
     replaced: tokio_util::sync::CancellationToken,
@@ -293,12 +304,22 @@ impl TenantSession {
         let Some(kind) = Allowed::lookup(&object.api_version, &object.kind) else {
             return;
         };
-        let mut seen = self.seen.lock().expect("seen set poisoned");
-        let names = seen.entry((kind, object.namespace.clone())).or_default();
+        let mut guard = self.seen.lock().expect("seen set poisoned");
+        let Some(seen) = guard.as_mut() else { return };
+        let names = seen
+            .names
+            .entry((kind, object.namespace.clone()))
+            .or_default();
         if present {
-            names.insert(object.name.clone());
-        } else {
-            names.remove(&object.name);
+            if names.insert(object.name.clone()) {
+                seen.count += 1;
+            }
+        } else if names.remove(&object.name) {
+            seen.count -= 1;
+        }
+        if seen.count > MAX_SEEN {
+            tracing::warn!(limit = MAX_SEEN, "the tenant sent more objects than one stream keeps track of; its snapshots no longer collect orphans");
+            *guard = None;
         }
     }
 
@@ -311,15 +332,20 @@ impl TenantSession {
         };
         // What the tenant has sent so far, asked again for each object: Upserts keep arriving
         // while the collection runs.
+        // A replaced stream deletes nothing more (its view is no longer the tenant's), nor one
+        // whose view grew too large to keep.
         let keep = |name: &str| {
-            // A replaced stream deletes nothing more: its view is no longer the tenant's.
             self.replaced.is_cancelled()
                 || self
                     .seen
                     .lock()
                     .expect("seen set poisoned")
-                    .get(&(kind, done.namespace.clone()))
-                    .is_some_and(|names| names.contains(name))
+                    .as_ref()
+                    .is_none_or(|seen| {
+                        seen.names
+                            .get(&(kind, done.namespace.clone()))
+                            .is_some_and(|names| names.contains(name))
+                    })
         };
         match self
             .service

@@ -35,9 +35,57 @@ impl Backoff {
     }
 }
 
+/// One [`Backoff`] per failing key: each retry of a key waits longer than the last, until the
+/// key succeeds. Keys are forgotten on success, so the map holds only what is failing.
+pub struct PerKey<K> {
+    min: Duration,
+    max: Duration,
+    failing: std::sync::Mutex<std::collections::HashMap<K, Backoff>>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> PerKey<K> {
+    /// Backoffs starting at `min`, capped at `max`.
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max,
+            failing: Default::default(),
+        }
+    }
+
+    /// The delay before `key`'s next attempt, after one more failure.
+    pub fn failed(&self, key: &K) -> Duration {
+        let mut failing = self.failing.lock().expect("backoffs poisoned");
+        failing
+            .entry(key.clone())
+            .or_insert_with(|| Backoff::new(self.min, self.max))
+            .next_delay()
+    }
+
+    /// `key` succeeded (or went away): its next failure starts over.
+    pub fn succeeded(&self, key: &K) {
+        self.failing.lock().expect("backoffs poisoned").remove(key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_key_backoffs_grow_separately_and_reset() {
+        let b = PerKey::new(Duration::from_secs(4), Duration::from_secs(60));
+        let first = b.failed(&"a");
+        assert!(first <= Duration::from_secs(4));
+        let second = b.failed(&"a");
+        assert!(second >= Duration::from_secs(4), "{second:?}");
+        assert!(
+            b.failed(&"b") <= Duration::from_secs(4),
+            "another key starts over"
+        );
+        b.succeeded(&"a");
+        assert!(b.failed(&"a") <= Duration::from_secs(4));
+    }
 
     #[test]
     fn grows_within_bounds_and_resets() {

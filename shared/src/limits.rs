@@ -12,3 +12,20 @@ pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 /// The largest gRPC message either agent decodes: one object at [`MAX_OBJECT_BYTES`] and its
 /// envelope fit with room to spare.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// An object over [`MAX_OBJECT_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the object is {size} bytes of JSON, over the limit of {MAX_OBJECT_BYTES} bytes")]
+pub struct TooLarge {
+    /// The object's size.
+    pub size: usize,
+}
+
+/// Refuses an object of `size` bytes of JSON over [`MAX_OBJECT_BYTES`].
+pub fn check_object_size(size: usize) -> Result<(), TooLarge> {
+    if size > MAX_OBJECT_BYTES {
+        Err(TooLarge { size })
+    } else {
+        Ok(())
+    }
+}
