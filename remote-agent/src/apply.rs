@@ -42,6 +42,8 @@ mod deletion;
 mod error;
 pub(crate) mod merge;
 mod references;
+#[cfg(test)]
+mod tests;
 mod tokens;
 mod write;
 

@@ -53,6 +53,14 @@ impl TenantObjects {
         store.get(&key)
     }
 
+    /// No stores at all: every lookup misses (tests of the write path against a mocked API).
+    #[cfg(test)]
+    pub fn none() -> Self {
+        Self {
+            stores: Arc::default(),
+        }
+    }
+
     /// Whether the store of `kind` holds every object of the kind in the cluster, foreign ones
     /// included, as of the watch: one it does not have is absent (see [`whole`]).
     pub fn sees_every(&self, kind: Allowed) -> bool {

@@ -1,0 +1,234 @@
+//! The write path against a mocked provider API: ownership and refusals decided before any
+//! write, and nothing written for a refused request. The mock answers from a table of
+//! `(method, path)` and records every request it gets.
+
+use std::sync::{Arc, Mutex};
+
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use refract_shared::proto::{Delete, Upsert};
+use refract_shared::tls::ClusterId;
+use serde_json::{json, Value};
+
+use super::{answer, Applied, Applier, ApplyError, DeletionSafety, Limits};
+use crate::objects::TenantObjects;
+use crate::policy::{Policies, ProviderNetworks, TenantPolicy};
+
+type Log = Arc<Mutex<Vec<(Method, String)>>>;
+
+/// A provider API answering `routes` (method, path prefix → status, body); 404 otherwise.
+fn provider(routes: Vec<(Method, &'static str, u16, Value)>) -> (kube::Client, Log) {
+    let log: Log = Arc::default();
+    let seen = log.clone();
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let (method, path) = (req.method().clone(), req.uri().path().to_string());
+        seen.lock().unwrap().push((method.clone(), path.clone()));
+        let (status, body) = routes
+            .iter()
+            .find(|(m, p, _, _)| *m == method && path == *p)
+            .map(|(_, _, s, b)| (*s, b.clone()))
+            .unwrap_or((404, not_found()));
+        async move {
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .status(StatusCode::from_u16(status).unwrap())
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap(),
+            )
+        }
+    });
+    (kube::Client::new(service, "default"), log)
+}
+
+fn not_found() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
+}
+
+fn conflict() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409, "message": "already exists"})
+}
+
+fn tenant() -> ClusterId {
+    ClusterId::parse("tenant-a").unwrap()
+}
+
+fn applier(client: kube::Client) -> Applier {
+    Applier::new(
+        client,
+        ClusterId::parse("provider").unwrap(),
+        Limits {
+            policies: Policies::uniform(TenantPolicy::default()),
+            networks: ProviderNetworks::default(),
+            max_object_bytes: 64 * 1024,
+            safety: DeletionSafety::default(),
+        },
+        TenantObjects::none(),
+    )
+}
+
+/// A namespace labelled as `owner`'s.
+fn namespace(name: &str, owner: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"refract.io/tenant": owner}}})
+}
+
+fn upsert(object: &Value) -> Upsert {
+    Upsert {
+        object: Some(object_ref(object)),
+        revision: "1".into(),
+        object_json: serde_json::to_vec(object).unwrap(),
+        origin_uid: String::new(),
+    }
+}
+
+fn object_ref(object: &Value) -> refract_shared::proto::ObjectRef {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    refract_shared::proto::ObjectRef {
+        api_version: s(&object["apiVersion"]),
+        kind: s(&object["kind"]),
+        namespace: s(&object["metadata"]["namespace"]),
+        name: s(&object["metadata"]["name"]),
+    }
+}
+
+fn config_map(ns: &str, name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"a": "b"}})
+}
+
+fn writes(log: &Log) -> Vec<(Method, String)> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, _)| *m != Method::GET)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn another_tenants_namespace_is_never_written() {
+    let (client, log) = provider(vec![(
+        Method::GET,
+        "/api/v1/namespaces/shop",
+        200,
+        namespace("shop", "tenant-b"),
+    )]);
+    let result = applier(client)
+        .apply(&tenant(), &upsert(&config_map("shop", "x")))
+        .await;
+    assert!(
+        matches!(result, Err(ApplyError::NotTenantNamespace { .. })),
+        "{result:?}"
+    );
+    assert_eq!(answer(&result).0, refract_shared::proto::Outcome::Denied);
+    assert!(writes(&log).is_empty(), "{:?}", writes(&log));
+}
+
+#[tokio::test]
+async fn a_foreign_object_of_the_same_name_is_a_conflict_and_left_alone() {
+    let foreign = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "shop", "labels": {"team": "provider"}}});
+    let (client, log) = provider(vec![
+        (
+            Method::GET,
+            "/api/v1/namespaces/shop",
+            200,
+            namespace("shop", "tenant-a"),
+        ),
+        // The guarded create finds the name taken; the object read is someone else's.
+        (
+            Method::POST,
+            "/api/v1/namespaces/shop/configmaps",
+            409,
+            conflict(),
+        ),
+        (
+            Method::GET,
+            "/api/v1/namespaces/shop/configmaps/x",
+            200,
+            foreign,
+        ),
+    ]);
+    let a = applier(client);
+    let result = a.apply(&tenant(), &upsert(&config_map("shop", "x"))).await;
+    assert!(matches!(result, Err(ApplyError::Conflict(_))), "{result:?}");
+    let written = writes(&log);
+    assert_eq!(
+        written,
+        vec![(
+            Method::POST,
+            "/api/v1/namespaces/shop/configmaps".to_string()
+        )],
+        "only the create that cannot take over"
+    );
+
+    // Nor is it deleted.
+    let delete = Delete {
+        object: Some(object_ref(&config_map("shop", "x"))),
+        ..Default::default()
+    };
+    let result = a.delete(&tenant(), &delete).await;
+    assert!(matches!(result, Err(ApplyError::Conflict(_))), "{result:?}");
+    assert!(!writes(&log).iter().any(|(m, _)| *m == Method::DELETE));
+}
+
+#[tokio::test]
+async fn refused_objects_cost_no_write_and_say_why() {
+    let (client, log) = provider(vec![(
+        Method::GET,
+        "/api/v1/namespaces/shop",
+        200,
+        namespace("shop", "tenant-a"),
+    )]);
+    let a = applier(client);
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "shop"}, "spec": {"externalIPs": ["1.2.3.4"], "ports": [{"port": 80}]}});
+    let result = a.apply(&tenant(), &upsert(&svc)).await;
+    let (outcome, message) = answer(&result);
+    assert_eq!(outcome, refract_shared::proto::Outcome::Denied);
+    assert!(message.contains("spec.externalIPs"), "{message}");
+
+    let mut big = config_map("shop", "big");
+    big["data"]["a"] = "x".repeat(70 * 1024).into();
+    let result = a.apply(&tenant(), &upsert(&big)).await;
+    assert!(
+        matches!(result, Err(ApplyError::TooLarge { .. })),
+        "{result:?}"
+    );
+
+    let mut mismatched = upsert(&config_map("shop", "a"));
+    mismatched.object.as_mut().unwrap().name = "b".into();
+    let result = a.apply(&tenant(), &mismatched).await;
+    assert!(
+        matches!(result, Err(ApplyError::Malformed(_))),
+        "{result:?}"
+    );
+
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}});
+    let result = a.apply(&tenant(), &upsert(&role)).await;
+    assert!(
+        matches!(result, Err(ApplyError::KindNotAllowed { .. })),
+        "{result:?}"
+    );
+    assert!(writes(&log).is_empty(), "{:?}", writes(&log));
+}
+
+#[tokio::test]
+async fn a_new_object_in_the_tenants_namespace_is_created_in_one_request() {
+    let created = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "shop", "resourceVersion": "7"}});
+    let (client, log) = provider(vec![
+        (
+            Method::GET,
+            "/api/v1/namespaces/shop",
+            200,
+            namespace("shop", "tenant-a"),
+        ),
+        (
+            Method::POST,
+            "/api/v1/namespaces/shop/configmaps",
+            201,
+            created,
+        ),
+    ]);
+    let a = applier(client);
+    let result = a.apply(&tenant(), &upsert(&config_map("shop", "x"))).await;
+    assert_eq!(result, Ok(Applied::Written));
+    assert_eq!(writes(&log).len(), 1);
+}
