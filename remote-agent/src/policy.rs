@@ -165,7 +165,7 @@ pub enum PolicyError {
     },
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     #[serde(default)]
@@ -198,7 +198,11 @@ impl Policies {
 
     /// Parses a policy file's text.
     pub fn parse(text: &str, base: TenantPolicy) -> Result<Self, String> {
-        let file: File = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        // An empty file (or one of comments only) sets nothing.
+        let file: File = match serde_yaml_ng::from_str::<Option<File>>(text) {
+            Ok(file) => file.unwrap_or_default(),
+            Err(e) => return Err(e.to_string()),
+        };
         let base = serde_json::to_value(BaseView(&base)).map_err(|e| e.to_string())?;
         let defaults_value = overlay(base, file.defaults);
         let defaults: TenantPolicy =
@@ -337,6 +341,15 @@ mod tests {
         let b = p.of(&ClusterId::parse("origin-b").unwrap());
         assert!(b.services.allow_load_balancer);
         assert!(b.storage_classes.is_empty());
+    }
+
+    #[test]
+    fn an_empty_file_sets_nothing() {
+        let p = Policies::parse("# nothing yet\n", TenantPolicy::default()).unwrap();
+        assert_eq!(
+            p.of(&ClusterId::parse("x").unwrap()),
+            &TenantPolicy::default()
+        );
     }
 
     #[test]

@@ -35,9 +35,10 @@ pub(super) fn check(
         return Err(Violation::new("spec.pod", "a ShadowPod needs a pod spec"));
     }
     let spec: PodSpec = decode(spec_json, "spec.pod")?;
-    let annotations: BTreeMap<String, String> =
-        decode(&shadow["metadata"]["annotations"], "metadata.annotations")
-            .or_else(|_| Ok::<_, Violation>(BTreeMap::new()))?;
+    let annotations: BTreeMap<String, String> = match &shadow["metadata"]["annotations"] {
+        serde_json::Value::Null => BTreeMap::new(),
+        a => decode(a, "metadata.annotations")?,
+    };
     let prefixed = |v: Violation| Violation::new(v.field.replacen("spec", "spec.pod", 1), v.reason);
     pod_security::check(policy.pod_security, &spec, spec_json, &annotations).map_err(
         |v| match v.field.starts_with("spec") {

@@ -9,6 +9,7 @@ use refract_e2e::wire::{delete_message, object_ref, upsert_message, Answer, Wire
 use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
 use refract_shared::proto::Outcome;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 /// The forging tenant's cluster id, and its twin namespace on the provider.
 const TENANT: &str = "mallory";
@@ -514,29 +515,37 @@ async fn a_tenant_that_floods_and_stops_reading_delays_no_other() {
 
     let alone = slowest_ack(&mut bob, 20).await;
 
-    // Mallory floods one object with alternating Upserts and Deletes and never reads an Ack.
+    // Mallory floods one object with alternating Upserts and Deletes and never reads an Ack,
+    // for as long as bob is measured.
     let tx = flooder.sender();
+    let stop = CancellationToken::new();
+    let flooding = stop.clone();
     let flood = tokio::spawn(async move {
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "flood", "namespace": NS}, "data": {"x": "y".repeat(4096)}});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "flood", "namespace": NS}, "data": {"x": "y".repeat(64)}});
         let mut sent = 0u64;
-        for i in 0..200_000u64 {
-            let m = if i % 2 == 0 {
-                upsert_message(&cm, i)
+        while !flooding.is_cancelled() {
+            let m = if sent % 2 == 0 {
+                upsert_message(&cm, sent)
             } else {
-                delete_message(&cm, i)
+                delete_message(&cm, sent)
             };
-            // Once the remote agent stops reading (this tenant's answers are not read), the
-            // flood is stuck, as a real stalled tenant would be: stop after a second of that.
-            match tokio::time::timeout(Duration::from_secs(1), tx.send(m)).await {
-                Ok(Ok(())) => sent += 1,
-                _ => break,
+            tokio::select! {
+                // The remote agent stopped reading this tenant (its answers are not read): the
+                // flood is stuck, as a real stalled tenant would be, until bob is done.
+                _ = flooding.cancelled() => break,
+                result = tx.send(m) => match result {
+                    Ok(()) => sent += 1,
+                    Err(_) => break,
+                },
             }
         }
         sent
     });
 
     // Meanwhile bob's requests are answered as fast as ever.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let during = slowest_ack(&mut bob, 40).await;
+    stop.cancel();
     let sent = flood.await.unwrap();
     let rss_after = rss_kib(pid);
     println!(
