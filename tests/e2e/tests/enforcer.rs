@@ -524,7 +524,7 @@ async fn a_tenant_that_floods_and_stops_reading_delays_no_other() {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "flood", "namespace": NS}, "data": {"x": "y".repeat(64)}});
         let mut sent = 0u64;
         while !flooding.is_cancelled() {
-            let m = if sent % 2 == 0 {
+            let m = if sent.is_multiple_of(2) {
                 upsert_message(&cm, sent)
             } else {
                 delete_message(&cm, sent)
