@@ -688,7 +688,11 @@ async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
 /// for collection (as after a reconnect, when the origin recreates an object at once).
 #[tokio::test]
 async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
-    let mut p = Peering::start(false).await.expect("peering");
+    // All of the tenant's ConfigMaps there are orphans: a share the remote agent would hold
+    // back for the grace period (tests/enforcer.rs); here the collection must run at once.
+    let mut p = Peering::start_with_flags(false, &[], &["--max-orphan-share=100"])
+        .await
+        .expect("peering");
     let twin = extended(&p, "late").await;
     let twin = twin.as_str();
     // grpcurl speaks as the tenant: its stream would replace the local agent's, and the other.
