@@ -339,7 +339,7 @@ async fn forged_exposition_is_refused_or_sanitized() {
 }
 
 #[tokio::test]
-async fn forged_claims_and_namespaces_are_refused_or_sanitized() {
+async fn forged_claims_are_refused_or_sanitized() {
     let policy = "tenants:\n  mallory: {storageClasses: [standard]}\n";
     let (p, mut wire, _policy) = forger(policy).await;
     let claim = |name: &str, extra: Value| {
@@ -377,7 +377,11 @@ async fn forged_claims_and_namespaces_are_refused_or_sanitized() {
         wire.upsert(&claim("data", json!({}))).await.unwrap(),
         "a claim of an allowed class",
     );
+}
 
+#[tokio::test]
+async fn forged_namespaces_are_refused_or_sanitized() {
+    let (p, mut wire, _policy) = forger("{}\n").await;
     // Namespace labels and annotations are the provider's, whatever the tenant sends.
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mallory-admin",
         "labels": {"pod-security.kubernetes.io/enforce": "privileged", "refract.io/tenant": "origin"},
@@ -440,7 +444,7 @@ async fn forged_claims_and_namespaces_are_refused_or_sanitized() {
 }
 
 #[tokio::test]
-async fn oversize_objects_are_refused_and_a_newer_stream_replaces_the_old() {
+async fn oversize_objects_are_refused_and_the_stream_goes_on() {
     let (p, mut wire, _policy) = forger("{}\n").await;
     let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": NS},
         "data": {"blob": "x".repeat(2 * 1024 * 1024)}});
@@ -457,6 +461,25 @@ async fn oversize_objects_are_refused_and_a_newer_stream_replaces_the_old() {
     );
     assert!(!provider_has(&p, "configmap/big"));
 
+    // A message over the gRPC limit (4 MiB) breaks the protocol, not the agent: that stream
+    // ends with an error, and the tenant's next stream works.
+    let huge = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "huge", "namespace": NS},
+        "data": {"blob": "x".repeat(5 * 1024 * 1024)}});
+    let ended = wire.upsert(&huge).await;
+    assert!(ended.is_err(), "a 5 MiB message was answered: {ended:?}");
+    let certs = p.certs.dir.join("mallory");
+    let mut again = Wire::open(&p.remote_addr, "provider", TENANT, &certs)
+        .await
+        .unwrap();
+    applied(again.upsert(&small).await.unwrap(), "the next stream");
+    assert!(!provider_has(&p, "configmap/huge"));
+}
+
+#[tokio::test]
+async fn a_newer_stream_of_a_tenant_replaces_the_old_at_once() {
+    let (p, mut wire, _policy) = forger("{}\n").await;
+    let small = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "small", "namespace": NS}, "data": {"a": "b"}});
+    applied(wire.upsert(&small).await.unwrap(), "the first stream");
     // One stream per tenant: a new one replaces the old at once.
     let certs = p.certs.dir.join("mallory");
     let mut newer = Wire::open(&p.remote_addr, "provider", TENANT, &certs)
