@@ -559,15 +559,31 @@ impl Applier {
                 .delete_now(tenant, kind, namespace, name, grace, unchanged_since)
                 .await;
         }
-        let Some(existing) = self.api(kind, "").get_metadata_opt(name).await? else {
+        if self.owned_meta(tenant, kind, "", name).await?.is_none() {
             return Ok(Applied::AlreadyAbsent);
+        }
+        self.delete_namespace(tenant, name, unchanged_since).await
+    }
+
+    /// The metadata of `tenant`'s object as the API server has it: `None` when it is absent,
+    /// `Conflict` when it is someone else's.
+    async fn owned_meta(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ObjectMeta>, ApplyError> {
+        let Some(existing) = self.api(kind, namespace).get_metadata_opt(name).await? else {
+            return Ok(None);
         };
         if !self.owns(tenant, kind, &existing.metadata) {
             return Err(ApplyError::Conflict(format!(
-                "Namespace {name} is not the tenant's; left untouched"
+                "{} {namespace}/{name} is not the tenant's; left untouched",
+                kind.kind()
             )));
         }
-        self.delete_namespace(tenant, name, unchanged_since).await
+        Ok(Some(existing.metadata))
     }
 
     /// Deletes `tenant`'s object now, if it is the tenant's (see [`Applier::delete_owned`]).
@@ -580,19 +596,12 @@ impl Applier {
         grace: Option<i64>,
         unchanged_since: Option<String>,
     ) -> ApplyResult {
-        let api = self.api(kind, namespace);
-        let Some(existing) = api.get_opt(name).await? else {
+        let Some(existing) = self.owned_meta(tenant, kind, namespace, name).await? else {
             return Ok(Applied::AlreadyAbsent);
         };
         let guarded = unchanged_since.is_some();
-        if guarded && existing.resource_version() != unchanged_since {
+        if guarded && existing.resource_version != unchanged_since {
             return Ok(Applied::WrittenSince);
-        }
-        if !self.owns(tenant, kind, &existing.metadata) {
-            return Err(ApplyError::Conflict(format!(
-                "{} {namespace}/{name} is not the tenant's; left untouched",
-                kind.kind()
-            )));
         }
         if kind == Allowed::ShadowPod {
             // Stop the pod with the origin's grace period; the ShadowPod's own deletion would
@@ -611,7 +620,7 @@ impl Applier {
         }
         let mut params = DeleteParams {
             preconditions: Some(Preconditions {
-                uid: existing.uid(),
+                uid: existing.uid,
                 resource_version: unchanged_since,
             }),
             ..Default::default()
@@ -619,7 +628,7 @@ impl Applier {
         if let Some(g) = grace {
             params.grace_period_seconds = Some(g.max(0) as u32);
         }
-        match api.delete(name, &params).await {
+        match self.api(kind, namespace).delete(name, &params).await {
             Ok(_) => Ok(Applied::Deleted),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Applied::AlreadyAbsent),
             // The resourceVersion precondition failed: written meanwhile, so it stays.

@@ -6,6 +6,7 @@
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, PodSecurityContext, PodSpec, SeccompProfile,
+    WindowsSecurityContextOptions,
 };
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -183,17 +184,7 @@ fn baseline(spec: &PodSpec, annotations: &BTreeMap<String, String>) -> Result<()
 
 fn pod_context_baseline(sc: &PodSecurityContext) -> Result<(), Violation> {
     let field = "spec.securityContext";
-    if sc
-        .windows_options
-        .as_ref()
-        .and_then(|w| w.host_process)
-        .unwrap_or(false)
-    {
-        return Err(Violation::new(
-            format!("{field}.windowsOptions.hostProcess"),
-            "HostProcess pods are not allowed",
-        ));
-    }
+    not_host_process(field, sc.windows_options.as_ref())?;
     if let Some(se) = &sc.se_linux_options {
         selinux(field, se)?;
     }
@@ -235,17 +226,7 @@ fn container_baseline(field: &str, c: &Container) -> Result<(), Violation> {
             "privileged containers are not allowed",
         ));
     }
-    if sc
-        .windows_options
-        .as_ref()
-        .and_then(|w| w.host_process)
-        .unwrap_or(false)
-    {
-        return Err(Violation::new(
-            format!("{field}.windowsOptions.hostProcess"),
-            "HostProcess containers are not allowed",
-        ));
-    }
+    not_host_process(&field, sc.windows_options.as_ref())?;
     if let Some(cap) =
         added(sc.capabilities.as_ref()).find(|a| !BASELINE_CAPABILITIES.contains(&a.as_str()))
     {
@@ -266,6 +247,19 @@ fn container_baseline(field: &str, c: &Container) -> Result<(), Violation> {
     seccomp_not_unconfined(&field, sc.seccomp_profile.as_ref())?;
     if let Some(p) = &sc.app_armor_profile {
         apparmor(&field, &p.type_)?;
+    }
+    Ok(())
+}
+
+fn not_host_process(
+    field: &str,
+    windows: Option<&WindowsSecurityContextOptions>,
+) -> Result<(), Violation> {
+    if windows.and_then(|w| w.host_process) == Some(true) {
+        return Err(Violation::new(
+            format!("{field}.windowsOptions.hostProcess"),
+            "HostProcess (Windows host) pods and containers are not allowed",
+        ));
     }
     Ok(())
 }
