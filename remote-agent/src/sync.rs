@@ -306,16 +306,21 @@ impl TenantSession {
         };
         let mut guard = self.seen.lock().expect("seen set poisoned");
         let Some(seen) = guard.as_mut() else { return };
-        let names = seen
-            .names
-            .entry((kind, object.namespace.clone()))
-            .or_default();
+        let key = (kind, object.namespace.clone());
         if present {
-            if names.insert(object.name.clone()) {
+            if seen
+                .names
+                .entry(key)
+                .or_default()
+                .insert(object.name.clone())
+            {
                 seen.count += 1;
             }
-        } else if names.remove(&object.name) {
-            seen.count -= 1;
+        } else if let Some(names) = seen.names.get_mut(&key) {
+            // A Delete never adds an entry: deletes naming ever new namespaces cost nothing.
+            if names.remove(&object.name) {
+                seen.count -= 1;
+            }
         }
         if seen.count > MAX_SEEN {
             tracing::warn!(limit = MAX_SEEN, "the tenant sent more objects than one stream keeps track of; its snapshots no longer collect orphans");
