@@ -48,33 +48,8 @@ impl Wire {
         tenant: &str,
         certs: &std::path::Path,
     ) -> anyhow::Result<Self> {
-        tls::install_default_crypto_provider();
         let stop = CancellationToken::new();
-        let files = TlsFiles {
-            cert: certs.join("tls.crt"),
-            key: certs.join("tls.key"),
-            ca: certs.join("ca.crt"),
-        };
-        let tls: Watched<Arc<rustls::ClientConfig>> = Watched::spawn(
-            files,
-            Duration::from_secs(60),
-            tls::client_config,
-            stop.clone(),
-        )
-        .context("client certificate")?;
-        let connector = Connector {
-            addr: remote.to_string(),
-            server_name: rustls::pki_types::ServerName::try_from("localhost")?.to_owned(),
-            expected: ClusterId::parse(provider)?,
-            tls,
-        };
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{remote}"))?
-            .connect_with_connector(tower::service_fn(move |_| {
-                let connector = connector.clone();
-                async move { connector.connect().await }
-            }))
-            .await
-            .context("dial the remote agent")?;
+        let channel = connect(remote, provider, certs, &stop).await?;
         let (tx, rx) = mpsc::channel(64);
         tx.send(LocalMessage {
             kind: Some(local_message::Kind::Hello(Hello {
@@ -174,6 +149,44 @@ impl Wire {
             }
         }
     }
+}
+
+/// One mutual-TLS connection to `remote` (provider `provider`) with the certificate folder
+/// `certs`, as the local agent makes it; every call on the channel shares it. The certificate
+/// files are watched until `stop` is cancelled.
+pub async fn connect(
+    remote: &str,
+    provider: &str,
+    certs: &std::path::Path,
+    stop: &CancellationToken,
+) -> anyhow::Result<tonic::transport::Channel> {
+    tls::install_default_crypto_provider();
+    let files = TlsFiles {
+        cert: certs.join("tls.crt"),
+        key: certs.join("tls.key"),
+        ca: certs.join("ca.crt"),
+    };
+    let tls: Watched<Arc<rustls::ClientConfig>> = Watched::spawn(
+        files,
+        Duration::from_secs(60),
+        tls::client_config,
+        stop.clone(),
+    )
+    .context("client certificate")?;
+    let connector = Connector {
+        addr: remote.to_string(),
+        server_name: rustls::pki_types::ServerName::try_from("localhost")?.to_owned(),
+        expected: ClusterId::parse(provider)?,
+        tls,
+    };
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{remote}"))?
+        .connect_with_connector(tower::service_fn(move |_| {
+            let connector = connector.clone();
+            async move { connector.connect().await }
+        }))
+        .await
+        .context("dial the remote agent")?;
+    Ok(channel)
 }
 
 /// An Upsert message of `object` at `revision`.

@@ -674,3 +674,46 @@ async fn mass_and_data_deletions_wait_for_the_grace_period() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn one_connection_holds_no_more_streams_than_allowed() {
+    let (p, _wire, _policy) = forger_with("{}\n", &["--max-concurrent-streams=4"]).await;
+    let stop = CancellationToken::new();
+    let certs = p.certs.dir.join("mallory");
+    let channel = refract_e2e::wire::connect(&p.remote_addr, "provider", &certs, &stop)
+        .await
+        .unwrap();
+    let tap = || {
+        let mut client = refract_shared::proto::inspect_client::InspectClient::new(channel.clone());
+        async move {
+            client
+                .tap(refract_shared::proto::TapRequest {
+                    cluster_id: TENANT.into(),
+                })
+                .await
+        }
+    };
+    // Four long-lived Tap streams take every stream the connection may have.
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        let stream = tokio::time::timeout(Duration::from_secs(10), tap())
+            .await
+            .expect("a Tap within the limit is answered")
+            .expect("Tap");
+        open.push(stream);
+    }
+    // A fifth waits for one of them to end.
+    let fifth = tokio::spawn(tap());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !fifth.is_finished(),
+        "a fifth stream was opened on the connection"
+    );
+    drop(open.pop());
+    let answered = tokio::time::timeout(Duration::from_secs(10), fifth)
+        .await
+        .expect("the fifth stream opens once one closes")
+        .unwrap();
+    assert!(answered.is_ok(), "{answered:?}");
+    stop.cancel();
+}
