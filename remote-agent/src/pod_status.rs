@@ -48,6 +48,48 @@ fn failed_create(shadow: &ShadowPod) -> Option<serde_json::Value> {
 /// The reason an origin pod shows while its provider cannot create it.
 pub const PROVIDER_FAILED_CREATE: &str = "ProviderFailedCreate";
 
+/// A status to send for the origin pod named by `labels` (of a provider pod, or of its
+/// ShadowPod while the pod cannot be created).
+struct Report<'a> {
+    labels: &'a std::collections::BTreeMap<String, String>,
+    /// The provider object's UID, which keys what was delivered.
+    uid: String,
+    namespace: String,
+    name: String,
+    status: serde_json::Value,
+    recreations: u32,
+}
+
+/// Sends `report` to its tenant unless the tenant's current session has it already.
+fn offer(registry: &Registry, delivered: &mut Delivered, report: Report<'_>) {
+    let tenant = report
+        .labels
+        .get(ORIGIN_LABEL)
+        .and_then(|t| ClusterId::parse(t).ok());
+    let (Some(tenant), Some(origin_uid)) = (tenant, report.labels.get(ORIGIN_UID_LABEL)) else {
+        return;
+    };
+    let Some(session) = registry.session_of(&tenant) else {
+        return;
+    };
+    let hash = desired_hash(&serde_json::json!([report.status, report.recreations]));
+    if delivered.has(&report.uid, &session, &hash) {
+        return;
+    }
+    let message = RemoteMessage {
+        kind: Some(remote_message::Kind::PodStatus(PodStatus {
+            origin_uid: origin_uid.clone(),
+            namespace: report.namespace,
+            name: report.name,
+            status_json: serde_json::to_vec(&report.status).unwrap_or_default(),
+            recreations: report.recreations,
+        })),
+    };
+    if registry.send_to(&tenant, message) {
+        delivered.record(report.uid, session, hash);
+    }
+}
+
 /// Starts the status stream.
 pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
     tokio::spawn(async move {
@@ -59,86 +101,43 @@ pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
                 _ = tick.tick() => {}
             }
             for pod in stores.pods.state() {
-                let Some(tenant) = pod
-                    .labels()
-                    .get(ORIGIN_LABEL)
-                    .and_then(|t| ClusterId::parse(t).ok())
-                else {
-                    continue;
-                };
-                let Some(origin_uid) = pod.labels().get(ORIGIN_UID_LABEL).cloned() else {
-                    continue;
-                };
-                let Some(session) = registry.session_of(&tenant) else {
-                    continue;
-                };
-                let ns = pod.namespace().unwrap_or_default();
-                let name = pod.name_any();
+                let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
                 let recreations = stores
                     .shadows
-                    .get(&ObjectRef::new(&name).within(&ns))
+                    .get(&ObjectRef::new(&name).within(&namespace))
                     .and_then(|s| s.status.as_ref().map(|s| s.recreations))
                     .unwrap_or(0);
-                let status = serde_json::to_value(&pod.status).unwrap_or_default();
-                let hash = desired_hash(&serde_json::json!([status, recreations]));
-                let uid = pod.uid().unwrap_or_default();
-                if delivered.has(&uid, &session, &hash) {
-                    continue;
-                }
-                let message = RemoteMessage {
-                    kind: Some(remote_message::Kind::PodStatus(PodStatus {
-                        origin_uid,
-                        namespace: ns,
-                        name,
-                        status_json: serde_json::to_vec(&status).unwrap_or_default(),
-                        recreations,
-                    })),
+                let report = Report {
+                    labels: pod.labels(),
+                    uid: pod.uid().unwrap_or_default(),
+                    status: serde_json::to_value(&pod.status).unwrap_or_default(),
+                    recreations,
+                    namespace,
+                    name,
                 };
-                if registry.send_to(&tenant, message) {
-                    delivered.record(uid, session, hash);
-                }
+                offer(&registry, &mut delivered, report);
             }
             for shadow in stores.shadows.state() {
                 let Some(failure) = failed_create(&shadow) else {
                     continue;
                 };
-                let ns = shadow.namespace().unwrap_or_default();
-                let name = shadow.name_any();
+                let (namespace, name) = (shadow.namespace().unwrap_or_default(), shadow.name_any());
                 if stores
                     .pods
-                    .get(&ObjectRef::new(&name).within(&ns))
+                    .get(&ObjectRef::new(&name).within(&namespace))
                     .is_some()
                 {
                     continue;
                 }
-                let labels = shadow.labels();
-                let tenant = labels
-                    .get(ORIGIN_LABEL)
-                    .and_then(|t| ClusterId::parse(t).ok());
-                let (Some(tenant), Some(origin_uid)) = (tenant, labels.get(ORIGIN_UID_LABEL))
-                else {
-                    continue;
+                let report = Report {
+                    labels: shadow.labels(),
+                    uid: shadow.uid().unwrap_or_default(),
+                    status: failure,
+                    recreations: shadow.status.as_ref().map_or(0, |s| s.recreations),
+                    namespace,
+                    name,
                 };
-                let Some(session) = registry.session_of(&tenant) else {
-                    continue;
-                };
-                let hash = desired_hash(&failure);
-                let uid = shadow.uid().unwrap_or_default();
-                if delivered.has(&uid, &session, &hash) {
-                    continue;
-                }
-                let message = RemoteMessage {
-                    kind: Some(remote_message::Kind::PodStatus(PodStatus {
-                        origin_uid: origin_uid.clone(),
-                        namespace: ns,
-                        name,
-                        status_json: serde_json::to_vec(&failure).unwrap_or_default(),
-                        recreations: shadow.status.as_ref().map_or(0, |s| s.recreations),
-                    })),
-                };
-                if registry.send_to(&tenant, message) {
-                    delivered.record(uid, session, hash);
-                }
+                offer(&registry, &mut delivered, report);
             }
             let live: std::collections::HashSet<String> = stores
                 .pods

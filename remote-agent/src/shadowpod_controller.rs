@@ -5,7 +5,7 @@
 //! finished (`Succeeded`/`Failed`), here or at the origin, is never re-created. Deleting the ShadowPod removes the pod
 //! through its owner reference.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,7 +15,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
-use refract_shared::backoff::Backoff;
+use refract_shared::backoff::PerKey;
 use refract_shared::keys::{
     DESTINATION_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
 };
@@ -89,32 +89,34 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
     );
     let controller = {
         let stores = stores.clone();
-        let retry_tx = key_tx.clone();
+        let resync_tx = key_tx.clone();
         async move {
             let _ = stores.shadows.wait_until_ready().await;
             let _ = stores.pods.wait_until_ready().await;
             // Level-triggered: re-check everything now and then, in case an event was missed.
             let mut resync = tokio::time::interval(RESYNC);
             let mut retries = Retries::default();
+            // Retries come back on their own channel, so the loop knows a key's retry is due.
+            let (due_tx, mut due_rx) = mpsc::channel::<(String, String)>(1024);
             loop {
                 let key = tokio::select! {
                     k = key_rx.recv() => match k { Some(k) => k, None => return },
+                    Some(k) = due_rx.recv() => {
+                        retries.scheduled.remove(&k);
+                        k
+                    }
                     _ = resync.tick() => {
                         // A ShadowPod waiting for its retry is left to it: a resync must not
                         // start a second chain of attempts.
                         for s in stores.shadows.state() {
                             let key = (s.namespace().unwrap_or_default(), s.name_any());
-                            if !retries.waiting(&key) {
-                                let _ = retry_tx.try_send(key);
+                            if !retries.scheduled.contains(&key) {
+                                let _ = resync_tx.try_send(key);
                             }
                         }
                         continue;
                     }
                 };
-                // A retry's key arrives after its "due" note: it is no longer scheduled.
-                while let Ok(due) = retries.due_rx.try_recv() {
-                    retries.scheduled.remove(&due);
-                }
                 match reconcile(&client, &recorder, &stores, &key.0, &key.1).await {
                     Ok(()) => retries.succeeded(&key),
                     Err(error) => {
@@ -122,12 +124,10 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
                             continue; // a retry is already scheduled
                         };
                         tracing::warn!(namespace = %key.0, name = %key.1, %error, retry_in = ?delay, "failed to reconcile ShadowPod");
-                        let tx = retry_tx.clone();
-                        let due = retries.due_tx.clone();
+                        let due = due_tx.clone();
                         tokio::spawn(async move {
                             tokio::time::sleep(delay).await;
-                            let _ = due.send(key.clone());
-                            let _ = tx.send(key).await;
+                            let _ = due.send(key).await;
                         });
                     }
                 }
@@ -155,31 +155,22 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// Per-ShadowPod retry state: its backoff, and whether a retry is already on its way.
 struct Retries {
-    backoffs: HashMap<(String, String), Backoff>,
+    backoffs: PerKey<(String, String)>,
     scheduled: HashSet<(String, String)>,
-    due_tx: std::sync::mpsc::Sender<(String, String)>,
-    due_rx: std::sync::mpsc::Receiver<(String, String)>,
 }
 
 impl Default for Retries {
     fn default() -> Self {
-        let (due_tx, due_rx) = std::sync::mpsc::channel();
         Self {
-            backoffs: HashMap::new(),
+            backoffs: PerKey::new(RETRY_MIN, RETRY_MAX),
             scheduled: HashSet::new(),
-            due_tx,
-            due_rx,
         }
     }
 }
 
 impl Retries {
-    fn waiting(&self, key: &(String, String)) -> bool {
-        self.scheduled.contains(key)
-    }
-
     fn succeeded(&mut self, key: &(String, String)) {
-        self.backoffs.remove(key);
+        self.backoffs.succeeded(key);
     }
 
     /// The delay before the next attempt, or `None` when one is already scheduled.
@@ -187,11 +178,7 @@ impl Retries {
         if !self.scheduled.insert(key.clone()) {
             return None;
         }
-        let backoff = self
-            .backoffs
-            .entry(key.clone())
-            .or_insert_with(|| Backoff::new(RETRY_MIN, RETRY_MAX));
-        Some(backoff.next_delay())
+        Some(self.backoffs.failed(key))
     }
 }
 
