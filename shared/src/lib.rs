@@ -27,6 +27,7 @@ pub mod quantity;
 pub mod remap;
 pub mod runtime;
 pub mod selector;
+pub mod spdy;
 pub mod stdout;
 pub mod telemetry;
 pub mod tls;
