@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         root.join("refract/v1/reflection.proto"),
         root.join("refract/v1/inspect.proto"),
+        root.join("refract/v1/kubelet.proto"),
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

@@ -109,10 +109,16 @@ pub struct Args {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub keepalive_timeout: Duration,
 
-    /// HTTP/2 streams one connection may have open at once (the Sync stream, Inspect, health
-    /// and reflection calls).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// HTTP/2 streams one connection may have open at once: the Sync stream, Inspect, health
+    /// and reflection calls, and every open kubelet call (each `logs -f`, exec, attach and
+    /// forwarded connection is one).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_concurrent_streams: u32,
+
+    /// Kubelet calls (logs, exec, attach, port-forward connections) one tenant may have open
+    /// at once; more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_kubelet_sessions: u32,
 
     /// Requests of one tenant applied to the provider at the same time. Requests for the same
     /// object are always applied in the order they were sent.

@@ -6,7 +6,8 @@
 //! each Upsert/Delete goes to [`apply`] and is answered with an Ack. [`registry`] keeps
 //! per-tenant state that [`inspect`] serves read-only. [`metrics`] are served on the admin port.
 //! Back to the origin: pod status ([`pod_status`]), events ([`events`]), free capacity
-//! ([`capacity`]) and the volumes bound to tenants' claims ([`volumes`]).
+//! ([`capacity`]) and the volumes bound to tenants' claims ([`volumes`]). [`kubelet`] serves
+//! logs, exec, attach, port-forward and stats of a tenant's offloaded pods.
 
 pub mod apply;
 pub mod capacity;
@@ -16,6 +17,7 @@ pub mod desired;
 pub mod events;
 pub mod inspect;
 pub mod kinds;
+pub mod kubelet;
 pub mod metrics;
 pub mod objects;
 pub mod peer;
@@ -36,6 +38,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use refract_shared::proto::inspect_server::InspectServer;
+use refract_shared::proto::kubelet_server::KubeletServer;
 use refract_shared::proto::reflection_server::ReflectionServer;
 use refract_shared::telemetry::Admin;
 use refract_shared::tls::{self, TlsFiles, Watched};
@@ -83,7 +86,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
     restore::spawn_restorer(applier.clone(), changes);
     let stores = shadowpod_controller::spawn(client.clone(), &args.cluster_id, token.clone());
-    pod_status::spawn(stores, registry.clone(), token.clone());
+    pod_status::spawn(stores.clone(), registry.clone(), token.clone());
     capacity::spawn(
         client.clone(),
         registry.clone(),
@@ -96,6 +99,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         registry.clone(),
         token.clone(),
     );
+    let kubelet = kubelet::KubeletService {
+        client: client.clone(),
+        stores,
+        registry: registry.clone(),
+        max_sessions: args.max_kubelet_sessions as usize,
+    };
     events::spawn(client, registry.clone(), token.clone());
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
@@ -116,6 +125,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .await;
     health_reporter
         .set_serving::<InspectServer<inspect::InspectService>>()
+        .await;
+    health_reporter
+        .set_serving::<KubeletServer<kubelet::KubeletService>>()
         .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(refract_shared::proto::FILE_DESCRIPTOR_SET)
@@ -158,6 +170,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 .max_decoding_message_size(refract_shared::limits::MAX_MESSAGE_BYTES),
         )
         .add_service(InspectServer::new(inspect))
+        .add_service(KubeletServer::new(kubelet))
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
             // Stops accepting, ends open sessions, then lets tonic drain.

@@ -39,6 +39,8 @@ struct TenantState {
     outbound: Option<Outbound>,
     /// Cancelled when the current stream is replaced by a newer one of the same tenant.
     current: Option<CancellationToken>,
+    /// Kubelet calls open now, by a number of their own.
+    kubelet_sessions: BTreeMap<u64, proto::KubeletSession>,
 }
 
 /// The sending half of a tenant's open stream.
@@ -59,6 +61,7 @@ impl TenantState {
             tap: broadcast::channel(TAP_BUFFER).0,
             outbound: None,
             current: None,
+            kubelet_sessions: BTreeMap::new(),
         }
     }
 }
@@ -109,7 +112,65 @@ fn object_key(o: &ObjectRef) -> (String, String, String) {
     (o.kind.clone(), o.namespace.clone(), o.name.clone())
 }
 
+/// Keeps a kubelet call listed in Inspect while it is open.
+pub struct KubeletSessionGuard {
+    registry: Registry,
+    tenant: ClusterId,
+    id: u64,
+}
+
+impl Drop for KubeletSessionGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.registry.lock().get_mut(&self.tenant) {
+            t.kubelet_sessions.remove(&self.id);
+        }
+    }
+}
+
+/// A tenant already has as many kubelet calls open as it may.
+#[derive(Debug, thiserror::Error)]
+#[error("{open} kubelet calls are open for this tenant, the most allowed; close one first")]
+pub struct TooManySessions {
+    /// How many are open.
+    pub open: usize,
+}
+
+static NEXT_KUBELET_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl Registry {
+    /// Lists a kubelet call of `tenant` until the guard drops, unless `limit` calls are open.
+    pub fn open_kubelet_session(
+        &self,
+        tenant: &ClusterId,
+        call: &str,
+        pod: String,
+        limit: usize,
+    ) -> Result<KubeletSessionGuard, TooManySessions> {
+        let mut tenants = self.lock();
+        let t = tenants
+            .entry(tenant.clone())
+            .or_insert_with(TenantState::new);
+        if t.kubelet_sessions.len() >= limit {
+            return Err(TooManySessions {
+                open: t.kubelet_sessions.len(),
+            });
+        }
+        let id = NEXT_KUBELET_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        t.kubelet_sessions.insert(
+            id,
+            proto::KubeletSession {
+                call: call.to_string(),
+                pod,
+                opened_at: now(),
+            },
+        );
+        Ok(KubeletSessionGuard {
+            registry: self.clone(),
+            tenant: tenant.clone(),
+            id,
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ClusterId, TenantState>> {
         self.inner.lock().expect("registry poisoned")
     }
@@ -276,6 +337,7 @@ impl Registry {
                 certificate_not_after: t.cert_not_after.clone(),
                 connections: t.connections,
                 objects: t.objects.len() as u64,
+                kubelet_sessions: t.kubelet_sessions.values().cloned().collect(),
             })
             .collect()
     }

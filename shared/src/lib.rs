@@ -16,6 +16,7 @@ pub mod duration;
 pub mod forge;
 pub mod hash;
 pub mod keys;
+pub mod kubelet_protocol;
 pub mod limits;
 pub mod offloading;
 pub mod options;

@@ -1,0 +1,82 @@
+//! `ContainerLogs`: the provider's `pods/log`, streamed in chunks as they come.
+
+use futures::{AsyncReadExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams};
+use kube::ResourceExt;
+use refract_shared::proto::{LogChunk, LogsRequest};
+use tonic::Status;
+
+use super::Output;
+use crate::registry::KubeletSessionGuard;
+
+/// The largest chunk sent at once.
+const CHUNK: usize = 32 * 1024;
+
+/// Opens the log; the returned stream ends with it, or when the caller goes away (tonic drops
+/// the stream, which drops the provider's response).
+pub async fn stream(
+    client: &kube::Client,
+    pod: &Pod,
+    request: LogsRequest,
+    guard: KubeletSessionGuard,
+) -> Result<Output<LogChunk>, Status> {
+    let since_time = match request.since_time.as_str() {
+        "" => None,
+        t => Some(t.parse().map_err(|e| {
+            Status::invalid_argument(format!("sinceTime {t:?} is not an RFC 3339 time: {e}"))
+        })?),
+    };
+    let params = LogParams {
+        container: (!request.container.is_empty()).then(|| request.container.clone()),
+        follow: request.follow,
+        limit_bytes: request.limit_bytes,
+        pretty: false,
+        previous: request.previous,
+        since_seconds: request.since_seconds,
+        since_time,
+        tail_lines: request.tail_lines,
+        timestamps: request.timestamps,
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let reader = api
+        .log_stream(&pod.name_any(), &params)
+        .await
+        .map_err(kube_status)?;
+    let chunks = futures::stream::unfold(
+        (Box::pin(reader), guard),
+        |(mut reader, guard)| async move {
+            let mut buf = vec![0u8; CHUNK];
+            match reader.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(LogChunk { data: buf }), (reader, guard)))
+                }
+                Err(e) => Some((
+                    Err(Status::unavailable(format!("the provider's log stream broke: {e}"))),
+                    (reader, guard),
+                )),
+            }
+        },
+    );
+    // One error ends the stream.
+    let mut failed = false;
+    Ok(Box::pin(chunks.take_while(move |r| {
+        let go = !failed;
+        failed |= r.is_err();
+        futures::future::ready(go)
+    })))
+}
+
+/// An API error as the gRPC status a caller can act on.
+pub fn kube_status(e: kube::Error) -> Status {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 => Status::not_found(s.message.clone()),
+        kube::Error::Api(s) if s.code == 400 => Status::failed_precondition(s.message.clone()),
+        kube::Error::Api(s) if s.code == 403 || s.code == 401 => {
+            Status::permission_denied(s.message.clone())
+        }
+        _ => Status::unavailable(format!("the provider's API server: {e}")),
+    }
+}
