@@ -117,6 +117,29 @@ pub struct Args {
     #[arg(long)]
     pub webhook_key: Option<PathBuf>,
 
+    /// Serve the virtual node's kubelet API (HTTPS: `kubectl logs`, `exec`, `attach`,
+    /// `port-forward`, `/stats/summary`, `/metrics/resource`) on this address. The node
+    /// advertises `--node-ip` and this port, so the origin's API server must reach that address.
+    /// Without it, those commands fail for offloaded pods.
+    #[arg(long, requires_all = ["kubelet_cert", "kubelet_key"])]
+    pub kubelet_listen: Option<std::net::SocketAddr>,
+
+    /// The kubelet API's serving certificate (PEM), re-read when it changes.
+    #[arg(long)]
+    pub kubelet_cert: Option<PathBuf>,
+
+    /// The kubelet API's private key (PEM).
+    #[arg(long)]
+    pub kubelet_key: Option<PathBuf>,
+
+    /// CA bundle that signs the origin API server's kubelet client certificate
+    /// (kube-apiserver `--kubelet-client-certificate`). Callers with a certificate it signed are
+    /// the certificate's subject; without this flag only bearer tokens (checked by TokenReview)
+    /// are accepted. Either way, the origin's SubjectAccessReview must allow the caller
+    /// `nodes/proxy` (or `nodes/stats`, `nodes/metrics`) on the virtual node.
+    #[arg(long, requires = "kubelet_listen")]
+    pub kubelet_client_ca: Option<PathBuf>,
+
     /// What is reflected, and how.
     #[command(flatten)]
     pub reflection: crate::config::ReflectionFlags,

@@ -16,6 +16,7 @@ pub mod connector;
 pub mod crd;
 pub mod events;
 pub mod extension;
+pub mod kubelet;
 pub mod link;
 pub mod metrics;
 pub mod pods;
@@ -138,6 +139,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         },
     );
     let (capacity_tx, capacity_rx) = watch::channel(None);
+    let kubelet_port = args.kubelet_listen.map(|a| a.port());
     tokio::spawn(virtual_node::run(
         origin.clone(),
         virtual_node::NodeConfig {
@@ -147,6 +149,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             sharing_percentage: args.sharing_percentage,
             not_ready_grace: args.node_not_ready_grace,
             extra_labels: args.reflection.node_labels(),
+            kubelet_port,
         },
         sessions.clone(),
         capacity_rx,
@@ -178,6 +181,32 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &acks,
         token.clone(),
     );
+    if let (Some(listen), Some(cert), Some(key)) =
+        (args.kubelet_listen, &args.kubelet_cert, &args.kubelet_key)
+    {
+        kubelet::spawn(
+            kubelet::KubeletConfig {
+                listen,
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.kubelet_client_ca.clone(),
+                cert_poll: args.cert_poll_interval,
+            },
+            kubelet::Backend {
+                origin: origin.clone(),
+                sessions: sessions.clone(),
+                pods: pods.clone(),
+                node_name: args.node_name(),
+                started_unix_nanos: k8s_openapi::jiff::Timestamp::now()
+                    .as_nanosecond()
+                    .clamp(0, i64::MAX as i128) as i64,
+            },
+            token.clone(),
+        )
+        .await?;
+    } else {
+        tracing::warn!("no --kubelet-listen: kubectl logs, exec, attach and port-forward will not work for offloaded pods");
+    }
     let (origin_for_events, extension_for_events) = (origin.clone(), extension_rx.clone());
     let claims = spawn_reflectors(
         origin.clone(),

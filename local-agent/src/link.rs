@@ -35,6 +35,8 @@ pub struct SessionTx {
     pub session_id: String,
     /// Messages to send on this session.
     pub tx: mpsc::Sender<LocalMessage>,
+    /// The session's connection, for calls of their own (the kubelet API) beside the stream.
+    pub channel: tonic::transport::Channel,
 }
 
 /// What the link needs to know.
@@ -155,7 +157,7 @@ async fn run_session(
     })
     .await
     .map_err(|_| SessionError::Closed)?;
-    let mut inbound = ReflectionClient::new(channel)
+    let mut inbound = ReflectionClient::new(channel.clone())
         .max_decoding_message_size(64 * 1024 * 1024)
         .sync(ReceiverStream::new(rx))
         .await?
@@ -181,6 +183,7 @@ async fn run_session(
         generation,
         session_id: welcome.session_id,
         tx,
+        channel,
     }));
     while let Some(message) = inbound.message().await? {
         if inbound_tx.send(message).await.is_err() {

@@ -432,6 +432,25 @@ impl PodOffloader {
         }
     }
 
+    /// The provider pod (namespace, name) that origin pod `key` was offloaded as on the
+    /// current session, with the origin pod's UID; `None` when this agent did not offload it.
+    pub fn offloaded(&self, key: &Key) -> Option<(String, String, String)> {
+        let s = self.state.lock().expect("state poisoned");
+        s.sent
+            .get(key)
+            .map(|sent| (sent.remote.namespace.clone(), sent.remote.name.clone(), sent.uid.clone()))
+    }
+
+    /// The origin pod (and its UID) a provider pod stands for, when this agent offloaded it.
+    pub fn origin_of(&self, remote_namespace: &str, remote_name: &str) -> Option<(Key, String)> {
+        let s = self.state.lock().expect("state poisoned");
+        let key = s
+            .by_remote
+            .get(&(remote_namespace.to_string(), remote_name.to_string()))?;
+        let uid = s.sent.get(key)?.uid.clone();
+        Some((key.clone(), uid))
+    }
+
     /// Writes a provider pod status to the origin pod it belongs to.
     pub async fn on_status(&self, message: PodStatus) {
         let key = {

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -44,6 +45,8 @@ pub struct NodeConfig {
     pub not_ready_grace: Duration,
     /// Extra labels set by the operator.
     pub extra_labels: BTreeMap<String, String>,
+    /// The port of the node's kubelet API, when served.
+    pub kubelet_port: Option<u16>,
 }
 
 /// The node's resources for a provider's free resources.
@@ -174,6 +177,12 @@ pub async fn run(
                     type_: "InternalIP".into(),
                     address: config.node_ip.clone(),
                 }]),
+                // Where the API server sends logs, exec, attach, port-forward and stats.
+                daemon_endpoints: config.kubelet_port.map(|port| NodeDaemonEndpoints {
+                    kubelet_endpoint: Some(DaemonEndpoint {
+                        port: i32::from(port),
+                    }),
+                }),
                 conditions: Some(vec![NodeCondition {
                     type_: "Ready".into(),
                     status: if ready { "True" } else { "False" }.into(),

@@ -13,6 +13,7 @@ pub mod config;
 pub mod files;
 pub mod identity;
 pub mod reload;
+pub mod serving;
 
 pub use config::{client_config, server_config};
 pub use files::{TlsFiles, TlsMaterial};
