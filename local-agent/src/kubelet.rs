@@ -11,9 +11,9 @@ pub mod auth;
 mod logs;
 mod port_forward;
 mod remote_command;
-mod upgrade;
 pub mod route;
 pub mod stats;
+mod upgrade;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -119,9 +119,10 @@ impl From<tonic::Status> for HttpError {
 pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     let mut response = Response::new(full(Bytes::from(body.into())));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(http::header::CONTENT_TYPE, "text/plain; charset=utf-8".parse().expect("valid"));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        "text/plain; charset=utf-8".parse().expect("valid"),
+    );
     response
 }
 
@@ -244,7 +245,12 @@ pub async fn spawn(
     Ok(local)
 }
 
-async fn handle(backend: Backend, cert_user: Option<User>, req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    backend: Backend,
+    cert_user: Option<User>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    tracing::debug!(method = %req.method(), path = %req.uri().path(), upgrade = ?req.headers().get(http::header::UPGRADE), "kubelet request");
     let Some(route) = Route::parse(req.uri().path()) else {
         return text(StatusCode::NOT_FOUND, "404 page not found");
     };
@@ -256,7 +262,10 @@ async fn handle(backend: Backend, cert_user: Option<User>, req: Request<Incoming
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok());
             let Some(token) = auth::bearer(header) else {
-                return text(StatusCode::UNAUTHORIZED, auth::AuthError::Anonymous.to_string());
+                return text(
+                    StatusCode::UNAUTHORIZED,
+                    auth::AuthError::Anonymous.to_string(),
+                );
             };
             match auth::review_token(&backend.origin, token).await {
                 Ok(user) => user,
@@ -286,19 +295,31 @@ async fn handle(backend: Backend, cert_user: Option<User>, req: Request<Incoming
     }
     let result = match route {
         Route::Healthz => Ok(text(StatusCode::OK, "ok")),
-        Route::ContainerLogs(target) => logs::serve(&backend, &target, req.uri().query().unwrap_or_default()).await,
-        Route::Exec(target) => remote_command::serve(&backend, target, remote_command::Call::Exec, req),
-        Route::Attach(target) => remote_command::serve(&backend, target, remote_command::Call::Attach, req),
+        Route::ContainerLogs(target) => {
+            logs::serve(&backend, &target, req.uri().query().unwrap_or_default()).await
+        }
+        Route::Exec(target) => {
+            remote_command::serve(&backend, target, remote_command::Call::Exec, req)
+        }
+        Route::Attach(target) => {
+            remote_command::serve(&backend, target, remote_command::Call::Attach, req)
+        }
         Route::PortForward(target) => port_forward::serve(&backend, target, req),
         Route::StatsSummary => node_stats(&backend).await.map(|pods| {
             let summary = stats::summary(&backend.node_name, backend.started_unix_nanos, &pods);
             let mut r = text(StatusCode::OK, summary.to_string());
-            r.headers_mut().insert(http::header::CONTENT_TYPE, "application/json".parse().expect("valid"));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                "application/json".parse().expect("valid"),
+            );
             r
         }),
         Route::MetricsResource => node_stats(&backend).await.map(|pods| {
             let mut r = text(StatusCode::OK, stats::resource_metrics(&pods));
-            r.headers_mut().insert(http::header::CONTENT_TYPE, "text/plain; version=0.0.4".parse().expect("valid"));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4".parse().expect("valid"),
+            );
             r
         }),
     };

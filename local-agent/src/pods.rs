@@ -436,9 +436,13 @@ impl PodOffloader {
     /// current session, with the origin pod's UID; `None` when this agent did not offload it.
     pub fn offloaded(&self, key: &Key) -> Option<(String, String, String)> {
         let s = self.state.lock().expect("state poisoned");
-        s.sent
-            .get(key)
-            .map(|sent| (sent.remote.namespace.clone(), sent.remote.name.clone(), sent.uid.clone()))
+        s.sent.get(key).map(|sent| {
+            (
+                sent.remote.namespace.clone(),
+                sent.remote.name.clone(),
+                sent.uid.clone(),
+            )
+        })
     }
 
     /// The origin pod (and its UID) a provider pod stands for, when this agent offloaded it.

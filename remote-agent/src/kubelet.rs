@@ -52,7 +52,9 @@ impl KubeletService {
     fn owned_pod(&self, tenant: &ClusterId, pod: Option<&PodRef>) -> Result<Pod, Status> {
         let pod = pod.ok_or_else(|| Status::invalid_argument("no pod named"))?;
         if pod.namespace.is_empty() || pod.name.is_empty() {
-            return Err(Status::invalid_argument("the pod's namespace and name are required"));
+            return Err(Status::invalid_argument(
+                "the pod's namespace and name are required",
+            ));
         }
         let not_offloaded = || {
             Status::permission_denied(format!(
@@ -99,7 +101,12 @@ impl KubeletService {
         let (namespace, name) = (found.namespace().unwrap_or_default(), found.name_any());
         let guard = self
             .registry
-            .open_kubelet_session(tenant, call, format!("{namespace}/{name}"), self.max_sessions)
+            .open_kubelet_session(
+                tenant,
+                call,
+                format!("{namespace}/{name}"),
+                self.max_sessions,
+            )
             .map_err(|e| Status::resource_exhausted(e.to_string()))?;
         tracing::info!(%tenant, call, %namespace, pod = %name, "kubelet call opened");
         Ok((found, guard))
@@ -155,12 +162,16 @@ impl Kubelet for KubeletService {
         let peer = Peer::from_request(&request)?;
         let mut inbound = request.into_inner();
         let Some(Kind::Start(start)) = first(&mut inbound).await?.kind else {
-            return Err(Status::invalid_argument("the first message must be a start"));
+            return Err(Status::invalid_argument(
+                "the first message must be a start",
+            ));
         };
         let port = u16::try_from(start.port)
             .ok()
             .filter(|p| *p != 0)
-            .ok_or_else(|| Status::invalid_argument(format!("port {} is not a TCP port", start.port)))?;
+            .ok_or_else(|| {
+                Status::invalid_argument(format!("port {} is not a TCP port", start.port))
+            })?;
         let (pod, guard) = self.admit(&peer.cluster_id, "PortForward", start.pod.as_ref())?;
         let stream = port_forward::run(&self.client, &pod, port, inbound, guard).await?;
         Ok(Response::new(stream))
@@ -187,7 +198,9 @@ impl KubeletService {
         let peer = Peer::from_request(&request)?;
         let mut inbound = request.into_inner();
         let Some(Kind::Start(start)) = first(&mut inbound).await?.kind else {
-            return Err(Status::invalid_argument("the first message must be a start"));
+            return Err(Status::invalid_argument(
+                "the first message must be a start",
+            ));
         };
         let (pod, guard) = self.admit(&peer.cluster_id, call.name(), start.pod.as_ref())?;
         let stream = remote_command::run(&self.client, &pod, call, start, inbound, guard).await?;

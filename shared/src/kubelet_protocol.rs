@@ -224,11 +224,13 @@ mod tests {
         let back = exit_from_status(&status_from_exit(&exit));
         assert_eq!(back.exit_code, 42);
         assert_eq!(back.reason, NON_ZERO_EXIT);
-        assert!(exit_from_status(&status_from_exit(&ExitStatus {
-            success: true,
-            ..Default::default()
-        }))
-        .success);
+        assert!(
+            exit_from_status(&status_from_exit(&ExitStatus {
+                success: true,
+                ..Default::default()
+            }))
+            .success
+        );
     }
 
     #[test]

@@ -316,6 +316,7 @@ impl ControlPlane {
             return Err(e);
         }
         crate::control_plane::install_endpointslice_shim(&cp.client().await?).await?;
+        grant_kubelet_api(&cp.client().await?).await?;
 
         if options.controller_manager {
             let kc = cp.kubeconfig.display().to_string();
@@ -479,6 +480,29 @@ impl ControlPlane {
 
 fn http_get(path: &str) -> anyhow::Result<http::Request<Vec<u8>>> {
     Ok(http::Request::get(path).body(Vec::new())?)
+}
+
+/// Lets the API server's kubelet client identity use every kubelet's API, as kubeadm does
+/// (binding `system:kubelet-api-admin`). Kubelets that authorize with SubjectAccessReview,
+/// the virtual node's included, then answer logs, exec and stats for the API server.
+async fn grant_kubelet_api(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kube-apiserver-kubelet-client"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
+    }))?;
+    kube::Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(
+            "kube-apiserver-kubelet-client",
+            &kube::api::PatchParams::apply("refract-testkit").force(),
+            &kube::api::Patch::Apply(&binding),
+        )
+        .await
+        .context("failed to bind the API server's kubelet client to system:kubelet-api-admin")?;
+    Ok(())
 }
 
 /// Serves `discovery.k8s.io/v1` EndpointSlices on a 1.20 apiserver through a CRD.

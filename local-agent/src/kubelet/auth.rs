@@ -35,7 +35,9 @@ pub enum AuthError {
     #[error("Unauthorized: {0}")]
     BadToken(String),
     /// The user may not do this.
-    #[error("Forbidden (user={user}, verb={verb}, resource=nodes, subresource={subresource}): {reason}")]
+    #[error(
+        "Forbidden (user={user}, verb={verb}, resource=nodes, subresource={subresource}): {reason}"
+    )]
     Forbidden {
         /// Who.
         user: String,

@@ -6,9 +6,9 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use refract_shared::proto::LogsRequest;
 
+use super::route::Target;
 use super::route::{query_flag, query_value};
 use super::{Backend, Body, HttpError};
-use super::route::Target;
 
 fn number(query: &str, key: &str) -> Result<Option<i64>, HttpError> {
     query_value(query, key)
@@ -24,7 +24,11 @@ fn number(query: &str, key: &str) -> Result<Option<i64>, HttpError> {
 }
 
 /// Answers one log request.
-pub async fn serve(backend: &Backend, target: &Target, query: &str) -> Result<Response<Body>, HttpError> {
+pub async fn serve(
+    backend: &Backend,
+    target: &Target,
+    query: &str,
+) -> Result<Response<Body>, HttpError> {
     let request = LogsRequest {
         pod: Some(backend.remote(target)?),
         container: target.container.clone(),

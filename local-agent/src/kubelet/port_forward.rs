@@ -13,7 +13,9 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use refract_shared::kubelet_protocol as kp;
 use refract_shared::proto::kubelet_client::KubeletClient;
-use refract_shared::proto::{port_forward_input, port_forward_output, PodRef, PortForwardInput, PortForwardStart};
+use refract_shared::proto::{
+    port_forward_input, port_forward_output, PodRef, PortForwardInput, PortForwardStart,
+};
 use refract_shared::spdy::{headers, Session, Stream};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -32,7 +34,11 @@ struct Pair {
 }
 
 /// Answers the upgrade and serves the session in the background.
-pub fn serve(backend: &Backend, target: Target, mut req: Request<Incoming>) -> Result<Response<Body>, HttpError> {
+pub fn serve(
+    backend: &Backend,
+    target: Target,
+    mut req: Request<Incoming>,
+) -> Result<Response<Body>, HttpError> {
     let pod = backend.remote(&target)?;
     let client = backend.client()?;
     let (response, session) = upgrade::accept(&mut req, kp::PORT_FORWARD_V1)?;
@@ -52,8 +58,13 @@ async fn pair_streams(
 ) {
     let mut pending: HashMap<(String, String), Pair> = HashMap::new();
     while let Some(stream) = accepted.recv().await {
-        let port = headers::get(&stream.headers, kp::PORT).unwrap_or_default().to_string();
-        let request = headers::get(&stream.headers, kp::REQUEST_ID).unwrap_or_default().to_string();
+        tracing::debug!(id = stream.id, headers = ?stream.headers, "port-forward stream");
+        let port = headers::get(&stream.headers, kp::PORT)
+            .unwrap_or_default()
+            .to_string();
+        let request = headers::get(&stream.headers, kp::REQUEST_ID)
+            .unwrap_or_default()
+            .to_string();
         let key = (port, request);
         let pair = pending.entry(key.clone()).or_default();
         match headers::get(&stream.headers, kp::STREAM_TYPE) {
@@ -69,7 +80,9 @@ async fn pair_streams(
             let (error, data) = (pair.error.expect("paired"), pair.data.expect("paired"));
             tokio::spawn(forward(key.0, pod.clone(), client.clone(), error, data));
         } else if pending.len() > MAX_UNPAIRED {
-            tracing::warn!("port-forward client left too many streams unpaired; ending its session");
+            tracing::warn!(
+                "port-forward client left too many streams unpaired; ending its session"
+            );
             break;
         }
     }
@@ -126,7 +139,8 @@ async fn forward(
         match outputs.message().await {
             Ok(Some(out)) => match out.kind {
                 Some(port_forward_output::Kind::Data(bytes)) => {
-                    if data_w.write(Bytes::from(bytes)).await.is_err() {
+                    let written = data_w.write(Bytes::from(bytes)).await;
+                    if written.is_err() {
                         break;
                     }
                 }

@@ -13,7 +13,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use refract_shared::kubelet_protocol::{self as kp, status_from_exit, take_resizes};
-use refract_shared::proto::{session_input, session_output, ExitStatus, SessionInput, SessionStart};
+use refract_shared::proto::{
+    session_input, session_output, ExitStatus, SessionInput, SessionStart,
+};
 use refract_shared::spdy::{headers, Session, Stream, StreamWriter};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -80,7 +82,10 @@ pub fn serve(
     };
     let command = query_values(&query, "command");
     if matches!(call, Call::Exec) && command.is_empty() {
-        return Err(HttpError::new(http::StatusCode::BAD_REQUEST, "exec needs a command"));
+        return Err(HttpError::new(
+            http::StatusCode::BAD_REQUEST,
+            "exec needs a command",
+        ));
     }
     if !(wanted.stdin || wanted.stdout || wanted.stderr) {
         return Err(HttpError::new(
@@ -162,7 +167,14 @@ async fn bridge(
     let mut outputs = match answer {
         Ok(r) => r.into_inner(),
         Err(status) => {
-            finish(&session, &error, &stdout, &stderr, failure(status.message())).await;
+            finish(
+                &session,
+                &error,
+                &stdout,
+                &stderr,
+                failure(status.message()),
+            )
+            .await;
             return;
         }
     };

@@ -36,7 +36,10 @@ impl Route {
     /// Parses a request path (without its query); `None` for anything a kubelet would 404.
     pub fn parse(path: &str) -> Option<Self> {
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        if parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
+        if parts
+            .iter()
+            .any(|p| p.is_empty() || *p == "." || *p == "..")
+        {
             return None;
         }
         let target = |ns: &str, pod: &str, uid: Option<&str>, container: &str| Target {
@@ -154,10 +157,26 @@ mod tests {
             panic!("exec with uid")
         };
         assert_eq!(t.uid.as_deref(), Some("1234"));
-        assert_eq!(Route::parse("/portForward/ns/web").map(|r| r.subresource()), Some("proxy"));
-        assert_eq!(Route::parse("/stats/summary").map(|r| r.subresource()), Some("stats"));
-        assert_eq!(Route::parse("/metrics/resource").map(|r| r.subresource()), Some("metrics"));
-        for bad in ["/", "/exec/ns/web", "/containerLogs/ns/../c", "/run/ns/web/c", "/pods", "/stats//summary"] {
+        assert_eq!(
+            Route::parse("/portForward/ns/web").map(|r| r.subresource()),
+            Some("proxy")
+        );
+        assert_eq!(
+            Route::parse("/stats/summary").map(|r| r.subresource()),
+            Some("stats")
+        );
+        assert_eq!(
+            Route::parse("/metrics/resource").map(|r| r.subresource()),
+            Some("metrics")
+        );
+        for bad in [
+            "/",
+            "/exec/ns/web",
+            "/containerLogs/ns/../c",
+            "/run/ns/web/c",
+            "/pods",
+            "/stats//summary",
+        ] {
             assert_eq!(Route::parse(bad), None, "{bad}");
         }
     }

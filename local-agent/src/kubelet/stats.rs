@@ -107,13 +107,41 @@ pub fn resource_metrics(pods: &[OriginPodStats]) -> String {
     let mut family = |name: &str, help: &str, kind: &str| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     };
-    family("node_cpu_usage_seconds_total", "Cumulative cpu time consumed by the node in core-seconds", "counter");
-    family("node_memory_working_set_bytes", "Current working set of the node in bytes", "gauge");
-    family("pod_cpu_usage_seconds_total", "Cumulative cpu time consumed by the pod in core-seconds", "counter");
-    family("pod_memory_working_set_bytes", "Current working set of the pod in bytes", "gauge");
-    family("container_cpu_usage_seconds_total", "Cumulative cpu time consumed by the container in core-seconds", "counter");
-    family("container_memory_working_set_bytes", "Current working set of the container in bytes", "gauge");
-    family("scrape_error", "1 if there was an error while getting container metrics, 0 otherwise", "gauge");
+    family(
+        "node_cpu_usage_seconds_total",
+        "Cumulative cpu time consumed by the node in core-seconds",
+        "counter",
+    );
+    family(
+        "node_memory_working_set_bytes",
+        "Current working set of the node in bytes",
+        "gauge",
+    );
+    family(
+        "pod_cpu_usage_seconds_total",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+        "counter",
+    );
+    family(
+        "pod_memory_working_set_bytes",
+        "Current working set of the pod in bytes",
+        "gauge",
+    );
+    family(
+        "container_cpu_usage_seconds_total",
+        "Cumulative cpu time consumed by the container in core-seconds",
+        "counter",
+    );
+    family(
+        "container_memory_working_set_bytes",
+        "Current working set of the container in bytes",
+        "gauge",
+    );
+    family(
+        "scrape_error",
+        "1 if there was an error while getting container metrics, 0 otherwise",
+        "gauge",
+    );
     let _ = writeln!(
         out,
         "node_cpu_usage_seconds_total {} {}",
@@ -127,20 +155,44 @@ pub fn resource_metrics(pods: &[OriginPodStats]) -> String {
         ms(node_memory.time_unix_nanos)
     );
     for p in pods {
-        let labels = format!("namespace=\"{}\",pod=\"{}\"", escape(&p.namespace), escape(&p.name));
+        let labels = format!(
+            "namespace=\"{}\",pod=\"{}\"",
+            escape(&p.namespace),
+            escape(&p.name)
+        );
         if let Some(c) = &p.stats.cpu {
-            let _ = writeln!(out, "pod_cpu_usage_seconds_total{{{labels}}} {} {}", seconds(c.usage_core_nano_seconds), ms(c.time_unix_nanos));
+            let _ = writeln!(
+                out,
+                "pod_cpu_usage_seconds_total{{{labels}}} {} {}",
+                seconds(c.usage_core_nano_seconds),
+                ms(c.time_unix_nanos)
+            );
         }
         if let Some(m) = &p.stats.memory {
-            let _ = writeln!(out, "pod_memory_working_set_bytes{{{labels}}} {} {}", m.working_set_bytes, ms(m.time_unix_nanos));
+            let _ = writeln!(
+                out,
+                "pod_memory_working_set_bytes{{{labels}}} {} {}",
+                m.working_set_bytes,
+                ms(m.time_unix_nanos)
+            );
         }
         for c in &p.stats.containers {
             let labels = format!("container=\"{}\",{labels}", escape(&c.name));
             if let Some(cpu) = &c.cpu {
-                let _ = writeln!(out, "container_cpu_usage_seconds_total{{{labels}}} {} {}", seconds(cpu.usage_core_nano_seconds), ms(cpu.time_unix_nanos));
+                let _ = writeln!(
+                    out,
+                    "container_cpu_usage_seconds_total{{{labels}}} {} {}",
+                    seconds(cpu.usage_core_nano_seconds),
+                    ms(cpu.time_unix_nanos)
+                );
             }
             if let Some(m) = &c.memory {
-                let _ = writeln!(out, "container_memory_working_set_bytes{{{labels}}} {} {}", m.working_set_bytes, ms(m.time_unix_nanos));
+                let _ = writeln!(
+                    out,
+                    "container_memory_working_set_bytes{{{labels}}} {} {}",
+                    m.working_set_bytes,
+                    ms(m.time_unix_nanos)
+                );
             }
         }
     }
@@ -149,7 +201,9 @@ pub fn resource_metrics(pods: &[OriginPodStats]) -> String {
 }
 
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -203,7 +257,9 @@ mod tests {
     #[test]
     fn the_metrics_have_one_series_per_pod() {
         let text = resource_metrics(&[pod("a", 5, 100)]);
-        assert!(text.contains("pod_memory_working_set_bytes{namespace=\"ns\",pod=\"a\"} 100 1700000100000"));
+        assert!(text.contains(
+            "pod_memory_working_set_bytes{namespace=\"ns\",pod=\"a\"} 100 1700000100000"
+        ));
         assert!(text.contains("node_memory_working_set_bytes 100"));
         assert!(text.contains("scrape_error 0"));
     }

@@ -11,6 +11,9 @@ use tokio::sync::mpsc;
 
 use super::{full, Body, HttpError};
 
+/// A session once the connection has switched, or `None` when it never did.
+pub type Switched = Option<(Session, mpsc::Receiver<Stream>)>;
+
 /// Checks the request asks for a SPDY upgrade offering `protocol`; returns the 101 to send and
 /// a future resolving to the session once the connection has switched.
 pub fn accept(
@@ -19,7 +22,7 @@ pub fn accept(
 ) -> Result<
     (
         Response<Body>,
-        impl std::future::Future<Output = Option<(Session, mpsc::Receiver<Stream>)>> + Send + 'static,
+        impl std::future::Future<Output = Switched> + Send + 'static,
     ),
     HttpError,
 > {

@@ -54,7 +54,9 @@ pub async fn stream(
                     Some((Ok(LogChunk { data: buf }), (reader, guard)))
                 }
                 Err(e) => Some((
-                    Err(Status::unavailable(format!("the provider's log stream broke: {e}"))),
+                    Err(Status::unavailable(format!(
+                        "the provider's log stream broke: {e}"
+                    ))),
                     (reader, guard),
                 )),
             }

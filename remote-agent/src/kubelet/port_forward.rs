@@ -7,7 +7,9 @@ use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use refract_shared::kubelet_protocol as kp;
-use refract_shared::proto::{port_forward_input, port_forward_output, PortForwardInput, PortForwardOutput};
+use refract_shared::proto::{
+    port_forward_input, port_forward_output, PortForwardInput, PortForwardOutput,
+};
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
@@ -41,7 +43,10 @@ pub async fn run(
         ]
     };
     let open_failed = |e| Status::unavailable(format!("opening the forward: {e}"));
-    let mut error = session.open(headers(kp::ERROR)).await.map_err(open_failed)?;
+    let mut error = session
+        .open(headers(kp::ERROR))
+        .await
+        .map_err(open_failed)?;
     // Only the server writes on the error stream.
     let _ = error.writer().close().await;
     let mut data = session.open(headers(kp::DATA)).await.map_err(open_failed)?;
@@ -56,7 +61,9 @@ pub async fn run(
                 m = inbound.message() => m,
             };
             match message {
-                Ok(Some(PortForwardInput { kind: Some(Kind::Data(bytes)) })) => {
+                Ok(Some(PortForwardInput {
+                    kind: Some(Kind::Data(bytes)),
+                })) => {
                     if writer.write(Bytes::from(bytes)).await.is_err() {
                         return;
                     }
@@ -97,7 +104,11 @@ pub async fn run(
                 }
                 _ = tx.closed() => break,
             };
-            if tx.send(Ok(PortForwardOutput { kind: Some(out) })).await.is_err() {
+            if tx
+                .send(Ok(PortForwardOutput { kind: Some(out) }))
+                .await
+                .is_err()
+            {
                 break;
             }
         }
@@ -114,7 +125,11 @@ pub async fn run(
         }
         if !message.is_empty() {
             let text = String::from_utf8_lossy(&message).into_owned();
-            let _ = tx.send(Ok(PortForwardOutput { kind: Some(Kind::Error(text)) })).await;
+            let _ = tx
+                .send(Ok(PortForwardOutput {
+                    kind: Some(Kind::Error(text)),
+                }))
+                .await;
         }
         session.shutdown().await;
     });

@@ -10,7 +10,9 @@ use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use refract_shared::kubelet_protocol::{self as kp, exit_from_status};
-use refract_shared::proto::{session_input, session_output, SessionInput, SessionOutput, SessionStart};
+use refract_shared::proto::{
+    session_input, session_output, SessionInput, SessionOutput, SessionStart,
+};
 use refract_shared::spdy::{Session, Stream, StreamWriter};
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
@@ -63,7 +65,12 @@ pub async fn run(
     for arg in &start.command {
         query_pair(&mut query, "command", arg);
     }
-    for (key, on) in [("stdin", start.stdin), ("stdout", start.stdout), ("stderr", stderr), ("tty", start.tty)] {
+    for (key, on) in [
+        ("stdin", start.stdin),
+        ("stdout", start.stdout),
+        ("stderr", stderr),
+        ("tty", start.tty),
+    ] {
         if on {
             query_pair(&mut query, key, "true");
         }
@@ -88,10 +95,26 @@ pub async fn run(
         }
     };
     let error = open(kp::ERROR).await?;
-    let stdin = if start.stdin { Some(open(kp::STDIN).await?) } else { None };
-    let stdout = if start.stdout { Some(open(kp::STDOUT).await?) } else { None };
-    let stderr = if stderr { Some(open(kp::STDERR).await?) } else { None };
-    let resize = if start.tty { Some(open(kp::RESIZE).await?) } else { None };
+    let stdin = if start.stdin {
+        Some(open(kp::STDIN).await?)
+    } else {
+        None
+    };
+    let stdout = if start.stdout {
+        Some(open(kp::STDOUT).await?)
+    } else {
+        None
+    };
+    let stderr = if stderr {
+        Some(open(kp::STDERR).await?)
+    } else {
+        None
+    };
+    let resize = if start.tty {
+        Some(open(kp::RESIZE).await?)
+    } else {
+        None
+    };
 
     tokio::spawn(pump_input(
         inbound,
@@ -118,19 +141,25 @@ async fn pump_input(
             m = inbound.message() => m,
         };
         match message {
-            Ok(Some(SessionInput { kind: Some(Kind::Stdin(data)) })) => {
+            Ok(Some(SessionInput {
+                kind: Some(Kind::Stdin(data)),
+            })) => {
                 if let Some(w) = &stdin {
                     if w.write(Bytes::from(data)).await.is_err() {
                         return;
                     }
                 }
             }
-            Ok(Some(SessionInput { kind: Some(Kind::StdinClosed(_)) })) => {
+            Ok(Some(SessionInput {
+                kind: Some(Kind::StdinClosed(_)),
+            })) => {
                 if let Some(w) = &stdin {
                     let _ = w.close().await;
                 }
             }
-            Ok(Some(SessionInput { kind: Some(Kind::Resize(size)) })) => {
+            Ok(Some(SessionInput {
+                kind: Some(Kind::Resize(size)),
+            })) => {
                 if let Some(w) = &resize {
                     let json = serde_json::to_vec(&kp::Resize::from(&size)).expect("serializes");
                     let _ = w.write(Bytes::from(json)).await;
@@ -183,7 +212,11 @@ async fn pump_output(
                 return;
             }
         };
-        if tx.send(Ok(SessionOutput { kind: Some(out) })).await.is_err() {
+        if tx
+            .send(Ok(SessionOutput { kind: Some(out) }))
+            .await
+            .is_err()
+        {
             session.shutdown().await;
             return;
         }

@@ -13,7 +13,10 @@ use tonic::Status;
 use crate::shadowpod_controller::Stores;
 
 /// The tenant's running pods, grouped by the node they run on.
-pub fn tenant_pods(stores: &Stores, tenant: &ClusterId) -> BTreeMap<String, BTreeSet<(String, String)>> {
+pub fn tenant_pods(
+    stores: &Stores,
+    tenant: &ClusterId,
+) -> BTreeMap<String, BTreeSet<(String, String)>> {
     let tenant_shadows: BTreeSet<String> = stores
         .shadows
         .state()

@@ -66,10 +66,18 @@ pub async fn connect(
     let response = client.send(request).await?;
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         let status = response.status();
-        let body = response.into_body().collect_bytes().await.unwrap_or_default();
+        let body = response
+            .into_body()
+            .collect_bytes()
+            .await
+            .unwrap_or_default();
         let message = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
-            .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+            .and_then(|v| {
+                v.get("message")
+                    .and_then(|m| m.as_str())
+                    .map(str::to_string)
+            })
             .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned());
         return Err(UpgradeError::Refused { status, message });
     }

@@ -95,7 +95,9 @@ impl HeaderDecoder {
 fn parse_pairs(mut block: &[u8]) -> Result<Headers, HeaderCodecError> {
     let mut take = |n: usize| -> Result<&[u8], HeaderCodecError> {
         if block.len() < n {
-            return Err(HeaderCodecError::Malformed("block shorter than its lengths"));
+            return Err(HeaderCodecError::Malformed(
+                "block shorter than its lengths",
+            ));
         }
         let (head, rest) = block.split_at(n);
         block = rest;

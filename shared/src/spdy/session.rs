@@ -311,7 +311,11 @@ impl Session {
                 headers: Vec::new(),
             })
             .await;
-        if accept.send(self.stream(id, headers, data_rx)).await.is_err() {
+        if accept
+            .send(self.stream(id, headers, data_rx))
+            .await
+            .is_err()
+        {
             self.forget(id);
         }
     }
@@ -337,11 +341,7 @@ impl Session {
     }
 
     fn forget(&self, id: u32) {
-        self.inner
-            .streams
-            .lock()
-            .expect("streams lock")
-            .remove(&id);
+        self.inner.streams.lock().expect("streams lock").remove(&id);
     }
 }
 
@@ -481,7 +481,11 @@ mod tests {
             got.extend_from_slice(&chunk);
         }
         assert_eq!(got, big);
-        served.writer().write(Bytes::from_static(b"back")).await.unwrap();
+        served
+            .writer()
+            .write(Bytes::from_static(b"back"))
+            .await
+            .unwrap();
         served.writer().close().await.unwrap();
         assert_eq!(opened.read().await.as_deref(), Some(&b"back"[..]));
         assert_eq!(opened.read().await, None);

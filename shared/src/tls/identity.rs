@@ -153,6 +153,26 @@ fn ip_to_string(bytes: &[u8]) -> String {
     }
 }
 
+/// The Kubernetes user a client certificate stands for, as an API server or kubelet reads
+/// it: the subject's common name is the user, its organizations the groups.
+pub fn kubernetes_user(der: &[u8]) -> Result<(String, Vec<String>), IdentityError> {
+    use x509_parser::prelude::*;
+    let (_, cert) =
+        X509Certificate::from_der(der).map_err(|e| IdentityError::Parse(e.to_string()))?;
+    let subject = cert.subject();
+    let user = subject
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect();
+    Ok((user, groups))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,24 +213,4 @@ mod tests {
             IdentityError::Missing
         );
     }
-}
-
-/// The Kubernetes user a client certificate stands for, as an API server or kubelet reads
-/// it: the subject's common name is the user, its organizations the groups.
-pub fn kubernetes_user(der: &[u8]) -> Result<(String, Vec<String>), IdentityError> {
-    use x509_parser::prelude::*;
-    let (_, cert) =
-        X509Certificate::from_der(der).map_err(|e| IdentityError::Parse(e.to_string()))?;
-    let subject = cert.subject();
-    let user = subject
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let groups = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    Ok((user, groups))
 }

@@ -206,10 +206,13 @@ pub struct Peering {
     pub local_admin: String,
     /// Extra flags for the remote agent.
     pub remote_flags: Vec<String>,
+    /// The port of the virtual node's kubelet API on 127.0.0.1.
+    pub kubelet_port: u16,
 }
 
-/// The address the virtual node (and offloaded pods' host IP) shows in offloading tests.
-pub const NODE_IP: &str = "10.244.0.5";
+/// The address the virtual node (and offloaded pods' host IP) shows in offloading tests: where
+/// the local agent serves the node's kubelet API, as the origin's API server must reach it.
+pub const NODE_IP: &str = "127.0.0.1";
 /// Where the provider's real node takes its pod subnet from in offloading tests.
 pub const PROVIDER_POD_RANGE: &str = "10.200.0.0/16";
 /// Provider pod CIDR → origin-visible CIDR in offloading tests.
@@ -269,6 +272,12 @@ impl Peering {
             &["--ip", "127.0.0.1", "--dns", "localhost"],
         );
         certs.issue("client", "origin", "client", &[]);
+        certs.issue(
+            "kubelet",
+            "origin-kubelet",
+            "server",
+            &["--ip", "127.0.0.1"],
+        );
         let remote_addr = format!("127.0.0.1:{}", free_port());
         let mut peering = Self {
             dir,
@@ -283,6 +292,7 @@ impl Peering {
             remote_admin: format!("127.0.0.1:{}", free_port()),
             local_admin: format!("127.0.0.1:{}", free_port()),
             remote_flags: remote_flags.iter().map(|s| s.to_string()).collect(),
+            kubelet_port: free_port(),
         };
         let crd = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -390,6 +400,20 @@ impl Peering {
             format!("--admin-listen={}", self.local_admin),
             "--min-backoff=100ms".into(),
             "--max-backoff=1s".into(),
+            // The virtual node's kubelet API, trusting the origin API server's kubelet client.
+            format!("--kubelet-listen=127.0.0.1:{}", self.kubelet_port),
+            format!(
+                "--kubelet-cert={}",
+                self.certs.dir.join("kubelet/tls.crt").display()
+            ),
+            format!(
+                "--kubelet-key={}",
+                self.certs.dir.join("kubelet/tls.key").display()
+            ),
+            format!(
+                "--kubelet-client-ca={}",
+                self.origin.dir.join("ca.crt").display()
+            ),
         ];
         let args: Vec<String> = args
             .into_iter()
