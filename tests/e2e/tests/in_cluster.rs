@@ -213,6 +213,16 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
         "server",
         &["--ip", "127.0.0.1"],
     );
+    // The virtual node's kubelet API: served on 127.0.0.1, where the API server reaches it.
+    secret(
+        &origin,
+        &certs,
+        "refract-local-agent-kubelet-tls",
+        "origin-kubelet",
+        "server",
+        &["--ip", "127.0.0.1"],
+    );
+    let kubelet_port = free_port();
     use base64::Engine;
     let ca_bundle = base64::engine::general_purpose::STANDARD
         .encode(std::fs::read(certs.dir.join("ca/ca.crt")).unwrap());
@@ -238,6 +248,11 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
                     "--remote-pod-remap=10.200.0.0/16=10.71.0.0/16".into(),
                     "--home-api-server-host=127.0.0.1".into(),
                     format!("--home-api-server-port={}", api_port(&origin)),
+                    format!("--kubelet-listen=127.0.0.1:{kubelet_port}"),
+                    "--kubelet-cert=/etc/refract/kubelet/tls.crt".into(),
+                    "--kubelet-key=/etc/refract/kubelet/tls.key".into(),
+                    "--kubelet-client-ca=/etc/refract/kubelet-client-ca/ca.crt".into(),
+                    "--node-ip=127.0.0.1".into(),
                 ],
                 &api_port(&origin),
                 local_admin,
@@ -425,6 +440,41 @@ spec:
     )
     .await;
     println!("kubectl logs {first} (provider): {}", output.trim());
+
+    // The same log and an exec from the origin, through the in-cluster agent's kubelet API.
+    let origin_logs = eventually(
+        WAIT,
+        "kubectl logs at the origin",
+        || {
+            let logs = kubectl_get(
+                &origin,
+                &[
+                    "--raw",
+                    &format!("/api/v1/namespaces/apps/pods/{first}/log"),
+                ],
+            )?;
+            logs.contains("served by").then_some(logs)
+        },
+        || agent_state(&origin, "local-agent"),
+    )
+    .await;
+    println!("kubectl logs {first} (origin): {}", origin_logs.trim());
+    assert_eq!(origin_logs.trim(), output.trim());
+    let exec = kubectl(
+        &origin,
+        &[
+            "-n",
+            "apps",
+            "exec",
+            first,
+            "--",
+            "sh",
+            "-c",
+            "echo exec from the origin on $(hostname)",
+        ],
+    );
+    println!("kubectl exec {first} (origin): {}", exec.trim());
+    assert_eq!(exec.trim(), format!("exec from the origin on {first}"));
 
     // Neither agent was refused anything by its API server.
     for (cp, agent) in [(&origin, "local-agent"), (&provider, "remote-agent")] {
