@@ -51,6 +51,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 PORT=$(free_port)
 WEBHOOK_PORT=$(free_port)
 "$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin-webhook --role server --ip 127.0.0.1 --out "$DEMO/certs/webhook" >/dev/null 2>&1
+# The virtual node's kubelet API (logs, exec, port-forward, stats), served where the origin's
+# API server calls it; it trusts that API server's kubelet client certificate (the origin's CA).
+KUBELET_PORT=$(free_port)
+"$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin-kubelet --role server --ip 127.0.0.1 --out "$DEMO/certs/kubelet" >/dev/null 2>&1
 
 say "Installing the CRDs (NamespaceOffloading in the origin, ShadowPod in the provider); the provider's node:"
 run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/namespaceoffloading-crd.yaml
@@ -77,7 +81,9 @@ ORIGIN_PORT=${ORIGIN_SERVER##*:}
   --tls-cert "$DEMO/certs/local-agent/tls.crt" --tls-key "$DEMO/certs/local-agent/tls.key" \
   --server-ca "$DEMO/certs/local-agent/ca.crt" --cluster-id origin --remote-cluster-id provider \
   --kubeconfig "$ORIGIN" --admin-listen 127.0.0.1:0 \
-  --node-ip 10.244.0.5 --remote-pod-remap 10.200.0.0/16=10.71.0.0/16 \
+  --node-ip 127.0.0.1 --remote-pod-remap 10.200.0.0/16=10.71.0.0/16 \
+  --kubelet-listen "127.0.0.1:$KUBELET_PORT" --kubelet-cert "$DEMO/certs/kubelet/tls.crt" \
+  --kubelet-key "$DEMO/certs/kubelet/tls.key" --kubelet-client-ca "$DEMO/clusters/origin/ca.crt" \
   --webhook-listen "127.0.0.1:$WEBHOOK_PORT" --webhook-cert "$DEMO/certs/webhook/tls.crt" \
   --webhook-key "$DEMO/certs/webhook/tls.key" >"$DEMO/local-agent.log" 2>&1 &
 pids+=($!)
@@ -211,9 +217,10 @@ say "ORIGIN: pods on the virtual node, Running, with provider IPs remapped (10.2
 run kubectl --kubeconfig "$ORIGIN" -n apps get pods -o wide
 say "PROVIDER: the same pods in the twin namespace, kept by ShadowPods, running as real containers"
 run kubectl --kubeconfig "$PROVIDER" -n apps-origin get shadowpods,pods -o wide
-say "An offloaded pod's container output, read on the provider"
+say "ORIGIN: kubectl logs and exec on an offloaded pod, through the virtual node's kubelet API and the mTLS link (the origin holds no provider credential)"
 FIRST=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get pods -o jsonpath='{.items[0].metadata.name}')
-run kubectl --kubeconfig "$PROVIDER" -n apps-origin logs "$FIRST"
+run kubectl --kubeconfig "$ORIGIN" -n apps logs "$FIRST"
+run kubectl --kubeconfig "$ORIGIN" -n apps exec "$FIRST" -- sh -c 'echo "exec in $(hostname) at $(hostname -i) on the provider"'
 say "The virtual node (90% of the provider's free resources, Ready while the link is up)"
 run kubectl --kubeconfig "$ORIGIN" get nodes -L liqo.io/type,topology.kubernetes.io/region
 run kubectl --kubeconfig "$ORIGIN" describe node "refract-provider" | sed -n '/^Labels/,/^Taints/p;/^Conditions/,/^Addresses/p;/^Capacity/,/^System Info/p'
