@@ -73,6 +73,8 @@ pub struct Backend {
     pub node_name: String,
     /// When the agent started, nanoseconds since the Unix epoch (the node's start time).
     pub started_unix_nanos: i64,
+    /// Allowed access decisions, reused for a while.
+    pub decisions: Arc<auth::DecisionCache>,
 }
 
 /// A request that ends before reaching the provider, with the status a kubelet would give.
@@ -235,7 +237,10 @@ pub async fn spawn(
                     let (backend, cert_user) = (backend.clone(), cert_user.clone());
                     async move { Ok::<_, Infallible>(handle(backend, cert_user, req).await) }
                 });
+                // A caller that never finishes its request headers is dropped.
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(30))
                     .serve_connection(TokioIo::new(tls), service)
                     .with_upgrades()
                     .await;
@@ -277,14 +282,16 @@ async fn handle(
         }
     };
     let verb = route::verb(req.method());
-    if let Err(e) = auth::authorize(
-        &backend.origin,
-        &user,
-        verb,
-        route.subresource(),
-        &backend.node_name,
-    )
-    .await
+    if let Err(e) = backend
+        .decisions
+        .authorize(
+            &backend.origin,
+            &user,
+            verb,
+            route.subresource(),
+            &backend.node_name,
+        )
+        .await
     {
         let status = match e {
             auth::AuthError::Review(_) => StatusCode::SERVICE_UNAVAILABLE,

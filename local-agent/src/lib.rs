@@ -200,6 +200,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 started_unix_nanos: k8s_openapi::jiff::Timestamp::now()
                     .as_nanosecond()
                     .clamp(0, i64::MAX as i128) as i64,
+                decisions: Default::default(),
             },
             token.clone(),
         )

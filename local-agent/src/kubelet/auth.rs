@@ -4,7 +4,9 @@
 //! SubjectAccessReview then decides whether that user may use the `nodes` subresource of this
 //! node with the request's verb. There is no anonymous access.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -85,6 +87,61 @@ pub async fn review_token(client: &kube::Client, token: &str) -> Result<User, Au
         uid: user.uid,
         extra: user.extra.unwrap_or_default(),
     })
+}
+
+/// How long an allowed decision is reused, as a kubelet's webhook authorizer does by default.
+const ALLOWED_TTL: Duration = Duration::from_secs(300);
+/// Decisions remembered at most; the oldest half is dropped beyond that.
+const MAX_DECISIONS: usize = 1024;
+
+/// A decision's subject and attributes: user, groups, verb, subresource.
+type DecisionKey = (String, Vec<String>, String, String);
+
+/// Allowed decisions, so that a busy caller (the API server) is not reviewed on every request.
+/// Denials are never remembered: a grant takes effect at once.
+#[derive(Default)]
+pub struct DecisionCache {
+    allowed: Mutex<HashMap<DecisionKey, Instant>>,
+}
+
+impl DecisionCache {
+    /// Like [`authorize`], reusing an allowed decision younger than five minutes.
+    pub async fn authorize(
+        &self,
+        client: &kube::Client,
+        user: &User,
+        verb: &str,
+        subresource: &str,
+        node: &str,
+    ) -> Result<(), AuthError> {
+        let key = (
+            user.name.clone(),
+            user.groups.clone(),
+            verb.to_string(),
+            subresource.to_string(),
+        );
+        // Only certificate users are cached: a token's user can carry extras and a UID that
+        // the key does not hold.
+        let cacheable = user.uid.is_none() && user.extra.is_empty();
+        if cacheable {
+            let allowed = self.allowed.lock().expect("decisions lock");
+            if allowed
+                .get(&key)
+                .is_some_and(|at| at.elapsed() < ALLOWED_TTL)
+            {
+                return Ok(());
+            }
+        }
+        authorize(client, user, verb, subresource, node).await?;
+        if cacheable {
+            let mut allowed = self.allowed.lock().expect("decisions lock");
+            if allowed.len() >= MAX_DECISIONS {
+                allowed.retain(|_, at| at.elapsed() < ALLOWED_TTL / 2);
+            }
+            allowed.insert(key, Instant::now());
+        }
+        Ok(())
+    }
 }
 
 /// Asks the origin whether `user` may `verb` the `subresource` of node `node`.

@@ -87,6 +87,28 @@ fn read_until(child: &mut Child, within: Duration, want: impl Fn(&str) -> bool) 
     panic!("no wanted line within {within:?}; read {lines:?}");
 }
 
+/// `GET /stats/summary` straight at the virtual node's kubelet port with a bearer token; the
+/// call must fail, and its stderr says why.
+fn kubelet_stats_with_token(endpoint: &str, token: &str) -> String {
+    let out = Command::new("kubectl")
+        .args([
+            "--kubeconfig=/dev/null",
+            "-s",
+            endpoint,
+            "--insecure-skip-tls-verify",
+        ])
+        .arg(format!("--token={token}"))
+        .args(["get", "--raw", "/stats/summary"])
+        .output()
+        .expect("kubectl");
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
@@ -473,24 +495,8 @@ spec:
     let answer = String::from_utf8_lossy(&out.stdout);
     println!("anonymous GET /stats/summary on the virtual node's kubelet port: {answer}");
     assert!(answer.starts_with("401"), "anonymous: {answer}");
-    let out = Command::new("kubectl")
-        .args([
-            "--kubeconfig=/dev/null",
-            "-s",
-            &endpoint,
-            "--insecure-skip-tls-verify",
-            "--token=not-a-token",
-            "get",
-            "--raw",
-            "/stats/summary",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("must be logged in"),
-        "a bad token: {err}"
-    );
+    let err = kubelet_stats_with_token(&endpoint, "not-a-token");
+    assert!(err.contains("must be logged in"), "a bad token: {err}");
     kubectl_stdin(
         &p.origin,
         &["apply", "-f", "-"],
@@ -524,23 +530,9 @@ spec:
             String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64).ok()?).ok()
         })
         .await;
-    let out = Command::new("kubectl")
-        .args([
-            "--kubeconfig=/dev/null",
-            "-s",
-            &endpoint,
-            "--insecure-skip-tls-verify",
-            "--token",
-            &token,
-            "get",
-            "--raw",
-            "/stats/summary",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = kubelet_stats_with_token(&endpoint, &token);
     assert!(
-        !out.status.success() && err.contains("Forbidden"),
+        err.contains("Forbidden"),
         "a token without nodes/stats: {err}"
     );
 

@@ -1,0 +1,375 @@
+//! `kubelet-bench`: what the virtual node's kubelet API costs, on two real control planes and a
+//! real provider node, in one run.
+//!
+//! - Time to the first log line (`kubectl logs --tail=1`) and an exec round trip
+//!   (`kubectl exec -- true`), through Refract at the origin against the same command run
+//!   directly on the provider, taking turns; medians and their ratio.
+//! - Reflection latency (ConfigMap created at the origin → seen by a watch on the provider) at a
+//!   steady rate, with and without ten concurrent `kubectl logs -f` streams of a chatty pod,
+//!   windows taking turns; p50, p99 and their ratio.
+//!
+//! It starts and stops everything itself (about five minutes).
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
+use refract_e2e::{busybox, kubectl_stdin, origin_get, Peering};
+
+/// Measures logs, exec and reflection latency under log streams, through Refract and directly.
+#[derive(Debug, Parser)]
+#[command(name = "kubelet-bench", version, about)]
+struct Args {
+    /// Turns of each command per side.
+    #[arg(long, default_value_t = 20)]
+    rounds: usize,
+    /// Concurrent `kubectl logs -f` streams in the loaded windows.
+    #[arg(long, default_value_t = 10)]
+    streams: usize,
+    /// ConfigMaps created per second in the latency windows.
+    #[arg(long, default_value_t = 20)]
+    rate: u32,
+    /// Length of each latency window, seconds.
+    #[arg(long, default_value_t = 20)]
+    window_seconds: u64,
+    /// Latency windows per condition (with and without streams), taking turns.
+    #[arg(long, default_value_t = 2)]
+    windows: usize,
+}
+
+const NS: &str = "bench";
+const TWIN: &str = "bench-origin";
+
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("kubectl");
+    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()));
+    cmd.args(args);
+    cmd
+}
+
+/// Wall time from starting `cmd` to the first byte on its stdout (it must print one).
+fn time_to_first_byte(mut cmd: Command) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let mut byte = [0u8; 1];
+    let n = child.stdout.take().expect("piped").read(&mut byte)?;
+    let elapsed = started.elapsed();
+    let _ = child.wait();
+    anyhow::ensure!(n == 1, "the command printed nothing");
+    Ok(elapsed)
+}
+
+/// Wall time of `cmd`, which must succeed.
+fn time_to_exit(mut cmd: Command) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    anyhow::ensure!(status.success(), "the command failed: {status}");
+    Ok(started.elapsed())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Runs `measure` alternately through the origin and directly on the provider; medians.
+fn compare(
+    rounds: usize,
+    mut measure: impl FnMut(bool) -> anyhow::Result<Duration>,
+) -> anyhow::Result<(Duration, Duration)> {
+    let (mut refract, mut direct) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // Alternate which goes first, so neither always runs on a warmer machine.
+        for through_refract in [round % 2 == 0, round % 2 == 1] {
+            let d = measure(through_refract)?;
+            if through_refract {
+                refract.push(d);
+            } else {
+                direct.push(d);
+            }
+        }
+    }
+    refract.sort();
+    direct.sort();
+    Ok((percentile(&refract, 50.0), percentile(&direct, 50.0)))
+}
+
+/// First sightings of ConfigMaps on the provider, by name.
+#[derive(Clone, Default)]
+struct Sightings(Arc<Mutex<HashMap<String, Instant>>>);
+
+impl Sightings {
+    async fn watch(client: kube::Client) -> Self {
+        let seen = Self::default();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let map = seen.0.clone();
+        tokio::spawn(async move {
+            let mut ready = Some(ready_tx);
+            let api: Api<ConfigMap> = Api::namespaced(client, TWIN);
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = events.next().await {
+                let now = Instant::now();
+                match event {
+                    Ok(watcher::Event::Apply(o)) => {
+                        map.lock()
+                            .expect("sightings")
+                            .entry(o.name_any())
+                            .or_insert(now);
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = ready.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let _ = ready_rx.await;
+        seen
+    }
+}
+
+/// Creates ConfigMaps at `rate` per second for `seconds`; returns each one's latency.
+async fn latency_window(
+    origin: &kube::Client,
+    seen: &Sightings,
+    prefix: &str,
+    rate: u32,
+    seconds: u64,
+) -> anyhow::Result<Vec<Duration>> {
+    let api: Api<ConfigMap> = Api::namespaced(origin.clone(), NS);
+    let count = rate as u64 * seconds;
+    let period = Duration::from_secs(1) / rate;
+    let mut created = Vec::new();
+    let mut tick = tokio::time::interval(period);
+    for i in 0..count {
+        tick.tick().await;
+        let name = format!("{prefix}-{i}");
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            data: Some([("k".to_string(), "v".repeat(512))].into()),
+            ..Default::default()
+        };
+        let at = Instant::now();
+        api.create(&PostParams::default(), &cm).await?;
+        created.push((name, at));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let all = {
+            let map = seen.0.lock().expect("sightings");
+            created.iter().all(|(n, _)| map.contains_key(n))
+        };
+        if all {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "ConfigMaps of {prefix} did not all arrive"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let map = seen.0.lock().expect("sightings");
+    Ok(created
+        .iter()
+        .map(|(n, at)| map[n].saturating_duration_since(*at))
+        .collect())
+}
+
+fn follow_streams(p: &Peering, n: usize) -> anyhow::Result<Vec<Child>> {
+    (0..n)
+        .map(|_| {
+            Ok(
+                kubectl(&p.origin.kubeconfig, &["-n", NS, "logs", "-f", "chatty"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()?,
+            )
+        })
+        .collect()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    eprintln!("[kubelet-bench] starting two control planes, a real provider node and the agents");
+    let p = Peering::start_offloading().await?;
+    let image = busybox();
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}}}
+---
+apiVersion: offloading.refract.io/v1alpha1
+kind: NamespaceOffloading
+metadata: {{name: offloading, namespace: {NS}}}
+spec: {{podOffloadingStrategy: Remote}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: quiet, namespace: {NS}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers: [{{name: c, image: "{image}", command: ["sh", "-c", "echo ready; exec sleep 3600"]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: chatty, namespace: {NS}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers: [{{name: c, image: "{image}", command: ["sh", "-c", "while true; do seq 1 50 | sed 's/^/chatty line padded to about a hundred bytes ........................................ /'; sleep 0.1; done"]}}]
+"#
+        ),
+    );
+    let started = Instant::now();
+    for pod in ["quiet", "chatty"] {
+        loop {
+            let phase = origin_get(
+                &p,
+                &["-n", NS, "pod", pod, "-o", "jsonpath={.status.phase}"],
+            );
+            if phase.as_deref() == Some("Running") {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(180),
+                "pod {pod} not Running"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let (origin_kc, provider_kc) = (p.origin.kubeconfig.clone(), p.provider.kubeconfig.clone());
+    let side = |through_refract: bool| {
+        if through_refract {
+            (&origin_kc, NS)
+        } else {
+            (&provider_kc, TWIN)
+        }
+    };
+
+    eprintln!(
+        "[kubelet-bench] time to the first log line, {} turns each",
+        args.rounds
+    );
+    let (logs_refract, logs_direct) = compare(args.rounds, |r| {
+        let (kc, ns) = side(r);
+        time_to_first_byte(kubectl(kc, &["-n", ns, "logs", "--tail=1", "quiet"]))
+    })?;
+    eprintln!(
+        "[kubelet-bench] exec round trip, {} turns each",
+        args.rounds
+    );
+    let (exec_refract, exec_direct) = compare(args.rounds, |r| {
+        let (kc, ns) = side(r);
+        time_to_exit(kubectl(kc, &["-n", ns, "exec", "quiet", "--", "true"]))
+    })?;
+
+    eprintln!(
+        "[kubelet-bench] reflection latency at {}/s, {} windows of {}s with and without {} logs -f streams",
+        args.rate, args.windows, args.window_seconds, args.streams
+    );
+    let origin = p.origin.client().await?;
+    let seen = Sightings::watch(p.provider.client().await?).await;
+    let (mut quiet, mut loaded) = (Vec::new(), Vec::new());
+    for window in 0..args.windows * 2 {
+        let with_streams = window % 2 == 1;
+        let mut followers = if with_streams {
+            let f = follow_streams(&p, args.streams)?;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            f
+        } else {
+            Vec::new()
+        };
+        let lat = latency_window(
+            &origin,
+            &seen,
+            &format!("w{window}"),
+            args.rate,
+            args.window_seconds,
+        )
+        .await;
+        let open = followers
+            .iter_mut()
+            .map(|c| c.try_wait())
+            .filter(|w| matches!(w, Ok(None)))
+            .count();
+        for mut c in followers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let lat = lat?;
+        if with_streams {
+            anyhow::ensure!(
+                open == args.streams,
+                "only {open} of {} logs -f streams stayed open",
+                args.streams
+            );
+            loaded.extend(lat);
+        } else {
+            quiet.extend(lat);
+        }
+    }
+    quiet.sort();
+    loaded.sort();
+
+    println!();
+    println!("| figure | through Refract | direct on the provider | ratio |");
+    println!("|---|---|---|---|");
+    println!(
+        "| time to the first log line (`kubectl logs --tail=1`), median of {} | {:.1} ms | {:.1} ms | {:.2}x |",
+        args.rounds,
+        ms(logs_refract),
+        ms(logs_direct),
+        ms(logs_refract) / ms(logs_direct)
+    );
+    println!(
+        "| exec round trip (`kubectl exec -- true`), median of {} | {:.1} ms | {:.1} ms | {:.2}x |",
+        args.rounds,
+        ms(exec_refract),
+        ms(exec_direct),
+        ms(exec_refract) / ms(exec_direct)
+    );
+    println!();
+    println!(
+        "| reflection latency ({} ConfigMaps each) | without streams | with {} `logs -f` | ratio |",
+        quiet.len(),
+        args.streams
+    );
+    println!("|---|---|---|---|");
+    for (name, pct) in [("p50", 50.0), ("p99", 99.0)] {
+        let (a, b) = (percentile(&quiet, pct), percentile(&loaded, pct));
+        println!(
+            "| {name} | {:.1} ms | {:.1} ms | {:.2}x |",
+            ms(a),
+            ms(b),
+            ms(b) / ms(a)
+        );
+    }
+    drop(p);
+    Ok(())
+}
