@@ -23,6 +23,11 @@ use refract_shared::backoff::Backoff;
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 /// Outbound messages buffered per session before producers wait.
 const OUTBOUND_BUFFER: usize = 1024;
+/// HTTP/2 flow-control window of each call on the link.
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// HTTP/2 flow-control window of the whole link: room for every kubelet call a tenant may
+/// have open (32 by default) to fill its window, and the reflection stream still to move.
+const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
 /// A session that lived this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 
@@ -141,6 +146,11 @@ async fn run_session(
         .http2_keep_alive_interval(config.keepalive_interval)
         .keep_alive_timeout(config.keepalive_timeout)
         .keep_alive_while_idle(true)
+        // Kubelet calls (each `logs -f` one stream) share this connection with the reflection
+        // stream: a connection window larger than all their stream windows together keeps
+        // log data a slow reader has not taken from holding up the stream's acks.
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .connect_with_connector(tower::service_fn(move |_| {
             let connector = connector.clone();
             async move { connector.connect().await }
