@@ -333,6 +333,10 @@ async fn handle(
     result.unwrap_or_else(HttpError::into_response)
 }
 
+/// The most containers of one pod shown in the stats; the provider's answer is not trusted
+/// to be sane.
+const MAX_CONTAINERS_PER_POD: usize = 64;
+
 /// The provider's figures for the pods this agent offloaded, named as at the origin.
 async fn node_stats(backend: &Backend) -> Result<Vec<stats::OriginPodStats>, HttpError> {
     let answer = backend
@@ -340,13 +344,18 @@ async fn node_stats(backend: &Backend) -> Result<Vec<stats::OriginPodStats>, Htt
         .pod_stats(refract_shared::proto::PodStatsRequest {})
         .await?
         .into_inner();
+    let mut seen = std::collections::HashSet::new();
     Ok(answer
         .pods
         .into_iter()
-        .filter_map(|p| {
+        .filter_map(|mut p| {
             let remote = p.pod.as_ref()?;
-            // Only pods this agent offloaded: anything else the provider sends is dropped.
+            // Only pods this agent offloaded, each once: anything else is dropped.
             let (key, uid) = backend.pods.origin_of(&remote.namespace, &remote.name)?;
+            if !seen.insert(uid.clone()) {
+                return None;
+            }
+            p.containers.truncate(MAX_CONTAINERS_PER_POD);
             Some(stats::OriginPodStats {
                 namespace: key.namespace,
                 name: key.name,

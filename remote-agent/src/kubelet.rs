@@ -113,11 +113,15 @@ impl KubeletService {
     }
 }
 
-/// The first message of a bidirectional call, which must be its start.
+/// How long a bidirectional call may wait before its start message.
+const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The first message of a bidirectional call, which must be its start and come at once: a
+/// call holds a stream of the connection before it counts as a session.
 async fn first<T>(inbound: &mut Streaming<T>) -> Result<T, Status> {
-    inbound
-        .message()
-        .await?
+    tokio::time::timeout(START_TIMEOUT, inbound.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("no start message within 10s"))??
         .ok_or_else(|| Status::invalid_argument("the call ended before its start message"))
 }
 

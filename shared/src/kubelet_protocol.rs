@@ -198,7 +198,9 @@ pub fn take_resizes(buffer: &mut Vec<u8>) -> Vec<TerminalSize> {
     sizes
 }
 
-fn truncate(s: &str) -> String {
+/// `s` cut to at most [`MAX_STATUS_MESSAGE`] bytes (at a character boundary): what a peer's
+/// error text may cost to pass on.
+pub fn truncate(s: &str) -> String {
     if s.len() <= MAX_STATUS_MESSAGE {
         return s.to_string();
     }

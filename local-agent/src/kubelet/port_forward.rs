@@ -144,7 +144,8 @@ async fn forward(
                         break;
                     }
                 }
-                Some(port_forward_output::Kind::Error(text)) => message = Some(text),
+                // The provider's words, bounded before they reach kubectl.
+                Some(port_forward_output::Kind::Error(text)) => message = Some(kp::truncate(&text)),
                 None => {}
             },
             Ok(None) => break,
