@@ -282,15 +282,14 @@ async fn handle(
         }
     };
     let verb = route::verb(req.method());
+    let access = auth::Access {
+        verb,
+        subresource: route.subresource(),
+        node: &backend.node_name,
+    };
     if let Err(e) = backend
         .decisions
-        .authorize(
-            &backend.origin,
-            &user,
-            verb,
-            route.subresource(),
-            &backend.node_name,
-        )
+        .authorize(&backend.origin, &user, &access)
         .await
     {
         let status = match e {

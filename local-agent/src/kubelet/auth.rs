@@ -110,15 +110,13 @@ impl DecisionCache {
         &self,
         client: &kube::Client,
         user: &User,
-        verb: &str,
-        subresource: &str,
-        node: &str,
+        access: &Access<'_>,
     ) -> Result<(), AuthError> {
         let key = (
             user.name.clone(),
             user.groups.clone(),
-            verb.to_string(),
-            subresource.to_string(),
+            access.verb.to_string(),
+            access.subresource.to_string(),
         );
         // Only certificate users are cached: a token's user can carry extras and a UID that
         // the key does not hold.
@@ -132,7 +130,7 @@ impl DecisionCache {
                 return Ok(());
             }
         }
-        authorize(client, user, verb, subresource, node).await?;
+        authorize(client, user, access).await?;
         if cacheable {
             let mut allowed = self.allowed.lock().expect("decisions lock");
             if allowed.len() >= MAX_DECISIONS {
@@ -144,14 +142,28 @@ impl DecisionCache {
     }
 }
 
-/// Asks the origin whether `user` may `verb` the `subresource` of node `node`.
+/// What a request does to the node, in authorization terms.
+#[derive(Debug, Clone, Copy)]
+pub struct Access<'a> {
+    /// `get`, `create`, ...
+    pub verb: &'a str,
+    /// The `nodes` subresource: `proxy`, `stats` or `metrics`.
+    pub subresource: &'a str,
+    /// The virtual node's name.
+    pub node: &'a str,
+}
+
+/// Asks the origin whether `user` may have `access` to the node.
 pub async fn authorize(
     client: &kube::Client,
     user: &User,
-    verb: &str,
-    subresource: &str,
-    node: &str,
+    access: &Access<'_>,
 ) -> Result<(), AuthError> {
+    let Access {
+        verb,
+        subresource,
+        node,
+    } = *access;
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.name.clone()),

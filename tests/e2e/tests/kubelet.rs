@@ -37,6 +37,17 @@ fn kubectl_run(p: &Peering, args: &[&str], stdin: Option<&str>) -> (i32, String,
     )
 }
 
+/// `kubectl exec [-i] <pod> -- sh -c <script>` in namespace tools, with `stdin` piped in when
+/// given; returns (exit code, stdout, stderr).
+fn exec_sh(p: &Peering, pod: &str, script: &str, stdin: Option<&str>) -> (i32, String, String) {
+    let mut args = vec!["-n", "tools", "exec"];
+    if stdin.is_some() {
+        args.push("-i");
+    }
+    args.extend([pod, "--", "sh", "-c", script]);
+    kubectl_run(p, &args, stdin)
+}
+
 fn wait_with_deadline(mut child: Child, within: Duration) -> std::process::Output {
     let deadline = Instant::now() + within;
     loop {
@@ -259,55 +270,20 @@ spec:
     .await;
 
     // exec: output, exit code, stdin (end-of-file reaches the process), and a terminal.
-    let (code, out, err) = kubectl_run(
-        &p,
-        &[
-            "-n",
-            "tools",
-            "exec",
-            "talker",
-            "--",
-            "sh",
-            "-c",
-            "echo exec-ok; hostname",
-        ],
-        None,
-    );
+    let (code, out, err) = exec_sh(&p, "talker", "echo exec-ok; hostname", None);
     println!("kubectl exec talker -- sh -c 'echo exec-ok; hostname' (exit {code}):\n{out}{err}");
     assert_eq!(
         (code, out.as_str()),
         (0, "exec-ok\ntalker\n"),
         "stderr: {err}"
     );
-    let (code, _, err) = kubectl_run(
-        &p,
-        &[
-            "-n",
-            "tools",
-            "exec",
-            "talker",
-            "--",
-            "sh",
-            "-c",
-            "echo to-stderr >&2; exit 3",
-        ],
-        None,
-    );
+    let (code, _, err) = exec_sh(&p, "talker", "echo to-stderr >&2; exit 3", None);
     assert_eq!(code, 3, "the command's exit code comes back: {err}");
     assert!(err.contains("to-stderr"), "stderr comes back: {err:?}");
-    let (code, out, err) = kubectl_run(
+    let (code, out, err) = exec_sh(
         &p,
-        &[
-            "-n",
-            "tools",
-            "exec",
-            "-i",
-            "talker",
-            "--",
-            "sh",
-            "-c",
-            "cat; echo eof-seen",
-        ],
+        "talker",
+        "cat; echo eof-seen",
         Some("piped-in\nsecond\n"),
     );
     println!("printf 'piped-in\\nsecond\\n' | kubectl exec -i talker -- sh -c 'cat; echo eof-seen' (exit {code}):\n{out}{err}");
