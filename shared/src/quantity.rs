@@ -37,19 +37,17 @@ pub fn parse_milli(q: &str) -> Option<i128> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let mut value: i128 = digits.parse().ok()?;
-    let mut exp = exponent - frac.len() as i32;
-    let mut num = scale_num;
-    let mut den = scale_den;
-    while exp > 0 {
-        num *= 10;
-        exp -= 1;
-    }
-    while exp < 0 {
-        den *= 10;
-        exp += 1;
-    }
-    value = value * num / den;
+    let value: i128 = digits.parse().ok()?;
+    // Quantities come from other clusters: an exponent like `1e2147483647` must cost a few
+    // multiplications and end in `None`, never a loop or an overflow.
+    let exp = exponent.checked_sub(i32::try_from(frac.len()).ok()?)?;
+    let pow = 10_i128.checked_pow(exp.unsigned_abs())?;
+    let (num, den) = if exp >= 0 {
+        (scale_num.checked_mul(pow)?, scale_den)
+    } else {
+        (scale_num, scale_den.checked_mul(pow)?)
+    };
+    let value = value.checked_mul(num)? / den;
     Some(if negative { -value } else { value })
 }
 
@@ -78,6 +76,18 @@ pub fn share(resource: &str, milli: i128, percent: u32) -> i128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hostile_quantities_end_quickly_in_none() {
+        let started = std::time::Instant::now();
+        let long = "9".repeat(60);
+        for q in ["1e2147483647", "1e-2147483648", "9e40", "1e38Pi", &long] {
+            assert_eq!(parse_milli(q), None, "{q}");
+        }
+        assert_eq!(parse_milli("1e-3"), Some(1));
+        assert_eq!(parse_milli("1.5e3"), Some(1_500_000));
+        assert!(started.elapsed() < std::time::Duration::from_millis(100));
+    }
 
     #[test]
     fn parses_common_quantities() {
