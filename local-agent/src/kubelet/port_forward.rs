@@ -97,6 +97,9 @@ async fn forward(
     mut data: Stream,
 ) {
     let (error_w, data_w) = (error.writer(), data.writer());
+    // Only this side writes on the error stream; dropping its reader discards whatever a
+    // client sends there instead of letting it fill the buffer and stall the session.
+    drop(error);
     let fail = |message: String| async {
         let _ = error_w.write(Bytes::from(message)).await;
         let _ = error_w.close().await;
