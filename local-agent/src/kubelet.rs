@@ -119,11 +119,20 @@ impl From<tonic::Status> for HttpError {
 
 /// A plain-text response.
 pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    typed(status, "text/plain; charset=utf-8", body)
+}
+
+/// A whole response of `content_type`.
+fn typed(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<String>,
+) -> Response<Body> {
     let mut response = Response::new(full(Bytes::from(body.into())));
     *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
-        "text/plain; charset=utf-8".parse().expect("valid"),
+        http::HeaderValue::from_static(content_type),
     );
     response
 }
@@ -313,20 +322,14 @@ async fn handle(
         Route::PortForward(target) => port_forward::serve(&backend, target, req),
         Route::StatsSummary => node_stats(&backend).await.map(|pods| {
             let summary = stats::summary(&backend.node_name, backend.started_unix_nanos, &pods);
-            let mut r = text(StatusCode::OK, summary.to_string());
-            r.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                "application/json".parse().expect("valid"),
-            );
-            r
+            typed(StatusCode::OK, "application/json", summary.to_string())
         }),
         Route::MetricsResource => node_stats(&backend).await.map(|pods| {
-            let mut r = text(StatusCode::OK, stats::resource_metrics(&pods));
-            r.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                "text/plain; version=0.0.4".parse().expect("valid"),
-            );
-            r
+            typed(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                stats::resource_metrics(&pods),
+            )
         }),
     };
     result.unwrap_or_else(HttpError::into_response)

@@ -84,17 +84,8 @@ impl TlsFiles {
 
     /// Parses and validates already-read contents of the three files.
     pub fn parse(&self, cert: &[u8], key: &[u8], ca: &[u8]) -> Result<TlsMaterial, LoadError> {
-        let pem_err = |path: &Path, reason: String| LoadError::Pem {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let chain: Vec<_> = CertificateDer::pem_slice_iter(cert)
-            .collect::<Result<_, _>>()
-            .map_err(|e| pem_err(&self.cert, e.to_string()))?;
-        let leaf = chain
-            .first()
-            .ok_or_else(|| pem_err(&self.cert, "no CERTIFICATE block".into()))?;
-        let summary = identity::summarize(leaf).map_err(|source| LoadError::Identity {
+        let chain = parse_chain(cert, &self.cert)?;
+        let summary = identity::summarize(&chain[0]).map_err(|source| LoadError::Identity {
             path: self.cert.clone(),
             source,
         })?;
@@ -102,30 +93,8 @@ impl TlsFiles {
             path: self.cert.clone(),
             source,
         })?;
-        let key = PrivateKeyDer::from_pem_slice(key)
-            .map_err(|e| pem_err(&self.key, format!("no private key: {e}")))?;
-        let provider = super::crypto_provider();
-        let signing_key = provider
-            .key_provider
-            .load_private_key(key.clone_key())
-            .map_err(|e| pem_err(&self.key, e.to_string()))?;
-        let certified = rustls::sign::CertifiedKey::new(chain.clone(), signing_key);
-        if certified.keys_match().is_err() {
-            return Err(LoadError::KeyMismatch {
-                cert: self.cert.clone(),
-                key: self.key.clone(),
-            });
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        for ca_cert in CertificateDer::pem_slice_iter(ca) {
-            let ca_cert = ca_cert.map_err(|e| pem_err(&self.ca, e.to_string()))?;
-            roots
-                .add(ca_cert)
-                .map_err(|e| pem_err(&self.ca, e.to_string()))?;
-        }
-        if roots.is_empty() {
-            return Err(pem_err(&self.ca, "no CA CERTIFICATE block".into()));
-        }
+        let (key, _) = parse_key(key, &chain, &self.cert, &self.key)?;
+        let roots = parse_roots(ca, &self.ca)?;
         Ok(TlsMaterial {
             chain,
             key,
@@ -136,7 +105,67 @@ impl TlsFiles {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+fn pem_err(path: &Path, reason: impl Into<String>) -> LoadError {
+    LoadError::Pem {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// A PEM certificate chain read from `path`; at least one CERTIFICATE block.
+pub(crate) fn parse_chain(
+    pem: &[u8],
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, LoadError> {
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| pem_err(path, e.to_string()))?;
+    if chain.is_empty() {
+        return Err(pem_err(path, "no CERTIFICATE block"));
+    }
+    Ok(chain)
+}
+
+/// A PEM private key read from `key_path`, checked to belong to `chain`'s leaf; also the
+/// key ready to sign with.
+pub(crate) fn parse_key(
+    pem: &[u8],
+    chain: &[CertificateDer<'static>],
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<(PrivateKeyDer<'static>, rustls::sign::CertifiedKey), LoadError> {
+    let key = PrivateKeyDer::from_pem_slice(pem)
+        .map_err(|e| pem_err(key_path, format!("no private key: {e}")))?;
+    let signing_key = super::crypto_provider()
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|e| pem_err(key_path, e.to_string()))?;
+    let certified = rustls::sign::CertifiedKey::new(chain.to_vec(), signing_key);
+    if certified.keys_match().is_err() {
+        return Err(LoadError::KeyMismatch {
+            cert: cert_path.to_path_buf(),
+            key: key_path.to_path_buf(),
+        });
+    }
+    Ok((key, certified))
+}
+
+/// A PEM CA bundle read from `path`; at least one CA certificate.
+pub(crate) fn parse_roots(pem: &[u8], path: &Path) -> Result<rustls::RootCertStore, LoadError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca_cert in CertificateDer::pem_slice_iter(pem) {
+        let ca_cert = ca_cert.map_err(|e| pem_err(path, e.to_string()))?;
+        roots
+            .add(ca_cert)
+            .map_err(|e| pem_err(path, e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(pem_err(path, "no CA CERTIFICATE block"));
+    }
+    Ok(roots)
+}
+
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
     std::fs::read(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,

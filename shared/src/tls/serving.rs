@@ -6,13 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
-use super::files::LoadError;
+use super::files::{parse_chain, parse_key, parse_roots, read, LoadError};
 
 /// Resolves every handshake to the current certificate; swapped when the files change.
 #[derive(Debug)]
@@ -71,61 +69,13 @@ impl ServingCert {
 type Raw = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 fn load(cert: &Path, key: &Path) -> Result<(Raw, Arc<CertifiedKey>), LoadError> {
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
-    let pem = |path: &Path, reason: String| LoadError::Pem {
-        path: path.to_path_buf(),
-        reason,
-    };
     let (cert_pem, key_pem) = (read(cert)?, read(key)?);
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| pem(cert, e.to_string()))?;
-    if chain.is_empty() {
-        return Err(pem(cert, "no CERTIFICATE block".into()));
-    }
-    let private = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| pem(key, format!("no private key: {e}")))?;
-    let signing = super::crypto_provider()
-        .key_provider
-        .load_private_key(private)
-        .map_err(|e| pem(key, e.to_string()))?;
-    let certified = CertifiedKey::new(chain, signing);
-    if certified.keys_match().is_err() {
-        return Err(LoadError::KeyMismatch {
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-        });
-    }
+    let chain = parse_chain(&cert_pem, cert)?;
+    let (_, certified) = parse_key(&key_pem, &chain, cert, key)?;
     Ok(((Some(cert_pem), Some(key_pem)), Arc::new(certified)))
 }
 
 /// Reads a PEM CA bundle into a root store.
 pub fn load_roots(path: &Path) -> Result<rustls::RootCertStore, LoadError> {
-    let pem = std::fs::read(path).map_err(|source| LoadError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| LoadError::Pem {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        roots.add(cert).map_err(|e| LoadError::Pem {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    }
-    if roots.is_empty() {
-        return Err(LoadError::Pem {
-            path: path.to_path_buf(),
-            reason: "no CA CERTIFICATE block".into(),
-        });
-    }
-    Ok(roots)
+    parse_roots(&read(path)?, path)
 }
