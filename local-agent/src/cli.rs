@@ -96,6 +96,19 @@ pub struct Args {
     #[arg(long = "remote-pod-remap", value_name = "FROM=TO")]
     pub remote_pod_remap: Vec<refract_shared::remap::Rule>,
 
+    /// Provider pod ranges used as they are, without remapping (repeatable; a flat network).
+    /// With this or --remote-pod-remap, a provider pod IP outside every named range is left
+    /// out of the origin pod's status, so origin Services never send traffic there. Loopback,
+    /// link-local, multicast and unspecified addresses are refused always.
+    #[arg(long = "remote-pod-cidr", value_name = "CIDR")]
+    pub remote_pod_cidr: Vec<ipnet::IpNet>,
+
+    /// The most provider events recorded at the origin per second; events beyond it are
+    /// aggregated (repeats of one event raise its count) or, past the backlog, dropped and
+    /// counted.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub event_rate: u32,
+
     /// Renew an offloaded pod's ServiceAccount token once this share of its lifetime has
     /// passed, in percent.
     #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u32).range(1..=100))]

@@ -1,131 +1,174 @@
-//! Events recorded on the provider, recorded again on the matching origin objects.
+//! Events recorded on the provider, recorded again on the origin objects they are about.
 //!
-//! Only events about objects this agent reflected arrive (the remote agent filters by tenant
-//! namespace and kind); an event is created once (a copy that exists is left alone) on the
-//! origin object of the same kind and name in the origin namespace, ShadowPod events on the
-//! Pod. Origin events never go to the provider.
+//! A provider could send any number of events about anything, so each one passes three gates
+//! before it costs the origin's API server a write:
+//! 1. It must be about an object this agent reflected to that provider ([`Reflected`]): the
+//!    provider names the object by its provider namespace and name, and only an object the
+//!    agent sent there resolves to an origin object (and its UID, with no read).
+//! 2. Repeats are aggregated: events with the same object, type, reason and message are one
+//!    origin event whose count rises ([`aggregate`]); the backlog holds at most
+//!    [`MAX_PENDING`] distinct events, and what comes beyond it is dropped and counted.
+//! 3. Writes are paced at `--event-rate` per second with an equal burst, however fast events
+//!    arrive.
+//!
+//! Origin events never go to the provider.
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use kube::ResourceExt;
-use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+pub mod aggregate;
+pub mod origin;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
 use refract_shared::proto;
 
-use crate::extension::Extension;
+use crate::reflect::Key;
+use aggregate::{Aggregator, Offer, Pending};
 
-fn local_resource(kind: &str) -> Option<(ApiResource, &'static str)> {
-    use k8s_openapi::api::{core::v1, discovery, networking};
-    Some(match kind {
-        "Pod" | "ShadowPod" => (ApiResource::erase::<v1::Pod>(&()), "Pod"),
-        "Service" => (ApiResource::erase::<v1::Service>(&()), "Service"),
-        "ConfigMap" => (ApiResource::erase::<v1::ConfigMap>(&()), "ConfigMap"),
-        "Secret" => (ApiResource::erase::<v1::Secret>(&()), "Secret"),
-        "PersistentVolumeClaim" => (
-            ApiResource::erase::<v1::PersistentVolumeClaim>(&()),
-            "PersistentVolumeClaim",
-        ),
-        "EndpointSlice" => (
-            ApiResource::erase::<discovery::v1::EndpointSlice>(&()),
-            "EndpointSlice",
-        ),
-        "Ingress" => (
-            ApiResource::erase::<networking::v1::Ingress>(&()),
-            "Ingress",
-        ),
-        _ => return None,
-    })
+/// The most distinct events waiting to be written.
+pub const MAX_PENDING: usize = 1024;
+
+/// Resolves provider objects of one kind to the origin objects this agent reflected as them.
+pub trait Reflected: Send + Sync {
+    /// The origin object and its UID that provider object `remote_namespace/remote_name`
+    /// stands for, when this agent sent it on the current session.
+    fn origin_of(&self, remote_namespace: &str, remote_name: &str) -> Option<(Key, String)>;
 }
 
-/// Records one provider event on its origin object.
-pub async fn on_event(
-    client: kube::Client,
-    extension: Extension,
-    local_id: String,
-    remote_id: String,
-    message: proto::Event,
-) {
-    let Some(involved) = message.involved else {
-        return;
-    };
-    let Some(local_ns) = extension
-        .namespaces
-        .iter()
-        .find(|(_, remote)| **remote == involved.namespace)
-        .map(|(local, _)| local.clone())
-    else {
-        return;
-    };
-    let Some((resource, local_kind)) = local_resource(&involved.kind) else {
-        return;
-    };
-    let remote: Event = match serde_json::from_slice(&message.event_json) {
-        Ok(e) => e,
-        Err(error) => {
-            tracing::warn!(%error, "malformed event from the provider");
-            return;
-        }
-    };
-    let objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), &local_ns, &resource);
-    let Ok(Some(target)) = objects.get_opt(&involved.name).await else {
-        return;
-    };
-    let source = remote.source.clone().unwrap_or_default();
-    let event = Event {
-        metadata: kube::api::ObjectMeta {
-            name: Some(remote.name_any()),
-            namespace: Some(local_ns.clone()),
-            labels: Some(
-                [
-                    (ORIGIN_LABEL.to_string(), local_id),
-                    (DESTINATION_LABEL.to_string(), remote_id.clone()),
-                ]
-                .into_iter()
-                .collect(),
-            ),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some(resource.api_version.clone()),
-            kind: Some(local_kind.into()),
-            name: Some(involved.name.clone()),
-            namespace: Some(local_ns.clone()),
-            uid: target.uid(),
-            field_path: remote.involved_object.field_path.clone(),
-            resource_version: None,
-        },
-        reason: remote.reason.clone(),
-        message: remote.message.clone(),
-        type_: remote.type_.clone(),
-        count: remote.count,
-        first_timestamp: remote.first_timestamp.clone(),
-        last_timestamp: remote.last_timestamp.clone(),
-        event_time: remote.event_time.clone(),
-        action: remote.action.clone(),
-        // A qualified name is required here; "(remote)" is shown through the source instead.
-        reporting_component: remote
-            .reporting_component
-            .clone()
-            .filter(|c| !c.is_empty())
-            .or_else(|| {
-                remote
-                    .event_time
-                    .is_some()
-                    .then(|| "refract-remote-agent".to_string())
-            }),
-        reporting_instance: remote.reporting_instance.clone(),
-        source: Some(EventSource {
-            component: Some(format!("{} (remote)", source.component.unwrap_or_default())),
-            host: source.host,
-        }),
-        related: None,
-        series: None,
-    };
-    let events: Api<Event> = Api::namespaced(client, &local_ns);
-    match events.create(&PostParams::default(), &event).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(error) => {
-            tracing::warn!(namespace = %local_ns, object = %involved.name, %error, "failed to record provider event")
+/// What each provider kind resolves through: `Pod` and `ShadowPod` through pod offloading,
+/// every reflected kind through its reflector.
+pub type ReflectedKinds = HashMap<&'static str, Arc<dyn Reflected>>;
+
+/// Writes aggregated events to the origin.
+pub trait EventWriter: Send + Sync + 'static {
+    /// Creates or updates one origin event; an error is logged and the event dropped.
+    fn write(&self, pending: Pending) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// Counters of what happened to provider events.
+#[derive(Clone, Default)]
+pub struct EventCounters {
+    /// Written to the origin.
+    pub written: prometheus_client::metrics::counter::Counter,
+    /// Folded into an event already waiting or written.
+    pub aggregated: prometheus_client::metrics::counter::Counter,
+    /// Dropped: malformed, about an object this agent did not reflect, or over the backlog.
+    pub refused: prometheus_client::metrics::counter::Counter,
+}
+
+/// The intake: gates, aggregation and paced writing.
+pub struct EventIntake {
+    kinds: ReflectedKinds,
+    aggregator: Arc<Aggregator>,
+    counters: EventCounters,
+    log: crate::throttle::Throttle,
+}
+
+impl EventIntake {
+    /// Starts the writer task; it writes at most `rate` events per second until `shutdown`.
+    pub fn spawn<W: EventWriter>(
+        kinds: ReflectedKinds,
+        writer: W,
+        rate: u32,
+        counters: EventCounters,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Arc<Self> {
+        let aggregator = Arc::new(Aggregator::new(MAX_PENDING));
+        let intake = Arc::new(Self {
+            kinds,
+            aggregator: aggregator.clone(),
+            counters: counters.clone(),
+            log: crate::throttle::Throttle::new(Duration::from_secs(10)),
+        });
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = write_paced(aggregator, writer, rate, counters) => {}
+            }
+        });
+        intake
+    }
+
+    /// Takes one event from the provider; never waits.
+    pub fn offer(&self, message: proto::Event) {
+        let reason = match self.admit(message) {
+            Ok(Offer::New) => return,
+            Ok(Offer::Aggregated) => {
+                self.counters.aggregated.inc();
+                return;
+            }
+            Ok(Offer::Dropped) => {
+                format!("{MAX_PENDING} provider events already wait to be written at --event-rate")
+            }
+            Err(reason) => reason,
+        };
+        self.counters.refused.inc();
+        if let Some(suppressed) = self.log.allow("event") {
+            tracing::warn!(%reason, suppressed, "ignoring an event from the provider");
         }
     }
+
+    fn admit(&self, message: proto::Event) -> Result<Offer, String> {
+        let involved = message
+            .involved
+            .as_ref()
+            .ok_or("the event names no object")?;
+        let kind = self
+            .kinds
+            .get(involved.kind.as_str())
+            .ok_or_else(|| format!("kind {:?} is not reflected", involved.kind))?;
+        let (key, uid) = kind
+            .origin_of(&involved.namespace, &involved.name)
+            .ok_or_else(|| {
+                format!(
+                    "{} {}/{} is not an object this agent reflected",
+                    involved.kind, involved.namespace, involved.name
+                )
+            })?;
+        let event = origin::decode(&message.event_json)?;
+        Ok(self.aggregator.offer(
+            origin::Target {
+                kind: origin::local_kind(&involved.kind),
+                key,
+                uid,
+            },
+            event,
+        ))
+    }
+
+    /// Distinct events waiting to be written.
+    pub fn pending(&self) -> usize {
+        self.aggregator.dirty_len()
+    }
 }
+
+/// Writes waiting events, at most `rate` a second with a burst of `rate`.
+async fn write_paced<W: EventWriter>(
+    aggregator: Arc<Aggregator>,
+    writer: W,
+    rate: u32,
+    counters: EventCounters,
+) {
+    let rate = rate.max(1);
+    let period = Duration::from_secs(1) / rate;
+    let mut tokens = f64::from(rate);
+    let mut last = tokio::time::Instant::now();
+    loop {
+        let pending = aggregator.next().await;
+        let now = tokio::time::Instant::now();
+        tokens = (tokens + now.duration_since(last).as_secs_f64() * f64::from(rate))
+            .min(f64::from(rate));
+        last = now;
+        if tokens < 1.0 {
+            tokio::time::sleep(period.mul_f64(1.0 - tokens)).await;
+            tokens = 1.0;
+            last = tokio::time::Instant::now();
+        }
+        tokens -= 1.0;
+        writer.write(pending).await;
+        counters.written.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -16,12 +16,14 @@ pub mod connector;
 pub mod crd;
 pub mod events;
 pub mod extension;
+pub mod inbound;
 pub mod kubelet;
 pub mod link;
 pub mod metrics;
 pub mod pods;
 pub mod preview;
 pub mod reflect;
+mod throttle;
 pub mod tokens;
 pub mod virtual_node;
 pub mod volumes;
@@ -41,7 +43,6 @@ use kube::ResourceExt;
 use refract_shared::forge;
 use refract_shared::offloading;
 use refract_shared::options::{Kind, ReflectionOptions};
-use refract_shared::proto::{remote_message, Outcome, RemoteMessage};
 use refract_shared::telemetry::Admin;
 use refract_shared::tls::{self, TlsFiles, Watched};
 use tokio::sync::{mpsc, watch};
@@ -96,6 +97,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         webhook::spawn(origin.clone(), listen, cert, key, token.clone()).await?;
     }
 
+    let pod_addresses = refract_shared::inbound::address::PodAddresses {
+        remapping: refract_shared::remap::Remapping(args.remote_pod_remap.clone()),
+        allowed: args.remote_pod_cidr.clone(),
+    };
+    if !pod_addresses.is_bounded() {
+        tracing::warn!("neither --remote-pod-cidr nor --remote-pod-remap is set: any provider pod IP but loopback, link-local, multicast and unspecified ones reaches origin EndpointSlices; name the provider's pod ranges to refuse the rest");
+    }
     let (inbound_tx, mut inbound_rx) = mpsc::channel(1024);
     let mut sessions = link::spawn_link(
         link::LinkConfig {
@@ -111,7 +119,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             backoff: refract_shared::backoff::Backoff::new(args.min_backoff, args.max_backoff),
         },
         inbound_tx,
-        metrics,
+        metrics.clone(),
         token.clone(),
     );
     let acks = acks::AckRouter::default();
@@ -150,6 +158,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             not_ready_grace: args.node_not_ready_grace,
             extra_labels: args.reflection.node_labels(),
             kubelet_port,
+            refused_labels: metrics
+                .refused
+                .get_or_create(&metrics::refused("node_label"))
+                .clone(),
+            refused_capacity: metrics
+                .refused
+                .get_or_create(&metrics::refused("capacity"))
+                .clone(),
         },
         sessions.clone(),
         capacity_rx,
@@ -160,8 +176,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         pods::PodConfig {
             node_name: args.node_name(),
             node_ip: args.node_ip.clone(),
-            pod_remapping: refract_shared::remap::Remapping(args.remote_pod_remap.clone()),
+            pod_addresses: pod_addresses.clone(),
             workers: args.pod_reflection_workers,
+            refused: metrics
+                .refused
+                .get_or_create(&metrics::refused("pod_status"))
+                .clone(),
         },
         options.clone(),
         extension_rx.clone(),
@@ -208,8 +228,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     } else {
         tracing::warn!("no --kubelet-listen: kubectl logs, exec, attach and port-forward will not work for offloaded pods");
     }
-    let (origin_for_events, extension_for_events) = (origin.clone(), extension_rx.clone());
-    let claims = spawn_reflectors(
+    let reflectors = spawn_reflectors(
         origin.clone(),
         options.clone(),
         extension_rx.clone(),
@@ -217,18 +236,29 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         recorder,
         token.clone(),
     );
-    let volumes = claims.map(|claims| {
+    let mut reflected = reflectors.reflected;
+    reflected.insert("Pod", pods.clone());
+    reflected.insert("ShadowPod", pods.clone());
+    let events = events::EventIntake::spawn(
+        reflected,
+        events::origin::KubeEventWriter {
+            client: origin.clone(),
+            local_id: args.cluster_id.to_string(),
+            remote_id: args.remote_cluster_id.to_string(),
+        },
+        args.event_rate,
+        metrics.events.clone(),
+        token.clone(),
+    );
+    let volumes = reflectors.claims.map(|claims| {
         volumes::VolumeIntake::spawn(origin, options, extension_rx, claims, token.clone())
     });
-    let inbound = Inbound {
+    let inbound = inbound::Inbound {
         acks,
-        capacity_tx,
+        capacity: capacity_tx,
         pods,
         volumes,
-        client: origin_for_events,
-        extension: extension_for_events,
-        local_id: args.cluster_id.to_string(),
-        remote_id: args.remote_cluster_id.to_string(),
+        events,
     };
     tracing::info!(remote = %args.remote, cluster_id = %args.cluster_id, remote_cluster_id = %args.remote_cluster_id, "local agent started");
 
@@ -252,56 +282,42 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     Ok(())
 }
 
-/// Where messages from the remote agent go.
-struct Inbound {
-    acks: acks::AckRouter,
-    capacity_tx: watch::Sender<Option<refract_shared::proto::Capacity>>,
-    pods: Arc<pods::PodOffloader>,
-    volumes: Option<Arc<volumes::VolumeIntake>>,
-    client: kube::Client,
-    extension: watch::Receiver<extension::Extension>,
-    local_id: String,
-    remote_id: String,
+/// The reflectors other parts look objects up in.
+struct Reflectors {
+    /// Claims, for the volume intake (none when claims are not reflected).
+    claims: Option<Arc<reflect::Reflector<k8s_openapi::api::core::v1::PersistentVolumeClaim>>>,
+    /// Every reflected kind by its provider kind, for the event intake.
+    reflected: events::ReflectedKinds,
 }
 
-impl Inbound {
-    fn dispatch(&self, message: RemoteMessage) {
-        match message.kind {
-            Some(remote_message::Kind::Ack(ack)) => {
-                let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
-                let object = ack.object.as_ref().map(|o| o.display()).unwrap_or_default();
-                tracing::debug!(%object, outcome = outcome.as_str_name(), message = %ack.message, "ack");
-                self.acks.dispatch(ack);
-            }
-            Some(remote_message::Kind::Capacity(capacity)) => {
-                self.capacity_tx.send_replace(Some(capacity));
-            }
-            Some(remote_message::Kind::Event(event)) => {
-                let client = self.client.clone();
-                let extension = self.extension.borrow().clone();
-                let (local, remote) = (self.local_id.clone(), self.remote_id.clone());
-                tokio::spawn(events::on_event(client, extension, local, remote, event));
-            }
-            Some(remote_message::Kind::PodStatus(status)) => {
-                let pods = self.pods.clone();
-                tokio::spawn(async move { pods.on_status(status).await });
-            }
-            Some(remote_message::Kind::PersistentVolume(volume)) => match &self.volumes {
-                Some(volumes) => {
-                    let volumes = volumes.clone();
-                    tokio::spawn(async move { volumes.on_volume(volume).await });
-                }
-                None => {
-                    tracing::warn!(claim = %volume.claim_name, "ignoring a volume from the provider: claim reflection is disabled")
-                }
-            },
-            other => tracing::debug!(?other, "message from remote agent"),
-        }
+/// What starting one kind's reflector needs.
+struct Start<'a> {
+    kind: Kind,
+    client: &'a kube::Client,
+    shared: &'a reflect::Shared,
+    acks: &'a acks::AckRouter,
+    token: &'a CancellationToken,
+}
+
+impl Start<'_> {
+    /// Starts the reflector (none when the kind's workers are 0) and indexes it for events.
+    fn spawn<K: reflect::Reflectable>(
+        self,
+        reflected: &mut events::ReflectedKinds,
+    ) -> Option<Arc<reflect::Reflector<K>>> {
+        let r = reflect::spawn::<K>(
+            self.client.clone(),
+            self.kind,
+            self.shared.clone(),
+            self.acks,
+            self.token.clone(),
+        )?;
+        reflected.insert(self.kind.kind(), r.clone());
+        Some(r)
     }
 }
 
 /// Starts one reflector per enabled kind, plus the Node and Service stores EndpointSlices need.
-/// Returns the claim reflector, whose claims the volume intake looks up.
 fn spawn_reflectors(
     client: kube::Client,
     options: Arc<ReflectionOptions>,
@@ -309,7 +325,7 @@ fn spawn_reflectors(
     acks: &acks::AckRouter,
     recorder: Recorder,
     token: CancellationToken,
-) -> Option<Arc<reflect::Reflector<k8s_openapi::api::core::v1::PersistentVolumeClaim>>> {
+) -> Reflectors {
     use k8s_openapi::api::{core::v1, discovery, networking};
     let (nodes, nodes_writer) = reflector::store::<v1::Node>();
     let (services, services_writer) = reflector::store::<v1::Service>();
@@ -320,49 +336,22 @@ fn spawn_reflectors(
         services,
         recorder,
     };
-    reflect::spawn::<v1::ConfigMap>(
-        client.clone(),
-        Kind::ConfigMap,
-        shared.clone(),
+    let mut reflected = events::ReflectedKinds::new();
+    let start = |kind| Start {
+        kind,
+        client: &client,
+        shared: &shared,
         acks,
-        token.clone(),
-    );
-    reflect::spawn::<v1::Secret>(
-        client.clone(),
-        Kind::Secret,
-        shared.clone(),
-        acks,
-        token.clone(),
-    );
-    reflect::spawn::<v1::Service>(
-        client.clone(),
-        Kind::Service,
-        shared.clone(),
-        acks,
-        token.clone(),
-    );
-    reflect::spawn::<networking::v1::Ingress>(
-        client.clone(),
-        Kind::Ingress,
-        shared.clone(),
-        acks,
-        token.clone(),
-    );
-    let claims = reflect::spawn::<v1::PersistentVolumeClaim>(
-        client.clone(),
-        Kind::PersistentVolumeClaim,
-        shared.clone(),
-        acks,
-        token.clone(),
-    );
-    let Some(slices) = reflect::spawn::<discovery::v1::EndpointSlice>(
-        client.clone(),
-        Kind::EndpointSlice,
-        shared,
-        acks,
-        token.clone(),
-    ) else {
-        return claims;
+        token: &token,
+    };
+    let r = &mut reflected;
+    start(Kind::ConfigMap).spawn::<v1::ConfigMap>(r);
+    start(Kind::Secret).spawn::<v1::Secret>(r);
+    start(Kind::Service).spawn::<v1::Service>(r);
+    start(Kind::Ingress).spawn::<networking::v1::Ingress>(r);
+    let claims = start(Kind::PersistentVolumeClaim).spawn::<v1::PersistentVolumeClaim>(r);
+    let Some(slices) = start(Kind::EndpointSlice).spawn::<discovery::v1::EndpointSlice>(r) else {
+        return Reflectors { claims, reflected };
     };
     // A slice's reflection depends on its Service's annotations and on the nodes.
     let slices_for_services = slices.clone();
@@ -394,7 +383,7 @@ fn spawn_reflectors(
             _ = watch_nodes => {}
         }
     });
-    claims
+    Reflectors { claims, reflected }
 }
 
 /// A client for the origin cluster: `--kubeconfig`, else in-cluster, else `$KUBECONFIG`.

@@ -1,8 +1,19 @@
 //! The local agent's Prometheus metrics.
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use refract_shared::telemetry::Admin;
+
+use crate::events::EventCounters;
+
+/// Labels of the counter of refused provider input: `what` was refused (bounded set).
+pub type Refused = Vec<(&'static str, &'static str)>;
+
+/// The label set for refused input of one sort: `pod_status`, `capacity`, `node_label`.
+pub fn refused(what: &'static str) -> Refused {
+    vec![("what", what)]
+}
 
 /// Every metric the local agent exports, registered under `refract_local_`.
 #[derive(Clone, Default)]
@@ -11,6 +22,10 @@ pub struct Metrics {
     pub connected: Gauge,
     /// Reconnect attempts.
     pub reconnects: Counter,
+    /// Provider input refused or left out, by what it was.
+    pub refused: Family<Refused, Counter>,
+    /// What became of provider events.
+    pub events: EventCounters,
 }
 
 impl Metrics {
@@ -27,6 +42,26 @@ impl Metrics {
                 "reconnects",
                 "Reconnect attempts to the remote agent",
                 m.reconnects.clone(),
+            );
+            r.register(
+                "provider_input_refused",
+                "Provider messages or parts of them refused (pod statuses, capacity, node labels)",
+                m.refused.clone(),
+            );
+            r.register(
+                "provider_events_written",
+                "Provider events written to the origin (aggregated and paced)",
+                m.events.written.clone(),
+            );
+            r.register(
+                "provider_events_aggregated",
+                "Provider events folded into an origin event already waiting or written",
+                m.events.aggregated.clone(),
+            );
+            r.register(
+                "provider_events_refused",
+                "Provider events dropped: malformed, about objects not reflected, or over the backlog",
+                m.events.refused.clone(),
             );
         });
         m

@@ -22,20 +22,21 @@ use refract_shared::backoff::PerKey;
 use refract_shared::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
 use refract_shared::forge::Context;
 use refract_shared::hash::object_hash;
+use refract_shared::inbound::address::PodAddresses;
 use refract_shared::options::ReflectionOptions;
-use refract_shared::pod_status::{origin_status, StatusContext};
+use refract_shared::pod_status::{origin_status, StatusContext, MAX_STATUS_BYTES};
 use refract_shared::proto::{
     local_message, Ack, Delete, ObjectRef, Outcome, PodStatus, SnapshotComplete, Upsert,
 };
-use refract_shared::remap::Remapping;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::acks::{AckRouter, AckSink};
 use crate::extension::Extension;
 use crate::link::SessionTx;
-use crate::reflect::queue::WorkQueue;
+use crate::reflect::queue::{Latest, WorkQueue};
 use crate::reflect::{publish_event, send, Key};
+use crate::throttle::Throttle;
 
 /// Reason shown on pods bound to the virtual node outside an extended namespace.
 pub const BACKOFF_REASON: &str = "OffloadingBackOff";
@@ -53,10 +54,12 @@ pub struct PodConfig {
     pub node_name: String,
     /// The host IP shown on offloaded pods.
     pub node_ip: String,
-    /// Provider pod addresses → addresses the origin reaches them at.
-    pub pod_remapping: Remapping,
+    /// Which provider pod addresses are accepted, and how they are remapped.
+    pub pod_addresses: PodAddresses,
     /// Workers.
     pub workers: u32,
+    /// Counts provider statuses (or parts of them) refused.
+    pub refused: prometheus_client::metrics::counter::Counter,
 }
 
 struct Sent {
@@ -74,6 +77,52 @@ struct State {
     deleting: HashMap<(String, String), (Key, String)>,
     /// Pods already marked OffloadingBackOff (by UID), so the event is recorded once.
     backed_off: HashSet<String>,
+    /// Sent pods by origin UID: the only pods whose status the provider may report.
+    by_uid: HashMap<String, Key>,
+}
+
+impl State {
+    fn record(&mut self, key: Key, sent: Sent) {
+        self.by_remote.insert(
+            (sent.remote.namespace.clone(), sent.remote.name.clone()),
+            key.clone(),
+        );
+        self.by_uid.insert(sent.uid.clone(), key.clone());
+        if let Some(old) = self.sent.insert(key, sent) {
+            self.forget_indexes(&old);
+        }
+    }
+
+    fn forget(&mut self, key: &Key) -> Option<Sent> {
+        let sent = self.sent.remove(key)?;
+        self.forget_indexes(&sent);
+        Some(sent)
+    }
+
+    /// Drops the index entries of `gone` unless they now belong to what replaced it.
+    fn forget_indexes(&mut self, gone: &Sent) {
+        let remote = (gone.remote.namespace.clone(), gone.remote.name.clone());
+        let stale = |sent: &HashMap<Key, Sent>, key: Option<&Key>, same: &dyn Fn(&Sent) -> bool| {
+            key.is_some_and(|k| sent.get(k).is_none_or(|s| !same(s)))
+        };
+        if stale(&self.sent, self.by_remote.get(&remote), &|s| {
+            s.remote == gone.remote
+        }) {
+            self.by_remote.remove(&remote);
+        }
+        if stale(&self.sent, self.by_uid.get(&gone.uid), &|s| {
+            s.uid == gone.uid
+        }) {
+            self.by_uid.remove(&gone.uid);
+        }
+    }
+
+    fn new_session(&mut self, generation: u64) {
+        self.generation = generation;
+        self.sent.clear();
+        self.by_remote.clear();
+        self.by_uid.clear();
+    }
 }
 
 /// Offloads pods bound to the virtual node.
@@ -88,7 +137,13 @@ pub struct PodOffloader {
     state: Mutex<State>,
     /// Pods the provider failed to take for now, and how long each waits to retry.
     retries: PerKey<Key>,
+    /// The latest provider status of each offloaded pod, by origin UID, waiting to be written.
+    statuses: Latest<String, PodStatus>,
+    log: Throttle,
 }
+
+/// Tasks writing provider pod statuses to the origin.
+const STATUS_WRITERS: usize = 4;
 
 /// Starts pod offloading.
 pub fn spawn(
@@ -111,6 +166,8 @@ pub fn spawn(
         queue: WorkQueue::new(),
         state: Mutex::new(State::default()),
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
+        statuses: Latest::default(),
+        log: Throttle::new(Duration::from_secs(10)),
     });
     acks.register("ShadowPod", o.clone());
     let api: Api<Pod> = Api::all(client);
@@ -138,11 +195,16 @@ pub fn spawn(
             loop {
                 let key = w.queue.next().await;
                 w.reconcile(&key).await;
+                drop(key);
             }
         }));
     }
     let f = o.clone();
     tasks.push(Box::pin(async move { f.follow_extension().await }));
+    for _ in 0..STATUS_WRITERS {
+        let w = o.clone();
+        tasks.push(Box::pin(async move { w.write_statuses().await }));
+    }
     for task in tasks {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -175,10 +237,10 @@ impl PodOffloader {
             }
             let new_session = current.generation() != last.generation();
             if new_session {
-                let mut s = self.state.lock().expect("state poisoned");
-                s.generation = current.generation();
-                s.sent.clear();
-                s.by_remote.clear();
+                self.state
+                    .lock()
+                    .expect("state poisoned")
+                    .new_session(current.generation());
             }
             if let Some(session) = &current.session {
                 for (ns, remote_ns) in &current.namespaces {
@@ -193,6 +255,7 @@ impl PodOffloader {
                         .map(|p| key_of(p))
                         .collect();
                     for key in pods {
+                        let key = self.queue.claim(key).await;
                         self.reconcile(&key).await;
                     }
                     send(
@@ -290,9 +353,7 @@ impl PodOffloader {
             {
                 return;
             }
-            s.by_remote
-                .insert((remote.namespace.clone(), remote.name.clone()), key.clone());
-            s.sent.insert(
+            s.record(
                 key.clone(),
                 Sent {
                     remote: remote.clone(),
@@ -332,10 +393,8 @@ impl PodOffloader {
     ) -> bool {
         let sent = {
             let mut s = self.state.lock().expect("state poisoned");
-            let sent = s.sent.remove(key);
+            let sent = s.forget(key);
             if let Some(sent) = &sent {
-                s.by_remote
-                    .remove(&(sent.remote.namespace.clone(), sent.remote.name.clone()));
                 if let Some(uid) = finalize_uid {
                     s.deleting.insert(
                         (sent.remote.namespace.clone(), sent.remote.name.clone()),
@@ -455,18 +514,64 @@ impl PodOffloader {
         Some((key.clone(), uid))
     }
 
+    /// Takes a provider pod status; never waits. Only a status for a pod this agent offloaded
+    /// on the current session (matched by origin UID, and by the provider namespace and name it
+    /// was sent as) is kept, the latest per pod, for the status writers.
+    pub fn offer_status(&self, message: PodStatus) {
+        if let Err(reason) = self.admit_status(&message) {
+            self.config.refused.inc();
+            if let Some(suppressed) = self.log.allow("pod status") {
+                tracing::warn!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), %reason, suppressed, "ignoring a pod status from the provider");
+            }
+            return;
+        }
+        self.statuses.put(message.origin_uid.clone(), message);
+    }
+
+    fn admit_status(&self, message: &PodStatus) -> Result<(), String> {
+        if message.status_json.len() > MAX_STATUS_BYTES {
+            return Err(format!(
+                "the status is {} bytes, over the limit of {MAX_STATUS_BYTES}",
+                message.status_json.len()
+            ));
+        }
+        let s = self.state.lock().expect("state poisoned");
+        let sent = s
+            .by_uid
+            .get(&message.origin_uid)
+            .and_then(|key| s.sent.get(key))
+            .ok_or("not a pod this agent offloaded to this provider")?;
+        if sent.remote.namespace != message.namespace || sent.remote.name != message.name {
+            return Err(format!(
+                "the pod was offloaded as {}/{}, the status names {}/{}",
+                sent.remote.namespace,
+                sent.remote.name,
+                refract_shared::inbound::excerpt(&message.namespace),
+                refract_shared::inbound::excerpt(&message.name)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes the latest status of each pod, one pod at a time per writer.
+    async fn write_statuses(&self) {
+        loop {
+            let (uid, message) = self.statuses.next().await;
+            if let Some(message) = message {
+                self.write_remote_status(message).await;
+            }
+            drop(uid);
+        }
+    }
+
     /// Writes a provider pod status to the origin pod it belongs to.
-    pub async fn on_status(&self, message: PodStatus) {
+    async fn write_remote_status(&self, message: PodStatus) {
         let key = {
             let s = self.state.lock().expect("state poisoned");
-            s.sent
-                .iter()
-                .find(|(_, sent)| sent.uid == message.origin_uid)
-                .map(|(k, _)| k.clone())
+            s.by_uid.get(&message.origin_uid).cloned()
         };
         let Some(key) = key else {
-            tracing::warn!(origin_uid = %message.origin_uid, namespace = %message.namespace, name = %message.name, "ignoring status for a pod this agent did not offload");
-            return;
+            return; // no longer offloaded on this session
         };
         let Some(pod) = self
             .store
@@ -484,24 +589,33 @@ impl PodOffloader {
         ) {
             Ok(s) => s,
             Err(error) => {
+                self.config.refused.inc();
                 tracing::warn!(pod = %key.name, %error, "malformed pod status from the provider");
                 return;
             }
         };
-        let status = origin_status(
+        let out = origin_status(
             &remote,
             &StatusContext {
-                pod_remapping: &self.config.pod_remapping,
+                addresses: &self.config.pod_addresses,
                 host_ip: &self.config.node_ip,
                 recreations: message.recreations,
+                spec: pod.spec.as_ref(),
             },
         );
+        if !out.refused.is_empty() {
+            self.config.refused.inc();
+            if let Some(suppressed) = self.log.allow("pod status part") {
+                tracing::warn!(namespace = %key.namespace, pod = %key.name, refused = ?out.refused, suppressed, "left out parts of a provider pod status");
+            }
+        }
+        let status = out.status;
         if pod.status.as_ref() == Some(&status) {
             return;
         }
         let mut value = serde_json::to_value(&status).expect("serializes");
         // A merge patch keeps keys it does not mention: clear what the provider does not set.
-        for k in ["reason", "message", "nominatedNodeName"] {
+        for k in ["reason", "message", "nominatedNodeName", "podIP", "podIPs"] {
             value
                 .as_object_mut()
                 .expect("object")
@@ -509,6 +623,12 @@ impl PodOffloader {
                 .or_insert(serde_json::Value::Null);
         }
         self.write_status(&pod, value).await;
+    }
+}
+
+impl crate::events::Reflected for PodOffloader {
+    fn origin_of(&self, remote_namespace: &str, remote_name: &str) -> Option<(Key, String)> {
+        PodOffloader::origin_of(self, remote_namespace, remote_name)
     }
 }
 
@@ -544,7 +664,7 @@ impl AckSink for PodOffloader {
         match outcome {
             Outcome::Applied | Outcome::Unchanged => self.retries.succeeded(&key),
             Outcome::Transient => {
-                s.sent.remove(&key);
+                s.forget(&key);
                 drop(s);
                 let delay = self.retries.failed(&key);
                 self.queue.add_after(key, delay);

@@ -78,6 +78,10 @@ pub struct PreviewArgs {
     #[arg(long = "remote-pod-remap", value_name = "FROM=TO")]
     pub remote_pod_remap: Vec<refract_shared::remap::Rule>,
 
+    /// Status mode: further provider pod ranges, used as they are (repeatable).
+    #[arg(long = "remote-pod-cidr", value_name = "CIDR")]
+    pub remote_pod_cidr: Vec<ipnet::IpNet>,
+
     /// Status mode: the host IP shown (the local agent's pod IP).
     #[arg(long, default_value = "127.0.0.1")]
     pub node_ip: String,
@@ -216,16 +220,22 @@ fn preview_pod(
             serde_json::from_value(remote["status"].clone()).with_context(|| {
                 format!("{}: status is not a pod status", remote_file.display())
             })?;
-        let remapping = refract_shared::remap::Remapping(args.remote_pod_remap.clone());
-        let status = refract_shared::pod_status::origin_status(
+        let addresses = refract_shared::inbound::address::PodAddresses {
+            remapping: refract_shared::remap::Remapping(args.remote_pod_remap.clone()),
+            allowed: args.remote_pod_cidr.clone(),
+        };
+        let out = refract_shared::pod_status::origin_status(
             &remote_status,
             &refract_shared::pod_status::StatusContext {
-                pod_remapping: &remapping,
+                addresses: &addresses,
                 host_ip: &args.node_ip,
                 recreations: args.recreations,
+                spec: pod.spec.as_ref(),
             },
         );
-        return Ok(json!({"source": source, "decision": "status", "status": status}));
+        return Ok(
+            json!({"source": source, "decision": "status", "status": out.status, "refused": out.refused}),
+        );
     }
     let node = options.virtual_node_name();
     let ctx = forge::Context {

@@ -204,6 +204,7 @@ pub fn spawn<K: Reflectable>(
             loop {
                 let key = r.queue.next().await;
                 r.reconcile(&key).await;
+                drop(key);
             }
         });
     }
@@ -320,6 +321,7 @@ impl<K: Reflectable> Reflector<K> {
                         .collect();
                     let count = keys.len();
                     for key in keys {
+                        let key = self.queue.claim(key).await;
                         self.reconcile(&key).await;
                     }
                     send(
@@ -479,6 +481,20 @@ impl<K: Reflectable> Reflector<K> {
             known_nodes: Some(&known_nodes),
         };
         forge::forge(self.kind, &value, &ctx)
+    }
+}
+
+impl<K: Reflectable> crate::events::Reflected for Reflector<K> {
+    fn origin_of(&self, remote_namespace: &str, remote_name: &str) -> Option<(Key, String)> {
+        let key = self
+            .sent
+            .lock()
+            .expect("sent poisoned")
+            .by_remote
+            .get(&(remote_namespace.to_string(), remote_name.to_string()))
+            .cloned()?;
+        let uid = self.get(&key.namespace, &key.name)?.uid()?;
+        Some((key, uid))
     }
 }
 

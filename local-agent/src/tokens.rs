@@ -134,6 +134,7 @@ pub fn spawn(
             loop {
                 let key = r.queue.next().await;
                 r.reconcile(&key).await;
+                drop(key);
             }
         }
     };

@@ -14,14 +14,14 @@ use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
     NodeSystemInfo, Taint,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams};
+use prometheus_client::metrics::counter::Counter;
 use refract_shared::forge::pod::VIRTUAL_NODE_TAINT_KEY;
+use refract_shared::inbound::{capacity, labels as node_labels};
 use refract_shared::keys::{LOCAL_FIELD_MANAGER, LOCAL_STATUS_FIELD_MANAGER};
 use refract_shared::offloading;
 use refract_shared::proto::Capacity;
-use refract_shared::quantity::{format_milli, parse_milli, share};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -47,18 +47,10 @@ pub struct NodeConfig {
     pub extra_labels: BTreeMap<String, String>,
     /// The port of the node's kubelet API, when served.
     pub kubelet_port: Option<u16>,
-}
-
-/// The node's resources for a provider's free resources.
-pub fn node_resources(free: &BTreeMap<String, String>, percent: u32) -> BTreeMap<String, Quantity> {
-    free.iter()
-        .filter_map(|(r, q)| {
-            Some((
-                r.clone(),
-                Quantity(format_milli(r, share(r, parse_milli(q)?, percent))),
-            ))
-        })
-        .collect()
+    /// Counts node labels the provider suggested and this agent left out.
+    pub refused_labels: Counter,
+    /// Counts capacity entries the provider reported and this agent left out or capped.
+    pub refused_capacity: Counter,
 }
 
 /// Runs the virtual node until `shutdown`.
@@ -76,6 +68,7 @@ pub async fn run(
     let mut last_ready: Option<bool> = None;
     let mut last_transition = Time(k8s_openapi::jiff::Timestamp::now());
     let mut tick = tokio::time::interval(HEARTBEAT);
+    let mut last_refused: (Vec<String>, Vec<String>) = Default::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -131,10 +124,29 @@ pub async fn run(
         last_ready = Some(ready);
 
         let mut labels = config.extra_labels.clone();
-        if let Some(c) = &cap {
-            labels.extend(c.node_labels.clone());
-        }
+        let suggested = cap
+            .as_ref()
+            .map(|c| node_labels::node_labels(&c.node_labels))
+            .unwrap_or_default();
+        labels.extend(suggested.kept);
         let labels = base_labels(&config, labels);
+        let resources = cap
+            .as_ref()
+            .map(|c| capacity::node_resources(&c.free, config.sharing_percentage))
+            .unwrap_or_default();
+        // Said once per change, not on every heartbeat.
+        let refused = (suggested.refused, resources.refused);
+        if refused != last_refused {
+            if !refused.0.is_empty() {
+                config.refused_labels.inc_by(refused.0.len() as u64);
+                tracing::warn!(node = %config.name, refused = ?refused.0, "left out node labels the provider suggested");
+            }
+            if !refused.1.is_empty() {
+                config.refused_capacity.inc_by(refused.1.len() as u64);
+                tracing::warn!(node = %config.name, refused = ?refused.1, "left out or capped resources the provider reported");
+            }
+            last_refused = refused;
+        }
         let node = Node {
             metadata: ObjectMeta {
                 name: Some(config.name.clone()),
@@ -159,10 +171,7 @@ pub async fn run(
             tracing::warn!(node = %config.name, %error, "failed to apply the virtual node");
             continue;
         }
-        let resources = cap
-            .as_ref()
-            .map(|c| node_resources(&c.free, config.sharing_percentage))
-            .unwrap_or_default();
+        let resources = resources.resources;
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let status = Node {
             metadata: ObjectMeta {
@@ -259,27 +268,4 @@ fn with_kind<K: kube::Resource<DynamicType = ()> + serde::Serialize>(obj: &K) ->
     v["apiVersion"] = K::api_version(&()).into();
     v["kind"] = K::kind(&()).into();
     v
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shares_free_resources() {
-        let free: BTreeMap<String, String> = [
-            ("cpu", "7500m"),
-            ("memory", "1000"),
-            ("pods", "100"),
-            ("nvidia.com/gpu", "1"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.into(), v.into()))
-        .collect();
-        let r = node_resources(&free, 90);
-        assert_eq!(r["cpu"].0, "6750m");
-        assert_eq!(r["memory"].0, "900");
-        assert_eq!(r["pods"].0, "90");
-        assert_eq!(r["nvidia.com/gpu"].0, "0");
-    }
 }

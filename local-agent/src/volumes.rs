@@ -25,7 +25,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::extension::Extension;
+use crate::reflect::queue::Latest;
 use crate::reflect::Reflector;
+use crate::throttle::Throttle;
 
 /// Attempts at creating one origin PV before waiting for the provider to send it again.
 const CREATE_ATTEMPTS: u32 = 5;
@@ -36,6 +38,9 @@ pub struct VolumeIntake {
     options: Arc<ReflectionOptions>,
     extension: watch::Receiver<Extension>,
     claims: Arc<Reflector<PersistentVolumeClaim>>,
+    /// Origin PVs to create, the latest per claim.
+    pending: Latest<String, PersistentVolume>,
+    log: Throttle,
 }
 
 impl VolumeIntake {
@@ -48,31 +53,55 @@ impl VolumeIntake {
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let cleanup = delete_released(client.clone(), options.clone());
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = cleanup => {}
-            }
-        });
-        Arc::new(Self {
+        let intake = Arc::new(Self {
             client,
             options,
             extension,
             claims,
-        })
+            pending: Latest::default(),
+            log: Throttle::new(Duration::from_secs(10)),
+        });
+        let writer = intake.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = cleanup => {}
+                _ = writer.write_volumes() => {}
+            }
+        });
+        intake
     }
 
-    /// Creates the origin PV for a provider volume, if it is for a claim this agent reflects.
-    pub async fn on_volume(&self, message: VolumeMessage) {
-        let what = format!("{}/{}", message.claim_namespace, message.claim_name);
-        let volume = match self.origin_volume(&message) {
-            Ok(v) => v,
+    /// Takes a provider volume; never waits. A volume for a claim this agent reflects is kept,
+    /// the latest per claim, for the writer; anything else is refused here.
+    pub fn offer(&self, message: VolumeMessage) {
+        let what = format!(
+            "{}/{}",
+            refract_shared::inbound::excerpt(&message.claim_namespace),
+            refract_shared::inbound::excerpt(&message.claim_name)
+        );
+        match self.origin_volume(&message) {
+            Ok(Some(volume)) => self.pending.put(what, volume),
+            Ok(None) => {}
             Err(reason) => {
-                tracing::warn!(claim = %what, %reason, "ignoring a volume from the provider");
-                return;
+                if let Some(suppressed) = self.log.allow("volume") {
+                    tracing::warn!(claim = %what, %reason, suppressed, "ignoring a volume from the provider");
+                }
             }
-        };
-        let Some(volume) = volume else { return };
+        }
+    }
+
+    /// Creates the origin PVs offered, one claim at a time.
+    async fn write_volumes(&self) {
+        loop {
+            let (what, volume) = self.pending.next().await;
+            if let Some(volume) = volume {
+                self.create(&what, volume).await;
+            }
+        }
+    }
+
+    async fn create(&self, what: &str, volume: PersistentVolume) {
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         let name = volume.name_any();
         for attempt in 1..=CREATE_ATTEMPTS {

@@ -15,6 +15,7 @@ pub mod backoff;
 pub mod duration;
 pub mod forge;
 pub mod hash;
+pub mod inbound;
 pub mod keys;
 pub mod kubelet_protocol;
 pub mod limits;

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, Pod, PodStatus, Service,
 };
 use refract_shared::forge::{self, Context};
+use refract_shared::inbound::address::PodAddresses;
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::pod_status::{origin_status, StatusContext};
 use refract_shared::remap::Remapping;
@@ -83,7 +84,8 @@ fn run_case(dir: &Path) -> Value {
 }
 
 /// A status case: `remote-status.yaml` (the provider pod's status) and `options.yaml` with
-/// `podRemapping`, `hostIp` and `recreations`.
+/// `podRemapping`, `podCidrs`, `hostIp` and `recreations`; the expected output adds
+/// `refused` when something was left out.
 fn run_status_case(dir: &Path) -> Value {
     let remote: PodStatus =
         serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("remote-status.yaml")).unwrap())
@@ -93,12 +95,22 @@ fn run_status_case(dir: &Path) -> Value {
             .unwrap();
     let remapping: Remapping =
         serde_json::from_value(opts["podRemapping"].clone()).unwrap_or_default();
+    let addresses = PodAddresses {
+        remapping,
+        allowed: serde_json::from_value(opts["podCidrs"].clone()).unwrap_or_default(),
+    };
     let ctx = StatusContext {
-        pod_remapping: &remapping,
+        addresses: &addresses,
         host_ip: opts["hostIp"].as_str().unwrap(),
         recreations: opts["recreations"].as_u64().unwrap_or(0) as u32,
+        spec: None,
     };
-    serde_json::to_value(origin_status(&remote, &ctx)).unwrap()
+    let out = origin_status(&remote, &ctx);
+    let mut value = serde_json::to_value(out.status).unwrap();
+    if !out.refused.is_empty() {
+        value["refused"] = serde_json::json!(out.refused);
+    }
+    value
 }
 
 #[test]

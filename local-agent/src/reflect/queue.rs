@@ -1,6 +1,11 @@
 //! A coalescing work queue: a key is queued at most once however often it changes, so a burst
 //! of updates to one object costs one reconcile, and memory is bounded by the number of
 //! distinct objects, not the number of events.
+//!
+//! A key is handed to one worker at a time: while it is being reconciled ([`Claimed`] alive),
+//! adding it again only marks it dirty, and it is queued once more when the claim ends. Two
+//! workers reconciling one object at once could otherwise send an older version after a newer
+//! one. A resync that reconciles a key outside the queue takes the same claim ([`WorkQueue::claim`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::Hash;
@@ -10,11 +15,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// The queue; clones share it.
-pub struct WorkQueue<K> {
+pub struct WorkQueue<K: Clone + Eq + Hash> {
     inner: Arc<Inner<K>>,
 }
 
-impl<K> Clone for WorkQueue<K> {
+impl<K: Clone + Eq + Hash> Clone for WorkQueue<K> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -24,12 +29,56 @@ impl<K> Clone for WorkQueue<K> {
 
 struct Inner<K> {
     state: Mutex<State<K>>,
-    notify: Notify,
+    /// A key was queued.
+    queued: Notify,
+    /// A claim ended.
+    released: Notify,
 }
 
 struct State<K> {
+    /// Keys in the order they wait; never one that is being processed, except one a resync
+    /// claimed while it waited (skipped when popped, queued again at release).
     order: VecDeque<K>,
-    queued: HashSet<K>,
+    /// Keys that need a reconcile: waiting in `order`, or added while being processed.
+    dirty: HashSet<K>,
+    /// Keys a worker or a resync holds now.
+    processing: HashSet<K>,
+}
+
+impl<K> State<K> {
+    fn lock(m: &Mutex<State<K>>) -> std::sync::MutexGuard<'_, State<K>> {
+        // The state stays consistent between statements; a panic elsewhere cannot break it.
+        m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A key held by one worker; dropping it ends the claim.
+pub struct Claimed<K: Clone + Eq + Hash> {
+    key: K,
+    inner: Arc<Inner<K>>,
+}
+
+impl<K: Clone + Eq + Hash> std::ops::Deref for Claimed<K> {
+    type Target = K;
+    fn deref(&self) -> &K {
+        &self.key
+    }
+}
+
+impl<K: Clone + Eq + Hash> Drop for Claimed<K> {
+    fn drop(&mut self) {
+        let mut s = State::lock(&self.inner.state);
+        s.processing.remove(&self.key);
+        let requeue = s.dirty.contains(&self.key);
+        if requeue {
+            s.order.push_back(self.key.clone());
+        }
+        drop(s);
+        if requeue {
+            self.inner.queued.notify_one();
+        }
+        self.inner.released.notify_waiters();
+    }
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> Default for WorkQueue<K> {
@@ -45,21 +94,25 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     order: VecDeque::new(),
-                    queued: HashSet::new(),
+                    dirty: HashSet::new(),
+                    processing: HashSet::new(),
                 }),
-                notify: Notify::new(),
+                queued: Notify::new(),
+                released: Notify::new(),
             }),
         }
     }
 
-    /// Queues `key` unless it is queued already.
+    /// Queues `key` unless it is queued already; a key being processed is queued again when
+    /// its claim ends.
     pub fn add(&self, key: K) {
-        let mut s = self.inner.state.lock().expect("queue poisoned");
-        if s.queued.insert(key.clone()) {
-            s.order.push_back(key);
-            drop(s);
-            self.inner.notify.notify_one();
+        let mut s = State::lock(&self.inner.state);
+        if !s.dirty.insert(key.clone()) || s.processing.contains(&key) {
+            return;
         }
+        s.order.push_back(key);
+        drop(s);
+        self.inner.queued.notify_one();
     }
 
     /// Queues `key` after `delay` (a retry).
@@ -71,33 +124,99 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         });
     }
 
-    /// Waits for the next key.
-    pub async fn next(&self) -> K {
+    /// Waits for the next key no one else holds, and holds it.
+    pub async fn next(&self) -> Claimed<K> {
         loop {
-            let notified = self.inner.notify.notified();
+            let notified = self.inner.queued.notified();
             {
-                let mut s = self.inner.state.lock().expect("queue poisoned");
-                if let Some(key) = s.order.pop_front() {
-                    s.queued.remove(&key);
+                let mut s = State::lock(&self.inner.state);
+                while let Some(key) = s.order.pop_front() {
+                    if s.processing.contains(&key) {
+                        // Claimed by a resync while it waited: stays dirty, queued at release.
+                        continue;
+                    }
+                    s.dirty.remove(&key);
+                    s.processing.insert(key.clone());
                     if !s.order.is_empty() {
                         // Wake another worker for the rest.
-                        self.inner.notify.notify_one();
+                        self.inner.queued.notify_one();
                     }
-                    return key;
+                    return self.claimed(key);
                 }
             }
             notified.await;
         }
     }
 
+    /// Holds `key` outside the queue's order (a resync reconciling it now), once no worker
+    /// holds it. If it also waits in the queue, it is still reconciled once more afterwards.
+    pub async fn claim(&self, key: K) -> Claimed<K> {
+        loop {
+            let released = self.inner.released.notified();
+            {
+                let mut s = State::lock(&self.inner.state);
+                if s.processing.insert(key.clone()) {
+                    return self.claimed(key);
+                }
+            }
+            released.await;
+        }
+    }
+
+    fn claimed(&self, key: K) -> Claimed<K> {
+        Claimed {
+            key,
+            inner: self.inner.clone(),
+        }
+    }
+
     /// How many keys wait.
     pub fn len(&self) -> usize {
-        self.inner.state.lock().expect("queue poisoned").order.len()
+        State::lock(&self.inner.state).order.len()
     }
 
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The latest value per key, handed out one key at a time: a newer value replaces one not yet
+/// taken, so a burst of updates to one key costs one write, and memory is bounded by the
+/// number of keys admitted.
+pub struct Latest<K: Clone + Eq + Hash, V> {
+    values: Mutex<std::collections::HashMap<K, V>>,
+    queue: WorkQueue<K>,
+}
+
+impl<K: Clone + Eq + Hash + Send + 'static, V> Default for Latest<K, V> {
+    fn default() -> Self {
+        Self {
+            values: Mutex::default(),
+            queue: WorkQueue::new(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + 'static, V> Latest<K, V> {
+    /// Replaces the value of `key` and queues it.
+    pub fn put(&self, key: K, value: V) {
+        self.values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), value);
+        self.queue.add(key);
+    }
+
+    /// Waits for the next key no one else holds, and takes its latest value.
+    pub async fn next(&self) -> (Claimed<K>, Option<V>) {
+        let key = self.queue.next().await;
+        let value = self
+            .values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&*key);
+        (key, value)
     }
 }
 
@@ -112,10 +231,10 @@ mod tests {
         q.add("b");
         q.add("a");
         assert_eq!(q.len(), 2);
-        assert_eq!(q.next().await, "a");
+        assert_eq!(*q.next().await, "a");
         q.add("a");
-        assert_eq!(q.next().await, "b");
-        assert_eq!(q.next().await, "a");
+        assert_eq!(*q.next().await, "b");
+        assert_eq!(*q.next().await, "a");
         assert!(q.is_empty());
     }
 
@@ -124,7 +243,7 @@ mod tests {
         let q = WorkQueue::new();
         let w = {
             let q = q.clone();
-            tokio::spawn(async move { q.next().await })
+            tokio::spawn(async move { *q.next().await })
         };
         tokio::task::yield_now().await;
         q.add(7);
@@ -134,6 +253,78 @@ mod tests {
                 .unwrap()
                 .unwrap(),
             7
+        );
+    }
+
+    #[tokio::test]
+    async fn a_key_being_processed_is_not_handed_to_a_second_worker() {
+        let q = WorkQueue::new();
+        q.add("a");
+        let first = q.next().await;
+        // Changed again while the first worker reconciles it.
+        q.add("a");
+        q.add("b");
+        assert_eq!(*q.next().await, "b", "a is held: the next worker gets b");
+        let second = {
+            let q = q.clone();
+            tokio::spawn(async move { *q.next().await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!second.is_finished(), "a must wait for the first claim");
+        drop(first);
+        let again = tokio::time::timeout(Duration::from_secs(1), second)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, "a", "the change seen while held is reconciled after");
+    }
+
+    #[tokio::test]
+    async fn latest_keeps_only_the_newest_value_per_key() {
+        let latest = Latest::default();
+        for v in 0..100 {
+            latest.put("pod", v);
+        }
+        latest.put("other", -1);
+        let (key, value) = latest.next().await;
+        assert_eq!((*key, value), ("pod", Some(99)));
+        let (key, value) = latest.next().await;
+        assert_eq!((*key, value), ("other", Some(-1)));
+    }
+
+    #[tokio::test]
+    async fn a_resync_claim_waits_for_the_worker_and_keeps_the_key_dirty() {
+        let q = WorkQueue::new();
+        q.add("a");
+        let worker = q.next().await;
+        let resync = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let held = q.claim("a").await;
+                *held
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!resync.is_finished(), "the resync waits for the worker");
+        drop(worker);
+        assert_eq!(resync.await.unwrap(), "a");
+
+        // Claimed while queued: a worker skips it until the claim ends, then gets it.
+        q.add("b");
+        let held = q.claim("b").await;
+        let w = {
+            let q = q.clone();
+            tokio::spawn(async move { *q.next().await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!w.is_finished());
+        drop(held);
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(1), w)
+                .await
+                .unwrap()
+                .unwrap(),
+            "b"
         );
     }
 }

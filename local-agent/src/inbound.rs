@@ -1,0 +1,60 @@
+//! Messages from the remote agent, each handed to its intake without waiting.
+//!
+//! The link reads messages one at a time into a bounded channel; this dispatcher takes them
+//! from there and never blocks on the origin's API server: acks and capacity are cheap and
+//! handled at once; pod statuses and volumes are checked and kept as the latest per object for
+//! their writers; events pass the gates and pacing of [`crate::events`]. Nothing spawns a task
+//! per message, so a provider that floods the link costs bounded memory and a paced number of
+//! origin writes.
+
+use std::sync::Arc;
+
+use refract_shared::proto::{remote_message, Capacity, Outcome, RemoteMessage};
+use tokio::sync::watch;
+
+use crate::acks::AckRouter;
+use crate::events::EventIntake;
+use crate::pods::PodOffloader;
+use crate::volumes::VolumeIntake;
+
+/// Where messages from the remote agent go.
+pub struct Inbound {
+    /// Acks, to whoever sent the object.
+    pub acks: AckRouter,
+    /// The provider's capacity, for the virtual node.
+    pub capacity: watch::Sender<Option<Capacity>>,
+    /// Pod statuses.
+    pub pods: Arc<PodOffloader>,
+    /// Provider volumes of reflected claims (none when claims are not reflected).
+    pub volumes: Option<Arc<VolumeIntake>>,
+    /// Provider events.
+    pub events: Arc<EventIntake>,
+}
+
+impl Inbound {
+    /// Hands one message to its intake.
+    pub fn dispatch(&self, message: RemoteMessage) {
+        match message.kind {
+            Some(remote_message::Kind::Ack(ack)) => {
+                let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
+                let object = ack.object.as_ref().map(|o| o.display()).unwrap_or_default();
+                tracing::debug!(%object, outcome = outcome.as_str_name(), message = %ack.message, "ack");
+                self.acks.dispatch(ack);
+            }
+            Some(remote_message::Kind::Capacity(capacity)) => {
+                self.capacity.send_replace(Some(capacity));
+            }
+            Some(remote_message::Kind::Event(event)) => self.events.offer(event),
+            Some(remote_message::Kind::PodStatus(status)) => self.pods.offer_status(status),
+            Some(remote_message::Kind::PersistentVolume(volume)) => match &self.volumes {
+                Some(volumes) => volumes.offer(volume),
+                None => {
+                    tracing::debug!(claim = %volume.claim_name, "ignoring a volume from the provider: claim reflection is disabled")
+                }
+            },
+            Some(remote_message::Kind::Welcome(_)) | None => {
+                tracing::debug!("ignoring an unexpected message from the remote agent")
+            }
+        }
+    }
+}
