@@ -158,14 +158,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             not_ready_grace: args.node_not_ready_grace,
             extra_labels: args.reflection.node_labels(),
             kubelet_port,
-            refused_labels: metrics
-                .refused
-                .get_or_create(&metrics::refused("node_label"))
-                .clone(),
-            refused_capacity: metrics
-                .refused
-                .get_or_create(&metrics::refused("capacity"))
-                .clone(),
+            refused_labels: metrics.refused_counter("node_label"),
+            refused_capacity: metrics.refused_counter("capacity"),
         },
         sessions.clone(),
         capacity_rx,
@@ -178,10 +172,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             node_ip: args.node_ip.clone(),
             pod_addresses: pod_addresses.clone(),
             workers: args.pod_reflection_workers,
-            refused: metrics
-                .refused
-                .get_or_create(&metrics::refused("pod_status"))
-                .clone(),
+            refused: metrics.refused_counter("pod_status"),
         },
         options.clone(),
         extension_rx.clone(),

@@ -29,6 +29,13 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The counter of refused provider input of one sort. The family's lock is held only
+    /// while the series is looked up (holding two at once, as a struct literal's temporaries
+    /// would, deadlocks).
+    pub fn refused_counter(&self, what: &'static str) -> Counter {
+        self.refused.get_or_create(&refused(what)).clone()
+    }
+
     /// Creates the metrics and registers them with the admin endpoint.
     pub fn register(admin: &Admin) -> Self {
         let m = Self::default();

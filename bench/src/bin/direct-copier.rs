@@ -156,8 +156,9 @@ impl Copier {
                     let name = this.queue.next().await;
                     this.in_flight.fetch_add(1, Ordering::SeqCst);
                     if let Err(error) = this.copy(&store, &name).await {
-                        eprintln!("failed to copy {} {name}: {error}", this.kind.kind());
-                        this.queue.add(name);
+                        eprintln!("failed to copy {} {}: {error}", this.kind.kind(), *name);
+                        // Queued again once this claim ends.
+                        this.queue.add(name.clone());
                     }
                     this.in_flight.fetch_sub(1, Ordering::SeqCst);
                 }
