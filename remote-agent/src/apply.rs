@@ -34,12 +34,14 @@ use crate::objects::TenantObjects;
 use crate::policy::{self, Policies};
 pub use deletion::DeletionSafety;
 pub use error::{answer, Applied, ApplyError};
+use judge::decode_desired;
 use merge::{merge_patch, writes_without_apply, OwnedKeys};
 use tokens::{is_token_secret, token_kind};
 use write::{Mode, Refused};
 
 mod deletion;
 mod error;
+pub mod judge;
 pub(crate) mod merge;
 mod references;
 #[cfg(test)]
@@ -477,42 +479,20 @@ impl Applier {
         Ok(Applied::Written)
     }
 
-    /// The object as the provider will hold it: checked against `tenant`'s policy (refused, or
-    /// normalized), fields only the API server sets removed, and the labels the remote agent
-    /// owns stamped from the authenticated identity. The desired-state hash is left out.
+    /// The object as the provider will hold it for `tenant` ([`judge::Judge`]).
     fn judged(
         &self,
         tenant: &ClusterId,
         kind: Allowed,
-        mut value: serde_json::Value,
+        value: serde_json::Value,
     ) -> Result<serde_json::Value, ApplyError> {
-        let policy = self.policies.of(tenant);
-        policy::check(kind, &mut value, policy, &self.networks)?;
-        policy::strip_server_fields(&mut value);
-        let malformed = |m: &str| ApplyError::Malformed(m.into());
-        let meta = value["metadata"]
-            .as_object_mut()
-            .ok_or_else(|| malformed("object has no metadata"))?;
-        let labels = meta
-            .entry("labels")
-            .or_insert_with(|| serde_json::json!({}));
-        if !labels.is_object() {
-            return Err(malformed("metadata.labels is not a map"));
+        judge::Judge {
+            tenant,
+            provider: &self.provider,
+            policy: self.policies.of(tenant),
+            networks: &self.networks,
         }
-        labels[ORIGIN_LABEL] = tenant.as_str().into();
-        labels[DESTINATION_LABEL] = self.provider.as_str().into();
-        if kind == Allowed::Namespace {
-            labels[TENANT_NAMESPACE_LABEL] = tenant.as_str().into();
-            labels[policy::PSA_ENFORCE_LABEL] = policy.pod_security.as_str().into();
-        }
-        let annotations = meta
-            .entry("annotations")
-            .or_insert_with(|| serde_json::json!({}));
-        let Some(annotations) = annotations.as_object_mut() else {
-            return Err(malformed("metadata.annotations is not a map"));
-        };
-        annotations.remove(DESIRED_HASH_ANNOTATION);
-        Ok(value)
+        .judge(kind, value)
     }
 
     /// Applies one Delete for `tenant`. A foreign object is never deleted.
@@ -704,41 +684,7 @@ impl Applier {
     }
 }
 
-/// Decodes a request's object and checks it names what the envelope names.
-fn decode_desired(
-    kind: Allowed,
-    object: &ObjectRef,
-    json: &[u8],
-) -> Result<serde_json::Value, ApplyError> {
-    let malformed = ApplyError::Malformed;
-    let value: serde_json::Value = serde_json::from_slice(json)
-        .map_err(|e| malformed(format!("object is not valid JSON: {e}")))?;
-    if !value.is_object() || !value["metadata"].is_object() {
-        return Err(malformed("object has no metadata".into()));
-    }
-    let field = |v: &serde_json::Value, f: &str| v[f].as_str().unwrap_or_default().to_string();
-    let meta = &value["metadata"];
-    let (name, namespace) = (field(meta, "name"), field(meta, "namespace"));
-    let expected_namespace = match kind {
-        Allowed::Namespace => "",
-        _ => object.namespace.as_str(),
-    };
-    if field(&value, "kind") != object.kind
-        || field(&value, "apiVersion") != object.api_version
-        || name != object.name
-        || namespace != expected_namespace
-    {
-        return Err(malformed(format!(
-            "object {}/{} {namespace}/{name} does not match the envelope {}",
-            field(&value, "apiVersion"),
-            field(&value, "kind"),
-            object.display_name()
-        )));
-    }
-    Ok(value)
-}
-
-trait DisplayName {
+pub(crate) trait DisplayName {
     fn display_name(&self) -> String;
 }
 

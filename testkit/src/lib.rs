@@ -18,6 +18,7 @@
 pub mod control_plane;
 pub mod fake_kubelet;
 pub mod fake_provisioner;
+pub mod fuzz;
 pub mod images;
 pub mod node;
 pub mod pki;
