@@ -441,7 +441,7 @@ impl Applier {
                 Ok(Applied::Written)
             }
             Err(Refused::Failed(error)) => {
-                self.desired.set_written(&key, None);
+                self.desired.set_uncertain(&key);
                 Err(Refused::Failed(error))
             }
             // Nothing was written: the object is not ours to remember (yet).

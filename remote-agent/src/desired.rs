@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use refract_shared::keys::DESIRED_HASH_ANNOTATION;
 use refract_shared::tls::ClusterId;
 
 use crate::apply::merge::OwnedKeys;
@@ -36,6 +37,15 @@ struct Remembered {
     resource_version: Option<String>,
     /// A write of this object is under way: its watch events are the agent's own.
     in_flight: bool,
+    /// The last write failed without an answer (a dropped connection, a timeout): the API
+    /// server may have stored it all the same.
+    uncertain: bool,
+}
+
+impl Remembered {
+    fn hash(&self) -> Option<&str> {
+        self.object["metadata"]["annotations"][DESIRED_HASH_ANNOTATION].as_str()
+    }
 }
 
 impl DesiredStore {
@@ -51,6 +61,7 @@ impl DesiredStore {
                 object,
                 resource_version,
                 in_flight: false,
+                uncertain: false,
             },
         );
     }
@@ -64,6 +75,7 @@ impl DesiredStore {
                 object,
                 resource_version: None,
                 in_flight: true,
+                uncertain: false,
             },
         );
     }
@@ -82,15 +94,28 @@ impl DesiredStore {
     }
 
     /// The desired object for `key`, if it differs from what was last written at
-    /// `resource_version` (or the object is gone, `None`).
+    /// `resource_version` (or the object is gone, `None`). `observed_hash` is the desired-state
+    /// hash the object carries: after a write whose answer was lost, the first version carrying
+    /// the hash of that write is the write itself, landed after all, not someone's edit (a
+    /// restore would write the same content again).
     pub fn needs_restore(
         &self,
         key: &ObjectKey,
         resource_version: Option<&str>,
+        observed_hash: Option<&str>,
     ) -> Option<serde_json::Value> {
-        let map = self.inner.lock().expect("desired store poisoned");
-        let r = map.get(key)?;
+        let mut map = self.inner.lock().expect("desired store poisoned");
+        let r = map.get_mut(key)?;
         if r.in_flight {
+            return None;
+        }
+        if r.uncertain
+            && resource_version.is_some()
+            && observed_hash.is_some()
+            && observed_hash == r.hash()
+        {
+            r.uncertain = false;
+            r.resource_version = resource_version.map(str::to_string);
             return None;
         }
         match (resource_version, r.resource_version.as_deref()) {
@@ -108,6 +133,71 @@ impl DesiredStore {
         {
             r.resource_version = resource_version;
             r.in_flight = false;
+            r.uncertain = false;
         }
+    }
+
+    /// The write of `key` failed without an answer: it may or may not have been stored.
+    pub(crate) fn set_uncertain(&self, key: &ObjectKey) {
+        if let Some(r) = self
+            .inner
+            .lock()
+            .expect("desired store poisoned")
+            .get_mut(key)
+        {
+            r.resource_version = None;
+            r.in_flight = false;
+            r.uncertain = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ObjectKey {
+        ObjectKey {
+            tenant: ClusterId::parse("origin").unwrap(),
+            kind: Allowed::Reflected(refract_shared::options::Kind::ConfigMap),
+            namespace: "apps-origin".into(),
+            name: "cfg".into(),
+        }
+    }
+
+    fn desired(hash: &str) -> serde_json::Value {
+        serde_json::json!({"metadata": {"annotations": {DESIRED_HASH_ANNOTATION: hash}}, "data": {"k": hash}})
+    }
+
+    #[test]
+    fn a_write_whose_answer_was_lost_is_recognised_when_it_lands() {
+        let store = DesiredStore::default();
+        store.begin_write(key(), desired("new"));
+        store.set_uncertain(&key());
+        // The write landed after all: the first version with its hash is not someone's edit.
+        assert_eq!(store.needs_restore(&key(), Some("7"), Some("new")), None);
+        // Afterwards it is remembered as written at 7: a later version is an edit.
+        assert_eq!(store.needs_restore(&key(), Some("7"), Some("new")), None);
+        assert_eq!(
+            store.needs_restore(&key(), Some("8"), Some("new")),
+            Some(desired("new"))
+        );
+    }
+
+    #[test]
+    fn a_lost_write_that_never_landed_is_restored() {
+        let store = DesiredStore::default();
+        store.begin_write(key(), desired("new"));
+        store.set_uncertain(&key());
+        // A version still carrying the previous hash: the write did not land.
+        assert_eq!(
+            store.needs_restore(&key(), Some("7"), Some("old")),
+            Some(desired("new"))
+        );
+        assert_eq!(
+            store.needs_restore(&key(), None, None),
+            Some(desired("new")),
+            "deleted"
+        );
     }
 }

@@ -8,7 +8,7 @@
 
 use kube::runtime::watcher;
 use kube::ResourceExt;
-use refract_shared::keys::ORIGIN_LABEL;
+use refract_shared::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_LABEL};
 use refract_shared::options::Kind;
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
@@ -51,7 +51,14 @@ async fn check(applier: &Applier, kind: Allowed, obj: &Meta, resource_version: O
         name: obj.name_any(),
     };
     tracing::debug!(tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name, ?resource_version, "tenant object changed on the provider");
-    let Some(desired) = applier.desired.needs_restore(&key, resource_version) else {
+    let observed_hash = obj
+        .annotations()
+        .get(DESIRED_HASH_ANNOTATION)
+        .map(String::as_str);
+    let Some(desired) = applier
+        .desired
+        .needs_restore(&key, resource_version, observed_hash)
+    else {
         return;
     };
     let what = if resource_version.is_none() {

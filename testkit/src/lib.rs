@@ -20,6 +20,7 @@ pub mod fake_kubelet;
 pub mod fake_provisioner;
 pub mod fuzz;
 pub mod images;
+pub mod netns;
 pub mod node;
 pub mod pki;
 pub mod ports;

@@ -140,11 +140,25 @@ pub struct Agent {
 impl Agent {
     /// Starts `binary` with `args`, logging to `log`.
     pub fn spawn(binary: &str, args: &[String], log: PathBuf) -> Self {
+        Self::spawn_in(None, binary, args, log)
+    }
+
+    /// Starts `binary` with `args` inside network namespace `netns` (`ip netns exec`), or
+    /// here when `None`, logging to `log`.
+    pub fn spawn_in(netns: Option<&str>, binary: &str, args: &[String], log: PathBuf) -> Self {
         let file = std::fs::File::create(&log).expect("log file");
         // Tests want the agents' debug logs; a benchmark sets REFRACT_AGENT_LOG_LEVEL quieter.
         let level = std::env::var("REFRACT_AGENT_LOG_LEVEL")
             .unwrap_or_else(|_| "info,refract_remote_agent=debug,refract_local_agent=debug".into());
-        let child = Command::new(bin(binary))
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin(binary));
+                c
+            }
+            None => Command::new(bin(binary)),
+        };
+        let child = command
             .args(args)
             .env("REFRACT_LOG_LEVEL", level)
             .stdin(Stdio::null())
@@ -208,6 +222,11 @@ pub struct Peering {
     pub remote_flags: Vec<String>,
     /// The port of the virtual node's kubelet API on 127.0.0.1.
     pub kubelet_port: u16,
+    /// The network namespace the local agent runs in (fault tests), here when `None`.
+    pub local_netns: Option<String>,
+    /// The address the local agent dials, when not [`Peering::remote_addr`] (then the server
+    /// certificate is checked for the name `localhost`).
+    pub local_dial: Option<String>,
 }
 
 /// The address the virtual node (and offloaded pods' host IP) shows in offloading tests: where
@@ -293,6 +312,8 @@ impl Peering {
             local_admin: format!("127.0.0.1:{}", free_port()),
             remote_flags: remote_flags.iter().map(|s| s.to_string()).collect(),
             kubelet_port: free_port(),
+            local_netns: None,
+            local_dial: None,
         };
         let crd = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -389,8 +410,14 @@ impl Peering {
     /// Starts (or restarts) the local agent.
     pub fn start_local(&mut self) {
         let c = self.certs.dir.join("client");
+        let dial = match &self.local_dial {
+            Some(dial) => vec![
+                format!("--remote={dial}"),
+                "--tls-server-name=localhost".into(),
+            ],
+            None => vec![format!("--remote={}", self.remote_addr)],
+        };
         let args = vec![
-            format!("--remote={}", self.remote_addr),
             format!("--tls-cert={}", c.join("tls.crt").display()),
             format!("--tls-key={}", c.join("tls.key").display()),
             format!("--server-ca={}", c.join("ca.crt").display()),
@@ -415,11 +442,13 @@ impl Peering {
                 self.origin.dir.join("ca.crt").display()
             ),
         ];
-        let args: Vec<String> = args
+        let args: Vec<String> = dial
             .into_iter()
+            .chain(args)
             .chain(self.local_flags.iter().cloned())
             .collect();
-        self.local = Some(Agent::spawn(
+        self.local = Some(Agent::spawn_in(
+            self.local_netns.as_deref(),
             "local-agent",
             &args,
             self.dir.path().join("local-agent.log"),

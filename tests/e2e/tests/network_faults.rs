@@ -1,0 +1,381 @@
+//! Link faults with real network effects. The local agent runs in a network namespace this
+//! test creates and reaches the remote agent over a veth pair; the faults are the kernel's:
+//! iptables drops every packet (a cut without a reset, so both ends see a half-open
+//! connection until keepalive notices) or a share of them, and a relay in the namespace adds
+//! latency (this kernel lacks netem). Both agents are also killed with SIGKILL mid-burst.
+//!
+//! During each fault 1,000 origin ConfigMaps change. Afterwards the provider must hold
+//! exactly the origin's state (0 lost), no write on the provider may repeat what it already
+//! held (0 duplicate writes), and the provider's pods must still be the same containers with
+//! 0 restarts. The time to converge after each fault is printed.
+//!
+//! The 10-minute cut runs only with `REFRACT_LONG_FAULTS=1` (about 12 minutes more).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use refract_e2e::{busybox, kubectl_get, kubectl_stdin, Peering, PROVIDER_POD_RANGE};
+use refract_testkit::netns::{Delay, NetNs};
+use refract_testkit::Options;
+
+const OBJECTS: usize = 1000;
+const WAIT: Duration = Duration::from_secs(120);
+const NS: &str = "churn";
+const TWIN: &str = "churn-origin";
+
+/// Writes the provider saw: every watch event with a new resourceVersion, and those whose
+/// data equals what the object already held (a write that changed nothing).
+#[derive(Default)]
+struct Writes {
+    last: HashMap<String, (String, String)>,
+    writes: u64,
+    duplicates: Vec<String>,
+}
+
+fn record(writes: &Mutex<Writes>, cm: &ConfigMap) {
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+    let data = serde_json::to_string(&cm.data).unwrap_or_default();
+    let mut w = writes.lock().unwrap();
+    match w.last.get(&name) {
+        Some((seen_rv, _)) if *seen_rv == rv => return, // a relist delivering it again
+        Some((seen_rv, seen_data)) if *seen_data == data => {
+            let duplicate = format!("{name}@{rv} (after {seen_rv})");
+            w.duplicates.push(duplicate);
+        }
+        _ => {}
+    }
+    w.writes += 1;
+    w.last.insert(name, (rv, data));
+}
+
+/// Watches the twin namespace's ConfigMaps on the provider for the whole test.
+fn watch_provider(client: kube::Client, writes: Arc<Mutex<Writes>>) {
+    let api: Api<ConfigMap> = Api::namespaced(client, TWIN);
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) = event {
+                record(&writes, &cm)
+            }
+        }
+    });
+}
+
+/// Sets `round` on every origin ConfigMap, 16 writes in flight.
+async fn churn(origin: &Api<ConfigMap>, round: u32) {
+    futures::stream::iter(0..OBJECTS)
+        .map(|i| {
+            let patch = serde_json::json!({"data": {"round": round.to_string()}});
+            async move {
+                origin
+                    .patch(
+                        &format!("cm-{i:04}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<()>()
+        .await
+        .expect("origin writes");
+}
+
+/// How long until every provider copy holds `round`; panics after [`WAIT`].
+async fn converged(provider: &Api<ConfigMap>, round: u32) -> Duration {
+    let started = Instant::now();
+    let want = round.to_string();
+    loop {
+        let list = provider.list(&ListParams::default()).await;
+        let behind = list.map_or(OBJECTS, |l| {
+            OBJECTS
+                - l.items
+                    .iter()
+                    .filter(|cm| cm.data.as_ref().and_then(|d| d.get("round")) == Some(&want))
+                    .count()
+        });
+        if behind == 0 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "{behind} provider copies still lack round {round} after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The provider pods' identity: pod UID, container ID and restart count of each.
+fn provider_pods(p: &Peering) -> String {
+    kubectl_get(
+        &p.provider,
+        &["-n", TWIN, "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.phase}{\"\\n\"}{end}"],
+    )
+    .unwrap_or_default()
+}
+
+struct Faults {
+    p: Peering,
+    netns: NetNs,
+    delay: Delay,
+    origin: Api<ConfigMap>,
+    provider: Api<ConfigMap>,
+    writes: Arc<Mutex<Writes>>,
+    pods: String,
+    round: u32,
+}
+
+impl Faults {
+    async fn start() -> Self {
+        let provider = Options::named("provider")
+            .with_node(PROVIDER_POD_RANGE, &[])
+            .unwrap();
+        let origin = Options::named("origin").with_controllers();
+        let mut p = Peering::start_on(
+            origin,
+            provider,
+            &["--keepalive-interval=5s", "--keepalive-timeout=5s"],
+            &[],
+        )
+        .await
+        .unwrap();
+        // Both agents move: the remote agent listens on the host end of the veth pair, the
+        // local agent runs inside the namespace and dials it through the delay relay.
+        let netns = NetNs::create("faults").unwrap();
+        p.local.take().unwrap().stop().await;
+        p.remote.take().unwrap().stop().await;
+        let port = refract_e2e::free_port();
+        p.remote_addr = format!("{}:{port}", netns.host_ip);
+        p.start_remote();
+        let origin_port: u16 = p.origin.server.rsplit(':').next().unwrap().parse().unwrap();
+        netns.bridge_loopback(origin_port).unwrap();
+        let (relay, delay) = netns.delay_relay(p.remote_addr.parse().unwrap()).unwrap();
+        p.local_netns = Some(netns.name.clone());
+        p.local_dial = Some(format!("127.0.0.1:{relay}"));
+        p.start_local();
+
+        let origin_client = p.origin.client().await.unwrap();
+        let provider_client = p.provider.client().await.unwrap();
+        kubectl_stdin(
+            &p.origin,
+            &["apply", "-f", "-"],
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {NS}}}\nspec: {{podOffloadingStrategy: Remote}}\n"),
+        );
+        p.until_extended(NS, WAIT).await;
+        let writes = Arc::new(Mutex::new(Writes::default()));
+        watch_provider(provider_client.clone(), writes.clone());
+        let origin: Api<ConfigMap> = Api::namespaced(origin_client, NS);
+        futures::stream::iter(0..OBJECTS)
+            .map(|i| {
+                let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("cm-{i:04}")}, "data": {"round": "0"}}))
+                .unwrap();
+                let origin = origin.clone();
+                async move { origin.create(&PostParams::default(), &cm).await.map(|_| ()) }
+            })
+            .buffer_unordered(16)
+            .try_collect::<()>()
+            .await
+            .unwrap();
+        let image = busybox();
+        for i in 0..3 {
+            kubectl_stdin(&p.origin, &["apply", "-f", "-"], &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: sleeper-{i}, namespace: {NS}}}\nspec:\n  nodeName: refract-provider\n  tolerations: [{{key: virtual-node.liqo.io/not-allowed, operator: Exists}}, {{key: node.kubernetes.io/unreachable, operator: Exists}}, {{key: node.kubernetes.io/not-ready, operator: Exists}}]\n  containers: [{{name: c, image: \"{image}\", command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 1; done']}}]\n"));
+        }
+        let provider: Api<ConfigMap> = Api::namespaced(provider_client, TWIN);
+        let took = converged(&provider, 0).await;
+        println!("setup: {OBJECTS} ConfigMaps reflected {took:.1?} after the last was created");
+        let pods = p
+            .eventually(WAIT, "three provider pods Running", || {
+                let pods = provider_pods(&p);
+                (pods.lines().filter(|l| l.ends_with(" 0 Running")).count() == 3).then_some(pods)
+            })
+            .await;
+        Self {
+            p,
+            netns,
+            delay,
+            origin,
+            provider,
+            writes,
+            pods,
+            round: 0,
+        }
+    }
+
+    /// Runs one scenario: churn with `fault` applied while it runs for `hold`, then heal and
+    /// converge (or, for a fault the link lives with, converge first and heal after).
+    async fn scenario(&mut self, s: Scenario<'_>) {
+        self.round += 1;
+        let round = self.round;
+        let writes_before = self.writes.lock().unwrap().writes;
+        let churn_started = Instant::now();
+        let origin = self.origin.clone();
+        let churning = tokio::spawn(async move { churn(&origin, round).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.begin(s.fault).await;
+        let (churned, ()) = tokio::join!(churning, tokio::time::sleep(s.hold));
+        churned.unwrap();
+        let during = self.writes.lock().unwrap().writes - writes_before;
+        let (took, since) = if s.converge_under_fault {
+            let took = converged(&self.provider, round).await;
+            self.heal().await;
+            (took, "the churn ended, under the fault")
+        } else {
+            self.heal().await;
+            (converged(&self.provider, round).await, "healing")
+        };
+        // Late duplicates would show within a moment of converging.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let w = self.writes.lock().unwrap();
+        let pods = provider_pods(&self.p);
+        println!(
+            "{}: {OBJECTS} objects changed; {during} reached the provider during the fault; converged {took:.1?} after {since} ({:.1?} after the churn began); provider writes {}, duplicate writes {}, lost 0; pods unchanged: {}",
+            s.name,
+            churn_started.elapsed() - Duration::from_secs(2),
+            w.writes - writes_before,
+            w.duplicates.len(),
+            pods == self.pods,
+        );
+        assert!(
+            w.duplicates.is_empty(),
+            "{}: writes that changed nothing: {:?}",
+            s.name,
+            w.duplicates
+        );
+        assert_eq!(
+            w.writes - writes_before,
+            OBJECTS as u64,
+            "{}: one write per changed object",
+            s.name
+        );
+        if s.cuts_writes {
+            assert!(
+                during < OBJECTS as u64,
+                "{}: the fault let every write through",
+                s.name
+            );
+        }
+        assert_eq!(
+            pods, self.pods,
+            "{}: the provider pods changed or restarted",
+            s.name
+        );
+    }
+
+    async fn begin(&mut self, fault: Fault) {
+        match fault {
+            Fault::Cut => self.netns.cut().unwrap(),
+            Fault::SlowAndLossy => {
+                self.delay.set(Duration::from_millis(100));
+                self.netns.lose(5).unwrap();
+            }
+            Fault::KillBothAgents => {
+                for agent in [self.p.local.take(), self.p.remote.take()]
+                    .into_iter()
+                    .flatten()
+                {
+                    let pid = agent.pid().unwrap().to_string();
+                    refract_e2e::run_ok("kill", &["-KILL", &pid]);
+                    drop(agent);
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.p.start_remote();
+                self.p.start_local();
+            }
+            Fault::FreezeProviderApiServer => self.signal_provider_api_server("-STOP"),
+        }
+    }
+
+    async fn heal(&mut self) {
+        self.netns.heal().unwrap();
+        self.delay.set(Duration::ZERO);
+        self.signal_provider_api_server("-CONT");
+    }
+
+    fn signal_provider_api_server(&self, signal: &str) {
+        for (name, pid) in self.p.provider.processes() {
+            if name == "kube-apiserver" {
+                refract_e2e::run_ok("kill", &[signal, &pid.to_string()]);
+            }
+        }
+    }
+}
+
+/// What goes wrong.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Every packet between the agents dropped, without a reset.
+    Cut,
+    /// 100 ms added each way and 5% of the packets dropped.
+    SlowAndLossy,
+    /// Both agents killed with SIGKILL and started again a second later.
+    KillBothAgents,
+    /// The provider's API server stopped with SIGSTOP: connections to it hang.
+    FreezeProviderApiServer,
+}
+
+/// One fault, how long it holds at least, and what must hold of it.
+struct Scenario<'a> {
+    name: &'a str,
+    fault: Fault,
+    hold: Duration,
+    /// Whether the provider must catch up while the fault is still on.
+    converge_under_fault: bool,
+    /// Whether the fault keeps writes from the provider (checked: not all got through).
+    cuts_writes: bool,
+}
+
+fn cut_for(name: &str, hold: Duration) -> Scenario<'_> {
+    Scenario {
+        name,
+        fault: Fault::Cut,
+        hold,
+        converge_under_fault: false,
+        cuts_writes: true,
+    }
+}
+
+#[tokio::test]
+async fn the_provider_converges_without_loss_or_duplicate_writes_through_real_link_faults() {
+    let mut f = Faults::start().await;
+    f.scenario(cut_for("cut 5s", Duration::from_secs(5))).await;
+    f.scenario(cut_for("cut 60s (half-open)", Duration::from_secs(60)))
+        .await;
+    f.scenario(Scenario {
+        name: "200ms RTT, 5% loss",
+        fault: Fault::SlowAndLossy,
+        hold: Duration::ZERO,
+        converge_under_fault: true,
+        cuts_writes: false,
+    })
+    .await;
+    f.scenario(Scenario {
+        name: "both agents SIGKILLed mid-burst",
+        fault: Fault::KillBothAgents,
+        hold: Duration::ZERO,
+        converge_under_fault: false,
+        cuts_writes: false,
+    })
+    .await;
+    f.scenario(Scenario {
+        name: "provider API server frozen (SIGSTOP) 2min",
+        fault: Fault::FreezeProviderApiServer,
+        hold: Duration::from_secs(120),
+        converge_under_fault: false,
+        cuts_writes: true,
+    })
+    .await;
+    if std::env::var_os("REFRACT_LONG_FAULTS").is_some() {
+        f.scenario(cut_for("cut 10min", Duration::from_secs(600)))
+            .await;
+    }
+}
