@@ -1,12 +1,14 @@
 //! Streams the status of tenants' pods back to their origin.
 //!
-//! Level-triggered: on every pod change, and every few seconds for everything, each pod's
-//! status is sent unless the tenant's current session already has exactly that status. A
-//! reconnecting origin therefore gets every status again without asking. A ShadowPod whose pod
+//! Level-triggered: on every change of a pod or ShadowPod that pod's status is sent at once,
+//! and every few seconds every pod's is, each unless the tenant's current session already has
+//! exactly that status. A reconnecting origin therefore gets every status again without asking,
+//! and a status a full stream could not take is sent on the next round. A ShadowPod whose pod
 //! the provider cannot create is reported too, as a Pending status saying why.
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use refract_shared::forge::pod::ORIGIN_UID_LABEL;
@@ -21,7 +23,8 @@ use crate::registry::Registry;
 use crate::shadowpod::{ShadowPod, FAILED_CREATE};
 use crate::shadowpod_controller::Stores;
 
-/// How often every status is re-checked against what each session has.
+/// How often every status is re-checked against what each session has (a new session, a
+/// stream that was full); changes are sent as they happen.
 const RESCAN: Duration = Duration::from_secs(2);
 
 /// The status the origin pod shows while the provider cannot create its pod: Pending, not
@@ -90,6 +93,54 @@ fn offer(registry: &Registry, delivered: &mut Delivered, report: Report<'_>) {
     }
 }
 
+/// Offers the status of one provider pod.
+fn offer_pod(stores: &Stores, registry: &Registry, delivered: &mut Delivered, pod: &Pod) {
+    let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+    let recreations = stores
+        .shadows
+        .get(&ObjectRef::new(&name).within(&namespace))
+        .and_then(|s| s.status.as_ref().map(|s| s.recreations))
+        .unwrap_or(0);
+    let report = Report {
+        labels: pod.labels(),
+        uid: pod.uid().unwrap_or_default(),
+        status: serde_json::to_value(&pod.status).unwrap_or_default(),
+        recreations,
+        namespace,
+        name,
+    };
+    offer(registry, delivered, report);
+}
+
+/// Offers the Pending status of a ShadowPod whose pod the provider cannot create.
+fn offer_failed_create(
+    stores: &Stores,
+    registry: &Registry,
+    delivered: &mut Delivered,
+    shadow: &ShadowPod,
+) {
+    let Some(failure) = failed_create(shadow) else {
+        return;
+    };
+    let (namespace, name) = (shadow.namespace().unwrap_or_default(), shadow.name_any());
+    if stores
+        .pods
+        .get(&ObjectRef::new(&name).within(&namespace))
+        .is_some()
+    {
+        return;
+    }
+    let report = Report {
+        labels: shadow.labels(),
+        uid: shadow.uid().unwrap_or_default(),
+        status: failure,
+        recreations: shadow.status.as_ref().map_or(0, |s| s.recreations),
+        namespace,
+        name,
+    };
+    offer(registry, delivered, report);
+}
+
 /// Starts the status stream.
 pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
     tokio::spawn(async move {
@@ -98,46 +149,24 @@ pub fn spawn(stores: Stores, registry: Registry, shutdown: CancellationToken) {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                _ = stores.changed.changed() => {
+                    for (namespace, name) in stores.changed.take() {
+                        if let Some(pod) = stores.pods.get(&ObjectRef::new(&name).within(&namespace)) {
+                            offer_pod(&stores, &registry, &mut delivered, &pod);
+                        }
+                        if let Some(shadow) = stores.shadows.get(&ObjectRef::new(&name).within(&namespace)) {
+                            offer_failed_create(&stores, &registry, &mut delivered, &shadow);
+                        }
+                    }
+                    continue;
+                }
                 _ = tick.tick() => {}
             }
             for pod in stores.pods.state() {
-                let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-                let recreations = stores
-                    .shadows
-                    .get(&ObjectRef::new(&name).within(&namespace))
-                    .and_then(|s| s.status.as_ref().map(|s| s.recreations))
-                    .unwrap_or(0);
-                let report = Report {
-                    labels: pod.labels(),
-                    uid: pod.uid().unwrap_or_default(),
-                    status: serde_json::to_value(&pod.status).unwrap_or_default(),
-                    recreations,
-                    namespace,
-                    name,
-                };
-                offer(&registry, &mut delivered, report);
+                offer_pod(&stores, &registry, &mut delivered, &pod);
             }
             for shadow in stores.shadows.state() {
-                let Some(failure) = failed_create(&shadow) else {
-                    continue;
-                };
-                let (namespace, name) = (shadow.namespace().unwrap_or_default(), shadow.name_any());
-                if stores
-                    .pods
-                    .get(&ObjectRef::new(&name).within(&namespace))
-                    .is_some()
-                {
-                    continue;
-                }
-                let report = Report {
-                    labels: shadow.labels(),
-                    uid: shadow.uid().unwrap_or_default(),
-                    status: failure,
-                    recreations: shadow.status.as_ref().map_or(0, |s| s.recreations),
-                    namespace,
-                    name,
-                };
-                offer(&registry, &mut delivered, report);
+                offer_failed_create(&stores, &registry, &mut delivered, &shadow);
             }
             let live: std::collections::HashSet<String> = stores
                 .pods

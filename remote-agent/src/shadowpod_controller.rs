@@ -37,6 +37,36 @@ pub struct Stores {
     pub shadows: Store<ShadowPod>,
     /// Pods created from ShadowPods.
     pub pods: Store<Pod>,
+    /// `(namespace, name)` of every ShadowPod or pod that changed, for the status stream.
+    pub changed: ChangedKeys,
+}
+
+/// Keys of objects that changed since they were last taken, and a wake-up for whoever takes
+/// them; clones share them. Memory is bounded by the number of distinct objects.
+#[derive(Clone, Default)]
+pub struct ChangedKeys {
+    keys: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl ChangedKeys {
+    fn mark(&self, key: (String, String)) {
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key);
+        self.notify.notify_one();
+    }
+
+    /// Waits until something changed.
+    pub async fn changed(&self) {
+        self.notify.notified().await
+    }
+
+    /// Takes the keys that changed.
+    pub fn take(&self) -> std::collections::HashSet<(String, String)> {
+        std::mem::take(&mut *self.keys.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 /// Starts the controller; returns its stores.
@@ -59,12 +89,16 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
     .default_backoff()
     .reflect(pods_writer)
     .touched_objects();
+    let changed = ChangedKeys::default();
     let feed = |tx: mpsc::Sender<(String, String)>| {
-        move |r: Result<_, watcher::Error>| {
+        let changed = changed.clone();
+        move |r: Result<(String, String), watcher::Error>| {
             let tx = tx.clone();
+            let changed = changed.clone();
             async move {
                 match r {
                     Ok(key) => {
+                        changed.mark(key.clone());
                         let _ = tx.send(key).await;
                     }
                     Err(error) => tracing::debug!(%error, "shadowpod controller watch error"),
@@ -79,7 +113,11 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
         .map(|r| r.map(|o: Pod| (o.namespace().unwrap_or_default(), o.name_any())))
         .for_each(feed(key_tx.clone()));
 
-    let stores = Stores { shadows, pods };
+    let stores = Stores {
+        shadows,
+        pods,
+        changed,
+    };
     let recorder = Recorder::new(
         client.clone(),
         Reporter {

@@ -213,7 +213,13 @@ impl Faults {
 
     /// Runs one scenario: churn with `fault` applied while it runs for `hold`, then heal and
     /// converge (or, for a fault the link lives with, converge first and heal after).
+    /// `REFRACT_FAULTS=cut,SIGKILL` runs only the scenarios whose names contain one of the words.
     async fn scenario(&mut self, s: Scenario<'_>) {
+        if let Ok(only) = std::env::var("REFRACT_FAULTS") {
+            if !only.split(',').any(|word| s.name.contains(word.trim())) {
+                return;
+            }
+        }
         self.round += 1;
         let round = self.round;
         let writes_before = self.writes.lock().unwrap().writes;
@@ -292,6 +298,13 @@ impl Faults {
                 self.p.start_local();
             }
             Fault::FreezeProviderApiServer => self.signal_provider_api_server("-STOP"),
+            Fault::FreezeLocalAgent => self.signal_local_agent("-STOP"),
+        }
+    }
+
+    fn signal_local_agent(&self, signal: &str) {
+        if let Some(pid) = self.p.local.as_ref().and_then(|a| a.pid()) {
+            refract_e2e::run_ok("kill", &[signal, &pid.to_string()]);
         }
     }
 
@@ -299,6 +312,7 @@ impl Faults {
         self.netns.heal().unwrap();
         self.delay.set(Duration::ZERO);
         self.signal_provider_api_server("-CONT");
+        self.signal_local_agent("-CONT");
     }
 
     fn signal_provider_api_server(&self, signal: &str) {
@@ -321,6 +335,9 @@ enum Fault {
     KillBothAgents,
     /// The provider's API server stopped with SIGSTOP: connections to it hang.
     FreezeProviderApiServer,
+    /// The local agent stopped with SIGSTOP while the origin changes: its watches fall behind
+    /// and its link goes quiet, then it resumes where it was.
+    FreezeLocalAgent,
 }
 
 /// One fault, how long it holds at least, and what must hold of it.
@@ -370,6 +387,14 @@ async fn the_provider_converges_without_loss_or_duplicate_writes_through_real_li
         name: "provider API server frozen (SIGSTOP) 2min",
         fault: Fault::FreezeProviderApiServer,
         hold: Duration::from_secs(120),
+        converge_under_fault: false,
+        cuts_writes: true,
+    })
+    .await;
+    f.scenario(Scenario {
+        name: "local agent frozen (SIGSTOP) 20s",
+        fault: Fault::FreezeLocalAgent,
+        hold: Duration::from_secs(20),
         converge_under_fault: false,
         cuts_writes: true,
     })
