@@ -161,11 +161,7 @@ fn start_local(pki: &Pki, client: &str, port: u16, remote_id: &str) -> Running {
 /// A connector to the remote agent with the certificate in folder `client`.
 fn connector(pki: &Pki, client: &str, port: u16, expected: &str) -> Connector {
     let dir = pki.path(client);
-    let files = TlsFiles {
-        cert: dir.join("tls.crt"),
-        key: dir.join("tls.key"),
-        ca: dir.join("ca.crt"),
-    };
+    let files = TlsFiles::in_folder(&dir);
     let tls: Watched<Arc<rustls::ClientConfig>> = Watched::spawn(
         files,
         Duration::from_secs(60),

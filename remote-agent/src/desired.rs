@@ -125,6 +125,15 @@ impl DesiredStore {
     }
 
     pub(crate) fn set_written(&self, key: &ObjectKey, resource_version: Option<String>) {
+        self.finish_write(key, resource_version, false);
+    }
+
+    /// The write of `key` failed without an answer: it may or may not have been stored.
+    pub(crate) fn set_uncertain(&self, key: &ObjectKey) {
+        self.finish_write(key, None, true);
+    }
+
+    fn finish_write(&self, key: &ObjectKey, resource_version: Option<String>, uncertain: bool) {
         if let Some(r) = self
             .inner
             .lock()
@@ -133,21 +142,7 @@ impl DesiredStore {
         {
             r.resource_version = resource_version;
             r.in_flight = false;
-            r.uncertain = false;
-        }
-    }
-
-    /// The write of `key` failed without an answer: it may or may not have been stored.
-    pub(crate) fn set_uncertain(&self, key: &ObjectKey) {
-        if let Some(r) = self
-            .inner
-            .lock()
-            .expect("desired store poisoned")
-            .get_mut(key)
-        {
-            r.resource_version = None;
-            r.in_flight = false;
-            r.uncertain = true;
+            r.uncertain = uncertain;
         }
     }
 }

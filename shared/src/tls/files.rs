@@ -71,6 +71,16 @@ pub struct TlsMaterial {
 }
 
 impl TlsFiles {
+    /// The files as `refract-certs` and a Kubernetes TLS Secret lay them out in `dir`:
+    /// `tls.crt`, `tls.key` and `ca.crt`.
+    pub fn in_folder(dir: &std::path::Path) -> Self {
+        Self {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+            ca: dir.join("ca.crt"),
+        }
+    }
+
     /// Reads the three files as raw bytes, to notice changes cheaply.
     pub fn read_raw(&self) -> Result<[Vec<u8>; 3], LoadError> {
         Ok([read(&self.cert)?, read(&self.key)?, read(&self.ca)?])

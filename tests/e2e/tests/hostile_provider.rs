@@ -149,11 +149,7 @@ fn hostile_capacity() -> proto::Capacity {
 async fn serve(p: &Peering, hostile: Hostile, stop: CancellationToken) {
     tls::install_default_crypto_provider();
     let s = p.certs.dir.join("server");
-    let files = TlsFiles {
-        cert: s.join("tls.crt"),
-        key: s.join("tls.key"),
-        ca: s.join("ca.crt"),
-    };
+    let files = TlsFiles::in_folder(&s);
     let config: Watched<Arc<rustls::ServerConfig>> = Watched::spawn(
         files,
         Duration::from_secs(60),
