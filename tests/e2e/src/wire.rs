@@ -161,7 +161,7 @@ pub async fn connect(
     stop: &CancellationToken,
 ) -> anyhow::Result<tonic::transport::Channel> {
     tls::install_default_crypto_provider();
-    let files = TlsFiles::in_folder(&certs);
+    let files = TlsFiles::in_folder(certs);
     let tls: Watched<Arc<rustls::ClientConfig>> = Watched::spawn(
         files,
         Duration::from_secs(60),
