@@ -23,6 +23,7 @@ use refract_shared::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
 use refract_shared::forge::Context;
 use refract_shared::hash::object_hash;
 use refract_shared::inbound::address::PodAddresses;
+use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
 use refract_shared::options::ReflectionOptions;
 use refract_shared::pod_status::{origin_status, StatusContext, MAX_STATUS_BYTES};
 use refract_shared::proto::{
@@ -215,6 +216,15 @@ pub fn spawn(
         });
     }
     o
+}
+
+/// Every status write of offloaded pods names one field manager, so `managedFields` show
+/// which fields the provider's status owns at the origin.
+fn status_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(LOCAL_STATUS_FIELD_MANAGER.into()),
+        ..Default::default()
+    }
 }
 
 fn key_of(pod: &Pod) -> Key {
@@ -482,7 +492,7 @@ impl PodOffloader {
         if let Err(error) = api
             .patch_status(
                 &pod.name_any(),
-                &PatchParams::default(),
+                &status_params(),
                 &Patch::Merge(serde_json::json!({"status": status})),
             )
             .await
@@ -688,7 +698,7 @@ impl AckSink for PodOffloader {
                     let api: Api<Pod> = Api::namespaced(client, &key.namespace);
                     let status = serde_json::json!({"status": {"phase": "Pending", "reason": DENIED_REASON, "message": message}});
                     let _ = api
-                        .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(status))
+                        .patch_status(&key.name, &status_params(), &Patch::Merge(status))
                         .await;
                     publish_event(
                         &recorder,
