@@ -4,10 +4,16 @@
 //! the node affinity its `podOffloadingStrategy` and `clusterSelector` require
 //! ([`refract_shared::placement`]), so the stock scheduler places it. Anything else is allowed
 //! unchanged; the webhook never refuses a pod.
+//!
+//! The NamespaceOffloading is looked up in a watch cache first. A `kubectl apply` that creates
+//! the namespace, its NamespaceOffloading and its pods in one go can reach the webhook before the
+//! watch has delivered the NamespaceOffloading, so a miss is checked against the API server:
+//! a pod left unmutated would wait Pending forever in an origin without a fitting node.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::State;
@@ -53,7 +59,7 @@ pub async fn spawn(
 
     let (store, writer) = reflector::store::<NamespaceOffloading>();
     let watch = watcher(
-        Api::<NamespaceOffloading>::all(client),
+        Api::<NamespaceOffloading>::all(client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
@@ -61,7 +67,7 @@ pub async fn spawn(
     .for_each(|_| futures::future::ready(()));
     let app = axum::Router::new()
         .route("/mutate-pods", post(mutate))
-        .with_state(store);
+        .with_state(Offloadings { store, client });
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("failed to bind --webhook-listen {listen}"))?;
@@ -95,14 +101,48 @@ pub async fn spawn(
     Ok(local)
 }
 
-async fn mutate(
-    State(store): State<Store<NamespaceOffloading>>,
-    Json(review): Json<Value>,
-) -> Json<Value> {
+/// Where the webhook finds a namespace's NamespaceOffloading: the watch cache, then the API.
+#[derive(Clone)]
+struct Offloadings {
+    store: Store<NamespaceOffloading>,
+    client: kube::Client,
+}
+
+/// How long a cache miss may wait on the API server; the webhook itself has 5 s.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Offloadings {
+    async fn of(&self, namespace: &str) -> Option<Arc<NamespaceOffloading>> {
+        if let Some(nso) = self.store.get(&ObjectRef::new(crd::NAME).within(namespace)) {
+            return Some(nso);
+        }
+        let api = Api::<NamespaceOffloading>::namespaced(self.client.clone(), namespace);
+        match tokio::time::timeout(LOOKUP_TIMEOUT, api.get_opt(crd::NAME)).await {
+            Ok(Ok(found)) => found.map(Arc::new),
+            Ok(Err(error)) => {
+                tracing::warn!(namespace, %error, "cannot read the NamespaceOffloading; pod admitted unchanged");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(
+                    namespace,
+                    "reading the NamespaceOffloading timed out; pod admitted unchanged"
+                );
+                None
+            }
+        }
+    }
+}
+
+async fn mutate(State(offloadings): State<Offloadings>, Json(review): Json<Value>) -> Json<Value> {
     let request = &review["request"];
     let uid = request["uid"].clone();
     let mut response = json!({"uid": uid, "allowed": true});
-    if let Some(patch) = patch_for(&store, request) {
+    let nso = match pod_creation_namespace(request) {
+        Some(namespace) => offloadings.of(namespace).await,
+        None => None,
+    };
+    if let Some(patch) = nso.and_then(|nso| patch_for(&nso, request)) {
         let encoded = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
         response["patchType"] = "JSONPatch".into();
         response["patch"] = encoded.into();
@@ -114,13 +154,16 @@ async fn mutate(
     }))
 }
 
-/// The JSON patch for a pod creation request, if the pod's namespace is extended.
-fn patch_for(store: &Store<NamespaceOffloading>, request: &Value) -> Option<Value> {
+/// The namespace of a pod creation request; `None` for anything else.
+fn pod_creation_namespace(request: &Value) -> Option<&str> {
     if request["kind"]["kind"] != "Pod" || request["operation"] != "CREATE" {
         return None;
     }
-    let namespace = request["namespace"].as_str()?;
-    let nso = store.get(&ObjectRef::new(crd::NAME).within(namespace))?;
+    request["namespace"].as_str()
+}
+
+/// The JSON patch for a pod creation request in a namespace with NamespaceOffloading `nso`.
+fn patch_for(nso: &NamespaceOffloading, request: &Value) -> Option<Value> {
     if nso.metadata.deletion_timestamp.is_some() {
         return None;
     }
