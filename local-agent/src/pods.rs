@@ -103,17 +103,11 @@ impl State {
     /// Drops the index entries of `gone` unless they now belong to what replaced it.
     fn forget_indexes(&mut self, gone: &Sent) {
         let remote = (gone.remote.namespace.clone(), gone.remote.name.clone());
-        let stale = |sent: &HashMap<Key, Sent>, key: Option<&Key>, same: &dyn Fn(&Sent) -> bool| {
-            key.is_some_and(|k| sent.get(k).is_none_or(|s| !same(s)))
-        };
-        if stale(&self.sent, self.by_remote.get(&remote), &|s| {
-            s.remote == gone.remote
-        }) {
+        let entry = |key: Option<&Key>| key.and_then(|key| self.sent.get(key));
+        if entry(self.by_remote.get(&remote)).is_none_or(|s| s.remote != gone.remote) {
             self.by_remote.remove(&remote);
         }
-        if stale(&self.sent, self.by_uid.get(&gone.uid), &|s| {
-            s.uid == gone.uid
-        }) {
+        if entry(self.by_uid.get(&gone.uid)).is_none_or(|s| s.uid != gone.uid) {
             self.by_uid.remove(&gone.uid);
         }
     }

@@ -36,3 +36,16 @@ pub mod tls;
 
 /// This build's version, sent in Hello and Welcome.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[cfg(test)]
+mod test_support {
+    use std::collections::BTreeMap;
+
+    /// A string map (labels, annotations, resource lists) from literal pairs.
+    pub fn string_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}

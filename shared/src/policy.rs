@@ -82,12 +82,7 @@ pub fn forced(annotations: Option<&BTreeMap<String, String>>) -> Result<Option<b
 mod tests {
     use super::*;
 
-    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::test_support::string_map as ann;
 
     #[test]
     fn deny_list_skips_only_annotated_objects() {

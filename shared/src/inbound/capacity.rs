@@ -94,12 +94,7 @@ pub fn node_resources(free: &BTreeMap<String, String>, percent: u32) -> NodeReso
 mod tests {
     use super::*;
 
-    fn free(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::test_support::string_map as free;
 
     #[test]
     fn shares_free_resources() {

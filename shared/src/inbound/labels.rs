@@ -112,12 +112,7 @@ pub fn is_dns_subdomain(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn suggest(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::test_support::string_map as suggest;
 
     #[test]
     fn keeps_valid_labels_and_says_why_others_are_dropped() {
