@@ -234,6 +234,7 @@ impl State {
                         api_version: "v1".into(),
                         kind: "Namespace".into(),
                         namespace: String::new(),
+                        resumed: false,
                     }),
                 )
                 .await;

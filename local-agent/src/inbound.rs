@@ -52,7 +52,10 @@ impl Inbound {
                     tracing::debug!(claim = %volume.claim_name, "ignoring a volume from the provider: claim reflection is disabled")
                 }
             },
-            Some(remote_message::Kind::Welcome(_)) | None => {
+            // Inventory pages go to the link ([`crate::resume`]); one here came after its session.
+            Some(remote_message::Kind::Welcome(_))
+            | Some(remote_message::Kind::Inventory(_))
+            | None => {
                 tracing::debug!("ignoring an unexpected message from the remote agent")
             }
         }

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod pods;
 pub mod preview;
 pub mod reflect;
+pub mod resume;
 mod throttle;
 pub mod tokens;
 pub mod virtual_node;

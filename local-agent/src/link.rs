@@ -2,13 +2,17 @@
 //!
 //! The link publishes the current session's sender on a watch channel; whoever produces
 //! desired state watches it and resends everything on each new session (followed by
-//! SnapshotComplete), so a reconnect never leaves the provider with a stale view. Messages from
-//! the remote agent are forwarded to `inbound_tx`.
+//! SnapshotComplete), so a reconnect never leaves the provider with a stale view. What the
+//! producers send passes through [`crate::resume`], which holds back what the provider has
+//! already. Messages from the remote agent are forwarded to `inbound_tx`.
 
 use std::time::{Duration, Instant};
 
+use prost::Message;
 use refract_shared::proto::reflection_client::ReflectionClient;
-use refract_shared::proto::{local_message, remote_message, Hello, LocalMessage, RemoteMessage};
+use refract_shared::proto::{
+    local_message, remote_message, Hello, Inventory, LocalMessage, RemoteMessage,
+};
 use refract_shared::tls::ClusterId;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -16,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
 
 use crate::connector::Connector;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ResumeCounters};
+use crate::resume::{Resume, Step, Tally};
 use refract_shared::backoff::Backoff;
 
 /// How long the remote agent has to answer Hello.
@@ -30,6 +35,8 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
 /// A session that lived this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// Buckets a Welcome may describe; a longer description is not used (everything is sent).
+const MAX_BUCKETS: usize = 100_000;
 
 /// The sending side of the current session.
 #[derive(Clone, Debug)]
@@ -38,8 +45,11 @@ pub struct SessionTx {
     pub generation: u64,
     /// The remote agent's session id from Welcome.
     pub session_id: String,
-    /// Messages to send on this session.
+    /// Messages to send on this session; those of objects the provider may hold already are
+    /// held back for comparison first ([`crate::resume`]).
     pub tx: mpsc::Sender<LocalMessage>,
+    /// Messages sent as they come, for objects outside any SnapshotComplete (token Secrets).
+    pub direct: mpsc::Sender<LocalMessage>,
     /// The session's connection, for calls of their own (the kubelet API) beside the stream.
     pub channel: tonic::transport::Channel,
 }
@@ -157,19 +167,20 @@ async fn run_session(
         }))
         .await?;
 
-    let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
-    tx.send(LocalMessage {
+    let (wire, wire_rx) = mpsc::channel(OUTBOUND_BUFFER);
+    wire.send(LocalMessage {
         kind: Some(local_message::Kind::Hello(Hello {
             cluster_id: config.cluster_id.to_string(),
             agent_version: refract_shared::AGENT_VERSION.to_string(),
             protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+            resume: true,
         })),
     })
     .await
     .map_err(|_| SessionError::Closed)?;
     let mut inbound = ReflectionClient::new(channel.clone())
         .max_decoding_message_size(64 * 1024 * 1024)
-        .sync(ReceiverStream::new(rx))
+        .sync(ReceiverStream::new(wire_rx))
         .await?
         .into_inner();
 
@@ -182,23 +193,138 @@ async fn run_session(
         }))) => w,
         Ok(Ok(Some(other))) => return Err(SessionError::NoWelcome(format!("{other:?}"))),
     };
+    let described = if !welcome.resume {
+        Vec::new()
+    } else if welcome.buckets.len() > MAX_BUCKETS {
+        tracing::warn!(
+            buckets = welcome.buckets.len(),
+            limit = MAX_BUCKETS,
+            "Welcome describes too many buckets; sending everything"
+        );
+        Vec::new()
+    } else {
+        welcome.buckets
+    };
     tracing::info!(
         remote = %welcome.cluster_id,
         session = %welcome.session_id,
         remote_version = %welcome.agent_version,
+        resuming = welcome.resume,
+        buckets = described.len(),
         "connected to remote agent"
     );
     metrics.connected.set(1);
+    let (tx, produced) = mpsc::channel(OUTBOUND_BUFFER);
+    let (direct, direct_rx) = mpsc::channel(OUTBOUND_BUFFER);
     session_tx.send_replace(Some(SessionTx {
         generation,
         session_id: welcome.session_id,
         tx,
+        direct,
         channel,
     }));
-    while let Some(message) = inbound.message().await? {
-        if inbound_tx.send(message).await.is_err() {
-            return Ok(());
+    let (pages_tx, pages) = mpsc::channel(16);
+    let pump = Pump {
+        resume: Resume::new(described),
+        reported: Tally::default(),
+        wire,
+        inbound_tx: inbound_tx.clone(),
+        metrics: metrics.resume.clone(),
+    };
+    let pump = pump.run(produced, direct_rx, pages);
+    let read = async {
+        while let Some(message) = inbound.message().await? {
+            let delivered = match message.kind {
+                Some(remote_message::Kind::Inventory(page)) => pages_tx.send(page).await.is_ok(),
+                _ => inbound_tx.send(message).await.is_ok(),
+            };
+            if !delivered {
+                return Ok(());
+            }
+        }
+        Err(SessionError::Closed)
+    };
+    tokio::select! {
+        result = read => result,
+        () = pump => Err(SessionError::Closed),
+    }
+}
+
+/// Moves the producers' messages to the stream through [`Resume`].
+struct Pump {
+    resume: Resume,
+    /// What of the tally is in the metrics already.
+    reported: Tally,
+    wire: mpsc::Sender<LocalMessage>,
+    inbound_tx: mpsc::Sender<RemoteMessage>,
+    metrics: ResumeCounters,
+}
+
+impl Pump {
+    /// Runs until the stream or the inbound side closes.
+    async fn run(
+        mut self,
+        mut produced: mpsc::Receiver<LocalMessage>,
+        mut direct: mpsc::Receiver<LocalMessage>,
+        mut pages: mpsc::Receiver<Inventory>,
+    ) {
+        self.metrics.pending.set(self.resume.pending() as i64);
+        loop {
+            let deadline = self.resume.next_deadline();
+            let expiry = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let steps = tokio::select! {
+                Some(message) = produced.recv() => self.resume.outgoing(message, Instant::now()),
+                Some(message) = direct.recv() => vec![Step::Send(message)],
+                Some(page) = pages.recv() => self.resume.inventory(page),
+                () = expiry => self.resume.expire(Instant::now()),
+                else => return,
+            };
+            for step in steps {
+                let delivered = match step {
+                    Step::Send(message) => {
+                        self.metrics.sent_bytes.inc_by(message.encoded_len() as u64);
+                        self.wire.send(message).await.is_ok()
+                    }
+                    Step::Ack(ack) => {
+                        let message = RemoteMessage {
+                            kind: Some(remote_message::Kind::Ack(ack)),
+                        };
+                        self.inbound_tx.send(message).await.is_ok()
+                    }
+                };
+                if !delivered {
+                    return;
+                }
+            }
+            self.report();
         }
     }
-    Err(SessionError::Closed)
+
+    /// Adds what the tally gained since the last report to the metrics.
+    fn report(&mut self) {
+        let now = self.resume.tally();
+        let was = std::mem::replace(&mut self.reported, now);
+        let m = &self.metrics;
+        m.skipped_objects
+            .inc_by(now.skipped_objects - was.skipped_objects);
+        m.skipped_bytes
+            .inc_by(now.skipped_bytes - was.skipped_bytes);
+        for (result, n, before) in [
+            ("equal", now.equal, was.equal),
+            ("different", now.different, was.different),
+            ("expired", now.expired, was.expired),
+        ] {
+            if n > before {
+                m.buckets
+                    .get_or_create(&vec![("result", result)])
+                    .inc_by(n - before);
+            }
+        }
+        m.pending.set(self.resume.pending() as i64);
+    }
 }

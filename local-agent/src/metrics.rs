@@ -26,6 +26,23 @@ pub struct Metrics {
     pub refused: Family<Refused, Counter>,
     /// What became of provider events.
     pub events: EventCounters,
+    /// Resuming sessions: what was sent and what was not.
+    pub resume: ResumeCounters,
+}
+
+/// What the stream sent, and what resuming saved ([`crate::resume`]).
+#[derive(Clone, Default)]
+pub struct ResumeCounters {
+    /// Bytes of messages sent on the stream (protobuf encoding, before HTTP/2 framing).
+    pub sent_bytes: Counter,
+    /// Upserts not sent because the provider held them already.
+    pub skipped_objects: Counter,
+    /// Their bytes.
+    pub skipped_bytes: Counter,
+    /// Buckets settled, by result (`equal`, `different`, `expired`).
+    pub buckets: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// Buckets of the current session still held.
+    pub pending: Gauge,
 }
 
 impl Metrics {
@@ -64,6 +81,31 @@ impl Metrics {
                 "provider_events_aggregated",
                 "Provider events folded into an origin event already waiting or written",
                 m.events.aggregated.clone(),
+            );
+            r.register(
+                "stream_sent_bytes",
+                "Bytes of messages sent to the remote agent (protobuf encoding)",
+                m.resume.sent_bytes.clone(),
+            );
+            r.register(
+                "resume_skipped_objects",
+                "Objects not sent on a new session because the provider held them already",
+                m.resume.skipped_objects.clone(),
+            );
+            r.register(
+                "resume_skipped_bytes",
+                "Bytes of the objects not sent on a new session",
+                m.resume.skipped_bytes.clone(),
+            );
+            r.register(
+                "resume_buckets",
+                "Kinds-in-a-namespace compared on a new session, by result: equal, different, expired",
+                m.resume.buckets.clone(),
+            );
+            r.register(
+                "resume_pending_buckets",
+                "Kinds-in-a-namespace of the current session still waiting to be compared",
+                m.resume.pending.clone(),
             );
             r.register(
                 "provider_events_refused",

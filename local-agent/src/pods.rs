@@ -268,6 +268,7 @@ impl PodOffloader {
                             api_version: SHADOWPOD_API_VERSION.into(),
                             kind: "ShadowPod".into(),
                             namespace: remote_ns.clone(),
+                            resumed: false,
                         }),
                     )
                     .await;

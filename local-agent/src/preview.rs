@@ -12,8 +12,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use k8s_openapi::api::core::v1::Service;
 use refract_shared::forge::{self, Decision};
-use refract_shared::hash::object_hash;
-use refract_shared::keys::{DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_shared::hash::{bytes_hash, object_hash};
+use refract_shared::keys::{
+    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
+};
 use refract_shared::offloading::{self, MappingStrategy};
 use refract_shared::options::Kind;
 use refract_shared::tls::ClusterId;
@@ -268,6 +270,15 @@ fn preview_pod(
     })
 }
 
+/// The hash the remote agent would store for `object`: it records the hash of the bytes sent
+/// (the reflector sends the object serialized as it is here) before hashing the whole.
+fn applied_hash(object: &Value) -> String {
+    let mut applied = object.clone();
+    let sent = serde_json::to_vec(object).expect("JSON serializes");
+    applied["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION] = bytes_hash(&sent).into();
+    object_hash(&applied)
+}
+
 /// What the remote agent would answer, given what the provider already holds.
 fn against_existing(
     desired: &forge::Desired,
@@ -291,7 +302,7 @@ fn against_existing(
             value["decision"] = "conflict".into();
             value["reason"] = "an object of this name exists on the provider without Refract's origin/destination labels; it would be left untouched and a Warning event recorded".into();
         } else if e["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]
-            == object_hash(&desired.object).as_str()
+            == applied_hash(&desired.object).as_str()
         {
             value["decision"] = "unchanged".into();
             value["reason"] =

@@ -330,6 +330,7 @@ impl<K: Reflectable> Reflector<K> {
                             api_version: self.kind.api_version().into(),
                             kind: self.kind.kind().into(),
                             namespace: remote_ns.clone(),
+                            resumed: false,
                         }),
                     )
                     .await;

@@ -258,7 +258,7 @@ impl TokenReflector {
         };
         if changed {
             send(
-                &session.tx,
+                &session.direct,
                 local_message::Kind::Upsert(Upsert {
                     object: Some(remote),
                     revision: pod.resource_version().unwrap_or_default(),
@@ -380,7 +380,7 @@ impl TokenReflector {
         };
         if let Some((remote, _)) = sent {
             send(
-                &session.tx,
+                &session.direct,
                 local_message::Kind::Delete(Delete {
                     object: Some(remote),
                     revision: String::new(),

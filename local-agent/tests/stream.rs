@@ -513,6 +513,7 @@ async fn hello_naming_another_cluster_is_denied() {
             cluster_id: "victim".into(),
             agent_version: "test".into(),
             protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+            resume: false,
         })),
     };
     let status = ReflectionClient::new(ch)

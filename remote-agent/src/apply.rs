@@ -19,9 +19,10 @@ use kube::api::{
 };
 use kube::ResourceExt;
 use refract_shared::forge::token::SERVICE_ACCOUNT_LABEL;
-use refract_shared::hash::desired_hash;
+use refract_shared::hash::{bytes_hash, desired_hash};
 use refract_shared::keys::{
-    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, TENANT_NAMESPACE_LABEL,
+    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
+    TENANT_NAMESPACE_LABEL,
 };
 use refract_shared::options::Kind;
 use refract_shared::proto::{Delete, ObjectRef, Upsert};
@@ -94,6 +95,11 @@ pub struct Limits {
 }
 
 impl Applier {
+    /// Tenant objects as the watch sees them.
+    pub fn objects(&self) -> &TenantObjects {
+        &self.objects
+    }
+
     /// An applier writing with `client` as provider `provider`, reading what the tenant
     /// objects' watch knows from `objects`.
     pub fn new(
@@ -216,6 +222,9 @@ impl Applier {
         if token {
             self.own_token_secret(tenant, object, &mut desired).await?;
         }
+        // What the tenant sent, for a reconnect to compare (see `crate::inventory`).
+        desired["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION] =
+            bytes_hash(&upsert.object_json).into();
         // `object_hash` without its copy: `desired_object` left an annotations map without the
         // hash in it.
         let hash = desired_hash(&desired);
@@ -466,6 +475,9 @@ impl Applier {
         if is_token_secret(key.kind, desired) {
             // Set by this agent when the Secret was first applied, from its ShadowPod.
             judged["metadata"]["ownerReferences"] = desired["metadata"]["ownerReferences"].clone();
+        }
+        if let Some(origin) = desired["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION].as_str() {
+            judged["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION] = origin.into();
         }
         judged["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = desired_hash(&judged).into();
         if let Some(rv) = observed {

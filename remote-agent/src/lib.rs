@@ -16,6 +16,7 @@ pub mod delivered;
 pub mod desired;
 pub mod events;
 pub mod inspect;
+pub mod inventory;
 pub mod kinds;
 pub mod kubelet;
 pub mod metrics;

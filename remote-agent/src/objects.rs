@@ -53,6 +53,18 @@ impl TenantObjects {
         store.get(&key)
     }
 
+    /// Every object of every kind's store; `None` while some store has not listed yet.
+    pub fn snapshot(&self) -> Option<Vec<(Allowed, Arc<Meta>)>> {
+        let mut all = Vec::new();
+        for (kind, store) in self.stores.iter() {
+            if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+                return None;
+            }
+            all.extend(store.state().into_iter().map(|meta| (*kind, meta)));
+        }
+        Some(all)
+    }
+
     /// No stores at all: every lookup misses (tests of the write path against a mocked API).
     #[cfg(test)]
     pub fn none() -> Self {

@@ -13,6 +13,8 @@ use refract_shared::tls::ClusterId;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::sync::in_flight::InFlight;
+
 /// How many messages a slow tap reader may fall behind before it loses some.
 const TAP_BUFFER: usize = 1024;
 /// Outcome records kept per tenant; requests about further objects are answered but not
@@ -41,6 +43,8 @@ struct TenantState {
     current: Option<CancellationToken>,
     /// Kubelet calls open now, by a number of their own.
     kubelet_sessions: BTreeMap<u64, proto::KubeletSession>,
+    /// Requests being applied, across the tenant's streams.
+    in_flight: InFlight,
 }
 
 /// The sending half of a tenant's open stream.
@@ -62,6 +66,7 @@ impl TenantState {
             outbound: None,
             current: None,
             kubelet_sessions: BTreeMap::new(),
+            in_flight: InFlight::default(),
         }
     }
 }
@@ -138,6 +143,23 @@ pub struct TooManySessions {
 static NEXT_KUBELET_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Registry {
+    /// The tenant's count of requests being applied, shared by all its streams.
+    pub fn in_flight(&self, tenant: &ClusterId) -> InFlight {
+        let mut tenants = self.lock();
+        let t = tenants
+            .entry(tenant.clone())
+            .or_insert_with(TenantState::new);
+        t.in_flight.clone()
+    }
+
+    /// Ends the tenant's current stream, if any, before a new one takes over: its requests not
+    /// yet started are dropped.
+    pub fn end_current(&self, tenant: &ClusterId) {
+        if let Some(current) = self.lock().get(tenant).and_then(|t| t.current.as_ref()) {
+            current.cancel();
+        }
+    }
+
     /// Lists a kubelet call of `tenant` until the guard drops, unless `limit` calls are open.
     pub fn open_kubelet_session(
         &self,
@@ -374,6 +396,7 @@ pub fn local_kind(m: &LocalMessage) -> &'static str {
         Some(local_message::Kind::Delete(_)) => "delete",
         Some(local_message::Kind::SnapshotComplete(_)) => "snapshot_complete",
         Some(local_message::Kind::StatusAck(_)) => "status_ack",
+        Some(local_message::Kind::InventoryRequest(_)) => "inventory_request",
         None => "empty",
     }
 }
@@ -387,6 +410,7 @@ pub fn remote_kind(m: &RemoteMessage) -> &'static str {
         Some(remote_message::Kind::Event(_)) => "event",
         Some(remote_message::Kind::Capacity(_)) => "capacity",
         Some(remote_message::Kind::PersistentVolume(_)) => "persistent_volume",
+        Some(remote_message::Kind::Inventory(_)) => "inventory",
         None => "empty",
     }
 }

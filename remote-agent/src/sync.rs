@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use refract_shared::proto::reflection_server::Reflection;
 use refract_shared::proto::{
-    local_message, remote_message, Ack, Delete, LocalMessage, ObjectRef, Outcome, RemoteMessage,
-    SnapshotComplete, Upsert, Welcome,
+    local_message, remote_message, Ack, Delete, InventoryRequest, LocalMessage, ObjectRef, Outcome,
+    RemoteMessage, SnapshotComplete, Upsert, Welcome,
 };
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
@@ -15,12 +15,15 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 mod dispatch;
+pub(crate) mod in_flight;
 
 use crate::apply::{answer, Applier};
+use crate::inventory::{Bucket, Inventory};
 use crate::kinds::Allowed;
 use crate::metrics::{label, Metrics};
 use crate::peer::Peer;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
+use in_flight::InFlight;
 
 /// Names a stream may upsert before its snapshots stop counting: past it, the stream's orphan
 /// collections are skipped (its view is too large to keep), never run on a partial view.
@@ -29,6 +32,9 @@ const MAX_SEEN: usize = 200_000;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Outbound messages buffered per stream before the session waits for the peer to read.
 const OUTBOUND_BUFFER: usize = 256;
+/// How long a resuming stream waits for the replaced stream's writes to land before it takes
+/// stock of the tenant's objects; past it, the tenant is told to send everything.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// The Reflection service.
 #[derive(Clone)]
 pub struct ReflectionService {
@@ -101,6 +107,11 @@ impl Reflection for ReflectionService {
         }
 
         let session_id = format!("{:016x}", fastrand::u64(..));
+        let advertised = if hello.resume {
+            self.take_inventory(&peer.cluster_id).await
+        } else {
+            None
+        };
         let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
         let welcome = RemoteMessage {
             kind: Some(remote_message::Kind::Welcome(Welcome {
@@ -108,6 +119,11 @@ impl Reflection for ReflectionService {
                 agent_version: refract_shared::AGENT_VERSION.to_string(),
                 protocol_version: refract_shared::proto::PROTOCOL_VERSION,
                 session_id: session_id.clone(),
+                resume: advertised.is_some(),
+                buckets: advertised
+                    .as_ref()
+                    .map(Inventory::digests)
+                    .unwrap_or_default(),
             })),
         };
         // Welcome goes first, before anything provider-side watchers may send once the tenant
@@ -129,6 +145,9 @@ impl Reflection for ReflectionService {
             tx,
             seen: std::sync::Mutex::new(Some(Seen::default())),
             replaced: guard.replaced.clone(),
+            in_flight: self.registry.in_flight(&peer.cluster_id),
+            advertised,
+            inventories_sent: std::sync::Mutex::default(),
         });
         self.registry
             .tap(&peer.cluster_id, TapMessage::FromRemote(&welcome));
@@ -154,6 +173,28 @@ impl Reflection for ReflectionService {
 }
 
 impl ReflectionService {
+    /// Ends the tenant's previous stream, waits for its writes to land, and takes stock of the
+    /// tenant's objects ([`Inventory`]); `None` when that cannot be done soundly, and the
+    /// tenant then sends everything.
+    async fn take_inventory(&self, tenant: &ClusterId) -> Option<Inventory> {
+        self.registry.end_current(tenant);
+        if !self.registry.in_flight(tenant).drained(DRAIN_TIMEOUT).await {
+            tracing::info!(%tenant, "the previous stream's requests are still under way; the tenant sends everything");
+            return None;
+        }
+        let Some(objects) = self.applier.objects().snapshot() else {
+            tracing::info!(%tenant, "tenant objects not listed yet; the tenant sends everything");
+            return None;
+        };
+        let inventory = Inventory::of_tenant(
+            tenant,
+            &self.cluster_id,
+            objects.iter().map(|(kind, meta)| (*kind, meta.as_ref())),
+        );
+        tracing::info!(%tenant, objects = inventory.objects(), "resuming: the tenant is told what the provider holds");
+        Some(inventory)
+    }
+
     fn refuse(&self, reason: &str, status: Status) -> Status {
         tracing::warn!(reason, message = status.message(), "refused stream");
         self.metrics
@@ -182,6 +223,12 @@ struct TenantSession {
     /// Cancelled when a newer stream of the tenant took over: this one's requests not yet
     /// started are dropped, and it ends.
     replaced: tokio_util::sync::CancellationToken,
+    /// The tenant's requests under way, across its streams.
+    in_flight: InFlight,
+    /// What Welcome described, when the tenant resumes.
+    advertised: Option<Inventory>,
+    /// Buckets whose inventory was sent: each is sent once per stream.
+    inventories_sent: std::sync::Mutex<BTreeSet<Bucket>>,
 }
 
 impl TenantSession {
@@ -263,6 +310,8 @@ impl TenantSession {
 
     async fn handle(&self, message: LocalMessage) {
         use local_message::Kind;
+        // Counted before the check, so a newer stream that replaced this one waits for it.
+        let _started = self.in_flight.start();
         if self.replaced.is_cancelled() {
             // The newer stream re-sends what it wants; nothing of this one starts any more.
             return;
@@ -294,6 +343,7 @@ impl TenantSession {
             }
             Some(Kind::SnapshotComplete(done)) => self.collect_orphans(done).await,
             Some(Kind::StatusAck(_)) => {}
+            Some(Kind::InventoryRequest(request)) => self.send_inventory(request).await,
             Some(Kind::Hello(_)) => tracing::warn!("ignoring a second Hello on an open stream"),
             None => tracing::debug!("ignoring a message of a kind this version does not know"),
         }
@@ -328,6 +378,33 @@ impl TenantSession {
         }
     }
 
+    /// Answers an InventoryRequest from what Welcome described, once per bucket.
+    async fn send_inventory(&self, request: InventoryRequest) {
+        let Some(kind) = Allowed::lookup(&request.api_version, &request.kind) else {
+            tracing::debug!(kind = %request.kind, "InventoryRequest for a kind tenants may not write");
+            return;
+        };
+        let Some(advertised) = &self.advertised else {
+            tracing::debug!("InventoryRequest on a stream that did not resume");
+            return;
+        };
+        let bucket = (kind, request.namespace);
+        if !self
+            .inventories_sent
+            .lock()
+            .expect("inventories poisoned")
+            .insert(bucket.clone())
+        {
+            return;
+        }
+        for page in advertised.pages(&bucket) {
+            self.send(RemoteMessage {
+                kind: Some(remote_message::Kind::Inventory(page)),
+            })
+            .await;
+        }
+    }
+
     /// After the tenant listed everything of a kind in a namespace, removes what it no longer
     /// has. Never runs on a partial view: only this stream's own listing counts.
     async fn collect_orphans(&self, done: SnapshotComplete) {
@@ -339,8 +416,19 @@ impl TenantSession {
         // while the collection runs.
         // A replaced stream deletes nothing more (its view is no longer the tenant's), nor one
         // whose view grew too large to keep.
+        // A resumed listing did not send what the provider held already: what Welcome described
+        // is kept too (the tenant deleted what it no longer wants).
+        let bucket = (kind, done.namespace.clone());
+        let described = |name: &str| {
+            done.resumed
+                && self
+                    .advertised
+                    .as_ref()
+                    .is_some_and(|a| a.holds(&bucket, name))
+        };
         let keep = |name: &str| {
             self.replaced.is_cancelled()
+                || described(name)
                 || self
                     .seen
                     .lock()

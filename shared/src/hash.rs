@@ -11,8 +11,7 @@ pub fn desired_hash(value: &serde_json::Value) -> String {
 /// SHA-256 (hex, first 32 characters) of `bytes`: for JSON that was serialized anyway, so a
 /// value is not serialized twice.
 pub fn bytes_hash(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    hex_prefix(&Sha256::digest(bytes))
 }
 
 /// The hash the remote agent stores on an object in [`crate::keys::DESIRED_HASH_ANNOTATION`]:
@@ -34,9 +33,40 @@ pub fn object_hash(object: &serde_json::Value) -> String {
     desired_hash(&normalized)
 }
 
+/// The digest of one bucket (a tenant's objects of one kind in one namespace) that a reconnect
+/// compares, over `(name, origin hash)` pairs in any order: equal sets give equal digests.
+pub fn bucket_digest<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut sorted: Vec<_> = entries.into_iter().collect();
+    sorted.sort_unstable();
+    let mut hasher = Sha256::new();
+    for (name, hash) in sorted {
+        hasher.update(name.as_bytes());
+        hasher.update(b"\n");
+        hasher.update(hash.as_bytes());
+        hasher.update(b"\n");
+    }
+    hex_prefix(&hasher.finalize())
+}
+
+/// The first 16 bytes of a SHA-256 digest, in hex.
+fn hex_prefix(digest: &[u8]) -> String {
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bucket_digests_ignore_order_and_see_every_change() {
+        let a = bucket_digest([("a", "1"), ("b", "2")]);
+        assert_eq!(a, bucket_digest([("b", "2"), ("a", "1")]));
+        assert_ne!(a, bucket_digest([("a", "1"), ("b", "3")]));
+        assert_ne!(a, bucket_digest([("a", "1")]));
+        // The separator keeps names and hashes from running into each other.
+        assert_ne!(bucket_digest([("ab", "c")]), bucket_digest([("a", "bc")]));
+        assert_eq!(bucket_digest([]), bucket_digest(Vec::<(&str, &str)>::new()));
+    }
 
     #[test]
     fn key_order_does_not_matter() {

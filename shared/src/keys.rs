@@ -26,6 +26,10 @@ pub const TENANT_NAMESPACE_LABEL: &str = "refract.io/tenant";
 pub const ORIGIN_FINISHED_ANNOTATION: &str = "offloading.refract.io/origin-finished";
 /// Annotation on provider objects: hash of the desired state last applied.
 pub const DESIRED_HASH_ANNOTATION: &str = "refract.io/desired-hash";
+/// Annotation on provider objects: hash of the Upsert bytes the tenant sent for the object
+/// ([`crate::hash::bytes_hash`]), from which a reconnecting local agent learns what the provider
+/// holds without sending it again ([`crate::hash::bucket_digest`]).
+pub const ORIGIN_HASH_ANNOTATION: &str = "refract.io/origin-hash";
 /// Annotation on a twin namespace: the origin namespace it mirrors. Two origin namespaces never
 /// share a twin: the remote agent refuses a twin that already mirrors another namespace.
 pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";

@@ -4,7 +4,8 @@
 //! of tenant input run it directly.
 
 use refract_shared::keys::{
-    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL, TENANT_NAMESPACE_LABEL,
+    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
+    TENANT_NAMESPACE_LABEL,
 };
 use refract_shared::proto::ObjectRef;
 use refract_shared::tls::ClusterId;
@@ -95,7 +96,9 @@ impl Judge<'_> {
         let Some(annotations) = annotations.as_object_mut() else {
             return Err(malformed("metadata.annotations is not a map"));
         };
+        // Set by the applier, never by the tenant.
         annotations.remove(DESIRED_HASH_ANNOTATION);
+        annotations.remove(ORIGIN_HASH_ANNOTATION);
         Ok(value)
     }
 }

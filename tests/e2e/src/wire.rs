@@ -56,6 +56,7 @@ impl Wire {
                 cluster_id: tenant.to_string(),
                 agent_version: "forger".into(),
                 protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+                resume: false,
             })),
         })
         .await?;

@@ -604,6 +604,7 @@ async fn mass_and_data_deletions_wait_for_the_grace_period() {
                     api_version: "v1".into(),
                     kind: "ConfigMap".into(),
                     namespace: NS.into(),
+                    resumed: false,
                 },
             ),
         ),

@@ -75,6 +75,7 @@ impl Reflection for Hostile {
                             agent_version: "hostile".into(),
                             protocol_version: proto::PROTOCOL_VERSION,
                             session_id: "hostile-1".into(),
+                            ..Default::default()
                         };
                         let capacity = hostile_capacity();
                         let _ = tx
