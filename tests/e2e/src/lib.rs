@@ -608,6 +608,24 @@ impl Peering {
     }
 }
 
+/// One series of the Prometheus endpoint at `admin` (`127.0.0.1:<port>`), the line that starts
+/// with `series`; 0 when absent or unreachable.
+pub async fn metric(admin: &str, series: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut body = String::new();
+    if let Ok(mut tcp) = tokio::net::TcpStream::connect(admin).await {
+        let _ = tcp
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
+            .await;
+        let _ = tcp.read_to_string(&mut body).await;
+    }
+    body.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Polls `check` every 200 ms until it returns `Some`; after `within`, fails saying `what` and
 /// what `context` tells (logs, cluster state).
 pub async fn eventually<T>(

@@ -222,19 +222,7 @@ fn pod_field(p: &Peering, path: &str) -> Option<String> {
 
 /// One series of the local agent's `/metrics`, 0 when absent.
 async fn metric(p: &Peering, series: &str) -> f64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut body = String::new();
-    if let Ok(mut tcp) = tokio::net::TcpStream::connect(&p.local_admin).await {
-        let _ = tcp
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
-            .await;
-        let _ = tcp.read_to_string(&mut body).await;
-    }
-    body.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+    refract_e2e::metric(&p.local_admin, series).await
 }
 
 #[tokio::test]
