@@ -41,20 +41,27 @@ pub trait Side {
     }
 }
 
-/// Waits until the remote agent at `admin` has answered at least `answers` requests with
-/// the outcomes counted by `series`, polling its metrics.
-async fn until_answered(
-    admin: &str,
-    series: &[&str],
+/// Local agent series: Upserts a resuming local agent answered itself (the provider held them
+/// unchanged), and buckets it has not compared yet.
+const LOCALLY_ANSWERED: &str = "refract_local_resume_skipped_objects_total";
+const PENDING_BUCKETS: &str = "refract_local_resume_pending_buckets";
+
+/// Waits until Refract's agents agree on `answers` objects: answered by the remote agent at
+/// `remote` (`series`, counted above `remote_before`) or by the resuming local agent at
+/// `local` itself, with no bucket left to compare.
+async fn until_agreed(
+    (remote, series, remote_before): (&str, &[&str], f64),
+    local: &str,
     answers: f64,
     what: &str,
 ) -> anyhow::Result<()> {
     for _ in 0..60_000 {
-        let mut answered = 0.0;
+        let mut by_remote = -remote_before;
         for s in series {
-            answered += counter(admin, s).await;
+            by_remote += counter(remote, s).await;
         }
-        if answered >= answers {
+        let answered = by_remote + counter(local, LOCALLY_ANSWERED).await;
+        if answered >= answers && counter(local, PENDING_BUCKETS).await == 0.0 {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -172,11 +179,12 @@ impl Side for Refract<'_> {
             local.stop().await;
         }
         self.peering.start_local();
-        // In agreement once the remote agent has confirmed every object unchanged.
-        until_answered(
-            &admin,
-            &[UNCHANGED_ACKS],
-            before + objects as f64,
+        // In agreement once every object is confirmed unchanged: by the remote agent, or by the
+        // local agent itself when the provider's description matched.
+        until_agreed(
+            (&admin, &[UNCHANGED_ACKS], before),
+            &self.peering.local_admin,
+            objects as f64,
             &format!("the restarted local agent did not re-confirm {objects} objects"),
         )
         .await
@@ -193,12 +201,16 @@ impl Side for Refract<'_> {
         let objects = count_objects(&self.origin, REFRACT_NS).await?;
         self.peering.start_remote();
         self.peering.start_local();
-        // A fresh remote agent counts from zero: in agreement once it has answered for every
-        // object of the namespace (unchanged, or applied if it differed) and for the twin
-        // namespace itself.
-        until_answered(
-            &self.peering.remote_admin,
-            &[UNCHANGED_ACKS, APPLIED_ACKS],
+        // Fresh agents count from zero: in agreement once every object of the namespace and the
+        // twin namespace itself is answered for (unchanged, or applied if it differed), by the
+        // remote agent or, where the provider's description matched, by the local agent.
+        until_agreed(
+            (
+                &self.peering.remote_admin,
+                &[UNCHANGED_ACKS, APPLIED_ACKS],
+                0.0,
+            ),
+            &self.peering.local_admin,
             (objects + 1) as f64,
             &format!("the restarted agents did not confirm the namespace's {objects} objects"),
         )

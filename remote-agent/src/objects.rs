@@ -53,13 +53,16 @@ impl TenantObjects {
         store.get(&key)
     }
 
-    /// Every object of every kind's store; `None` while some store has not listed yet.
-    pub fn snapshot(&self) -> Option<Vec<(Allowed, Arc<Meta>)>> {
+    /// Every object of every kind's store, once each has listed; `None` if some store has not
+    /// listed within `within` (an agent just started, or a kind's CRD missing).
+    pub async fn snapshot(&self, within: std::time::Duration) -> Option<Vec<(Allowed, Arc<Meta>)>> {
+        let listed = futures::future::join_all(self.stores.values().map(|s| s.wait_until_ready()));
+        match tokio::time::timeout(within, listed).await {
+            Ok(results) if results.iter().all(Result::is_ok) => {}
+            _ => return None,
+        }
         let mut all = Vec::new();
         for (kind, store) in self.stores.iter() {
-            if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
-                return None;
-            }
             all.extend(store.state().into_iter().map(|meta| (*kind, meta)));
         }
         Some(all)

@@ -34,7 +34,10 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const OUTBOUND_BUFFER: usize = 256;
 /// How long a resuming stream waits for the replaced stream's writes to land before it takes
 /// stock of the tenant's objects; past it, the tenant is told to send everything.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a resuming stream waits for the watch of tenant objects to list (an agent just
+/// started); with DRAIN_TIMEOUT, well within the 10 s a local agent gives Welcome.
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The Reflection service.
 #[derive(Clone)]
 pub struct ReflectionService {
@@ -182,8 +185,8 @@ impl ReflectionService {
             tracing::info!(%tenant, "the previous stream's requests are still under way; the tenant sends everything");
             return None;
         }
-        let Some(objects) = self.applier.objects().snapshot() else {
-            tracing::info!(%tenant, "tenant objects not listed yet; the tenant sends everything");
+        let Some(objects) = self.applier.objects().snapshot(LIST_TIMEOUT).await else {
+            tracing::info!(%tenant, "tenant objects not listed in time; the tenant sends everything");
             return None;
         };
         let inventory = Inventory::of_tenant(

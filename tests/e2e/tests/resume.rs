@@ -119,7 +119,11 @@ async fn a_reconnect_sends_and_writes_only_what_changed() {
     );
     assert!(sent < (sent + skipped) / 100.0, "over 1 % of a full resend");
     assert_eq!(upserted, 1.0, "only the twin namespace is sent again");
-    assert_eq!(provider_configmaps(&p), before, "the provider wrote nothing");
+    assert_eq!(
+        provider_configmaps(&p),
+        before,
+        "the provider wrote nothing"
+    );
 
     // 2. Changes while the local agent is down: 10 changed, 5 deleted, 3 new.
     if let Some(local) = p.local.take() {
@@ -158,7 +162,11 @@ async fn a_reconnect_sends_and_writes_only_what_changed() {
         "10 changed, 5 deleted, 3 created while down: settled in {:.2} s; {upserted} upserts and {deleted} deletes received, {skipped} objects not sent",
         took.as_secs_f64()
     );
-    assert_eq!(upserted, 1.0 + 10.0 + 3.0, "the twin namespace and the 13 changes");
+    assert_eq!(
+        upserted,
+        1.0 + 10.0 + 3.0,
+        "the twin namespace and the 13 changes"
+    );
     assert_eq!(deleted, 5.0);
     assert_eq!(skipped, (OBJECTS - 15) as f64);
     let rewritten: Vec<_> = after
