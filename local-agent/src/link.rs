@@ -225,7 +225,7 @@ async fn run_session(
     }));
     let (pages_tx, pages) = mpsc::channel(16);
     let pump = Pump {
-        resume: Resume::new(described),
+        resume: Resume::new(described, Instant::now()),
         reported: Tally::default(),
         wire,
         inbound_tx: inbound_tx.clone(),

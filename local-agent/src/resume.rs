@@ -76,15 +76,18 @@ struct Held {
 }
 
 /// The resume state of one session.
-#[derive(Default)]
 pub struct Resume {
     held: HashMap<BucketKey, Held>,
+    /// When the session began: a described bucket the producers never touch (a namespace no
+    /// longer extended) is let go [`HOLD_LIMIT`] after.
+    began: Instant,
     tally: Tally,
 }
 
 impl Resume {
-    /// A session whose Welcome described `buckets`; with none, every message passes.
-    pub fn new(buckets: Vec<BucketDigest>) -> Self {
+    /// A session begun at `began` whose Welcome described `buckets`; with none, every message
+    /// passes.
+    pub fn new(buckets: Vec<BucketDigest>, began: Instant) -> Self {
         let held = buckets
             .into_iter()
             .map(|b| {
@@ -101,6 +104,7 @@ impl Resume {
             .collect();
         Self {
             held,
+            began,
             tally: Tally::default(),
         }
     }
@@ -241,12 +245,12 @@ impl Resume {
         steps
     }
 
-    /// Buckets held past [`HOLD_LIMIT`], sent in full.
+    /// Buckets held past [`HOLD_LIMIT`], sent in full (nothing, for one never touched).
     pub fn expire(&mut self, now: Instant) -> Vec<Step> {
         let due: Vec<BucketKey> = self
             .held
             .iter()
-            .filter(|(_, h)| h.since.is_some_and(|s| now.duration_since(s) >= HOLD_LIMIT))
+            .filter(|(_, h)| now.duration_since(h.since.unwrap_or(self.began)) >= HOLD_LIMIT)
             .map(|(k, _)| k.clone())
             .collect();
         due.into_iter()
@@ -262,7 +266,7 @@ impl Resume {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.held
             .values()
-            .filter_map(|h| h.since)
+            .map(|h| h.since.unwrap_or(self.began))
             .min()
             .map(|s| s + HOLD_LIMIT)
     }

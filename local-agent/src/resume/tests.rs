@@ -110,7 +110,7 @@ fn feed(resume: &mut Resume, messages: Vec<LocalMessage>) -> Vec<String> {
 
 #[test]
 fn without_a_description_everything_passes() {
-    let mut resume = Resume::new(Vec::new());
+    let mut resume = Resume::new(Vec::new(), Instant::now());
     let steps = feed(
         &mut resume,
         vec![upsert("a", "x", "1"), snapshot("a", false)],
@@ -121,7 +121,10 @@ fn without_a_description_everything_passes() {
 
 #[test]
 fn an_unchanged_bucket_sends_nothing_and_answers_every_upsert() {
-    let mut resume = Resume::new(vec![provider("a", &[("x", "1"), ("y", "2")])]);
+    let mut resume = Resume::new(
+        vec![provider("a", &[("x", "1"), ("y", "2")])],
+        Instant::now(),
+    );
     let steps = feed(
         &mut resume,
         vec![
@@ -142,10 +145,13 @@ fn an_unchanged_bucket_sends_nothing_and_answers_every_upsert() {
 
 #[test]
 fn a_changed_bucket_sends_only_what_differs_and_deletes_what_is_gone() {
-    let mut resume = Resume::new(vec![provider(
-        "a",
-        &[("same", "1"), ("changed", "old"), ("gone", "1")],
-    )]);
+    let mut resume = Resume::new(
+        vec![provider(
+            "a",
+            &[("same", "1"), ("changed", "old"), ("gone", "1")],
+        )],
+        Instant::now(),
+    );
     let steps = feed(
         &mut resume,
         vec![
@@ -178,7 +184,7 @@ fn a_changed_bucket_sends_only_what_differs_and_deletes_what_is_gone() {
 
 #[test]
 fn a_delete_drops_the_held_upsert_and_passes() {
-    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])]);
+    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])], Instant::now());
     let steps = feed(
         &mut resume,
         vec![
@@ -195,7 +201,7 @@ fn a_delete_drops_the_held_upsert_and_passes() {
 
 #[test]
 fn other_buckets_and_messages_pass() {
-    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])]);
+    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])], Instant::now());
     let steps = feed(
         &mut resume,
         vec![upsert("b", "x", "1"), snapshot("b", false)],
@@ -206,7 +212,7 @@ fn other_buckets_and_messages_pass() {
 
 #[test]
 fn pages_nobody_asked_for_are_ignored() {
-    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])]);
+    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])], Instant::now());
     assert!(resume
         .inventory(inventory("a", &[("x", "2")], true))
         .is_empty());
@@ -218,7 +224,7 @@ fn pages_nobody_asked_for_are_ignored() {
 
 #[test]
 fn an_inventory_larger_than_announced_sends_the_bucket_in_full() {
-    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])]);
+    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])], Instant::now());
     feed(
         &mut resume,
         vec![upsert("a", "x", "2"), snapshot("a", false)],
@@ -230,14 +236,19 @@ fn an_inventory_larger_than_announced_sends_the_bucket_in_full() {
 
 #[test]
 fn a_bucket_held_too_long_is_sent_in_full() {
-    let mut resume = Resume::new(vec![provider("a", &[("x", "1")])]);
     let start = Instant::now();
+    let mut resume = Resume::new(
+        vec![provider("a", &[("x", "1")]), provider("b", &[("y", "1")])],
+        start,
+    );
     assert!(resume.outgoing(upsert("a", "x", "1"), start).is_empty());
     assert_eq!(resume.next_deadline(), Some(start + HOLD_LIMIT));
     assert!(resume.expire(start + HOLD_LIMIT / 2).is_empty());
     let steps = resume.expire(start + HOLD_LIMIT);
-    // The producers never finished the bucket: no SnapshotComplete, so nothing is collected.
+    // The producers never finished a: no SnapshotComplete, so nothing is collected. b was
+    // never touched (a namespace no longer extended): let go, nothing sent.
     assert_eq!(shown(&steps), ["send upsert x"]);
-    assert_eq!(resume.tally().expired, 1);
+    assert_eq!(resume.tally().expired, 2);
+    assert_eq!(resume.pending(), 0);
     assert_eq!(resume.next_deadline(), None);
 }

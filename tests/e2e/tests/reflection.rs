@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use base64::Engine;
-use refract_e2e::{json_of, kubectl_get, kubectl_stdin, Peering};
+use refract_e2e::{json_of, kubectl_get, kubectl_stdin, metric, Peering};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -586,22 +586,25 @@ stringData: {v: "1"}
     let status = p.local.take().unwrap().stop().await;
     assert!(status.success(), "local agent exited with {status}");
     p.start_local();
-    p.eventually(
-        WAIT,
-        "the restarted local agent to resend its state",
-        || {
-            let out = p.grpcurl_with(
-                Some("client"),
-                Some(r#"{"clusterId":"origin","kind":"ConfigMap"}"#),
-                &["refract.v1.Inspect/ListObjects"],
-            );
-            let v = json_of(&out).ok()?;
-            let objects = v["objects"].as_array()?;
-            let mine = objects.iter().find(|o| o["object"]["name"] == "mine")?;
-            (mine["outcome"] == "OUTCOME_UNCHANGED").then_some(())
-        },
-    )
-    .await;
+    // The restarted agent resumes: the provider described what it holds, and the agent compared
+    // every kind and namespace, sending only what the provider lacks (the conflicting `taken`,
+    // refused again) and answering the rest itself.
+    let started = std::time::Instant::now();
+    loop {
+        let admin = &p.local_admin;
+        let settled = metric(admin, "refract_local_connected").await == 1.0
+            && metric(admin, "refract_local_resume_pending_buckets").await == 0.0
+            && metric(admin, "refract_local_resume_skipped_objects_total").await >= 2.0;
+        if settled {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the restarted local agent did not resume:\n{}",
+            p.local_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         versions(&p),
