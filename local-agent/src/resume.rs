@@ -32,6 +32,10 @@ use refract_shared::proto::{
 /// How long a described bucket may be held before it is sent in full.
 pub const HOLD_LIMIT: Duration = Duration::from_secs(30);
 
+/// The most entries one bucket's inventory may have, whatever Welcome announced; the remote
+/// agent keeps at most 200,000 names per stream.
+pub const MAX_INVENTORY: usize = 250_000;
+
 /// The message of an Upsert answered locally.
 pub const UNCHANGED_MESSAGE: &str = "unchanged on the provider since the last session";
 
@@ -199,11 +203,17 @@ impl Resume {
         let Some(inventory) = held.inventory.as_mut() else {
             return Vec::new();
         };
+        // Names are Kubernetes names, hashes 32 hex characters: anything else is not an
+        // inventory this agent can use.
+        let sane = page
+            .entries
+            .iter()
+            .all(|e| e.name.len() <= 253 && e.origin_hash.len() <= 64);
         for entry in page.entries {
             inventory.insert(entry.name, entry.origin_hash);
         }
-        if inventory.len() > held.count {
-            tracing::warn!(kind = %key.1, namespace = %key.2, announced = held.count, "the provider's inventory is larger than it announced; sending the bucket in full");
+        if !sane || inventory.len() > held.count.min(MAX_INVENTORY) {
+            tracing::warn!(kind = %key.1, namespace = %key.2, announced = held.count, "the provider's inventory is larger than announced or malformed; sending the bucket in full");
             return self.send_in_full(key);
         }
         if !page.last {
