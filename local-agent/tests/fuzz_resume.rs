@@ -36,9 +36,11 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// What the provider says it holds of one namespace: nothing, an honest digest of some
-/// objects, or a made-up digest and count.
-fn described() -> impl Strategy<Value = Option<(Vec<(usize, u8)>, bool, u32)>> {
+/// What the provider says it holds of one namespace: nothing, or some objects (name, data) with
+/// an honest digest, or with a made-up digest and count.
+type Described = Option<(Vec<(usize, u8)>, bool, u32)>;
+
+fn described() -> impl Strategy<Value = Described> {
     prop::option::of((
         prop::collection::vec((0..3usize, 0..3u8), 0..4),
         any::<bool>(),
