@@ -67,20 +67,21 @@ enum Failure {
     Pending(String),
 }
 
-/// Runs the controller until `shutdown`.
-pub async fn run(
-    client: kube::Client,
-    config: ExtensionConfig,
-    mut sessions: watch::Receiver<Option<SessionTx>>,
-    acks: AckRouter,
-    extension_tx: watch::Sender<Extension>,
-    shutdown: CancellationToken,
-) {
-    let api: Api<NamespaceOffloading> = Api::all(client.clone());
+/// The NamespaceOffloadings of the origin, watched once for the agent: the store, and a signal
+/// after every change (coalesced) for the extension controller. The webhook reads the same
+/// store.
+pub struct Offloadings {
+    /// Every NamespaceOffloading, as the watch sees them.
+    pub store: Store<NamespaceOffloading>,
+    /// Gets a message after changes.
+    pub changed: mpsc::Receiver<()>,
+}
+
+/// Starts the watch of NamespaceOffloadings; it runs until `shutdown`.
+pub fn watch_offloadings(client: kube::Client, shutdown: CancellationToken) -> Offloadings {
+    let api: Api<NamespaceOffloading> = Api::all(client);
     let (store, writer) = reflector::store();
-    // The watch runs in its own task so the store fills while this loop waits on it.
-    let (changed_tx, mut changed_rx) = mpsc::channel::<()>(1);
-    let watch_shutdown = shutdown.clone();
+    let (changed_tx, changed) = mpsc::channel::<()>(1);
     tokio::spawn(async move {
         let mut events = watcher(api, watcher::Config::default())
             .default_backoff()
@@ -89,7 +90,7 @@ pub async fn run(
             .boxed();
         loop {
             tokio::select! {
-                _ = watch_shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return,
                 event = events.next() => match event {
                     Some(Ok(_)) => { let _ = changed_tx.try_send(()); }
                     Some(Err(error)) => tracing::warn!(%error, "NamespaceOffloading watch error"),
@@ -98,6 +99,23 @@ pub async fn run(
             }
         }
     });
+    Offloadings { store, changed }
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(
+    client: kube::Client,
+    config: ExtensionConfig,
+    offloadings: Offloadings,
+    mut sessions: watch::Receiver<Option<SessionTx>>,
+    acks: AckRouter,
+    extension_tx: watch::Sender<Extension>,
+    shutdown: CancellationToken,
+) {
+    let Offloadings {
+        store,
+        changed: mut changed_rx,
+    } = offloadings;
     let mut state = State {
         client,
         config,

@@ -92,10 +92,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     }
     let options = Arc::new(options);
 
+    let offloadings = extension::watch_offloadings(origin.clone(), token.clone());
     if let (Some(listen), Some(cert), Some(key)) =
         (args.webhook_listen, &args.webhook_cert, &args.webhook_key)
     {
-        webhook::spawn(origin.clone(), listen, cert, key, token.clone()).await?;
+        let store = offloadings.store.clone();
+        webhook::spawn(origin.clone(), store, listen, cert, key, token.clone()).await?;
     }
 
     let pod_addresses = refract_shared::inbound::address::PodAddresses {
@@ -135,6 +137,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 &args.reflection.node_labels(),
             ),
         },
+        offloadings,
         sessions.clone(),
         acks.clone(),
         extension_tx,
@@ -297,11 +300,21 @@ impl Start<'_> {
         self,
         reflected: &mut events::ReflectedKinds,
     ) -> Option<Arc<reflect::Reflector<K>>> {
+        self.spawn_into(reflected, None)
+    }
+
+    /// Like [`Start::spawn`], the watch filling `store`.
+    fn spawn_into<K: reflect::Reflectable>(
+        self,
+        reflected: &mut events::ReflectedKinds,
+        store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
+    ) -> Option<Arc<reflect::Reflector<K>>> {
         let r = reflect::spawn::<K>(
             self.client.clone(),
             self.kind,
             self.shared.clone(),
             self.acks,
+            store,
             self.token.clone(),
         )?;
         reflected.insert(self.kind.kind(), r.clone());
@@ -339,30 +352,52 @@ fn spawn_reflectors(
     let r = &mut reflected;
     start(Kind::ConfigMap).spawn::<v1::ConfigMap>(r);
     start(Kind::Secret).spawn::<v1::Secret>(r);
-    start(Kind::Service).spawn::<v1::Service>(r);
+    // The Service reflector's watch fills the store EndpointSlices read; without Service
+    // reflection, a watch of its own does.
+    let mut services_writer = Some(services_writer);
+    let service_reflector = if shared.options.kind(Kind::Service).workers > 0 {
+        let store = services_writer.take().map(|w| (shared.services.clone(), w));
+        start(Kind::Service).spawn_into::<v1::Service>(r, store)
+    } else {
+        None
+    };
     start(Kind::Ingress).spawn::<networking::v1::Ingress>(r);
     let claims = start(Kind::PersistentVolumeClaim).spawn::<v1::PersistentVolumeClaim>(r);
     let Some(slices) = start(Kind::EndpointSlice).spawn::<discovery::v1::EndpointSlice>(r) else {
         return Reflectors { claims, reflected };
     };
     // A slice's reflection depends on its Service's annotations and on the nodes.
-    let slices_for_services = slices.clone();
-    let watch_services = watcher(
-        Api::<v1::Service>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(services_writer)
-    .applied_objects()
-    .for_each(move |svc| {
-        if let Ok(svc) = svc {
-            let name = svc.name_any();
-            slices_for_services.enqueue_matching(&svc.namespace().unwrap_or_default(), |s| {
-                s.labels().get(forge::endpointslice::SERVICE_NAME_LABEL) == Some(&name)
+    let requeue_slices = move |svc: &v1::Service| {
+        let name = svc.name_any();
+        slices.enqueue_matching(&svc.namespace().unwrap_or_default(), |s| {
+            s.labels().get(forge::endpointslice::SERVICE_NAME_LABEL) == Some(&name)
+        });
+    };
+    match (service_reflector, services_writer) {
+        (Some(services), _) => services.follow(requeue_slices),
+        (None, writer) => {
+            let watch_services = watcher(
+                Api::<v1::Service>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .reflect(writer.expect("kept for this watch"))
+            .applied_objects()
+            .for_each(move |svc| {
+                if let Ok(svc) = svc {
+                    requeue_slices(&svc);
+                }
+                futures::future::ready(())
+            });
+            let token = token.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = token.cancelled() => {}
+                    _ = watch_services => {}
+                }
             });
         }
-        futures::future::ready(())
-    });
+    }
     let watch_nodes = watcher(Api::<v1::Node>::all(client), watcher::Config::default())
         .default_backoff()
         .reflect(nodes_writer)
@@ -371,7 +406,6 @@ fn spawn_reflectors(
     tokio::spawn(async move {
         tokio::select! {
             _ = token.cancelled() => {}
-            _ = watch_services => {}
             _ = watch_nodes => {}
         }
     });

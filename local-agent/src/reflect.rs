@@ -112,7 +112,13 @@ pub struct Reflector<K: Reflectable> {
     shared: Shared,
     /// Objects the provider failed to apply for now, and how long each waits to retry.
     retries: PerKey<Key>,
+    /// Told of every object the watch applies: other reflectors whose objects depend on these
+    /// (EndpointSlices on their Service), so the kind is watched once.
+    followers: Mutex<Vec<Follower<K>>>,
 }
+
+/// See [`Reflector::follow`].
+type Follower<K> = Box<dyn Fn(&K) + Send + Sync>;
 
 /// Object types a reflector can watch.
 pub trait Reflectable:
@@ -139,12 +145,14 @@ impl<K> Reflectable for K where
 {
 }
 
-/// Starts the reflector of `kind` (nothing when its workers are 0).
+/// Starts the reflector of `kind` (nothing when its workers are 0). Its watch fills `store`
+/// (a new one when `None`: pass one that others read too).
 pub fn spawn<K: Reflectable>(
     client: kube::Client,
     kind: Kind,
     shared: Shared,
     acks: &AckRouter,
+    store: Option<(Store<K>, reflector::store::Writer<K>)>,
     shutdown: CancellationToken,
 ) -> Option<Arc<Reflector<K>>> {
     let workers = shared.options.kind(kind).workers;
@@ -152,7 +160,7 @@ pub fn spawn<K: Reflectable>(
         tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
         return None;
     }
-    let (store, writer) = reflector::store();
+    let (store, writer) = store.unwrap_or_else(reflector::store);
     let r = Arc::new(Reflector {
         kind,
         store,
@@ -160,6 +168,7 @@ pub fn spawn<K: Reflectable>(
         sent: Mutex::new(SentState::default()),
         shared,
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
+        followers: Mutex::default(),
     });
     acks.register(kind.kind(), r.clone());
 
@@ -178,14 +187,14 @@ pub fn spawn<K: Reflectable>(
                 .boxed();
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(
-                        watcher::Event::Apply(obj)
-                        | watcher::Event::Delete(obj)
-                        | watcher::Event::InitApply(obj),
-                    ) => {
+                    Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
                         tracing::debug!(target: "refract::trace", name = %obj.name_any(), "seen");
-                        r.enqueue_object(&obj)
+                        r.enqueue_object(&obj);
+                        for follower in r.followers.lock().expect("followers poisoned").iter() {
+                            follower(&obj);
+                        }
                     }
+                    Ok(watcher::Event::Delete(obj)) => r.enqueue_object(&obj),
                     // After a relist, objects deleted during the gap left no Delete event:
                     // re-check everything that was sent.
                     Ok(watcher::Event::InitDone) => r.enqueue_sent(),
@@ -226,6 +235,14 @@ fn spawn_until(
 }
 
 impl<K: Reflectable> Reflector<K> {
+    /// Calls `follower` with every object the watch applies from now on.
+    pub fn follow(&self, follower: impl Fn(&K) + Send + Sync + 'static) {
+        self.followers
+            .lock()
+            .expect("followers poisoned")
+            .push(Box::new(follower));
+    }
+
     fn enqueue_object(&self, obj: &K) {
         let Some(namespace) = obj.namespace() else {
             return;

@@ -20,12 +20,10 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::Json;
 use base64::Engine;
-use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::{ObjectRef, Store};
 use refract_shared::placement::{self, Strategy};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -34,9 +32,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::crd::{self, NamespaceOffloading, PodOffloadingStrategy};
 
-/// Serves the webhook on `listen` with the given certificate until `shutdown`.
+/// Serves the webhook on `listen` with the given certificate until `shutdown`, reading
+/// NamespaceOffloadings from `store` (the agent's one watch of them).
 pub async fn spawn(
     client: kube::Client,
+    store: Store<NamespaceOffloading>,
     listen: SocketAddr,
     cert: &Path,
     key: &Path,
@@ -57,14 +57,6 @@ pub async fn spawn(
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
 
-    let (store, writer) = reflector::store::<NamespaceOffloading>();
-    let watch = watcher(
-        Api::<NamespaceOffloading>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .for_each(|_| futures::future::ready(()));
     let app = axum::Router::new()
         .route("/mutate-pods", post(mutate))
         .with_state(Offloadings { store, client });
@@ -93,7 +85,6 @@ pub async fn spawn(
         };
         tokio::select! {
             _ = shutdown.cancelled() => {}
-            _ = watch => {}
             _ = serve => {}
         }
     });
