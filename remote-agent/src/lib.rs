@@ -118,6 +118,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         metrics: metrics.clone(),
         shutdown: token.clone(),
         apply_concurrency: usize::from(args.apply_concurrency),
+        started: std::time::Instant::now(),
     };
     let inspect = inspect::InspectService {
         registry,

@@ -35,8 +35,9 @@ const OUTBOUND_BUFFER: usize = 256;
 /// How long a resuming stream waits for the replaced stream's writes to land before it takes
 /// stock of the tenant's objects; past it, the tenant is told to send everything.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a resuming stream waits for the watch of tenant objects to list (an agent just
-/// started); with DRAIN_TIMEOUT, well within the 10 s a local agent gives Welcome.
+/// How long after the agent starts a resuming stream may wait for the watch of tenant objects
+/// to list; later, a watch that has not listed (an API server out of reach) is not waited for.
+/// With DRAIN_TIMEOUT, well within the 10 s a local agent gives Welcome.
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The Reflection service.
 #[derive(Clone)]
@@ -54,6 +55,9 @@ pub struct ReflectionService {
     /// Requests of one session applied at the same time (each object's own requests stay in
     /// order).
     pub apply_concurrency: usize,
+    /// When the agent started: only in its first [`LIST_TIMEOUT`] does a resuming stream wait
+    /// for the watch of tenant objects to list.
+    pub started: std::time::Instant,
 }
 
 #[tonic::async_trait]
@@ -185,7 +189,8 @@ impl ReflectionService {
             tracing::info!(%tenant, "the previous stream's requests are still under way; the tenant sends everything");
             return None;
         }
-        let Some(objects) = self.applier.objects().snapshot(LIST_TIMEOUT).await else {
+        let wait = LIST_TIMEOUT.saturating_sub(self.started.elapsed());
+        let Some(objects) = self.applier.objects().snapshot(wait).await else {
             tracing::info!(%tenant, "tenant objects not listed in time; the tenant sends everything");
             return None;
         };
