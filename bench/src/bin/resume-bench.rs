@@ -19,6 +19,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
+use refract_e2e::resume_series::{SENT, SKIPPED_BYTES, SKIPPED_OBJECTS, UPSERTS};
 use refract_e2e::{kubectl_stdin, metric, Peering};
 
 /// Measures what a reconnect sends and writes with many objects reflected.
@@ -39,13 +40,6 @@ struct Args {
 const NS: &str = "resume";
 const TWIN: &str = "resume-origin";
 const WAIT: Duration = Duration::from_secs(180);
-
-const SENT: &str = "refract_local_stream_sent_bytes_total";
-const SKIPPED_OBJECTS: &str = "refract_local_resume_skipped_objects_total";
-const SKIPPED_BYTES: &str = "refract_local_resume_skipped_bytes_total";
-const PENDING: &str = "refract_local_resume_pending_buckets";
-const CONNECTED: &str = "refract_local_connected";
-const UPSERTS: &str = r#"refract_remote_messages_received_total{kind="upsert"}"#;
 
 fn say(what: &str) {
     eprintln!("\x1b[1m[resume-bench]\x1b[0m {what}");
@@ -208,24 +202,12 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits until the local agent is connected, has compared every bucket and answered at least
-/// `skipped` Upserts itself in all; seconds since `since`.
+/// Waits until the local agent has resumed and settled; seconds since `since`.
 async fn until_settled(p: &Peering, since: Instant, skipped: f64) -> anyhow::Result<f64> {
-    let admin = &p.local_admin;
-    loop {
-        if metric(admin, CONNECTED).await == 1.0
-            && metric(admin, PENDING).await == 0.0
-            && metric(admin, SKIPPED_OBJECTS).await >= skipped
-        {
-            return Ok(since.elapsed().as_secs_f64());
-        }
-        anyhow::ensure!(
-            since.elapsed() < WAIT,
-            "the local agent did not settle:\n{}",
-            p.local_log()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    refract_e2e::until_resumed(&p.local_admin, since, skipped, WAIT)
+        .await
+        .map(|took| took.as_secs_f64())
+        .map_err(|e| anyhow::anyhow!("{e}:\n{}", p.local_log()))
 }
 
 /// The agents' counters before a reconnect, read with the restarted agent stopped (a stopped

@@ -626,6 +626,49 @@ pub async fn metric(admin: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Metric series a reconnect's resume reports (local agent) and the requests it causes (remote
+/// agent).
+pub mod resume_series {
+    /// Bytes the local agent sent on the stream.
+    pub const SENT: &str = "refract_local_stream_sent_bytes_total";
+    /// Upserts the local agent answered itself.
+    pub const SKIPPED_OBJECTS: &str = "refract_local_resume_skipped_objects_total";
+    /// Their bytes.
+    pub const SKIPPED_BYTES: &str = "refract_local_resume_skipped_bytes_total";
+    /// Buckets not compared yet.
+    pub const PENDING: &str = "refract_local_resume_pending_buckets";
+    /// 1 while the local agent's stream is open.
+    pub const CONNECTED: &str = "refract_local_connected";
+    /// Upserts the remote agent received.
+    pub const UPSERTS: &str = r#"refract_remote_messages_received_total{kind="upsert"}"#;
+    /// Deletes the remote agent received.
+    pub const DELETES: &str = r#"refract_remote_messages_received_total{kind="delete"}"#;
+}
+
+/// Waits until the local agent at `local_admin` is connected and has compared every bucket,
+/// having answered at least `skipped` Upserts itself in all; the time since `since`, or `Err`
+/// once `within` has passed.
+pub async fn until_resumed(
+    local_admin: &str,
+    since: Instant,
+    skipped: f64,
+    within: Duration,
+) -> Result<Duration, String> {
+    use resume_series::{CONNECTED, PENDING, SKIPPED_OBJECTS};
+    loop {
+        if metric(local_admin, CONNECTED).await == 1.0
+            && metric(local_admin, PENDING).await == 0.0
+            && metric(local_admin, SKIPPED_OBJECTS).await >= skipped
+        {
+            return Ok(since.elapsed());
+        }
+        if since.elapsed() > within {
+            return Err(format!("the local agent did not resume within {within:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Polls `check` every 200 ms until it returns `Some`; after `within`, fails saying `what` and
 /// what `context` tells (logs, cluster state).
 pub async fn eventually<T>(

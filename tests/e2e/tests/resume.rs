@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use refract_e2e::resume_series::{DELETES, SENT, SKIPPED_BYTES, SKIPPED_OBJECTS, UPSERTS};
 use refract_e2e::{kubectl_get, kubectl_stdin, metric, Peering};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -12,14 +13,6 @@ const WAIT: Duration = Duration::from_secs(60);
 const OBJECTS: usize = 300;
 const NS: &str = "bulk";
 const TWIN: &str = "bulk-origin";
-
-const SENT: &str = "refract_local_stream_sent_bytes_total";
-const SKIPPED_OBJECTS: &str = "refract_local_resume_skipped_objects_total";
-const SKIPPED_BYTES: &str = "refract_local_resume_skipped_bytes_total";
-const PENDING: &str = "refract_local_resume_pending_buckets";
-const CONNECTED: &str = "refract_local_connected";
-const UPSERTS: &str = r#"refract_remote_messages_received_total{kind="upsert"}"#;
-const DELETES: &str = r#"refract_remote_messages_received_total{kind="delete"}"#;
 
 fn configmap(name: &str, data: &str) -> String {
     format!(
@@ -56,25 +49,17 @@ fn provider_configmaps(p: &Peering) -> BTreeMap<String, (String, String)> {
         .collect()
 }
 
-/// Waits until the local agent is connected and has settled every bucket, having answered at
-/// least `skipped_at_least` Upserts locally in all; returns how long it took from `since`.
+/// Waits until the local agent has resumed and settled (see [`refract_e2e::until_resumed`]).
 async fn until_resumed(p: &Peering, since: Instant, skipped_at_least: f64) -> Duration {
-    let admin = &p.local_admin;
-    loop {
-        let settled = metric(admin, CONNECTED).await == 1.0
-            && metric(admin, PENDING).await == 0.0
-            && metric(admin, SKIPPED_OBJECTS).await >= skipped_at_least;
-        if settled {
-            return since.elapsed();
-        }
-        assert!(
-            since.elapsed() < WAIT,
-            "the local agent did not resume within {WAIT:?}\n--- local agent ---\n{}\n--- remote agent ---\n{}",
-            p.local_log(),
-            p.remote_log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    refract_e2e::until_resumed(&p.local_admin, since, skipped_at_least, WAIT)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}\n--- local agent ---\n{}\n--- remote agent ---\n{}",
+                p.local_log(),
+                p.remote_log()
+            )
+        })
 }
 
 async fn restart_local(p: &mut Peering) -> Instant {
