@@ -35,6 +35,8 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
 /// A session that lived this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// Inventory pages waiting for the pump (1,000 entries each).
+const PAGES_BUFFER: usize = 256;
 /// Buckets a Welcome may describe; a longer description is not used (everything is sent).
 const MAX_BUCKETS: usize = 100_000;
 
@@ -223,7 +225,10 @@ async fn run_session(
         direct,
         channel,
     }));
-    let (pages_tx, pages) = mpsc::channel(16);
+    // Pages are handed over without waiting: the reader must never wait on the pump, which may
+    // itself wait for the remote agent to read (and it for this reader). A page dropped when
+    // the pump is that far behind leaves its bucket to be sent in full after the hold limit.
+    let (pages_tx, pages) = mpsc::channel(PAGES_BUFFER);
     let pump = Pump {
         resume: Resume::new(described, Instant::now()),
         reported: Tally::default(),
@@ -235,7 +240,13 @@ async fn run_session(
     let read = async {
         while let Some(message) = inbound.message().await? {
             let delivered = match message.kind {
-                Some(remote_message::Kind::Inventory(page)) => pages_tx.send(page).await.is_ok(),
+                Some(remote_message::Kind::Inventory(page)) => match pages_tx.try_send(page) {
+                    Err(mpsc::error::TrySendError::Full(page)) => {
+                        tracing::warn!(kind = %page.kind, namespace = %page.namespace, "inventory page dropped: too many waiting; the bucket is sent in full later");
+                        true
+                    }
+                    sent => sent.is_ok(),
+                },
                 _ => inbound_tx.send(message).await.is_ok(),
             };
             if !delivered {
