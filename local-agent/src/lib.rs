@@ -184,10 +184,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &acks,
         token.clone(),
     );
-    let tokens = tokens::spawn(
+    tokens::spawn(
         origin.clone(),
         tokens::TokenConfig {
-            pods: pods.pods(),
+            node_name: args.node_name(),
             refresh_percentage: args.token_refresh_percentage,
         },
         options.clone(),
@@ -196,9 +196,6 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &acks,
         token.clone(),
     );
-    if let Some(tokens) = tokens {
-        pods.follow(move |pod| tokens.pod_changed(pod));
-    }
     if let (Some(listen), Some(cert), Some(key)) =
         (args.kubelet_listen, &args.kubelet_cert, &args.kubelet_key)
     {
