@@ -184,10 +184,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &acks,
         token.clone(),
     );
-    tokens::spawn(
+    let tokens = tokens::spawn(
         origin.clone(),
         tokens::TokenConfig {
-            node_name: args.node_name(),
+            pods: pods.pods(),
             refresh_percentage: args.token_refresh_percentage,
         },
         options.clone(),
@@ -196,6 +196,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &acks,
         token.clone(),
     );
+    if let Some(tokens) = tokens {
+        pods.follow(move |pod| tokens.pod_changed(pod));
+    }
     if let (Some(listen), Some(cert), Some(key)) =
         (args.kubelet_listen, &args.kubelet_cert, &args.kubelet_key)
     {

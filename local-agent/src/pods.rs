@@ -120,6 +120,9 @@ impl State {
     }
 }
 
+/// See [`PodOffloader::follow`].
+type PodFollower = Box<dyn Fn(&Pod) + Send + Sync>;
+
 /// Offloads pods bound to the virtual node.
 pub struct PodOffloader {
     client: kube::Client,
@@ -134,6 +137,8 @@ pub struct PodOffloader {
     retries: PerKey<Key>,
     /// The latest provider status of each offloaded pod, by origin UID, waiting to be written.
     statuses: Latest<String, PodStatus>,
+    /// Told of every pod the watch sees change: the token reflector, so pods are watched once.
+    followers: Mutex<Vec<PodFollower>>,
     log: Throttle,
 }
 
@@ -163,6 +168,7 @@ pub fn spawn(
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         statuses: Latest::default(),
         log: Throttle::new(Duration::from_secs(10)),
+        followers: Mutex::default(),
     });
     acks.register("ShadowPod", o.clone());
     let api: Api<Pod> = Api::all(client);
@@ -177,7 +183,12 @@ pub fn spawn(
             .boxed();
         while let Some(event) = events.next().await {
             match event {
-                Ok(pod) => w.queue.add(key_of(&pod)),
+                Ok(pod) => {
+                    w.queue.add(key_of(&pod));
+                    for follower in w.followers.lock().expect("followers poisoned").iter() {
+                        follower(&pod);
+                    }
+                }
                 Err(error) => tracing::warn!(%error, "pod watch error; retrying"),
             }
         }
@@ -229,6 +240,19 @@ fn key_of(pod: &Pod) -> Key {
 }
 
 impl PodOffloader {
+    /// The pods bound to the virtual node, as the watch sees them.
+    pub fn pods(&self) -> Store<Pod> {
+        self.store.clone()
+    }
+
+    /// Calls `follower` with every pod the watch sees change (or go) from now on.
+    pub fn follow(&self, follower: impl Fn(&Pod) + Send + Sync + 'static) {
+        self.followers
+            .lock()
+            .expect("followers poisoned")
+            .push(Box::new(follower));
+    }
+
     /// On a new session, re-sends every pod of each extended namespace, then SnapshotComplete
     /// so ShadowPods of pods deleted meanwhile are removed; any namespace change re-checks all.
     async fn follow_extension(&self) {

@@ -12,13 +12,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
 use kube::{Resource, ResourceExt};
 use refract_shared::forge::token::{
     api_server_support, service_account_of, token_secret, token_secret_name, token_sources,
@@ -43,8 +41,9 @@ const MAX_RETRY: Duration = Duration::from_secs(60);
 /// Settings of token reflection.
 #[derive(Clone)]
 pub struct TokenConfig {
-    /// The virtual node (only its pods are offloaded).
-    pub node_name: String,
+    /// The pods bound to the virtual node, as the pod offloader's watch sees them; the
+    /// offloader tells the token reflector of each change ([`TokenReflector::pod_changed`]).
+    pub pods: Store<Pod>,
     /// Renew a token once this share (percent) of its lifetime has passed.
     pub refresh_percentage: u32,
 }
@@ -101,7 +100,7 @@ pub fn spawn(
         tracing::info!("API server support disabled: no ServiceAccount tokens are reflected");
         return None;
     }
-    let (pods, writer) = reflector::store();
+    let pods = config.pods.clone();
     let r = Arc::new(TokenReflector {
         client: client.clone(),
         config: config.clone(),
@@ -113,21 +112,6 @@ pub fn spawn(
         state: Mutex::new(State::default()),
     });
     acks.register("Secret", r.clone());
-    let watch_config =
-        watcher::Config::default().fields(&format!("spec.nodeName={}", config.node_name));
-    let w = r.clone();
-    let watch_task = async move {
-        let mut events = watcher(Api::<Pod>::all(client), watch_config)
-            .default_backoff()
-            .reflect(writer)
-            .touched_objects()
-            .boxed();
-        while let Some(event) = events.next().await {
-            if let Ok(pod) = event {
-                w.queue.add(key_of(&pod));
-            }
-        }
-    };
     let worker = {
         let r = r.clone();
         async move {
@@ -145,7 +129,6 @@ pub fn spawn(
     tokio::spawn(async move {
         tokio::select! {
             _ = shutdown.cancelled() => {}
-            _ = watch_task => {}
             _ = worker => {}
             _ = follow => {}
         }
@@ -161,6 +144,11 @@ fn key_of(pod: &Pod) -> Key {
 }
 
 impl TokenReflector {
+    /// A pod on the virtual node changed (or went): its token Secret is checked.
+    pub fn pod_changed(&self, pod: &Pod) {
+        self.queue.add(key_of(pod));
+    }
+
     /// On a new session or a change of extended namespaces, re-checks every pod: the provider
     /// may lack what the previous session sent.
     async fn follow_extension(&self) {
