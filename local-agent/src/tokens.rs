@@ -163,9 +163,9 @@ impl TokenReflector {
                     s.by_remote.clear();
                 }
             }
-            if self.pods.wait_until_ready().await.is_err() {
-                return;
-            }
+            // Not `wait_until_ready`: the store is the pod offloader's, which waits on it, and
+            // kube-runtime wakes only the last of two tasks waiting for a store's first listing.
+            // Pods not listed yet reach this reflector as the offloader's watch sees them.
             for pod in self.pods.state() {
                 self.queue.add(key_of(&pod));
             }

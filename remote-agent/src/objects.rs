@@ -56,10 +56,14 @@ impl TenantObjects {
     /// Every object of every kind's store, once each has listed; `None` if some store has not
     /// listed within `within` (an agent just started, or a kind's CRD missing).
     pub async fn snapshot(&self, within: std::time::Duration) -> Option<Vec<(Allowed, Arc<Meta>)>> {
-        let listed = futures::future::join_all(self.stores.values().map(|s| s.wait_until_ready()));
-        match tokio::time::timeout(within, listed).await {
-            Ok(results) if results.iter().all(Result::is_ok) => {}
-            _ => return None,
+        // Polled, not awaited: kube-runtime wakes only the last task waiting for a store's first
+        // listing, and `sees_every` polls the same stores.
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.stores.values().all(listed) {
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         let mut all = Vec::new();
         for (kind, store) in self.stores.iter() {
@@ -79,12 +83,13 @@ impl TenantObjects {
     /// Whether the store of `kind` holds every object of the kind in the cluster, foreign ones
     /// included, as of the watch: one it does not have is absent (see [`whole`]).
     pub fn sees_every(&self, kind: Allowed) -> bool {
-        WATCHED_WHOLE.contains(&kind)
-            && self.stores.get(&kind).is_some_and(|store| {
-                // Listed at least once.
-                matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
-            })
+        WATCHED_WHOLE.contains(&kind) && self.stores.get(&kind).is_some_and(listed)
     }
+}
+
+/// Whether a store has listed at least once.
+fn listed(store: &Store<Meta>) -> bool {
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }
 
 /// Starts one watch per allowed kind; returns the stores and the stream of changes.
