@@ -318,8 +318,11 @@ impl TenantSession {
 
     async fn handle(&self, message: LocalMessage) {
         use local_message::Kind;
-        // Counted before the check, so a newer stream that replaced this one waits for it.
-        let _started = self.in_flight.start();
+        // Writes are counted before the check, so a newer stream that replaced this one waits
+        // for them. Not an orphan collection: once replaced, it deletes nothing more (and it
+        // may be waiting out the deletion grace period).
+        let _started = matches!(message.kind, Some(Kind::Upsert(_) | Kind::Delete(_)))
+            .then(|| self.in_flight.start());
         if self.replaced.is_cancelled() {
             // The newer stream re-sends what it wants; nothing of this one starts any more.
             return;
