@@ -13,7 +13,6 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Default)]
 struct Seen {
@@ -163,21 +162,4 @@ fn clock_ticks() -> f64 {
         .ok()
         .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
         .unwrap_or(100.0)
-}
-
-/// One counter of a Prometheus text endpoint (`name{labels}` exactly as exported), or 0.
-pub async fn counter(admin: &str, series: &str) -> f64 {
-    let Ok(mut stream) = tokio::net::TcpStream::connect(admin).await else {
-        return 0.0;
-    };
-    let request = format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n");
-    if stream.write_all(request.as_bytes()).await.is_err() {
-        return 0.0;
-    }
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body).await;
-    body.lines()
-        .find_map(|l| l.strip_prefix(series).map(str::trim))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }

@@ -11,7 +11,9 @@ use refract_e2e::{kubectl_stdin, Agent, Peering};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::measure::{counter, ProviderWatch};
+use refract_e2e::metric as counter;
+
+use crate::measure::ProviderWatch;
 use crate::say;
 
 /// What the phases need of a system.

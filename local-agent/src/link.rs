@@ -319,6 +319,10 @@ impl Pump {
     /// Adds what the tally gained since the last report to the metrics.
     fn report(&mut self) {
         let now = self.resume.tally();
+        self.metrics.pending.set(self.resume.pending() as i64);
+        if now == self.reported {
+            return;
+        }
         let was = std::mem::replace(&mut self.reported, now);
         let m = &self.metrics;
         m.skipped_objects
@@ -336,6 +340,5 @@ impl Pump {
                     .inc_by(n - before);
             }
         }
-        m.pending.set(self.resume.pending() as i64);
     }
 }

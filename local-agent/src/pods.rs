@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::acks::{AckRouter, AckSink};
 use crate::extension::Extension;
 use crate::link::SessionTx;
+use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Latest, WorkQueue};
 use crate::reflect::{publish_event, send, Key};
 use crate::throttle::Throttle;
@@ -120,9 +121,6 @@ impl State {
     }
 }
 
-/// See [`PodOffloader::follow`].
-type PodFollower = Box<dyn Fn(&Pod) + Send + Sync>;
-
 /// Offloads pods bound to the virtual node.
 pub struct PodOffloader {
     client: kube::Client,
@@ -138,7 +136,7 @@ pub struct PodOffloader {
     /// The latest provider status of each offloaded pod, by origin UID, waiting to be written.
     statuses: Latest<String, PodStatus>,
     /// Told of every pod the watch sees change: the token reflector, so pods are watched once.
-    followers: Mutex<Vec<PodFollower>>,
+    followers: Followers<Pod>,
     log: Throttle,
 }
 
@@ -168,7 +166,7 @@ pub fn spawn(
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         statuses: Latest::default(),
         log: Throttle::new(Duration::from_secs(10)),
-        followers: Mutex::default(),
+        followers: Followers::default(),
     });
     acks.register("ShadowPod", o.clone());
     let api: Api<Pod> = Api::all(client);
@@ -185,9 +183,7 @@ pub fn spawn(
             match event {
                 Ok(pod) => {
                     w.queue.add(key_of(&pod));
-                    for follower in w.followers.lock().expect("followers poisoned").iter() {
-                        follower(&pod);
-                    }
+                    w.followers.tell(&pod);
                 }
                 Err(error) => tracing::warn!(%error, "pod watch error; retrying"),
             }
@@ -247,10 +243,7 @@ impl PodOffloader {
 
     /// Calls `follower` with every pod the watch sees change (or go) from now on.
     pub fn follow(&self, follower: impl Fn(&Pod) + Send + Sync + 'static) {
-        self.followers
-            .lock()
-            .expect("followers poisoned")
-            .push(Box::new(follower));
+        self.followers.add(follower);
     }
 
     /// On a new session, re-sends every pod of each extended namespace, then SnapshotComplete

@@ -7,6 +7,7 @@
 //! each extended namespace and then `SnapshotComplete`, after which the remote agent removes
 //! that namespace's objects the origin no longer has.
 
+pub mod followers;
 pub mod queue;
 
 use std::collections::{BTreeSet, HashMap};
@@ -37,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::acks::{AckRouter, AckSink};
 use crate::extension::Extension;
+use followers::Followers;
 use queue::WorkQueue;
 
 /// kubectl's copy of the whole object, never reflected (see the default skip list): often as
@@ -114,11 +116,8 @@ pub struct Reflector<K: Reflectable> {
     retries: PerKey<Key>,
     /// Told of every object the watch applies: other reflectors whose objects depend on these
     /// (EndpointSlices on their Service), so the kind is watched once.
-    followers: Mutex<Vec<Follower<K>>>,
+    followers: Followers<K>,
 }
-
-/// See [`Reflector::follow`].
-type Follower<K> = Box<dyn Fn(&K) + Send + Sync>;
 
 /// Object types a reflector can watch.
 pub trait Reflectable:
@@ -168,7 +167,7 @@ pub fn spawn<K: Reflectable>(
         sent: Mutex::new(SentState::default()),
         shared,
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
-        followers: Mutex::default(),
+        followers: Followers::default(),
     });
     acks.register(kind.kind(), r.clone());
 
@@ -190,9 +189,7 @@ pub fn spawn<K: Reflectable>(
                     Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
                         tracing::debug!(target: "refract::trace", name = %obj.name_any(), "seen");
                         r.enqueue_object(&obj);
-                        for follower in r.followers.lock().expect("followers poisoned").iter() {
-                            follower(&obj);
-                        }
+                        r.followers.tell(&obj);
                     }
                     Ok(watcher::Event::Delete(obj)) => r.enqueue_object(&obj),
                     // After a relist, objects deleted during the gap left no Delete event:
@@ -237,10 +234,7 @@ fn spawn_until(
 impl<K: Reflectable> Reflector<K> {
     /// Calls `follower` with every object the watch applies from now on.
     pub fn follow(&self, follower: impl Fn(&K) + Send + Sync + 'static) {
-        self.followers
-            .lock()
-            .expect("followers poisoned")
-            .push(Box::new(follower));
+        self.followers.add(follower);
     }
 
     fn enqueue_object(&self, obj: &K) {

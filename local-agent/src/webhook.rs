@@ -59,7 +59,7 @@ pub async fn spawn(
 
     let app = axum::Router::new()
         .route("/mutate-pods", post(mutate))
-        .with_state(Offloadings { store, client });
+        .with_state(OffloadingLookup { store, client });
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("failed to bind --webhook-listen {listen}"))?;
@@ -94,7 +94,7 @@ pub async fn spawn(
 
 /// Where the webhook finds a namespace's NamespaceOffloading: the watch cache, then the API.
 #[derive(Clone)]
-struct Offloadings {
+struct OffloadingLookup {
     store: Store<NamespaceOffloading>,
     client: kube::Client,
 }
@@ -102,7 +102,7 @@ struct Offloadings {
 /// How long a cache miss may wait on the API server; the webhook itself has 5 s.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 
-impl Offloadings {
+impl OffloadingLookup {
     async fn of(&self, namespace: &str) -> Option<Arc<NamespaceOffloading>> {
         if let Some(nso) = self.store.get(&ObjectRef::new(crd::NAME).within(namespace)) {
             return Some(nso);
@@ -125,12 +125,12 @@ impl Offloadings {
     }
 }
 
-async fn mutate(State(offloadings): State<Offloadings>, Json(review): Json<Value>) -> Json<Value> {
+async fn mutate(State(lookup): State<OffloadingLookup>, Json(review): Json<Value>) -> Json<Value> {
     let request = &review["request"];
     let uid = request["uid"].clone();
     let mut response = json!({"uid": uid, "allowed": true});
     let nso = match pod_creation_namespace(request) {
-        Some(namespace) => offloadings.of(namespace).await,
+        Some(namespace) => lookup.of(namespace).await,
         None => None,
     };
     if let Some(patch) = nso.and_then(|nso| patch_for(&nso, request)) {

@@ -89,35 +89,33 @@ impl Inventory {
     /// The inventory pages of one bucket; one empty last page for a bucket that held nothing.
     pub fn pages(&self, bucket: &Bucket) -> Vec<proto::Inventory> {
         let (kind, namespace) = bucket;
-        let entries: Vec<InventoryEntry> = self
-            .buckets
-            .get(bucket)
-            .into_iter()
-            .flatten()
-            .map(|(name, hash)| InventoryEntry {
+        let page = |entries: Vec<InventoryEntry>| proto::Inventory {
+            api_version: kind.resource().api_version,
+            kind: kind.kind().to_string(),
+            namespace: namespace.clone(),
+            entries,
+            last: false,
+        };
+        let mut pages = vec![page(Vec::new())];
+        for (name, hash) in self.buckets.get(bucket).into_iter().flatten() {
+            if pages
+                .last()
+                .is_some_and(|p| p.entries.len() == PAGE_ENTRIES)
+            {
+                pages.push(page(Vec::new()));
+            }
+            let entry = InventoryEntry {
                 name: name.clone(),
                 origin_hash: hash.clone(),
-            })
-            .collect();
-        let mut chunks: Vec<Vec<InventoryEntry>> = entries
-            .chunks(PAGE_ENTRIES)
-            .map(<[InventoryEntry]>::to_vec)
-            .collect();
-        if chunks.is_empty() {
-            chunks.push(Vec::new());
+            };
+            pages
+                .last_mut()
+                .expect("one page at least")
+                .entries
+                .push(entry);
         }
-        let count = chunks.len();
-        chunks
-            .into_iter()
-            .enumerate()
-            .map(|(i, entries)| proto::Inventory {
-                api_version: kind.resource().api_version,
-                kind: kind.kind().to_string(),
-                namespace: namespace.clone(),
-                entries,
-                last: i + 1 == count,
-            })
-            .collect()
+        pages.last_mut().expect("one page at least").last = true;
+        pages
     }
 
     /// How many objects the inventory describes.

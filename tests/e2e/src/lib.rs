@@ -608,8 +608,8 @@ impl Peering {
     }
 }
 
-/// One series of the Prometheus endpoint at `admin` (`127.0.0.1:<port>`), the line that starts
-/// with `series`; 0 when absent or unreachable.
+/// One series of the Prometheus endpoint at `admin` (`127.0.0.1:<port>`), named exactly as
+/// exported (`name{labels}`); 0 when absent or unreachable.
 pub async fn metric(admin: &str, series: &str) -> f64 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut body = String::new();
@@ -620,9 +620,8 @@ pub async fn metric(admin: &str, series: &str) -> f64 {
         let _ = tcp.read_to_string(&mut body).await;
     }
     body.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
 }
 
