@@ -17,15 +17,14 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
 use refract_shared::offloading;
-use refract_shared::proto::{
-    local_message, Delete, LocalMessage, ObjectRef, Outcome, SnapshotComplete, Upsert,
-};
+use refract_shared::proto::{ObjectRef, Outcome, Upsert};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::acks::AckRouter;
 use crate::crd::{self, NamespaceOffloading, NamespaceOffloadingStatus, RemoteNamespaceCondition};
 use crate::link::SessionTx;
+use crate::outbox::{Origin, Outbox, Producer};
+use crate::reflect::Key;
 
 /// How long the remote agent has to answer a namespace request before it is retried.
 const ACK_TIMEOUT: Duration = Duration::from_secs(15);
@@ -108,7 +107,7 @@ pub async fn run(
     config: ExtensionConfig,
     offloadings: Offloadings,
     mut sessions: watch::Receiver<Option<SessionTx>>,
-    acks: AckRouter,
+    outbox: Outbox,
     extension_tx: watch::Sender<Extension>,
     shutdown: CancellationToken,
 ) {
@@ -120,7 +119,7 @@ pub async fn run(
         client,
         config,
         store: store.clone(),
-        acks,
+        outbox,
         generation: 0,
         confirmed: BTreeMap::new(),
         failures: BTreeMap::new(),
@@ -158,7 +157,7 @@ struct State {
     client: kube::Client,
     config: ExtensionConfig,
     store: Store<NamespaceOffloading>,
-    acks: AckRouter,
+    outbox: Outbox,
     generation: u64,
     confirmed: BTreeMap<String, String>,
     failures: BTreeMap<String, Failure>,
@@ -234,28 +233,21 @@ impl State {
                 .collect();
             for (ns, remote) in gone {
                 tracing::info!(namespace = %ns, remote = %remote, "namespace no longer extended; removing its twin");
-                send(
-                    session,
-                    local_message::Kind::Delete(Delete {
-                        object: Some(namespace_ref(&remote)),
-                        revision: String::new(),
-                        grace_period_seconds: None,
-                    }),
-                )
-                .await;
+                self.outbox
+                    .delete_remote(
+                        session,
+                        twin_origin(&ns),
+                        namespace_ref(&remote),
+                        String::new(),
+                        None,
+                    )
+                    .await;
                 self.confirmed.remove(&ns);
             }
             if !self.snapshot_sent {
-                send(
-                    session,
-                    local_message::Kind::SnapshotComplete(SnapshotComplete {
-                        api_version: "v1".into(),
-                        kind: "Namespace".into(),
-                        namespace: String::new(),
-                        resumed: false,
-                    }),
-                )
-                .await;
+                self.outbox
+                    .snapshot_complete(session, Producer::Namespaces, "v1", "")
+                    .await;
                 self.snapshot_sent = true;
             }
         } else {
@@ -285,19 +277,13 @@ impl State {
                 "annotations": {ORIGINAL_NAME_ANNOTATION: ns},
             }
         });
-        let waiter = self
-            .acks
-            .wait_for(("Namespace".into(), String::new(), remote.into()));
-        send(
-            session,
-            local_message::Kind::Upsert(Upsert {
-                object: Some(namespace_ref(remote)),
-                revision: String::new(),
-                object_json: serde_json::to_vec(&object).expect("JSON serializes"),
-                origin_uid: String::new(),
-            }),
-        )
-        .await;
+        let upsert = Upsert {
+            object: Some(namespace_ref(remote)),
+            revision: String::new(),
+            object_json: serde_json::to_vec(&object).expect("JSON serializes"),
+            origin_uid: String::new(),
+        };
+        let waiter = self.outbox.request(session, twin_origin(ns), upsert).await;
         let ack = match tokio::time::timeout(ACK_TIMEOUT, waiter).await {
             Ok(Ok(ack)) => ack,
             _ => return Err(Failure::Pending("the remote agent did not answer".into())),
@@ -410,7 +396,13 @@ fn namespace_ref(name: &str) -> ObjectRef {
     }
 }
 
-async fn send(session: &SessionTx, kind: local_message::Kind) {
-    // A closed session is replaced by a new one, which re-sends everything.
-    let _ = session.tx.send(LocalMessage { kind: Some(kind) }).await;
+/// The outbox's name for the twin of origin namespace `ns`.
+fn twin_origin(ns: &str) -> Origin {
+    Origin::new(
+        Producer::Namespaces,
+        Key {
+            namespace: String::new(),
+            name: ns.to_string(),
+        },
+    )
 }

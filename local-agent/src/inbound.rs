@@ -12,15 +12,15 @@ use std::sync::Arc;
 use refract_shared::proto::{remote_message, Capacity, Outcome, RemoteMessage};
 use tokio::sync::watch;
 
-use crate::acks::AckRouter;
 use crate::events::EventIntake;
+use crate::outbox::Outbox;
 use crate::pods::PodOffloader;
 use crate::volumes::VolumeIntake;
 
 /// Where messages from the remote agent go.
 pub struct Inbound {
-    /// Acks, to whoever sent the object.
-    pub acks: AckRouter,
+    /// Acks, to the outbox that sent the object.
+    pub outbox: Outbox,
     /// The provider's capacity, for the virtual node.
     pub capacity: watch::Sender<Option<Capacity>>,
     /// Pod statuses.
@@ -39,7 +39,7 @@ impl Inbound {
                 let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
                 let object = ack.object.as_ref().map(|o| o.display()).unwrap_or_default();
                 tracing::debug!(%object, outcome = outcome.as_str_name(), message = %ack.message, "ack");
-                self.acks.dispatch(ack);
+                self.outbox.dispatch(ack);
             }
             Some(remote_message::Kind::Capacity(capacity)) => {
                 self.capacity.send_replace(Some(capacity));

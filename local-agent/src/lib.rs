@@ -5,11 +5,10 @@
 //! turns `NamespaceOffloading`s ([`crd`]) into twin namespaces on the provider and publishes
 //! which namespaces are extended on the current session; one [`reflect`] reflector per kind
 //! forges and sends the desired state of their objects (options from [`config`]). Acks come
-//! back on the inbound channel and are routed by [`acks`]. Pods bound to the [`virtual_node`]
+//! back on the inbound channel to the [`outbox`] every producer sends through. Pods bound to the [`virtual_node`]
 //! are offloaded by [`pods`] (placed by the [`webhook`]), with their ServiceAccount tokens
 //! ([`tokens`]); provider volumes of reflected claims become origin PVs ([`volumes`]).
 
-pub mod acks;
 mod cli;
 pub mod config;
 pub mod connector;
@@ -20,6 +19,7 @@ pub mod inbound;
 pub mod kubelet;
 pub mod link;
 pub mod metrics;
+pub mod outbox;
 pub mod pods;
 pub mod preview;
 pub mod reflect;
@@ -125,7 +125,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         metrics.clone(),
         token.clone(),
     );
-    let acks = acks::AckRouter::default();
+    let outbox = outbox::Outbox::default();
+    outbox.spawn_gauges(metrics.outbox.clone(), token.clone());
     let (extension_tx, extension_rx) = watch::channel(extension::Extension::default());
     tokio::spawn(extension::run(
         origin.clone(),
@@ -139,7 +140,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         },
         offloadings,
         sessions.clone(),
-        acks.clone(),
+        outbox.clone(),
         extension_tx,
         token.clone(),
     ));
@@ -181,7 +182,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         options.clone(),
         extension_rx.clone(),
         recorder.clone(),
-        &acks,
+        &outbox,
         token.clone(),
     );
     let tokens = tokens::spawn(
@@ -193,7 +194,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         options.clone(),
         extension_rx.clone(),
         recorder.clone(),
-        &acks,
+        &outbox,
         token.clone(),
     );
     if let Some(tokens) = tokens {
@@ -230,13 +231,20 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         origin.clone(),
         options.clone(),
         extension_rx.clone(),
-        &acks,
+        &outbox,
         recorder,
+        metrics.relists.clone(),
         token.clone(),
     );
-    let mut reflected = reflectors.reflected;
-    reflected.insert("Pod", pods.clone());
-    reflected.insert("ShadowPod", pods.clone());
+    // Provider events resolve through what the outbox sent: pods by their ShadowPods.
+    let mut reflected = events::ReflectedKinds::new();
+    for kind in Kind::ALL {
+        let resolver: Arc<dyn events::Reflected> = outbox.resolver(outbox::Producer::Objects(kind));
+        reflected.insert(kind.kind(), resolver);
+    }
+    for kind in ["Pod", "ShadowPod"] {
+        reflected.insert(kind, outbox.resolver(outbox::Producer::Pods));
+    }
     let events = events::EventIntake::spawn(
         reflected,
         events::origin::KubeEventWriter {
@@ -252,7 +260,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         volumes::VolumeIntake::spawn(origin, options, extension_rx, claims, token.clone())
     });
     let inbound = inbound::Inbound {
-        acks,
+        outbox,
         capacity: capacity_tx,
         pods,
         volumes,
@@ -284,8 +292,6 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 struct Reflectors {
     /// Claims, for the volume intake (none when claims are not reflected).
     claims: Option<Arc<reflect::Reflector<k8s_openapi::api::core::v1::PersistentVolumeClaim>>>,
-    /// Every reflected kind by its provider kind, for the event intake.
-    reflected: events::ReflectedKinds,
 }
 
 /// What starting one kind's reflector needs.
@@ -293,35 +299,29 @@ struct Start<'a> {
     kind: Kind,
     client: &'a kube::Client,
     shared: &'a reflect::Shared,
-    acks: &'a acks::AckRouter,
+    outbox: &'a outbox::Outbox,
     token: &'a CancellationToken,
 }
 
 impl Start<'_> {
-    /// Starts the reflector (none when the kind's workers are 0) and indexes it for events.
-    fn spawn<K: reflect::Reflectable>(
-        self,
-        reflected: &mut events::ReflectedKinds,
-    ) -> Option<Arc<reflect::Reflector<K>>> {
-        self.spawn_into(reflected, None)
+    /// Starts the reflector (none when the kind's workers are 0).
+    fn spawn<K: reflect::Reflectable>(self) -> Option<Arc<reflect::Reflector<K>>> {
+        self.spawn_into(None)
     }
 
     /// Like [`Start::spawn`], the watch filling `store`.
     fn spawn_into<K: reflect::Reflectable>(
         self,
-        reflected: &mut events::ReflectedKinds,
         store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
     ) -> Option<Arc<reflect::Reflector<K>>> {
-        let r = reflect::spawn::<K>(
+        reflect::spawn::<K>(
             self.client.clone(),
             self.kind,
             self.shared.clone(),
-            self.acks,
+            self.outbox,
             store,
             self.token.clone(),
-        )?;
-        reflected.insert(self.kind.kind(), r.clone());
-        Some(r)
+        )
     }
 }
 
@@ -330,8 +330,12 @@ fn spawn_reflectors(
     client: kube::Client,
     options: Arc<ReflectionOptions>,
     extension: watch::Receiver<extension::Extension>,
-    acks: &acks::AckRouter,
+    outbox: &outbox::Outbox,
     recorder: Recorder,
+    relists: prometheus_client::metrics::family::Family<
+        Vec<(&'static str, &'static str)>,
+        prometheus_client::metrics::counter::Counter,
+    >,
     token: CancellationToken,
 ) -> Reflectors {
     use k8s_openapi::api::{core::v1, discovery, networking};
@@ -343,31 +347,30 @@ fn spawn_reflectors(
         nodes,
         services,
         recorder,
+        relists,
     };
-    let mut reflected = events::ReflectedKinds::new();
     let start = |kind| Start {
         kind,
         client: &client,
         shared: &shared,
-        acks,
+        outbox,
         token: &token,
     };
-    let r = &mut reflected;
-    start(Kind::ConfigMap).spawn::<v1::ConfigMap>(r);
-    start(Kind::Secret).spawn::<v1::Secret>(r);
+    start(Kind::ConfigMap).spawn::<v1::ConfigMap>();
+    start(Kind::Secret).spawn::<v1::Secret>();
     // The Service reflector's watch fills the store EndpointSlices read; without Service
     // reflection, a watch of its own does.
     let mut services_writer = Some(services_writer);
     let service_reflector = if shared.options.kind(Kind::Service).workers > 0 {
         let store = services_writer.take().map(|w| (shared.services.clone(), w));
-        start(Kind::Service).spawn_into::<v1::Service>(r, store)
+        start(Kind::Service).spawn_into::<v1::Service>(store)
     } else {
         None
     };
-    start(Kind::Ingress).spawn::<networking::v1::Ingress>(r);
-    let claims = start(Kind::PersistentVolumeClaim).spawn::<v1::PersistentVolumeClaim>(r);
-    let Some(slices) = start(Kind::EndpointSlice).spawn::<discovery::v1::EndpointSlice>(r) else {
-        return Reflectors { claims, reflected };
+    start(Kind::Ingress).spawn::<networking::v1::Ingress>();
+    let claims = start(Kind::PersistentVolumeClaim).spawn::<v1::PersistentVolumeClaim>();
+    let Some(slices) = start(Kind::EndpointSlice).spawn::<discovery::v1::EndpointSlice>() else {
+        return Reflectors { claims };
     };
     // A slice's reflection depends on its Service's annotations and on the nodes.
     let requeue_slices = move |svc: &v1::Service| {
@@ -412,7 +415,7 @@ fn spawn_reflectors(
             _ = watch_nodes => {}
         }
     });
-    Reflectors { claims, reflected }
+    Reflectors { claims }
 }
 
 /// A client for the origin cluster: `--kubeconfig`, else in-cluster, else `$KUBECONFIG`.

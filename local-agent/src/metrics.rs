@@ -28,6 +28,19 @@ pub struct Metrics {
     pub events: EventCounters,
     /// Resuming sessions: what was sent and what was not.
     pub resume: ResumeCounters,
+    /// What the outbox waits for.
+    pub outbox: OutboxGauges,
+    /// Relists of origin watches (after `410 Gone`), by kind.
+    pub relists: Family<Vec<(&'static str, &'static str)>, Counter>,
+}
+
+/// Upserts of the current session the provider has not answered yet ([`crate::outbox`]).
+#[derive(Clone, Default)]
+pub struct OutboxGauges {
+    /// How many.
+    pub unacked: Gauge,
+    /// How long the oldest has waited, in seconds.
+    pub oldest_unacked_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// What the stream sent, and what resuming saved ([`crate::resume`]).
@@ -106,6 +119,21 @@ impl Metrics {
                 "resume_pending_buckets",
                 "Kinds-in-a-namespace of the current session still waiting to be compared",
                 m.resume.pending.clone(),
+            );
+            r.register(
+                "outbox_unacked",
+                "Upserts of the current session the remote agent has not answered yet",
+                m.outbox.unacked.clone(),
+            );
+            r.register(
+                "outbox_oldest_unacked_seconds",
+                "How long the oldest unanswered Upsert of the current session has waited",
+                m.outbox.oldest_unacked_seconds.clone(),
+            );
+            r.register(
+                "watch_relists",
+                "Origin watches listed again because their resourceVersion expired (410 Gone), by kind",
+                m.relists.clone(),
             );
             r.register(
                 "provider_events_refused",

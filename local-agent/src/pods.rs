@@ -7,7 +7,7 @@
 //! the provider confirms (there is no kubelet to do it). A pod bound to the virtual node in a
 //! namespace that is not extended stays Pending with reason `OffloadingBackOff`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,23 +21,19 @@ use kube::{Resource, ResourceExt};
 use refract_shared::backoff::PerKey;
 use refract_shared::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
 use refract_shared::forge::Context;
-use refract_shared::hash::object_hash;
 use refract_shared::inbound::address::PodAddresses;
 use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
 use refract_shared::options::ReflectionOptions;
 use refract_shared::pod_status::{origin_status, StatusContext, MAX_STATUS_BYTES};
-use refract_shared::proto::{
-    local_message, Ack, Delete, ObjectRef, Outcome, PodStatus, SnapshotComplete, Upsert,
-};
+use refract_shared::proto::{ObjectRef, Outcome, PodStatus, Upsert};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::acks::{AckRouter, AckSink};
 use crate::extension::Extension;
-use crate::link::SessionTx;
+use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Latest, WorkQueue};
-use crate::reflect::{publish_event, send, Key};
+use crate::reflect::{publish_event, Key};
 use crate::throttle::Throttle;
 
 /// Reason shown on pods bound to the virtual node outside an extended namespace.
@@ -64,61 +60,10 @@ pub struct PodConfig {
     pub refused: prometheus_client::metrics::counter::Counter,
 }
 
-struct Sent {
-    remote: ObjectRef,
-    hash: String,
-    uid: String,
-}
-
 #[derive(Default)]
 struct State {
-    generation: u64,
-    sent: HashMap<Key, Sent>,
-    by_remote: HashMap<(String, String), Key>,
-    /// Local pods whose ShadowPod deletion was requested, by remote (namespace, name).
-    deleting: HashMap<(String, String), (Key, String)>,
     /// Pods already marked OffloadingBackOff (by UID), so the event is recorded once.
     backed_off: HashSet<String>,
-    /// Sent pods by origin UID: the only pods whose status the provider may report.
-    by_uid: HashMap<String, Key>,
-}
-
-impl State {
-    fn record(&mut self, key: Key, sent: Sent) {
-        self.by_remote.insert(
-            (sent.remote.namespace.clone(), sent.remote.name.clone()),
-            key.clone(),
-        );
-        self.by_uid.insert(sent.uid.clone(), key.clone());
-        if let Some(old) = self.sent.insert(key, sent) {
-            self.forget_indexes(&old);
-        }
-    }
-
-    fn forget(&mut self, key: &Key) -> Option<Sent> {
-        let sent = self.sent.remove(key)?;
-        self.forget_indexes(&sent);
-        Some(sent)
-    }
-
-    /// Drops the index entries of `gone` unless they now belong to what replaced it.
-    fn forget_indexes(&mut self, gone: &Sent) {
-        let remote = (gone.remote.namespace.clone(), gone.remote.name.clone());
-        let entry = |key: Option<&Key>| key.and_then(|key| self.sent.get(key));
-        if entry(self.by_remote.get(&remote)).is_none_or(|s| s.remote != gone.remote) {
-            self.by_remote.remove(&remote);
-        }
-        if entry(self.by_uid.get(&gone.uid)).is_none_or(|s| s.uid != gone.uid) {
-            self.by_uid.remove(&gone.uid);
-        }
-    }
-
-    fn new_session(&mut self, generation: u64) {
-        self.generation = generation;
-        self.sent.clear();
-        self.by_remote.clear();
-        self.by_uid.clear();
-    }
 }
 
 /// Offloads pods bound to the virtual node.
@@ -130,6 +75,8 @@ pub struct PodOffloader {
     recorder: Recorder,
     store: Store<Pod>,
     queue: WorkQueue<Key>,
+    /// What the current session was sent, shared with every producer.
+    outbox: Outbox,
     state: Mutex<State>,
     /// Pods the provider failed to take for now, and how long each waits to retry.
     retries: PerKey<Key>,
@@ -150,7 +97,7 @@ pub fn spawn(
     options: Arc<ReflectionOptions>,
     extension: watch::Receiver<Extension>,
     recorder: Recorder,
-    acks: &AckRouter,
+    outbox: &Outbox,
     shutdown: CancellationToken,
 ) -> Arc<PodOffloader> {
     let (store, writer) = reflector::store();
@@ -162,13 +109,14 @@ pub fn spawn(
         recorder,
         store,
         queue: WorkQueue::new(),
+        outbox: outbox.clone(),
         state: Mutex::new(State::default()),
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         statuses: Latest::default(),
         log: Throttle::new(Duration::from_secs(10)),
         followers: Followers::default(),
     });
-    acks.register("ShadowPod", o.clone());
+    outbox.register(Producer::Pods, o.clone());
     let api: Api<Pod> = Api::all(client);
     let watch_config =
         watcher::Config::default().fields(&format!("spec.nodeName={}", config.node_name));
@@ -228,6 +176,10 @@ fn status_params() -> PatchParams {
     }
 }
 
+fn origin(key: &Key) -> Origin {
+    Origin::new(Producer::Pods, key.clone())
+}
+
 fn key_of(pod: &Pod) -> Key {
     Key {
         namespace: pod.namespace().unwrap_or_default(),
@@ -257,12 +209,6 @@ impl PodOffloader {
                 return;
             }
             let new_session = current.generation() != last.generation();
-            if new_session {
-                self.state
-                    .lock()
-                    .expect("state poisoned")
-                    .new_session(current.generation());
-            }
             if let Some(session) = &current.session {
                 for (ns, remote_ns) in &current.namespaces {
                     if !new_session && last.namespaces.get(ns) == Some(remote_ns) {
@@ -279,16 +225,14 @@ impl PodOffloader {
                         let key = self.queue.claim(key).await;
                         self.reconcile(&key).await;
                     }
-                    send(
-                        &session.tx,
-                        local_message::Kind::SnapshotComplete(SnapshotComplete {
-                            api_version: SHADOWPOD_API_VERSION.into(),
-                            kind: "ShadowPod".into(),
-                            namespace: remote_ns.clone(),
-                            resumed: false,
-                        }),
-                    )
-                    .await;
+                    self.outbox
+                        .snapshot_complete(
+                            session,
+                            Producer::Pods,
+                            SHADOWPOD_API_VERSION,
+                            remote_ns,
+                        )
+                        .await;
                 }
             }
             // Pods outside the extended namespaces may need OffloadingBackOff now.
@@ -316,7 +260,7 @@ impl PodOffloader {
             return;
         };
         let Some(pod) = pod else {
-            self.delete_remote(session, key, None, None).await;
+            self.outbox.delete(session, &origin(key), None).await;
             return;
         };
         let Some(remote_ns) = extension.namespaces.get(&key.namespace) else {
@@ -329,28 +273,14 @@ impl PodOffloader {
             return;
         };
         if pod.metadata.deletion_timestamp.is_some() {
-            let uid = pod.uid().unwrap_or_default();
+            // Whether or not this session sent it, the provider may hold it from an earlier
+            // one: the Delete goes out, and its confirmation finalizes the local pod.
             let grace = pod.metadata.deletion_grace_period_seconds;
-            if !self
-                .delete_remote(session, key, grace, Some(uid.clone()))
-                .await
-            {
-                // Never sent on this session: make sure the provider has no copy, then finalize.
-                let remote = self.remote_ref(remote_ns, &key.name);
-                self.state.lock().expect("state poisoned").deleting.insert(
-                    (remote.namespace.clone(), remote.name.clone()),
-                    (key.clone(), uid),
-                );
-                send(
-                    &session.tx,
-                    local_message::Kind::Delete(Delete {
-                        object: Some(remote),
-                        revision: String::new(),
-                        grace_period_seconds: grace,
-                    }),
-                )
+            let remote = self.remote_ref(remote_ns, &key.name);
+            let uid = pod.uid().unwrap_or_default();
+            self.outbox
+                .delete_remote(session, origin(key), remote, uid, grace)
                 .await;
-            }
             return;
         }
         let ctx = Context {
@@ -367,33 +297,13 @@ impl PodOffloader {
                 return;
             }
         };
-        let hash = object_hash(&shadow);
-        let remote = self.remote_ref(remote_ns, &key.name);
-        {
-            let mut s = self.state.lock().expect("state poisoned");
-            if s.generation != session.generation || s.sent.get(key).is_some_and(|x| x.hash == hash)
-            {
-                return;
-            }
-            s.record(
-                key.clone(),
-                Sent {
-                    remote: remote.clone(),
-                    hash,
-                    uid: pod.uid().unwrap_or_default(),
-                },
-            );
-        }
-        send(
-            &session.tx,
-            local_message::Kind::Upsert(Upsert {
-                object: Some(remote),
-                revision: pod.resource_version().unwrap_or_default(),
-                object_json: serde_json::to_vec(&shadow).expect("JSON serializes"),
-                origin_uid: pod.uid().unwrap_or_default(),
-            }),
-        )
-        .await;
+        let upsert = Upsert {
+            object: Some(self.remote_ref(remote_ns, &key.name)),
+            revision: pod.resource_version().unwrap_or_default(),
+            object_json: serde_json::to_vec(&shadow).expect("JSON serializes"),
+            origin_uid: pod.uid().unwrap_or_default(),
+        };
+        self.outbox.upsert(session, origin(key), upsert).await;
     }
 
     fn remote_ref(&self, remote_ns: &str, name: &str) -> ObjectRef {
@@ -405,52 +315,13 @@ impl PodOffloader {
         }
     }
 
-    /// Sends a Delete if the pod was sent on this session; returns whether it was.
-    async fn delete_remote(
-        &self,
-        session: &SessionTx,
-        key: &Key,
-        grace: Option<i64>,
-        finalize_uid: Option<String>,
-    ) -> bool {
-        let sent = {
-            let mut s = self.state.lock().expect("state poisoned");
-            let sent = s.forget(key);
-            if let Some(sent) = &sent {
-                if let Some(uid) = finalize_uid {
-                    s.deleting.insert(
-                        (sent.remote.namespace.clone(), sent.remote.name.clone()),
-                        (key.clone(), uid),
-                    );
-                }
-            }
-            sent
-        };
-        let Some(sent) = sent else { return false };
-        send(
-            &session.tx,
-            local_message::Kind::Delete(Delete {
-                object: Some(sent.remote),
-                revision: String::new(),
-                grace_period_seconds: grace,
-            }),
-        )
-        .await;
-        true
-    }
-
     /// Removes a terminating local pod once nothing runs for it on the provider.
     async fn finalize_local(&self, key: &Key, uid: &str) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
-        let params = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_string()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match api.delete(&key.name, &params).await {
+        match api
+            .delete(&key.name, &finalize_params(uid.to_string()))
+            .await
+        {
             Ok(_) | Err(kube::Error::Api(_)) => {}
             Err(error) => {
                 tracing::warn!(namespace = %key.namespace, name = %key.name, %error, "failed to finalize pod")
@@ -516,24 +387,14 @@ impl PodOffloader {
     /// The provider pod (namespace, name) that origin pod `key` was offloaded as on the
     /// current session, with the origin pod's UID; `None` when this agent did not offload it.
     pub fn offloaded(&self, key: &Key) -> Option<(String, String, String)> {
-        let s = self.state.lock().expect("state poisoned");
-        s.sent.get(key).map(|sent| {
-            (
-                sent.remote.namespace.clone(),
-                sent.remote.name.clone(),
-                sent.uid.clone(),
-            )
-        })
+        let sent = self.outbox.sent(&origin(key))?;
+        Some((sent.remote.namespace, sent.remote.name, sent.origin_uid))
     }
 
     /// The origin pod (and its UID) a provider pod stands for, when this agent offloaded it.
     pub fn origin_of(&self, remote_namespace: &str, remote_name: &str) -> Option<(Key, String)> {
-        let s = self.state.lock().expect("state poisoned");
-        let key = s
-            .by_remote
-            .get(&(remote_namespace.to_string(), remote_name.to_string()))?;
-        let uid = s.sent.get(key)?.uid.clone();
-        Some((key.clone(), uid))
+        self.outbox
+            .origin_of(Producer::Pods, remote_namespace, remote_name)
     }
 
     /// Takes a provider pod status; never waits. Only a status for a pod this agent offloaded
@@ -557,11 +418,9 @@ impl PodOffloader {
                 message.status_json.len()
             ));
         }
-        let s = self.state.lock().expect("state poisoned");
-        let sent = s
-            .by_uid
-            .get(&message.origin_uid)
-            .and_then(|key| s.sent.get(key))
+        let (_, sent) = self
+            .outbox
+            .by_uid(Producer::Pods, &message.origin_uid)
             .ok_or("not a pod this agent offloaded to this provider")?;
         if sent.remote.namespace != message.namespace || sent.remote.name != message.name {
             return Err(format!(
@@ -588,10 +447,10 @@ impl PodOffloader {
 
     /// Writes a provider pod status to the origin pod it belongs to.
     async fn write_remote_status(&self, message: PodStatus) {
-        let key = {
-            let s = self.state.lock().expect("state poisoned");
-            s.by_uid.get(&message.origin_uid).cloned()
-        };
+        let key = self
+            .outbox
+            .by_uid(Producer::Pods, &message.origin_uid)
+            .map(|(key, _)| key);
         let Some(key) = key else {
             return; // no longer offloaded on this session
         };
@@ -648,51 +507,39 @@ impl PodOffloader {
     }
 }
 
-impl crate::events::Reflected for PodOffloader {
-    fn origin_of(&self, remote_namespace: &str, remote_name: &str) -> Option<(Key, String)> {
-        PodOffloader::origin_of(self, remote_namespace, remote_name)
-    }
-}
-
-impl AckSink for PodOffloader {
-    fn on_ack(&self, ack: Ack) {
-        let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
-        let Some(object) = ack.object else { return };
-        let remote = (object.namespace.clone(), object.name.clone());
-        let mut s = self.state.lock().expect("state poisoned");
-        if let Some((key, uid)) = s.deleting.get(&remote).cloned() {
-            if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
-                s.deleting.remove(&remote);
-                drop(s);
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
-                let name = key.name.clone();
-                tokio::spawn(async move {
-                    let params = DeleteParams {
-                        grace_period_seconds: Some(0),
-                        preconditions: Some(Preconditions {
-                            uid: Some(uid),
-                            resource_version: None,
-                        }),
-                        ..Default::default()
-                    };
-                    let _ = api.delete(&name, &params).await;
-                });
+impl Recipient for PodOffloader {
+    fn on_answer(&self, answer: Answer) {
+        let key = answer.origin.key;
+        match (answer.request, answer.outcome) {
+            (Request::Delete, Outcome::Applied | Outcome::Unchanged) => {
+                // Nothing runs for the pod on the provider any more: finalize it here, if it
+                // is the pod that was deleted and still terminating.
+                let terminating = self
+                    .store
+                    .get(&StoreRef::new(&key.name).within(&key.namespace))
+                    .is_some_and(|pod| {
+                        pod.metadata.deletion_timestamp.is_some()
+                            && pod.uid().as_deref() == Some(answer.origin_uid.as_str())
+                    });
+                if terminating {
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+                    tokio::spawn(async move {
+                        let _ = api
+                            .delete(&key.name, &finalize_params(answer.origin_uid))
+                            .await;
+                    });
+                }
             }
-            return;
-        }
-        let Some(key) = s.by_remote.get(&remote).cloned() else {
-            return;
-        };
-        match outcome {
-            Outcome::Applied | Outcome::Unchanged => self.retries.succeeded(&key),
-            Outcome::Transient => {
-                s.forget(&key);
-                drop(s);
+            (Request::Delete, _) => {}
+            (Request::Upsert, Outcome::Applied | Outcome::Unchanged) => {
+                self.retries.succeeded(&key)
+            }
+            (Request::Upsert, Outcome::Transient) => {
+                // The outbox forgot it: the retry sends it again.
                 let delay = self.retries.failed(&key);
                 self.queue.add_after(key, delay);
             }
-            Outcome::Denied | Outcome::Invalid | Outcome::Conflict => {
-                drop(s);
+            (Request::Upsert, Outcome::Denied | Outcome::Invalid | Outcome::Conflict) => {
                 let Some(pod) = self
                     .store
                     .get(&StoreRef::new(&key.name).within(&key.namespace))
@@ -701,7 +548,7 @@ impl AckSink for PodOffloader {
                 };
                 let message = format!(
                     "provider {:?} refused the pod: {}",
-                    self.options.remote_cluster_id, ack.message
+                    self.options.remote_cluster_id, answer.message
                 );
                 tracing::warn!(namespace = %key.namespace, name = %key.name, %message, "pod not offloaded");
                 let client = self.client.clone();
@@ -722,7 +569,20 @@ impl AckSink for PodOffloader {
                     .await;
                 });
             }
-            _ => {}
+            (Request::Upsert, Outcome::Unspecified) => {}
         }
+    }
+}
+
+/// Deletes a terminating pod at once, and only the one with `uid` (not a new pod of the same
+/// name).
+fn finalize_params(uid: String) -> DeleteParams {
+    DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
     }
 }

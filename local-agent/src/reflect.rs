@@ -2,17 +2,17 @@
 //!
 //! Watch → store → coalescing queue → `workers` tasks, level-triggered: a worker reads the
 //! object's current state from the store and sends what the provider should hold (Upsert),
-//! or removes it (Delete). What was sent on the current session is remembered by hash, so an
-//! unchanged object is not re-sent. On each new session the reflector re-sends every object of
-//! each extended namespace and then `SnapshotComplete`, after which the remote agent removes
-//! that namespace's objects the origin no longer has.
+//! or removes it (Delete), through the [`crate::outbox`], which remembers what the current
+//! session was sent, so an unchanged object is not re-sent. On each new session the reflector
+//! re-sends every object of each extended namespace and then `SnapshotComplete`, after which
+//! the remote agent removes that namespace's objects the origin no longer has.
 
 pub mod followers;
 pub mod queue;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,21 +23,20 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use refract_shared::backoff::PerKey;
 use refract_shared::forge::{self, Context, Decision};
-use refract_shared::hash::bytes_hash;
 use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
 use refract_shared::options::{Kind, ReflectionOptions};
-use refract_shared::proto::{
-    local_message, Ack, Delete, LocalMessage, ObjectRef, Outcome, SnapshotComplete, Upsert,
-};
+use refract_shared::proto::{ObjectRef, Outcome, Upsert};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::acks::{AckRouter, AckSink};
 use crate::extension::Extension;
+use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use followers::Followers;
 use queue::WorkQueue;
 
@@ -73,35 +72,8 @@ pub struct Shared {
     pub services: Store<Service>,
     /// Records events on origin objects.
     pub recorder: Recorder,
-}
-
-struct Sent {
-    remote: ObjectRef,
-    hash: String,
-}
-
-#[derive(Default)]
-struct SentState {
-    generation: u64,
-    by_local: HashMap<Key, Sent>,
-    by_remote: HashMap<(String, String), Key>,
-}
-
-impl SentState {
-    fn insert(&mut self, key: Key, sent: Sent) {
-        self.by_remote.insert(
-            (sent.remote.namespace.clone(), sent.remote.name.clone()),
-            key.clone(),
-        );
-        self.by_local.insert(key, sent);
-    }
-
-    fn remove(&mut self, key: &Key) -> Option<Sent> {
-        let sent = self.by_local.remove(key)?;
-        self.by_remote
-            .remove(&(sent.remote.namespace.clone(), sent.remote.name.clone()));
-        Some(sent)
-    }
+    /// Relists of origin watches, by kind (`refract_local_watch_relists`).
+    pub relists: Family<Vec<(&'static str, &'static str)>, Counter>,
 }
 
 /// A running reflector for origin objects of type `K`.
@@ -110,7 +82,8 @@ pub struct Reflector<K: Reflectable> {
     store: Store<K>,
     /// Keys waiting for a worker.
     pub queue: WorkQueue<Key>,
-    sent: Mutex<SentState>,
+    /// What the current session was sent, shared with every producer.
+    outbox: Outbox,
     shared: Shared,
     /// Objects the provider failed to apply for now, and how long each waits to retry.
     retries: PerKey<Key>,
@@ -150,7 +123,7 @@ pub fn spawn<K: Reflectable>(
     client: kube::Client,
     kind: Kind,
     shared: Shared,
-    acks: &AckRouter,
+    outbox: &Outbox,
     store: Option<(Store<K>, reflector::store::Writer<K>)>,
     shutdown: CancellationToken,
 ) -> Option<Arc<Reflector<K>>> {
@@ -164,12 +137,12 @@ pub fn spawn<K: Reflectable>(
         kind,
         store,
         queue: WorkQueue::new(),
-        sent: Mutex::new(SentState::default()),
+        outbox: outbox.clone(),
         shared,
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         followers: Followers::default(),
     });
-    acks.register(kind.kind(), r.clone());
+    outbox.register(Producer::Objects(kind), r.clone());
 
     let watch_task = {
         let r = r.clone();
@@ -184,6 +157,7 @@ pub fn spawn<K: Reflectable>(
                 })
                 .reflect(writer)
                 .boxed();
+            let mut listed = false;
             while let Some(event) = events.next().await {
                 match event {
                     Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
@@ -194,7 +168,12 @@ pub fn spawn<K: Reflectable>(
                     Ok(watcher::Event::Delete(obj)) => r.enqueue_object(&obj),
                     // After a relist, objects deleted during the gap left no Delete event:
                     // re-check everything that was sent.
-                    Ok(watcher::Event::InitDone) => r.enqueue_sent(),
+                    Ok(watcher::Event::InitDone) => {
+                        if std::mem::replace(&mut listed, true) {
+                            r.relisted();
+                        }
+                        r.enqueue_sent();
+                    }
                     Ok(watcher::Event::Init) => {}
                     Err(error) => {
                         tracing::warn!(kind = r.kind.kind(), %error, "watch error; retrying")
@@ -256,17 +235,30 @@ impl<K: Reflectable> Reflector<K> {
     }
 
     fn enqueue_sent(&self) {
-        let keys: Vec<Key> = self
-            .sent
-            .lock()
-            .expect("sent poisoned")
-            .by_local
-            .keys()
-            .cloned()
-            .collect();
-        for key in keys {
+        for key in self.outbox.keys(self.producer()) {
             self.queue.add(key);
         }
+    }
+
+    /// The watch listed everything again: its resourceVersion was too old for the API server
+    /// (`410 Gone`), so events in the gap are lost and only the relist tells what changed.
+    fn relisted(&self) {
+        tracing::info!(
+            kind = self.kind.kind(),
+            "origin watch relisted (its resourceVersion expired); re-checking every object"
+        );
+        self.shared
+            .relists
+            .get_or_create(&vec![("kind", self.kind.kind())])
+            .inc();
+    }
+
+    fn producer(&self) -> Producer {
+        Producer::Objects(self.kind)
+    }
+
+    fn origin(&self, key: &Key) -> Origin {
+        Origin::new(self.producer(), key.clone())
     }
 
     /// The origin object `namespace/name`, as last seen.
@@ -292,25 +284,16 @@ impl<K: Reflectable> Reflector<K> {
             if self.store.wait_until_ready().await.is_err() {
                 return;
             }
+            // The twin namespace of a namespace no longer extended goes with everything in
+            // it: forget what was sent there.
+            for ns in last.namespaces.keys() {
+                if !current.namespaces.contains_key(ns) {
+                    self.outbox.forget_namespace(self.producer(), ns);
+                }
+            }
             let resync: Vec<(String, String)> = if current.generation() != last.generation() {
-                let mut sent = self.sent.lock().expect("sent poisoned");
-                *sent = SentState {
-                    generation: current.generation(),
-                    ..Default::default()
-                };
                 current.namespaces.clone().into_iter().collect()
             } else {
-                let mut sent = self.sent.lock().expect("sent poisoned");
-                let removed: Vec<Key> = sent
-                    .by_local
-                    .keys()
-                    .filter(|k| !current.namespaces.contains_key(&k.namespace))
-                    .cloned()
-                    .collect();
-                // The twin namespace is deleted with everything in it; just forget.
-                for key in removed {
-                    sent.remove(&key);
-                }
                 current
                     .namespaces
                     .iter()
@@ -335,16 +318,14 @@ impl<K: Reflectable> Reflector<K> {
                         let key = self.queue.claim(key).await;
                         self.reconcile(&key).await;
                     }
-                    send(
-                        &session.tx,
-                        local_message::Kind::SnapshotComplete(SnapshotComplete {
-                            api_version: self.kind.api_version().into(),
-                            kind: self.kind.kind().into(),
-                            namespace: remote_ns.clone(),
-                            resumed: false,
-                        }),
-                    )
-                    .await;
+                    self.outbox
+                        .snapshot_complete(
+                            session,
+                            self.producer(),
+                            self.kind.api_version(),
+                            &remote_ns,
+                        )
+                        .await;
                     tracing::debug!(kind = self.kind.kind(), namespace = %ns, count, "namespace snapshot sent");
                 }
             }
@@ -362,7 +343,7 @@ impl<K: Reflectable> Reflector<K> {
             return;
         };
         let Some(remote_ns) = extension.namespaces.get(&key.namespace) else {
-            self.sent.lock().expect("sent poisoned").remove(key);
+            self.outbox.forget(&self.origin(key));
             return;
         };
         let obj = self
@@ -406,39 +387,21 @@ impl<K: Reflectable> Reflector<K> {
                     .await;
                     return;
                 }
-                let hash = bytes_hash(&json);
                 let remote = ObjectRef {
                     api_version: self.kind.api_version().into(),
                     kind: self.kind.kind().into(),
                     namespace: desired.namespace.clone(),
                     name: desired.name.clone(),
                 };
-                {
-                    let mut sent = self.sent.lock().expect("sent poisoned");
-                    if sent.generation != session.generation {
-                        return; // a resync for the new session is on its way
-                    }
-                    if sent.by_local.get(key).is_some_and(|s| s.hash == hash) {
-                        return;
-                    }
-                    sent.insert(
-                        key.clone(),
-                        Sent {
-                            remote: remote.clone(),
-                            hash,
-                        },
-                    );
+                let upsert = Upsert {
+                    object: Some(remote),
+                    revision: obj.resource_version().unwrap_or_default(),
+                    object_json: json,
+                    origin_uid: obj.uid().unwrap_or_default(),
+                };
+                if !self.outbox.upsert(session, self.origin(key), upsert).await {
+                    return;
                 }
-                send(
-                    &session.tx,
-                    local_message::Kind::Upsert(Upsert {
-                        object: Some(remote),
-                        revision: obj.resource_version().unwrap_or_default(),
-                        object_json: json,
-                        origin_uid: obj.uid().unwrap_or_default(),
-                    }),
-                )
-                .await;
                 tracing::debug!(target: "refract::trace", name = %key.name, "sent");
             }
             Some(Decision::Skip { reason }) => {
@@ -450,18 +413,7 @@ impl<K: Reflectable> Reflector<K> {
     }
 
     async fn delete_remote(&self, session: &crate::link::SessionTx, key: &Key) {
-        let removed = self.sent.lock().expect("sent poisoned").remove(key);
-        if let Some(sent) = removed {
-            send(
-                &session.tx,
-                local_message::Kind::Delete(Delete {
-                    object: Some(sent.remote),
-                    revision: String::new(),
-                    grace_period_seconds: None,
-                }),
-            )
-            .await;
-        }
+        self.outbox.delete(session, &self.origin(key), None).await;
     }
 
     fn forge(&self, obj: &K, remote_ns: &str) -> Result<Decision, forge::ForgeError> {
@@ -496,44 +448,25 @@ impl<K: Reflectable> Reflector<K> {
     }
 }
 
-impl<K: Reflectable> crate::events::Reflected for Reflector<K> {
-    fn origin_of(&self, remote_namespace: &str, remote_name: &str) -> Option<(Key, String)> {
-        let key = self
-            .sent
-            .lock()
-            .expect("sent poisoned")
-            .by_remote
-            .get(&(remote_namespace.to_string(), remote_name.to_string()))
-            .cloned()?;
-        let uid = self.get(&key.namespace, &key.name)?.uid()?;
-        Some((key, uid))
-    }
-}
-
-impl<K: Reflectable> AckSink for Reflector<K> {
-    fn on_ack(&self, ack: Ack) {
-        let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
-        let Some(object) = ack.object else { return };
-        let key = self
-            .sent
-            .lock()
-            .expect("sent poisoned")
-            .by_remote
-            .get(&(object.namespace.clone(), object.name.clone()))
-            .cloned();
-        let Some(key) = key else { return };
-        match outcome {
+impl<K: Reflectable> Recipient for Reflector<K> {
+    fn on_answer(&self, answer: Answer) {
+        if answer.request != Request::Upsert {
+            return;
+        }
+        let key = answer.origin.key;
+        match answer.outcome {
             Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
                 self.retries.succeeded(&key)
             }
             Outcome::Transient => {
+                // The outbox forgot it: the retry sends it again.
                 let delay = self.retries.failed(&key);
-                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %ack.message, retry_in = ?delay, "transient failure on the provider; retrying");
-                self.sent.lock().expect("sent poisoned").remove(&key);
+                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "transient failure on the provider; retrying");
                 self.queue.add_after(key, delay);
             }
             Outcome::Conflict | Outcome::Denied | Outcome::Invalid => {
-                tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %ack.message, "provider refused object");
+                let outcome = answer.outcome;
+                tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %answer.message, "provider refused object");
                 let Some(obj) = self
                     .store
                     .get(&StoreRef::new(&key.name).within(&key.namespace))
@@ -543,9 +476,9 @@ impl<K: Reflectable> AckSink for Reflector<K> {
                 let note = match outcome {
                     Outcome::Conflict => format!(
                         "Error reflecting object to cluster {:?}: remote object already exists ({})",
-                        self.shared.options.remote_cluster_id, ack.message
+                        self.shared.options.remote_cluster_id, answer.message
                     ),
-                    _ => format!("Error reflecting object to cluster {:?}: {}", self.shared.options.remote_cluster_id, ack.message),
+                    _ => format!("Error reflecting object to cluster {:?}: {}", self.shared.options.remote_cluster_id, answer.message),
                 };
                 let reference = obj.object_ref(&());
                 let recorder = self.shared.recorder.clone();
@@ -582,9 +515,4 @@ pub(crate) async fn publish_event(
     if let Err(error) = recorder.publish(&event, &reference).await {
         tracing::warn!(%error, "failed to record event");
     }
-}
-
-pub(crate) async fn send(tx: &tokio::sync::mpsc::Sender<LocalMessage>, kind: local_message::Kind) {
-    // A closed session is replaced by a new one, which re-sends everything.
-    let _ = tx.send(LocalMessage { kind: Some(kind) }).await;
 }

@@ -23,17 +23,16 @@ use refract_shared::forge::token::{
     TokenSource,
 };
 use refract_shared::forge::Context;
-use refract_shared::hash::object_hash;
 use refract_shared::options::ReflectionOptions;
-use refract_shared::proto::{local_message, Ack, Delete, ObjectRef, Outcome, Upsert};
+use refract_shared::proto::{ObjectRef, Outcome, Upsert};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::acks::{AckRouter, AckSink};
 use crate::extension::Extension;
 use crate::link::SessionTx;
+use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use crate::reflect::queue::WorkQueue;
-use crate::reflect::{publish_event, send, Key};
+use crate::reflect::{publish_event, Key};
 
 /// Longest wait before a refused or failed token Secret is tried again.
 const MAX_RETRY: Duration = Duration::from_secs(60);
@@ -66,11 +65,7 @@ struct PodTokens {
 
 #[derive(Default)]
 struct State {
-    generation: u64,
     cache: HashMap<Key, PodTokens>,
-    /// Token Secrets sent on this session: pod → (provider Secret, hash).
-    sent: HashMap<Key, (ObjectRef, String)>,
-    by_remote: HashMap<(String, String), Key>,
     failures: HashMap<Key, u32>,
 }
 
@@ -83,6 +78,8 @@ pub struct TokenReflector {
     recorder: Recorder,
     pods: Store<Pod>,
     queue: WorkQueue<Key>,
+    /// What the current session was sent, shared with every producer.
+    outbox: Outbox,
     state: Mutex<State>,
 }
 
@@ -93,7 +90,7 @@ pub fn spawn(
     options: Arc<ReflectionOptions>,
     extension: watch::Receiver<Extension>,
     recorder: Recorder,
-    acks: &AckRouter,
+    outbox: &Outbox,
     shutdown: CancellationToken,
 ) -> Option<Arc<TokenReflector>> {
     if !options.api_server.enabled {
@@ -109,9 +106,10 @@ pub fn spawn(
         recorder,
         pods,
         queue: WorkQueue::new(),
+        outbox: outbox.clone(),
         state: Mutex::new(State::default()),
     });
-    acks.register("Secret", r.clone());
+    outbox.register(Producer::Tokens, r.clone());
     let worker = {
         let r = r.clone();
         async move {
@@ -136,6 +134,10 @@ pub fn spawn(
     Some(r)
 }
 
+fn origin(key: &Key) -> Origin {
+    Origin::new(Producer::Tokens, key.clone())
+}
+
 fn key_of(pod: &Pod) -> Key {
     Key {
         namespace: pod.namespace().unwrap_or_default(),
@@ -154,15 +156,7 @@ impl TokenReflector {
     async fn follow_extension(&self) {
         let mut rx = self.extension.clone();
         loop {
-            let generation = rx.borrow_and_update().generation();
-            {
-                let mut s = self.state.lock().expect("token state poisoned");
-                if s.generation != generation {
-                    s.generation = generation;
-                    s.sent.clear();
-                    s.by_remote.clear();
-                }
-            }
+            rx.borrow_and_update();
             // Not `wait_until_ready`: the store is the pod offloader's, which waits on it, and
             // kube-runtime wakes only the last of two tasks waiting for a store's first listing.
             // Pods not listed yet reach this reflector as the offloader's watch sees them.
@@ -224,38 +218,19 @@ impl TokenReflector {
         let refresh = tokens.values().map(|t| t.refresh_at).min();
         let expiration = earliest.map(rfc3339).unwrap_or_default();
         let secret = token_secret(&pod, &values, &expiration, &ctx);
-        let hash = object_hash(&secret);
         let remote = ObjectRef {
             api_version: "v1".into(),
             kind: "Secret".into(),
             namespace: remote_ns.clone(),
             name: token_secret_name(&key.name),
         };
-        let changed = {
-            let mut s = self.state.lock().expect("token state poisoned");
-            if s.generation != session.generation {
-                return;
-            }
-            let changed = s.sent.get(key).is_none_or(|(_, h)| *h != hash);
-            if changed {
-                s.by_remote
-                    .insert((remote.namespace.clone(), remote.name.clone()), key.clone());
-                s.sent.insert(key.clone(), (remote.clone(), hash));
-            }
-            changed
+        let upsert = Upsert {
+            object: Some(remote),
+            revision: pod.resource_version().unwrap_or_default(),
+            object_json: serde_json::to_vec(&secret).expect("JSON serializes"),
+            origin_uid: pod.uid().unwrap_or_default(),
         };
-        if changed {
-            send(
-                &session.direct,
-                local_message::Kind::Upsert(Upsert {
-                    object: Some(remote),
-                    revision: pod.resource_version().unwrap_or_default(),
-                    object_json: serde_json::to_vec(&secret).expect("JSON serializes"),
-                    origin_uid: pod.uid().unwrap_or_default(),
-                }),
-            )
-            .await;
-        }
+        self.outbox.upsert(session, origin(key), upsert).await;
         if let Some(at) = refresh {
             let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
             self.queue.add_after(key.clone(), wait);
@@ -355,28 +330,12 @@ impl TokenReflector {
 
     /// Deletes the pod's token Secret if this session sent one, and forgets its tokens.
     async fn remove(&self, session: &SessionTx, key: &Key) {
-        let sent = {
+        {
             let mut s = self.state.lock().expect("token state poisoned");
             s.cache.remove(key);
             s.failures.remove(key);
-            let sent = s.sent.remove(key);
-            if let Some((remote, _)) = &sent {
-                s.by_remote
-                    .remove(&(remote.namespace.clone(), remote.name.clone()));
-            }
-            sent
-        };
-        if let Some((remote, _)) = sent {
-            send(
-                &session.direct,
-                local_message::Kind::Delete(Delete {
-                    object: Some(remote),
-                    revision: String::new(),
-                    grace_period_seconds: None,
-                }),
-            )
-            .await;
         }
+        self.outbox.delete(session, &origin(key), None).await;
     }
 
     fn retry_later(&self, key: Key) {
@@ -403,28 +362,23 @@ impl TokenReflector {
 
 static EMPTY: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
 
-impl AckSink for TokenReflector {
-    fn on_ack(&self, ack: Ack) {
-        let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
-        let Some(object) = ack.object else { return };
-        let key = {
-            let mut s = self.state.lock().expect("token state poisoned");
-            let Some(key) = s
-                .by_remote
-                .get(&(object.namespace.clone(), object.name.clone()))
-                .cloned()
-            else {
-                return; // not a token Secret (the Secret reflector's)
-            };
-            if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
-                s.failures.remove(&key);
-                return;
-            }
-            s.sent.remove(&key);
-            key
-        };
-        // The ShadowPod may not be there yet, or was refused: try again later, spaced out.
-        tracing::info!(namespace = %key.namespace, pod = %key.name, outcome = outcome.as_str_name(), message = %ack.message, "token Secret not applied; retrying later");
+impl Recipient for TokenReflector {
+    fn on_answer(&self, answer: Answer) {
+        if answer.request != Request::Upsert {
+            return;
+        }
+        let key = answer.origin.key;
+        if matches!(answer.outcome, Outcome::Applied | Outcome::Unchanged) {
+            self.state
+                .lock()
+                .expect("token state poisoned")
+                .failures
+                .remove(&key);
+            return;
+        }
+        // The ShadowPod may not be there yet, or was refused: send it again later, spaced out.
+        self.outbox.forget(&origin(&key));
+        tracing::info!(namespace = %key.namespace, pod = %key.name, outcome = answer.outcome.as_str_name(), message = %answer.message, "token Secret not applied; retrying later");
         self.retry_later(key);
     }
 }

@@ -39,6 +39,8 @@ pub struct Options {
     /// plane (e.g. a tmpfs, so that etcd's fsyncs never wait for a slow disk); with the other
     /// files when `None`. Defaults to `$REFRACT_ETCD_PARENT`.
     pub etcd_parent: Option<PathBuf>,
+    /// More kube-apiserver flags, after the usual ones (a later flag wins).
+    pub apiserver_args: Vec<String>,
 }
 
 impl Options {
@@ -52,7 +54,15 @@ impl Options {
             dir: None,
             node: None,
             etcd_parent: std::env::var_os("REFRACT_ETCD_PARENT").map(PathBuf::from),
+            apiserver_args: Vec::new(),
         }
+    }
+
+    /// Also passes `args` to kube-apiserver.
+    pub fn with_apiserver_args(mut self, args: &[&str]) -> Self {
+        self.apiserver_args
+            .extend(args.iter().map(|a| a.to_string()));
+        self
     }
 
     /// Also run the scheduler and the controller manager.
@@ -275,35 +285,37 @@ impl ControlPlane {
         let port = free_port()?;
         cp.server = format!("https://127.0.0.1:{port}");
         let p = |f: &str| dir.join(f).display().to_string();
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            "--insecure-port=0".into(),
+            format!("--tls-cert-file={}", p("serving.crt")),
+            format!("--tls-private-key-file={}", p("serving.key")),
+            format!("--client-ca-file={}", p("ca.crt")),
+            // Kubelets trust this certificate's CA for logs, exec and port-forward.
+            format!("--kubelet-client-certificate={}", p("kubelet-client.crt")),
+            format!("--kubelet-client-key={}", p("kubelet-client.key")),
+            format!("--service-account-key-file={}", p("sa.pub")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--api-audiences=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--token-auth-file={}", p("tokens.csv")),
+            "--authorization-mode=Node,RBAC".into(),
+            format!("--service-cluster-ip-range={}", options.service_cidr),
+            "--runtime-config=discovery.k8s.io/v1beta1=false".into(),
+            "--enable-priority-and-fairness=false".into(),
+            // As in real clusters; the provider-side pod security check is what refuses.
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            "--v=0".into(),
+        ];
+        apiserver_args.extend(options.apiserver_args.iter().cloned());
         cp.spawn(
             "kube-apiserver",
             &binary("kube-apiserver")?,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                "--insecure-port=0".into(),
-                format!("--tls-cert-file={}", p("serving.crt")),
-                format!("--tls-private-key-file={}", p("serving.key")),
-                format!("--client-ca-file={}", p("ca.crt")),
-                // Kubelets trust this certificate's CA for logs, exec and port-forward.
-                format!("--kubelet-client-certificate={}", p("kubelet-client.crt")),
-                format!("--kubelet-client-key={}", p("kubelet-client.key")),
-                format!("--service-account-key-file={}", p("sa.pub")),
-                format!("--service-account-signing-key-file={}", p("sa.key")),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                "--api-audiences=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--token-auth-file={}", p("tokens.csv")),
-                "--authorization-mode=Node,RBAC".into(),
-                format!("--service-cluster-ip-range={}", options.service_cidr),
-                "--runtime-config=discovery.k8s.io/v1beta1=false".into(),
-                "--enable-priority-and-fairness=false".into(),
-                // As in real clusters; the provider-side pod security check is what refuses.
-                "--allow-privileged=true".into(),
-                "--profiling=false".into(),
-                "--v=0".into(),
-            ],
+            &apiserver_args,
         )?;
         cp.write_kubeconfig()?;
         if let Err(e) = cp.wait_ready(Duration::from_secs(90)).await {

@@ -5,7 +5,9 @@
 //! is a real one for the kernel's TCP: a cut drops packets without a reset (the connection goes
 //! half-open until keepalive notices), random loss drops a share of them. What that agent also
 //! needs on the host's loopback (its own API server) is carried by [`NetNs::bridge_loopback`],
-//! a relay that listens inside the namespace and is never faulted.
+//! a relay that listens inside the namespace, untouched by the packet faults; its [`Gate`]
+//! closes every connection through it at once and refuses new ones until it opens again (an
+//! API server gone away, as the agent sees it).
 //!
 //! Delay: this kernel has no `netem` qdisc (`CONFIG_NET_SCH_NETEM` is not set), so added
 //! latency comes from [`NetNs::delay_relay`], a relay inside the namespace that holds every
@@ -200,11 +202,18 @@ impl NetNs {
     }
 
     /// Makes the host's `127.0.0.1:port` reachable at `127.0.0.1:port` inside the namespace,
-    /// by a relay that no fault touches (an agent's own API server, say).
-    pub fn bridge_loopback(&self, port: u16) -> anyhow::Result<()> {
+    /// by a relay that no packet fault touches (an agent's own API server, say); the returned
+    /// [`Gate`] cuts it off on request.
+    pub fn bridge_loopback(&self, port: u16) -> anyhow::Result<Gate> {
         let listener = self.listen(SocketAddr::from(([127, 0, 0, 1], port)))?;
-        self.relay(listener, SocketAddr::from(([127, 0, 0, 1], port)), None);
-        Ok(())
+        let gate = Gate::default();
+        self.relay(
+            listener,
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            None,
+            gate.clone(),
+        );
+        Ok(gate)
     }
 
     /// A relay listening inside the namespace on `127.0.0.1:<returned port>` that forwards to
@@ -214,11 +223,11 @@ impl NetNs {
         let listener = self.listen(SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let port = listener.local_addr()?.port();
         let delay = Delay::default();
-        self.relay(listener, target, Some(delay.clone()));
+        self.relay(listener, target, Some(delay.clone()), Gate::default());
         Ok((port, delay))
     }
 
-    fn relay(&self, listener: TcpListener, target: SocketAddr, delay: Option<Delay>) {
+    fn relay(&self, listener: TcpListener, target: SocketAddr, delay: Option<Delay>, gate: Gate) {
         let stop = self.stop.clone();
         let ns_path = format!("/var/run/netns/{}", self.name);
         tokio::spawn(async move {
@@ -226,6 +235,10 @@ impl NetNs {
                 let (inside, _) = tokio::select! {
                     _ = stop.cancelled() => return,
                     accepted = listener.accept() => match accepted { Ok(a) => a, Err(_) => continue },
+                };
+                // A closed gate hangs up at once: the caller sees its connection end.
+                let Some(closing) = gate.admit() else {
+                    continue;
                 };
                 let stop = stop.clone();
                 let ns_path = ns_path.clone();
@@ -245,6 +258,7 @@ impl NetNs {
                     let (ro, wo) = outside.into_split();
                     tokio::select! {
                         _ = stop.cancelled() => {}
+                        _ = closing.cancelled() => {}
                         _ = pump(ri, wo, delay.clone()) => {}
                         _ = pump(ro, wi, delay) => {}
                     }
@@ -284,6 +298,43 @@ async fn connect_inside(ns_path: &str, target: SocketAddr) -> std::io::Result<Tc
     .await
     .map_err(std::io::Error::other)??;
     TcpStream::from_std(socket)
+}
+
+/// Cuts a relay off: closed, it ends every connection through it and hangs up on new ones;
+/// open (at first), it relays.
+#[derive(Clone, Default)]
+pub struct Gate(std::sync::Arc<std::sync::Mutex<GateState>>);
+
+#[derive(Default)]
+struct GateState {
+    closed: bool,
+    /// Cancelled when the gate closes; the connections admitted while open watch it.
+    connections: CancellationToken,
+}
+
+impl Gate {
+    /// Ends every connection through the relay and refuses new ones until [`Gate::open`].
+    pub fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        std::mem::take(&mut state.connections).cancel();
+    }
+
+    /// Relays again.
+    pub fn open(&self) {
+        self.lock().closed = false;
+    }
+
+    /// For a new connection: the token that ends it when the gate closes, or `None` when the
+    /// gate is closed.
+    fn admit(&self) -> Option<CancellationToken> {
+        let state = self.lock();
+        (!state.closed).then(|| state.connections.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The delay a relay adds in each direction, changeable while it runs.

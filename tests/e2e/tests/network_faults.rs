@@ -3,6 +3,9 @@
 //! iptables drops every packet (a cut without a reset, so both ends see a half-open
 //! connection until keepalive notices) or a share of them, and a relay in the namespace adds
 //! latency (this kernel lacks netem). Both agents are also killed with SIGKILL mid-burst.
+//! The origin's API server keeps no watch cache and compacts etcd every 10 s, so a local agent
+//! cut off from it for 30 s resumes its watches at a revision that is gone: the API server
+//! answers `410 Gone` and the agent must relist (objects deleted meanwhile included).
 //!
 //! During each fault 1,000 origin ConfigMaps change. Afterwards the provider must hold
 //! exactly the origin's state (0 lost), no write on the provider may repeat what it already
@@ -20,13 +23,15 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use refract_e2e::{busybox, kubectl_get, kubectl_stdin, Peering, PROVIDER_POD_RANGE};
-use refract_testkit::netns::{Delay, NetNs};
+use refract_testkit::netns::{Delay, Gate, NetNs};
 use refract_testkit::Options;
 
 const OBJECTS: usize = 1000;
 const WAIT: Duration = Duration::from_secs(120);
 const NS: &str = "churn";
 const TWIN: &str = "churn-origin";
+/// ConfigMaps deleted while the local agent cannot see the origin (the `410 Gone` scenario).
+const DOOMED: usize = 10;
 
 /// Writes the provider saw: every watch event with a new resourceVersion, and those whose
 /// data equals what the object already held (a write that changed nothing).
@@ -113,6 +118,15 @@ async fn converged(provider: &Api<ConfigMap>, round: u32) -> Duration {
     }
 }
 
+/// How many `doomed-*` ConfigMaps the provider holds.
+fn doomed_on(p: &Peering) -> usize {
+    kubectl_get(&p.provider, &["-n", TWIN, "configmaps", "-o", "name"])
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("/doomed-"))
+        .count()
+}
+
 /// The provider pods' identity: pod UID, container ID and restart count of each.
 fn provider_pods(p: &Peering) -> String {
     kubectl_get(
@@ -126,6 +140,8 @@ struct Faults {
     p: Peering,
     netns: NetNs,
     delay: Delay,
+    /// The local agent's way to the origin API server.
+    origin_gate: Gate,
     origin: Api<ConfigMap>,
     provider: Api<ConfigMap>,
     writes: Arc<Mutex<Writes>>,
@@ -138,7 +154,11 @@ impl Faults {
         let provider = Options::named("provider")
             .with_node(PROVIDER_POD_RANGE, &[])
             .unwrap();
-        let origin = Options::named("origin").with_controllers();
+        // No watch cache and a compaction every 10 s: a watch resumed from a revision older
+        // than the last compaction is answered 410 Gone.
+        let origin = Options::named("origin")
+            .with_controllers()
+            .with_apiserver_args(&["--watch-cache=false", "--etcd-compaction-interval=10s"]);
         let mut p = Peering::start_on(
             origin,
             provider,
@@ -156,7 +176,7 @@ impl Faults {
         p.remote_addr = format!("{}:{port}", netns.host_ip);
         p.start_remote();
         let origin_port: u16 = p.origin.server.rsplit(':').next().unwrap().parse().unwrap();
-        netns.bridge_loopback(origin_port).unwrap();
+        let origin_gate = netns.bridge_loopback(origin_port).unwrap();
         let (relay, delay) = netns.delay_relay(p.remote_addr.parse().unwrap()).unwrap();
         p.local_netns = Some(netns.name.clone());
         p.local_dial = Some(format!("127.0.0.1:{relay}"));
@@ -185,6 +205,12 @@ impl Faults {
             .try_collect::<()>()
             .await
             .unwrap();
+        for i in 0..DOOMED {
+            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("doomed-{i:02}")}, "data": {"doomed": "yes"}}))
+            .unwrap();
+            origin.create(&PostParams::default(), &cm).await.unwrap();
+        }
         let image = busybox();
         for i in 0..3 {
             kubectl_stdin(&p.origin, &["apply", "-f", "-"], &format!(
@@ -192,6 +218,10 @@ impl Faults {
         }
         let provider: Api<ConfigMap> = Api::namespaced(provider_client, TWIN);
         let took = converged(&provider, 0).await;
+        p.eventually(WAIT, "the doomed ConfigMaps on the provider", || {
+            (doomed_on(&p) == DOOMED).then_some(())
+        })
+        .await;
         println!("setup: {OBJECTS} ConfigMaps reflected {took:.1?} after the last was created");
         let pods = p
             .eventually(WAIT, "three provider pods Running", || {
@@ -203,6 +233,7 @@ impl Faults {
             p,
             netns,
             delay,
+            origin_gate,
             origin,
             provider,
             writes,
@@ -275,6 +306,37 @@ impl Faults {
             "{}: the provider pods changed or restarted",
             s.name
         );
+        drop(w);
+        if let Fault::OriginWatchGone = s.fault {
+            self.relisted_without_losing_deletes(s.name).await;
+        }
+    }
+
+    /// After `410 Gone`: the agent said it relisted, and the ConfigMaps deleted while it was
+    /// cut off are gone from the provider too.
+    async fn relisted_without_losing_deletes(&self, name: &str) {
+        let log = self.p.local_log();
+        let relists: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("origin watch relisted") && l.contains("ConfigMap"))
+            .collect();
+        assert!(
+            !relists.is_empty(),
+            "{name}: the local agent never relisted ConfigMaps: the API server did not answer 410 Gone"
+        );
+        let started = Instant::now();
+        self.p
+            .eventually(
+                WAIT,
+                "the doomed ConfigMaps deleted on the provider",
+                || (doomed_on(&self.p) == 0).then_some(()),
+            )
+            .await;
+        println!(
+            "{name}: the local agent relisted ConfigMaps {} time(s); the {DOOMED} ConfigMaps deleted while it was cut off were gone from the provider {:.1?} later",
+            relists.len(),
+            started.elapsed()
+        );
     }
 
     async fn begin(&mut self, fault: Fault) {
@@ -299,6 +361,16 @@ impl Faults {
             }
             Fault::FreezeProviderApiServer => self.signal_provider_api_server("-STOP"),
             Fault::FreezeLocalAgent => self.signal_local_agent("-STOP"),
+            Fault::OriginWatchGone => {
+                self.origin_gate.close();
+                for i in 0..DOOMED {
+                    let name = format!("doomed-{i:02}");
+                    self.origin
+                        .delete(&name, &Default::default())
+                        .await
+                        .expect("origin delete");
+                }
+            }
         }
     }
 
@@ -309,6 +381,7 @@ impl Faults {
     }
 
     async fn heal(&mut self) {
+        self.origin_gate.open();
         self.netns.heal().unwrap();
         self.delay.set(Duration::ZERO);
         self.signal_provider_api_server("-CONT");
@@ -338,6 +411,10 @@ enum Fault {
     /// The local agent stopped with SIGSTOP while the origin changes: its watches fall behind
     /// and its link goes quiet, then it resumes where it was.
     FreezeLocalAgent,
+    /// The local agent's connections to the origin API server end and new ones are refused
+    /// while the origin changes and compacts: its watches resume at a compacted revision, are
+    /// answered 410 Gone, and must relist.
+    OriginWatchGone,
 }
 
 /// One fault, how long it holds at least, and what must hold of it.
@@ -395,6 +472,14 @@ async fn the_provider_converges_without_loss_or_duplicate_writes_through_real_li
         name: "local agent frozen (SIGSTOP) 20s",
         fault: Fault::FreezeLocalAgent,
         hold: Duration::from_secs(20),
+        converge_under_fault: false,
+        cuts_writes: true,
+    })
+    .await;
+    f.scenario(Scenario {
+        name: "origin watch answered 410 Gone (API server out of reach 30s, etcd compacted)",
+        fault: Fault::OriginWatchGone,
+        hold: Duration::from_secs(30),
         converge_under_fault: false,
         cuts_writes: true,
     })
