@@ -83,7 +83,7 @@ pub fn watch_offloadings(client: kube::Client, shutdown: CancellationToken) -> O
     let (changed_tx, changed) = mpsc::channel::<()>(1);
     tokio::spawn(async move {
         let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(crate::watch_backoff::watch_backoff())
             .reflect(writer)
             .touched_objects()
             .boxed();

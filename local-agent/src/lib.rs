@@ -28,6 +28,7 @@ mod throttle;
 pub mod tokens;
 pub mod virtual_node;
 pub mod volumes;
+pub mod watch_backoff;
 pub mod webhook;
 
 pub use cli::Args;
@@ -386,7 +387,7 @@ fn spawn_reflectors(
                 Api::<v1::Service>::all(client.clone()),
                 watcher::Config::default(),
             )
-            .default_backoff()
+            .backoff(crate::watch_backoff::watch_backoff())
             .reflect(writer.expect("kept for this watch"))
             .applied_objects()
             .for_each(move |svc| {
@@ -405,7 +406,7 @@ fn spawn_reflectors(
         }
     }
     let watch_nodes = watcher(Api::<v1::Node>::all(client), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::watch_backoff::watch_backoff())
         .reflect(nodes_writer)
         .applied_objects()
         .for_each(|_| futures::future::ready(()));

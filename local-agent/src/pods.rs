@@ -123,7 +123,7 @@ pub fn spawn(
     let w = o.clone();
     let watch_task = async move {
         let mut events = watcher(api, watch_config)
-            .default_backoff()
+            .backoff(crate::watch_backoff::watch_backoff())
             .reflect(writer)
             .touched_objects()
             .boxed();

@@ -149,7 +149,7 @@ pub fn spawn<K: Reflectable>(
         let api: Api<K> = Api::all(client);
         async move {
             let mut events = watcher(api, watcher::Config::default())
-                .default_backoff()
+                .backoff(crate::watch_backoff::watch_backoff())
                 // What the forge never reads need not be kept for every object.
                 .modify(|obj| {
                     obj.managed_fields_mut().clear();

@@ -173,7 +173,7 @@ async fn delete_released(client: kube::Client, options: Arc<ReflectionOptions>) 
         options.local_cluster_id, options.remote_cluster_id
     );
     let mut events = watcher(api.clone(), watcher::Config::default().labels(&selector))
-        .default_backoff()
+        .backoff(crate::watch_backoff::watch_backoff())
         .applied_objects()
         .boxed();
     while let Some(event) = events.next().await {
