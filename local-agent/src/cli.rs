@@ -17,7 +17,13 @@ use refract_shared::tls::ClusterId;
 /// Also: `local-agent preview --help` (what would be sent for given objects, offline) and
 /// `local-agent crd` (print the NamespaceOffloading CRD).
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "local-agent", version, about, long_about)]
+#[command(
+    name = "local-agent",
+    version,
+    about,
+    long_about,
+    args_override_self = true
+)]
 pub struct Args {
     /// The remote agent's address: `host:port`, `[ipv6]:port` or `https://host:port`. The
     /// host must be a DNS name or IP in the remote agent's serving certificate (or see
@@ -88,9 +94,16 @@ pub struct Args {
     #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub sharing_percentage: u32,
 
-    /// How long the link may be down before the virtual node turns NotReady.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub node_not_ready_grace: Duration,
+    /// How often the virtual node's health is checked (the link to the remote agent, and the
+    /// provider's API server as the remote agent reports it), and its status and lease renewed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub health_check_interval: Duration,
+
+    /// Failed health checks in a row before the virtual node turns NotReady (the origin then
+    /// taints it and evicts pods as their tolerations say); the first passing check makes it
+    /// Ready again.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub health_failure_threshold: u32,
 
     /// Rewrite provider pod IPs for the origin: FROM_CIDR=TO_CIDR (repeatable).
     #[arg(long = "remote-pod-remap", value_name = "FROM=TO")]

@@ -12,7 +12,9 @@ use refract_shared::remap::Rule;
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ReflectionFlags {
     /// YAML file in the shape of Liqo's Helm values: `offloading.reflection.<resource>.type`
-    /// (DenyList|AllowList), `.workers`, and `offloading.reflection.skip.labels|annotations`.
+    /// (DenyList|AllowList), `.workers`, and `offloading.reflection.skip.labels|annotations`
+    /// (older Liqo versions' top-level `reflection.` is accepted too); any other key is an
+    /// error that names it.
     #[arg(long, value_name = "FILE")]
     pub reflection_config: Option<PathBuf>,
 
@@ -106,8 +108,9 @@ impl ReflectionFlags {
             let text = std::fs::read_to_string(path).with_context(|| {
                 format!("failed to read --reflection-config {}", path.display())
             })?;
-            let values: HelmValues = serde_yaml_ng::from_str(&text)
-                .with_context(|| format!("invalid --reflection-config {}", path.display()))?;
+            let values = HelmValues::from_yaml(&text).map_err(|e| {
+                anyhow::anyhow!("invalid --reflection-config {}: {e}", path.display())
+            })?;
             o.merge_values(&values);
         }
         o.remapping.0.extend(self.remap.iter().cloned());

@@ -130,6 +130,9 @@ pub fn spawn<K: Reflectable>(
     let workers = shared.options.kind(kind).workers;
     if workers == 0 {
         tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
+        if kind != Kind::PersistentVolumeClaim {
+            spawn_until(shutdown, withdraw(kind, shared, outbox.clone()));
+        }
         return None;
     }
     let (store, writer) = store.unwrap_or_else(reflector::store);
@@ -196,6 +199,37 @@ pub fn spawn<K: Reflectable>(
     let r2 = r.clone();
     spawn_until(shutdown, async move { r2.follow_extension().await });
     Some(r)
+}
+
+/// For a kind whose reflection is off: on every session, and for every namespace extended
+/// later, tells the provider that nothing of the kind is wanted in the twin namespace, so that
+/// copies an earlier configuration left there are removed. Claims never come here: a provider
+/// claim's volume holds data that turning the storage fabric off must not delete.
+async fn withdraw(kind: Kind, shared: Shared, outbox: Outbox) {
+    let mut rx = shared.extension.clone();
+    let mut last = Extension::default();
+    loop {
+        let current = rx.borrow_and_update().clone();
+        if let Some(session) = &current.session {
+            let new_session = current.generation() != last.generation();
+            for (ns, remote_ns) in &current.namespaces {
+                if new_session || last.namespaces.get(ns) != Some(remote_ns) {
+                    outbox
+                        .snapshot_complete(
+                            session,
+                            Producer::Objects(kind),
+                            kind.api_version(),
+                            remote_ns,
+                        )
+                        .await;
+                }
+            }
+        }
+        last = current;
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 fn spawn_until(

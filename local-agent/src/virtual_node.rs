@@ -1,17 +1,25 @@
 //! The virtual node: the provider as one Node the origin's scheduler can place pods on.
 //!
 //! Capacity and allocatable are `--sharing-percentage` of what the provider reports free
-//! (integer resources rounded down). Ready follows the stream and the provider's API server;
-//! after the link has been down for `--node-not-ready-grace` the node turns NotReady and the
-//! origin's node lifecycle controller applies its usual eviction rules. A Lease in
-//! `kube-node-lease` is renewed while the agent runs.
+//! (integer resources rounded down). Ready follows periodic health checks of the link and of
+//! the provider's API server ([`health`]); after repeated failures the node turns NotReady and
+//! the origin's node lifecycle controller applies its usual eviction rules. A Lease in
+//! `kube-node-lease` is renewed at every check while the agent runs.
+//!
+//! The node's taints are shared: the lifecycle controller adds and removes
+//! `node.kubernetes.io/not-ready` and `unreachable`, and the list is atomic for server-side
+//! apply, so applying it whole would drop theirs. The agent applies everything but the taints,
+//! and adds its own taint to the list it reads back only when it is missing, guarded by the
+//! node's resourceVersion.
+
+pub mod health;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
     NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -27,9 +35,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::link::SessionTx;
 
-/// How often the node's status and lease are refreshed.
-const HEARTBEAT: Duration = Duration::from_secs(10);
-
 /// Settings of the virtual node.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -41,8 +46,10 @@ pub struct NodeConfig {
     pub node_ip: String,
     /// Share of the provider's free resources, in percent.
     pub sharing_percentage: u32,
-    /// How long the link may be down before the node turns NotReady.
-    pub not_ready_grace: Duration,
+    /// How often the link and the provider are checked (and the status and lease written).
+    pub health_interval: Duration,
+    /// Failed checks in a row before the node turns NotReady.
+    pub health_failures: u32,
     /// Extra labels set by the operator.
     pub extra_labels: BTreeMap<String, String>,
     /// The port of the node's kubelet API, when served.
@@ -64,59 +71,36 @@ pub async fn run(
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
     let params = PatchParams::apply(LOCAL_FIELD_MANAGER).force();
-    let mut down_since: Option<Instant> = Some(Instant::now());
+    let mut health = health::Health::new(config.health_failures);
     let mut last_ready: Option<bool> = None;
     let mut last_transition = Time(k8s_openapi::jiff::Timestamp::now());
-    let mut tick = tokio::time::interval(HEARTBEAT);
+    let mut tick = tokio::time::interval(config.health_interval);
     let mut last_refused: (Vec<String>, Vec<String>) = Default::default();
     loop {
-        tokio::select! {
+        // A tick is a health check; a new session or capacity report between ticks is shown
+        // at once when it is good news, and otherwise left to the next check.
+        let is_check = tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-            r = sessions.changed() => if r.is_err() { return },
-            r = capacity.changed() => if r.is_err() { return },
-        }
+            _ = tick.tick() => true,
+            r = sessions.changed() => if r.is_err() { return } else { false },
+            r = capacity.changed() => if r.is_err() { return } else { false },
+        };
         let connected = sessions.borrow().is_some();
         let cap = capacity.borrow().clone();
-        down_since = match (connected, down_since) {
-            (true, _) => None,
-            (false, None) => Some(Instant::now()),
-            (false, since) => since,
+        let check = match (&cap, connected) {
+            (_, false) => health::Check::LinkDown,
+            (None, true) => health::Check::WaitingForProvider,
+            (Some(c), true) if !c.api_server_ready => health::Check::ProviderApiServerDown,
+            (Some(_), true) => health::Check::Healthy,
         };
-        let (ready, reason, message) = match (&cap, down_since) {
-            (None, _) => (
-                false,
-                "WaitingForProvider",
-                "no capacity received from the remote agent yet".to_string(),
-            ),
-            (Some(c), None) if !c.api_server_ready => (
-                false,
-                "ProviderAPIServerDown",
-                "the provider's API server does not answer the remote agent".to_string(),
-            ),
-            (Some(_), None) => (
-                true,
-                "KubeletReady",
-                "connected to the remote agent".to_string(),
-            ),
-            (Some(_), Some(since)) if since.elapsed() < config.not_ready_grace => (
-                last_ready.unwrap_or(false),
-                "LinkDown",
-                format!(
-                    "link to the remote agent down for {}s (grace {}s)",
-                    since.elapsed().as_secs(),
-                    config.not_ready_grace.as_secs()
-                ),
-            ),
-            (Some(_), Some(since)) => (
-                false,
-                "LinkDown",
-                format!(
-                    "link to the remote agent down for {}s",
-                    since.elapsed().as_secs()
-                ),
-            ),
-        };
+        if !is_check && check != health::Check::Healthy {
+            continue;
+        }
+        let health::Readiness {
+            ready,
+            reason,
+            message,
+        } = health.observe(check);
         if last_ready != Some(ready) {
             last_transition = Time(k8s_openapi::jiff::Timestamp::now());
             tracing::info!(node = %config.name, ready, reason, %message, "virtual node readiness");
@@ -153,23 +137,18 @@ pub async fn run(
                 labels: Some(labels),
                 ..Default::default()
             },
-            spec: Some(NodeSpec {
-                taints: Some(vec![Taint {
-                    key: VIRTUAL_NODE_TAINT_KEY.into(),
-                    value: Some("true".into()),
-                    effect: "NoExecute".into(),
-                    time_added: None,
-                }]),
-                ..Default::default()
-            }),
+            spec: None,
             status: None,
         };
-        if let Err(error) = nodes
+        match nodes
             .patch(&config.name, &params, &Patch::Apply(with_kind(&node)))
             .await
         {
-            tracing::warn!(node = %config.name, %error, "failed to apply the virtual node");
-            continue;
+            Ok(applied) => ensure_taint(&nodes, &applied).await,
+            Err(error) => {
+                tracing::warn!(node = %config.name, %error, "failed to apply the virtual node");
+                continue;
+            }
         }
         let resources = resources.resources;
         let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -240,6 +219,47 @@ pub async fn run(
         {
             tracing::debug!(node = %config.name, %error, "failed to renew the node lease");
         }
+    }
+}
+
+/// The taint that keeps pods off the virtual node unless they tolerate it.
+fn virtual_node_taint() -> Taint {
+    Taint {
+        key: VIRTUAL_NODE_TAINT_KEY.into(),
+        value: Some("true".into()),
+        effect: "NoExecute".into(),
+        time_added: None,
+    }
+}
+
+/// Adds the virtual-node taint to `node` when it lacks it, keeping every other taint (the
+/// lifecycle controller's); the resourceVersion makes a concurrent change fail the write,
+/// which the next check retries.
+async fn ensure_taint(nodes: &Api<Node>, node: &Node) {
+    let ours = virtual_node_taint();
+    let mut taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if taints
+        .iter()
+        .any(|t| t.key == ours.key && t.effect == ours.effect)
+    {
+        return;
+    }
+    taints.push(ours);
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": node.metadata.resource_version},
+        "spec": {"taints": taints},
+    });
+    let params = PatchParams {
+        field_manager: Some(LOCAL_FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let name = node.metadata.name.clone().unwrap_or_default();
+    if let Err(error) = nodes.patch(&name, &params, &Patch::Merge(patch)).await {
+        tracing::warn!(node = %name, %error, "failed to add the virtual-node taint; retrying at the next check");
     }
 }
 

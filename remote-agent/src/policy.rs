@@ -58,6 +58,8 @@ pub struct TenantPolicy {
     pub pod_security: Level,
     /// PriorityClasses the tenant's pods may name. Empty: none.
     pub priority_classes: Vec<String>,
+    /// RuntimeClasses the tenant's pods may name. Empty: none (the provider's default runtime).
+    pub runtime_classes: Vec<String>,
     /// Taint keys the tenant's pods may tolerate (a toleration without a key, i.e. of every
     /// taint, is never allowed). Empty: any key but the control plane's.
     pub toleration_keys: Vec<String>,
@@ -78,6 +80,7 @@ impl Default for TenantPolicy {
         Self {
             pod_security: Level::Baseline,
             priority_classes: Vec::new(),
+            runtime_classes: Vec::new(),
             toleration_keys: Vec::new(),
             services: ServicePolicy::default(),
             endpoint_ranges: Vec::new(),
@@ -250,6 +253,7 @@ impl serde::Serialize for BaseView<'_> {
         serde_json::json!({
             "podSecurity": p.pod_security.as_str(),
             "priorityClasses": p.priority_classes,
+            "runtimeClasses": p.runtime_classes,
             "tolerationKeys": p.toleration_keys,
             "services": {
                 "allowLoadBalancer": p.services.allow_load_balancer,

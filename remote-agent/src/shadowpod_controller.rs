@@ -2,8 +2,9 @@
 //!
 //! A deleted pod (eviction, node loss, a person) is re-created from the ShadowPod and the
 //! re-creation counted in its status, so the origin can raise its restart counts. A pod that
-//! finished (`Succeeded`/`Failed`), here or at the origin, is never re-created. Deleting the ShadowPod removes the pod
-//! through its owner reference.
+//! finished (`Succeeded`/`Failed`), here or at the origin, is never re-created. Deleting the
+//! ShadowPod removes the pod through its owner reference. A running pod's spec never changes;
+//! its labels and annotations follow the ShadowPod's ([`metadata`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -18,12 +19,15 @@ use kube::{Resource, ResourceExt};
 use refract_shared::backoff::PerKey;
 use refract_shared::keys::{
     DESTINATION_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
+    SHADOWPOD_FIELD_MANAGER,
 };
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
+
+pub mod metadata;
 
 /// Label on pods the controller created.
 pub const MANAGED_BY_LABEL: &str = "refract.io/managed-by";
@@ -241,6 +245,11 @@ async fn reconcile(
     let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), ns);
     match pods.get_opt(name).await? {
         Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
+            if let Some(patch) = metadata::metadata_patch(&pod, &pod_for(&shadow)) {
+                tracing::debug!(namespace = %ns, %name, "pod labels or annotations follow the ShadowPod");
+                pods.patch(name, &shadowpod_params(), &Patch::Merge(patch))
+                    .await?;
+            }
             let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
             let next = ShadowPodStatus {
                 phase,
@@ -277,7 +286,11 @@ async fn reconcile(
             if pending != status {
                 write_status(&shadows, name, &pending).await?;
             }
-            let created = match pods.create(&PostParams::default(), &pod_for(&shadow)).await {
+            let create = PostParams {
+                field_manager: Some(SHADOWPOD_FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            let created = match pods.create(&create, &pod_for(&shadow)).await {
                 Ok(p) => p,
                 Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
                 Err(e) => {
@@ -322,13 +335,23 @@ async fn reconcile(
     Ok(())
 }
 
+/// Writes of the pods' labels and annotations, under the manager their creation used.
+fn shadowpod_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(SHADOWPOD_FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
 /// The pod a ShadowPod stands for: its spec, its labels plus the managed-by label, its
 /// annotations, owned by the ShadowPod.
 pub fn pod_for(shadow: &ShadowPod) -> Pod {
     let mut labels: BTreeMap<String, String> = shadow.labels().clone();
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_SHADOWPOD.into());
     let mut annotations = shadow.annotations().clone();
+    // The ShadowPod's write bookkeeping, which changes with every write of it.
     annotations.remove(refract_shared::keys::DESIRED_HASH_ANNOTATION);
+    annotations.remove(refract_shared::keys::ORIGIN_HASH_ANNOTATION);
     Pod {
         metadata: kube::api::ObjectMeta {
             name: shadow.metadata.name.clone(),

@@ -13,6 +13,9 @@ pub const LOCAL_FIELD_MANAGER: &str = "refract-local-agent";
 pub const LOCAL_STATUS_FIELD_MANAGER: &str = "refract-local-agent-status";
 /// Field manager of status the remote agent applies (see [`LOCAL_STATUS_FIELD_MANAGER`]).
 pub const REMOTE_STATUS_FIELD_MANAGER: &str = "refract-remote-agent-status";
+/// Field manager of the pods the remote agent's ShadowPod controller creates and of their
+/// labels and annotations: which label and annotation keys it set is read back from it.
+pub const SHADOWPOD_FIELD_MANAGER: &str = "refract-shadowpod";
 
 /// Label on provider objects: the origin cluster id (the tenant).
 pub const ORIGIN_LABEL: &str = "offloading.refract.io/origin";

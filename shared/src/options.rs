@@ -257,13 +257,17 @@ impl ReflectionOptions {
 
     /// Applies a Helm-values-shaped YAML document on top of these options.
     pub fn merge_values(&mut self, values: &HelmValues) {
-        let Some(reflection) = values
+        // The older spelling first, so that the current one wins where both say something.
+        let current = values
             .offloading
             .as_ref()
-            .and_then(|o| o.reflection.as_ref())
-        else {
-            return;
-        };
+            .and_then(|o| o.reflection.as_ref());
+        for reflection in [values.reflection.as_ref(), current].into_iter().flatten() {
+            self.merge_reflection(reflection);
+        }
+    }
+
+    fn merge_reflection(&mut self, reflection: &ReflectionValues) {
         for kind in Kind::ALL {
             if let Some(r) = reflection.resources.get(kind.key()) {
                 let mut o = self.kind(kind);
@@ -284,13 +288,67 @@ impl ReflectionOptions {
     }
 }
 
-/// The subset of Liqo's Helm values Refract understands.
+/// The subset of Liqo's Helm values Refract understands. Any other key is refused by name.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HelmValues {
     /// `offloading:`
     pub offloading: Option<OffloadingValues>,
+    /// `reflection:` at the top level, as older Liqo versions spell it (the same keys as
+    /// `offloading.reflection`, which wins where both say something).
+    pub reflection: Option<ReflectionValues>,
 }
+
+impl HelmValues {
+    /// Parses a values file; unknown keys are refused with their path, and the keys known there.
+    pub fn from_yaml(text: &str) -> Result<Self, String> {
+        let values: HelmValues = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        let mut problems = Vec::new();
+        let current = values
+            .offloading
+            .as_ref()
+            .and_then(|o| o.reflection.as_ref());
+        for (path, reflection) in [
+            ("reflection", values.reflection.as_ref()),
+            ("offloading.reflection", current),
+        ] {
+            let Some(reflection) = reflection else {
+                continue;
+            };
+            for key in reflection.resources.keys() {
+                if Kind::ALL.iter().any(|k| k.key() == key) {
+                    continue;
+                }
+                problems.push(match ELSEWHERE.iter().find(|(liqo, _)| liqo == key) {
+                    Some((_, flag)) => format!("{path}.{key} is set with {flag} here"),
+                    None => format!("unknown key {path}.{key}"),
+                });
+            }
+        }
+        if problems.is_empty() {
+            return Ok(values);
+        }
+        let known: Vec<&str> = Kind::ALL.iter().map(|k| k.key()).chain(["skip"]).collect();
+        Err(format!(
+            "{}; the keys under reflection are {}",
+            problems.join("; "),
+            known.join(", ")
+        ))
+    }
+}
+
+/// Liqo's reflection keys whose setting is a flag of the local agent here.
+const ELSEWHERE: [(&str, &str); 3] = [
+    ("pod", "--pod-reflection-workers"),
+    (
+        "serviceaccount",
+        "--enable-apiserver-support (tokens are requested per offloaded pod)",
+    ),
+    (
+        "event",
+        "--event-rate (provider events are always reflected back)",
+    ),
+];
 
 /// `offloading:`
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -335,6 +393,39 @@ pub struct ResourceValues {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_older_top_level_spelling_is_accepted_and_the_current_one_wins() {
+        let values = HelmValues::from_yaml(
+            "reflection:\n  secret: {type: AllowList, workers: 1}\n  ingress: {workers: 0}\noffloading:\n  reflection:\n    secret: {workers: 2}\n",
+        )
+        .unwrap();
+        let mut o = ReflectionOptions::new("origin", "provider");
+        o.merge_values(&values);
+        assert_eq!(o.kind(Kind::Secret).policy, Policy::AllowList);
+        assert_eq!(o.kind(Kind::Secret).workers, 2);
+        assert_eq!(o.kind(Kind::Ingress).workers, 0);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let err = HelmValues::from_yaml("reflection:\n  secrets: {workers: 0}\n  configmap: {workers: 1}\noffloading:\n  reflection:\n    pods: {workers: 1}\n")
+            .unwrap_err();
+        assert!(err.contains("unknown key reflection.secrets"), "{err}");
+        assert!(
+            err.contains("unknown key offloading.reflection.pods"),
+            "{err}"
+        );
+        let err = HelmValues::from_yaml("offloading:\n  reflection:\n    pod: {workers: 4}\n")
+            .unwrap_err();
+        assert!(err.contains("--pod-reflection-workers"), "{err}");
+        assert!(err.contains("secret, service"), "{err}");
+        let err = HelmValues::from_yaml("networking:\n  enabled: true\n").unwrap_err();
+        assert!(err.contains("networking"), "{err}");
+        let err = HelmValues::from_yaml("reflection:\n  secret: {type: AllowList, worker: 2}\n")
+            .unwrap_err();
+        assert!(err.contains("worker"), "{err}");
+    }
 
     #[test]
     fn helm_values_override_defaults() {

@@ -75,6 +75,17 @@ fn placement(spec: &PodSpec, policy: &TenantPolicy) -> Result<(), Violation> {
             ));
         }
     }
+    if let Some(class) = spec.runtime_class_name.as_deref().filter(|c| !c.is_empty()) {
+        if !policy.runtime_classes.iter().any(|c| c == class) {
+            return Err(Violation::new(
+                "spec.runtimeClassName",
+                format!(
+                    "RuntimeClass {class:?} is not allowed for this tenant (allowed: {})",
+                    listed(&policy.runtime_classes)
+                ),
+            ));
+        }
+    }
     if spec.priority.is_some() {
         return Err(Violation::new(
             "spec.priority",
@@ -220,6 +231,10 @@ mod tests {
                 "spec.pod.priority",
             ),
             (
+                json!({"runtimeClassName": "gvisor", "containers": c}),
+                "spec.pod.runtimeClassName",
+            ),
+            (
                 json!({"tolerations": [{"operator": "Exists"}], "containers": c}),
                 "spec.pod.tolerations[0]",
             ),
@@ -250,11 +265,12 @@ mod tests {
         let c = json!([{"name": "a", "image": "x"}]);
         let p = TenantPolicy {
             priority_classes: vec!["tenant-high".into()],
+            runtime_classes: vec!["gvisor".into()],
             toleration_keys: vec!["gpu".into()],
             ..TenantPolicy::default()
         };
         let mut ok = shadow(
-            json!({"priorityClassName": "tenant-high", "tolerations": [{"key": "gpu", "operator": "Exists"}], "containers": c}),
+            json!({"priorityClassName": "tenant-high", "runtimeClassName": "gvisor", "tolerations": [{"key": "gpu", "operator": "Exists"}], "containers": c}),
         );
         assert_eq!(check(&mut ok, &p), Ok(()));
         assert_eq!(

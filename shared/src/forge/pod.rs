@@ -42,6 +42,11 @@ pub const ANTI_AFFINITY_LABELS_ANNOTATION: &str = "liqo.io/anti-affinity-labels"
 pub const ORIGIN_UID_LABEL: &str = "offloading.refract.io/origin-uid";
 /// ShadowPod label: the virtual node the pod was bound to.
 pub const NODE_NAME_LABEL: &str = "offloading.refract.io/nodename";
+/// Annotation of an origin pod naming the RuntimeClass its provider pod runs with.
+pub const REMOTE_RUNTIME_CLASS_ANNOTATION: &str = "liqo.io/remote-runtime-class-name";
+/// Liqo's own RuntimeClass: it only steers pods onto virtual nodes, and means nothing on the
+/// provider.
+pub const LIQO_RUNTIME_CLASS: &str = "liqo";
 
 /// Labels that identify a single pod and would defeat spreading, dropped from preset selectors.
 const PER_POD_LABELS: &[&str] = &[
@@ -85,6 +90,23 @@ pub fn shadow_pod(
     Ok(object)
 }
 
+/// The RuntimeClass of the provider pod: the one the origin pod's
+/// `liqo.io/remote-runtime-class-name` names, else the origin pod's own unless it is Liqo's,
+/// else none (the provider's default).
+fn remote_runtime_class(local: &PodSpec, pod: &Pod) -> Option<String> {
+    let annotated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REMOTE_RUNTIME_CLASS_ANNOTATION))
+        .filter(|c| !c.is_empty());
+    let own = local
+        .runtime_class_name
+        .as_ref()
+        .filter(|c| !c.is_empty() && c.as_str() != LIQO_RUNTIME_CLASS);
+    annotated.or(own).cloned()
+}
+
 /// The phase a pod finished in (`Succeeded` or `Failed`), if it did: such a pod is never run
 /// again, wherever it ran.
 pub fn finished_phase(pod: &Pod) -> Option<&str> {
@@ -123,6 +145,7 @@ fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context
         image_pull_secrets: local.image_pull_secrets.clone(),
         readiness_gates: local.readiness_gates.clone(),
         restart_policy: local.restart_policy.clone(),
+        runtime_class_name: remote_runtime_class(local, pod),
         security_context: local.security_context.clone(),
         set_hostname_as_fqdn: local.set_hostname_as_fqdn,
         share_process_namespace: local.share_process_namespace,

@@ -356,7 +356,8 @@ impl Peering {
             format!("--webhook-key={}", wh.join("tls.key").display()),
             format!("--node-ip={NODE_IP}"),
             format!("--remote-pod-remap={POD_REMAP}"),
-            "--node-not-ready-grace=5s".into(),
+            "--health-check-interval=1s".into(),
+            "--health-failure-threshold=5".into(),
         ];
         let refs: Vec<&str> = flags
             .iter()

@@ -218,6 +218,63 @@ spec:
         "webhook did not add the toleration: {tolerations}"
     );
 
+    // Label and annotation changes on an origin pod reach its running provider pod: the
+    // container keeps running, and a label added on the provider stays.
+    let relabeled = pods[1].0.clone();
+    let remote = |p: &Peering, path: &str| {
+        provider_get(
+            p,
+            &[
+                "-n",
+                "apps-origin",
+                "pod",
+                &relabeled,
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+        )
+    };
+    let container = remote(&p, "{.status.containerStatuses[0].containerID}").unwrap();
+    p.provider_kubectl(&[
+        "-n",
+        "apps-origin",
+        "label",
+        "pod",
+        &relabeled,
+        "provider-owned=yes",
+    ]);
+    p.origin_kubectl(&["-n", "apps", "label", "pod", &relabeled, "tier=front"]);
+    p.origin_kubectl(&["-n", "apps", "annotate", "pod", &relabeled, "note=hello"]);
+    p.eventually(
+        WAIT,
+        "the origin's new label and annotation on the provider pod",
+        || {
+            let got = remote(&p, "{.metadata.labels.tier}/{.metadata.annotations.note}")?;
+            (got == "front/hello").then_some(())
+        },
+    )
+    .await;
+    p.origin_kubectl(&["-n", "apps", "label", "pod", &relabeled, "tier-"]);
+    let labels = p
+        .eventually(
+            WAIT,
+            "the label removed at the origin gone on the provider",
+            || {
+                let labels = remote(&p, "{.metadata.labels}")?;
+                (!labels.contains("\"tier\"")).then_some(labels)
+            },
+        )
+        .await;
+    assert!(
+        labels.contains("\"provider-owned\":\"yes\"") && labels.contains("\"app\":\"web\""),
+        "{labels}"
+    );
+    assert_eq!(
+        remote(&p, "{.status.containerStatuses[0].containerID}").unwrap(),
+        container,
+        "the provider pod's container changed with its labels"
+    );
+
     // The virtual node's capacity follows the provider (the origin's own pods do not count).
     kubectl_stdin(
         &p.provider,

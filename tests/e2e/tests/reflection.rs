@@ -336,7 +336,7 @@ spec:
 
 #[tokio::test]
 async fn policies_and_skip_lists_decide_what_is_reflected() {
-    let p = Peering::start_with(
+    let mut p = Peering::start_with(
         false,
         &[
             "--configmap-reflection-type=AllowList",
@@ -428,6 +428,48 @@ spec: {defaultBackend: {service: {name: x, port: {number: 80}}}}
             "{what} was reflected"
         );
     }
+
+    // Secret reflection turned off afterwards, in a values file of the older spelling: the
+    // copies it left go, everything else stays.
+    let values = p.dir.path().join("reflection.yaml");
+    std::fs::write(&values, "reflection:\n  secret: {workers: 0}\n").unwrap();
+    p.local.take().unwrap().stop().await;
+    p.local_flags
+        .push(format!("--reflection-config={}", values.display()));
+    p.start_local();
+    until_gone(&p, "lab", "secret/plain").await;
+    assert_eq!(
+        provider(&p, "lab", "configmap/chosen", "{.metadata.name}").as_deref(),
+        Some("chosen"),
+        "turning Secrets off removed a ConfigMap"
+    );
+    assert!(
+        p.local_log().contains("reflection disabled (0 workers)"),
+        "{}",
+        p.local_log()
+    );
+
+    // A values file with keys the agent does not know: it refuses to start, naming them.
+    std::fs::write(
+        &values,
+        "offloading:\n  reflection:\n    secrets: {workers: 0}\n    pod: {workers: 2}\n",
+    )
+    .unwrap();
+    p.local.take().unwrap().stop().await;
+    p.start_local();
+    p.eventually(
+        Duration::from_secs(30),
+        "the local agent refusing its values file",
+        || {
+            let log = p.local_log();
+            (log.contains("unknown key offloading.reflection.secrets")
+                && log.contains("offloading.reflection.pod is set with --pod-reflection-workers"))
+            .then_some(())
+        },
+    )
+    .await;
+    let status = p.local.take().unwrap().stop().await;
+    assert!(!status.success(), "exited 0 with unknown keys");
 }
 
 #[tokio::test]

@@ -1,0 +1,156 @@
+//! Labels and annotations of a running pod, kept equal to its ShadowPod's.
+//!
+//! A pod's spec is frozen once it runs (as in Liqo), but its labels and annotations follow
+//! the origin pod's: a Service selecting on a label the origin adds later must find the
+//! provider pod too. Keys are set and changed as the ShadowPod says; a key is removed only if
+//! this controller set it (read from the pod's managed fields), so what others on the provider
+//! add to the pod stays.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use refract_shared::keys::SHADOWPOD_FIELD_MANAGER;
+
+/// The merge patch that brings `pod`'s labels and annotations to `desired`'s, or `None` when
+/// they agree already.
+pub fn metadata_patch(pod: &Pod, desired: &Pod) -> Option<serde_json::Value> {
+    let ours = owned_keys(pod);
+    let labels = map_patch(
+        pod.metadata.labels.as_ref(),
+        desired.metadata.labels.as_ref(),
+        &ours.labels,
+    );
+    let annotations = map_patch(
+        pod.metadata.annotations.as_ref(),
+        desired.metadata.annotations.as_ref(),
+        &ours.annotations,
+    );
+    if labels.is_empty() && annotations.is_empty() {
+        return None;
+    }
+    let mut metadata = serde_json::Map::new();
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), labels.into());
+    }
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), annotations.into());
+    }
+    Some(serde_json::json!({ "metadata": metadata }))
+}
+
+/// Sets what `desired` has and `current` lacks or holds otherwise; removes (null) what this
+/// controller set and `desired` no longer has.
+fn map_patch(
+    current: Option<&BTreeMap<String, String>>,
+    desired: Option<&BTreeMap<String, String>>,
+    ours: &BTreeSet<String>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let empty = BTreeMap::new();
+    let current = current.unwrap_or(&empty);
+    let desired = desired.unwrap_or(&empty);
+    let mut patch = serde_json::Map::new();
+    for (k, v) in desired {
+        if current.get(k) != Some(v) {
+            patch.insert(k.clone(), v.clone().into());
+        }
+    }
+    for k in current.keys() {
+        if !desired.contains_key(k) && ours.contains(k) {
+            patch.insert(k.clone(), serde_json::Value::Null);
+        }
+    }
+    patch
+}
+
+/// Label and annotation keys the controller's field manager owns on a pod.
+#[derive(Default)]
+struct Owned {
+    labels: BTreeSet<String>,
+    annotations: BTreeSet<String>,
+}
+
+fn owned_keys(pod: &Pod) -> Owned {
+    let mut owned = Owned::default();
+    for entry in pod.metadata.managed_fields.iter().flatten() {
+        if entry.manager.as_deref() != Some(SHADOWPOD_FIELD_MANAGER) {
+            continue;
+        }
+        let Some(fields) = entry.fields_v1.as_ref() else {
+            continue;
+        };
+        let metadata = fields.0.get("f:metadata");
+        for (name, set) in [
+            ("f:labels", &mut owned.labels),
+            ("f:annotations", &mut owned.annotations),
+        ] {
+            let keys = metadata
+                .and_then(|m| m.get(name))
+                .and_then(|l| l.as_object());
+            for key in keys.into_iter().flat_map(|m| m.keys()) {
+                if let Some(key) = key.strip_prefix("f:") {
+                    set.insert(key.to_string());
+                }
+            }
+        }
+    }
+    owned
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_pod(labels: &[(&str, &str)], owned: &[&str], other: &[&str]) -> Pod {
+        let fields = |keys: &[&str]| {
+            let labels: serde_json::Map<String, serde_json::Value> = keys
+                .iter()
+                .map(|k| (format!("f:{k}"), serde_json::json!({})))
+                .collect();
+            serde_json::json!({"f:metadata": {"f:labels": labels}})
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web",
+                "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+                "managedFields": [
+                    {"manager": SHADOWPOD_FIELD_MANAGER, "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": fields(owned)},
+                    {"manager": "someone-else", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": fields(other)},
+                ],
+            }
+        }))
+        .unwrap()
+    }
+
+    fn mk_desired(labels: &[(&str, &str)]) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {
+            "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+        }}))
+        .unwrap()
+    }
+
+    #[test]
+    fn changed_and_new_keys_are_set_and_our_dropped_keys_removed() {
+        let pod = mk_pod(
+            &[
+                ("app", "web"),
+                ("tier", "a"),
+                ("gone", "x"),
+                ("theirs", "y"),
+            ],
+            &["app", "tier", "gone"],
+            &["theirs"],
+        );
+        let desired = mk_desired(&[("app", "web"), ("tier", "b"), ("new", "z")]);
+        let patch = metadata_patch(&pod, &desired).unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!({"metadata": {"labels": {"tier": "b", "new": "z", "gone": null}}})
+        );
+    }
+
+    #[test]
+    fn nothing_to_do_when_they_agree() {
+        let pod = mk_pod(&[("app", "web"), ("theirs", "y")], &["app"], &["theirs"]);
+        assert!(metadata_patch(&pod, &mk_desired(&[("app", "web")])).is_none());
+    }
+}
