@@ -200,8 +200,8 @@ impl Outbox {
     /// was sent for it.
     pub fn by_uid(&self, producer: Producer, uid: &str) -> Option<(Key, Sent)> {
         let ledger = self.ledger();
-        let (origin, sent) = ledger.by_uid(uid)?;
-        (origin.producer == producer).then(|| (origin.key.clone(), sent.clone()))
+        let (origin, sent) = ledger.by_uid(producer, uid)?;
+        Some((origin.key.clone(), sent.clone()))
     }
 
     /// The origin object (and its UID) of `producer` that provider object

@@ -155,7 +155,8 @@ pub struct Ledger {
     generation: u64,
     sent: HashMap<Origin, Sent>,
     by_remote: HashMap<RemoteKey, Origin>,
-    by_uid: HashMap<String, Origin>,
+    /// By producer and origin UID: a pod and its token Secret share the pod's UID.
+    by_uid: HashMap<(Producer, String), Origin>,
     deleting: HashMap<RemoteKey, Deleting>,
 }
 
@@ -203,7 +204,8 @@ impl Ledger {
         self.by_remote
             .insert(RemoteKey::of(&sent.remote), origin.clone());
         if !sent.origin_uid.is_empty() {
-            self.by_uid.insert(sent.origin_uid.clone(), origin.clone());
+            self.by_uid
+                .insert((origin.producer, sent.origin_uid.clone()), origin.clone());
         }
         if let Some(old) = self.sent.insert(origin.clone(), sent) {
             self.drop_indexes(&origin, &old);
@@ -261,10 +263,11 @@ impl Ledger {
         {
             self.by_remote.remove(&remote);
         }
-        if self.by_uid.get(&gone.origin_uid) == Some(origin)
+        let uid = (origin.producer, gone.origin_uid.clone());
+        if self.by_uid.get(&uid) == Some(origin)
             && current.is_none_or(|s| s.origin_uid != gone.origin_uid)
         {
-            self.by_uid.remove(&gone.origin_uid);
+            self.by_uid.remove(&uid);
         }
     }
 
@@ -282,9 +285,9 @@ impl Ledger {
         self.sent.get(origin)
     }
 
-    /// The origin object with UID `uid` the session sent, and what it sent.
-    pub fn by_uid(&self, uid: &str) -> Option<(&Origin, &Sent)> {
-        let origin = self.by_uid.get(uid)?;
+    /// The object of `producer` with origin UID `uid` the session sent, and what it sent.
+    pub fn by_uid(&self, producer: Producer, uid: &str) -> Option<(&Origin, &Sent)> {
+        let origin = self.by_uid.get(&(producer, uid.to_string()))?;
         Some((origin, self.sent.get(origin)?))
     }
 

@@ -125,6 +125,30 @@ fn a_secret_and_a_token_secret_are_told_apart_by_the_provider_object() {
 }
 
 #[test]
+fn a_pod_and_its_token_secret_share_the_uid_and_resolve_apart() {
+    let mut l = Ledger::default();
+    let now = Instant::now();
+    let pod = mk_origin(Producer::Pods, "apps", "web");
+    let token = mk_origin(Producer::Tokens, "apps", "web");
+    l.upsert(
+        1,
+        pod.clone(),
+        &mk_upsert("ShadowPod", "apps-o", "web", "{}", "5", "uid-web"),
+        now,
+    );
+    l.upsert(
+        1,
+        token.clone(),
+        &mk_upsert("Secret", "apps-o", "web-token", "{}", "5", "uid-web"),
+        now,
+    );
+    assert_eq!(l.by_uid(Producer::Pods, "uid-web").unwrap().0, &pod);
+    assert_eq!(l.by_uid(Producer::Tokens, "uid-web").unwrap().0, &token);
+    l.forget(&token);
+    assert_eq!(l.by_uid(Producer::Pods, "uid-web").unwrap().0, &pod);
+}
+
+#[test]
 fn a_transient_failure_forgets_the_object_so_that_it_is_sent_again() {
     let mut l = Ledger::default();
     let now = Instant::now();
@@ -232,8 +256,8 @@ fn indexes_follow_a_replaced_object_and_are_not_taken_from_another() {
         &mk_upsert("ShadowPod", "apps-o", "web", "{\"n\":1}", "2", "new"),
         now,
     );
-    assert!(l.by_uid("old").is_none());
-    assert_eq!(l.by_uid("new").unwrap().0, &pod);
+    assert!(l.by_uid(Producer::Pods, "old").is_none());
+    assert_eq!(l.by_uid(Producer::Pods, "new").unwrap().0, &pod);
     // Another origin object sent as the same provider object takes its index; forgetting the
     // first must not remove the second's.
     let other = mk_origin(Producer::Pods, "apps", "web-2");

@@ -272,25 +272,27 @@ impl Faults {
         };
         // Late duplicates would show within a moment of converging.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let w = self.writes.lock().unwrap();
+        let (writes, duplicates) = {
+            let w = self.writes.lock().unwrap();
+            (w.writes - writes_before, w.duplicates.clone())
+        };
         let pods = provider_pods(&self.p);
         println!(
             "{}: {OBJECTS} objects changed; {during} reached the provider during the fault; converged {took:.1?} after {since} ({:.1?} after the churn began); provider writes {}, duplicate writes {}, lost 0; pods unchanged: {}",
             s.name,
             churn_started.elapsed() - Duration::from_secs(2),
-            w.writes - writes_before,
-            w.duplicates.len(),
+            writes,
+            duplicates.len(),
             pods == self.pods,
         );
         assert!(
-            w.duplicates.is_empty(),
+            duplicates.is_empty(),
             "{}: writes that changed nothing: {:?}",
             s.name,
-            w.duplicates
+            duplicates
         );
         assert_eq!(
-            w.writes - writes_before,
-            OBJECTS as u64,
+            writes, OBJECTS as u64,
             "{}: one write per changed object",
             s.name
         );
@@ -306,7 +308,6 @@ impl Faults {
             "{}: the provider pods changed or restarted",
             s.name
         );
-        drop(w);
         if let Fault::OriginWatchGone = s.fault {
             self.relisted_without_losing_deletes(s.name).await;
         }
