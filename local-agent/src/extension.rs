@@ -307,17 +307,23 @@ impl State {
                 continue;
             }
             let Some(ns) = nso.namespace() else { continue };
-            let status = self.status_for(&nso, &ns, desired.get(&ns));
-            if nso.status.as_ref() == Some(&status) {
+            let (mine, view) = self.status_for(&nso, &ns, desired.get(&ns));
+            if nso.status.as_ref() == Some(&view) {
                 continue;
             }
             let api: Api<NamespaceOffloading> = Api::namespaced(self.client.clone(), &ns);
             let patch = serde_json::json!({
                 "apiVersion": "offloading.refract.io/v1alpha1",
                 "kind": "NamespaceOffloading",
-                "status": status,
+                "status": mine,
             });
-            let params = PatchParams::apply(LOCAL_STATUS_FIELD_MANAGER).force();
+            // One field manager per peer: each local agent owns its own entry of the
+            // conditions, so agents of several peerings never overwrite each other's.
+            let manager = format!(
+                "{LOCAL_STATUS_FIELD_MANAGER}-{}",
+                self.config.remote_cluster_id
+            );
+            let params = PatchParams::apply(&manager).force();
             if let Err(error) = api
                 .patch_status(crd::NAME, &params, &Patch::Apply(&patch))
                 .await
@@ -327,21 +333,22 @@ impl State {
         }
     }
 
+    /// What this peer applies (its own conditions, and the phase of them all as it sees
+    /// them), and the whole status as it should then read.
     fn status_for(
         &self,
         nso: &NamespaceOffloading,
         ns: &str,
         desired: Option<&Result<String, String>>,
-    ) -> NamespaceOffloadingStatus {
+    ) -> (NamespaceOffloadingStatus, NamespaceOffloadingStatus) {
         let cond = |type_: &str, ok: bool, reason: &str, message: &str| RemoteNamespaceCondition {
             type_: type_.into(),
             status: if ok { "True" } else { "False" }.into(),
             reason: reason.into(),
             message: message.into(),
         };
-        let (phase, remote, conditions) = match desired {
+        let (remote, conditions) = match desired {
             None => (
-                "NoClusterSelected",
                 None,
                 vec![cond(
                     "OffloadingRequired",
@@ -355,35 +362,32 @@ impl State {
                 let remote = target.as_ref().ok().cloned();
                 match (self.confirmed.get(ns), self.failures.get(ns)) {
                     (Some(_), _) => (
-                        "Ready",
                         remote,
                         vec![selected, cond("Ready", true, "NamespaceCreated", "")],
                     ),
                     (None, Some(Failure::Refused(m))) => (
-                        "AllFailed",
                         remote,
                         vec![selected, cond("Ready", false, "CreationLoopBackOff", m)],
                     ),
-                    (None, Some(Failure::Pending(m))) => (
-                        "InProgress",
-                        remote,
-                        vec![selected, cond("Ready", false, "Creating", m)],
-                    ),
-                    (None, None) => (
-                        "InProgress",
-                        remote,
-                        vec![selected, cond("Ready", false, "Creating", "")],
-                    ),
+                    (None, Some(Failure::Pending(m))) => {
+                        (remote, vec![selected, cond("Ready", false, "Creating", m)])
+                    }
+                    (None, None) => (remote, vec![selected, cond("Ready", false, "Creating", "")]),
                 }
             }
         };
-        let mut status = nso.status.clone().unwrap_or_default();
-        status.offloading_phase = Some(phase.into());
-        status.remote_namespace_name = remote.or(status.remote_namespace_name);
-        status
-            .remote_namespaces_conditions
-            .insert(self.config.remote_cluster_id.clone(), conditions);
-        status
+        let peer = self.config.remote_cluster_id.clone();
+        let mut view = nso.status.clone().unwrap_or_default();
+        view.remote_namespaces_conditions
+            .insert(peer.clone(), conditions.clone());
+        view.offloading_phase = Some(crd::phase_of(&view.remote_namespaces_conditions).into());
+        view.remote_namespace_name = remote.clone().or(view.remote_namespace_name);
+        let mine = NamespaceOffloadingStatus {
+            remote_namespace_name: remote,
+            offloading_phase: view.offloading_phase.clone(),
+            remote_namespaces_conditions: BTreeMap::from([(peer, conditions)]),
+        };
+        (mine, view)
     }
 }
 
