@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use refract_shared::hash::bytes_hash;
 use refract_shared::proto::{
     local_message, Ack, Delete, LocalMessage, ObjectRef, SnapshotComplete, Upsert,
 };
@@ -70,9 +71,10 @@ impl Outbox {
     /// through the comparison of a resumed session.
     pub async fn upsert(&self, session: &SessionTx, origin: Origin, upsert: Upsert) -> bool {
         let direct = origin.producer == Producer::Tokens;
+        let hash = bytes_hash(&upsert.object_json);
         let admit = self
             .ledger()
-            .upsert(session.generation, origin, &upsert, Instant::now());
+            .upsert(session.generation, origin, &upsert, hash, Instant::now());
         if admit != Admit::Send {
             return false;
         }
@@ -91,10 +93,11 @@ impl Outbox {
     ) -> oneshot::Receiver<Ack> {
         let (answer_tx, answer_rx) = oneshot::channel();
         let remote = RemoteKey::of(&upsert.object.clone().unwrap_or_default());
+        let hash = bytes_hash(&upsert.object_json);
         {
             let mut ledger = self.ledger();
             ledger.forget(&origin);
-            ledger.upsert(session.generation, origin, &upsert, Instant::now());
+            ledger.upsert(session.generation, origin, &upsert, hash, Instant::now());
         }
         self.inner
             .waiters

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+#[cfg(doc)]
 use refract_shared::hash::bytes_hash;
 use refract_shared::options::Kind;
 use refract_shared::proto::{Ack, ObjectRef, Outcome, Upsert};
@@ -177,18 +178,19 @@ impl Ledger {
     }
 
     /// Records an Upsert of `origin` on session `generation` unless that session sent the
-    /// same bytes for it already.
+    /// same bytes for it already; `hash` is [`bytes_hash`] of its JSON, computed by the caller
+    /// before taking the ledger's lock.
     pub fn upsert(
         &mut self,
         generation: u64,
         origin: Origin,
         upsert: &Upsert,
+        hash: String,
         now: Instant,
     ) -> Admit {
         if !self.enter(generation) {
             return Admit::Stale;
         }
-        let hash = bytes_hash(&upsert.object_json);
         if self.sent.get(&origin).is_some_and(|s| s.hash == hash) {
             return Admit::AlreadySent;
         }

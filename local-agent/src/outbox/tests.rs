@@ -47,6 +47,12 @@ fn mk_ack(kind: &str, ns: &str, name: &str, revision: &str, outcome: Outcome) ->
     }
 }
 
+/// Records `upsert` as the outbox does, hashing it first.
+fn record(l: &mut Ledger, generation: u64, origin: Origin, upsert: &Upsert, now: Instant) -> Admit {
+    let hash = refract_shared::hash::bytes_hash(&upsert.object_json);
+    l.upsert(generation, origin, upsert, hash, now)
+}
+
 const CONFIGMAPS: Producer = Producer::Objects(Kind::ConfigMap);
 const SECRETS: Producer = Producer::Objects(Kind::Secret);
 
@@ -56,14 +62,14 @@ fn the_same_bytes_are_sent_once_per_session_and_again_on_the_next() {
     let now = Instant::now();
     let cm = mk_origin(CONFIGMAPS, "shop", "a");
     let up = mk_upsert("ConfigMap", "shop-o", "a", "{\"v\":1}", "10", "u1");
-    assert_eq!(l.upsert(1, cm.clone(), &up, now), Admit::Send);
-    assert_eq!(l.upsert(1, cm.clone(), &up, now), Admit::AlreadySent);
+    assert_eq!(record(&mut l, 1, cm.clone(), &up, now), Admit::Send);
+    assert_eq!(record(&mut l, 1, cm.clone(), &up, now), Admit::AlreadySent);
     let changed = mk_upsert("ConfigMap", "shop-o", "a", "{\"v\":2}", "11", "u1");
-    assert_eq!(l.upsert(1, cm.clone(), &changed, now), Admit::Send);
+    assert_eq!(record(&mut l, 1, cm.clone(), &changed, now), Admit::Send);
     // A new session has been sent nothing.
-    assert_eq!(l.upsert(2, cm.clone(), &changed, now), Admit::Send);
+    assert_eq!(record(&mut l, 2, cm.clone(), &changed, now), Admit::Send);
     // What a replaced session's producer still offers is not recorded.
-    assert_eq!(l.upsert(1, cm.clone(), &up, now), Admit::Stale);
+    assert_eq!(record(&mut l, 1, cm.clone(), &up, now), Admit::Stale);
     assert_eq!(l.get(&cm).unwrap().revision, "11");
 }
 
@@ -72,7 +78,8 @@ fn an_ack_records_its_state_and_reaches_the_producer_of_that_object() {
     let mut l = Ledger::default();
     let now = Instant::now();
     let cm = mk_origin(CONFIGMAPS, "shop", "a");
-    l.upsert(
+    record(
+        &mut l,
         1,
         cm.clone(),
         &mk_upsert("ConfigMap", "shop-o", "a", "{}", "10", "u1"),
@@ -98,13 +105,15 @@ fn a_secret_and_a_token_secret_are_told_apart_by_the_provider_object() {
     let now = Instant::now();
     let secret = mk_origin(SECRETS, "shop", "creds");
     let token = mk_origin(Producer::Tokens, "shop", "web");
-    l.upsert(
+    record(
+        &mut l,
         1,
         secret.clone(),
         &mk_upsert("Secret", "shop-o", "creds", "{}", "1", "s"),
         now,
     );
-    l.upsert(
+    record(
+        &mut l,
         1,
         token.clone(),
         &mk_upsert("Secret", "shop-o", "web-token", "{}", "2", "p"),
@@ -130,13 +139,15 @@ fn a_pod_and_its_token_secret_share_the_uid_and_resolve_apart() {
     let now = Instant::now();
     let pod = mk_origin(Producer::Pods, "apps", "web");
     let token = mk_origin(Producer::Tokens, "apps", "web");
-    l.upsert(
+    record(
+        &mut l,
         1,
         pod.clone(),
         &mk_upsert("ShadowPod", "apps-o", "web", "{}", "5", "uid-web"),
         now,
     );
-    l.upsert(
+    record(
+        &mut l,
         1,
         token.clone(),
         &mk_upsert("Secret", "apps-o", "web-token", "{}", "5", "uid-web"),
@@ -154,7 +165,7 @@ fn a_transient_failure_forgets_the_object_so_that_it_is_sent_again() {
     let now = Instant::now();
     let cm = mk_origin(CONFIGMAPS, "shop", "a");
     let up = mk_upsert("ConfigMap", "shop-o", "a", "{}", "10", "u1");
-    l.upsert(1, cm.clone(), &up, now);
+    record(&mut l, 1, cm.clone(), &up, now);
     let a = l
         .answer(&mk_ack(
             "ConfigMap",
@@ -166,7 +177,7 @@ fn a_transient_failure_forgets_the_object_so_that_it_is_sent_again() {
         .unwrap();
     assert_eq!(a.outcome, Outcome::Transient);
     assert!(l.get(&cm).is_none());
-    assert_eq!(l.upsert(1, cm, &up, now), Admit::Send);
+    assert_eq!(record(&mut l, 1, cm, &up, now), Admit::Send);
 }
 
 #[test]
@@ -174,13 +185,15 @@ fn an_ack_of_an_older_revision_changes_nothing() {
     let mut l = Ledger::default();
     let now = Instant::now();
     let cm = mk_origin(CONFIGMAPS, "shop", "a");
-    l.upsert(
+    record(
+        &mut l,
         1,
         cm.clone(),
         &mk_upsert("ConfigMap", "shop-o", "a", "{\"v\":1}", "10", "u"),
         now,
     );
-    l.upsert(
+    record(
+        &mut l,
         1,
         cm.clone(),
         &mk_upsert("ConfigMap", "shop-o", "a", "{\"v\":2}", "11", "u"),
@@ -206,7 +219,8 @@ fn a_delete_forgets_the_object_and_its_confirmation_names_the_origin_and_uid() {
     let mut l = Ledger::default();
     let now = Instant::now();
     let pod = mk_origin(Producer::Pods, "apps", "web");
-    l.upsert(
+    record(
+        &mut l,
         1,
         pod.clone(),
         &mk_upsert("ShadowPod", "apps-o", "web", "{}", "5", "uid-web"),
@@ -243,14 +257,16 @@ fn indexes_follow_a_replaced_object_and_are_not_taken_from_another() {
     let mut l = Ledger::default();
     let now = Instant::now();
     let pod = mk_origin(Producer::Pods, "apps", "web");
-    l.upsert(
+    record(
+        &mut l,
         1,
         pod.clone(),
         &mk_upsert("ShadowPod", "apps-o", "web", "{}", "1", "old"),
         now,
     );
     // The same name, a new pod (a new UID): the old UID resolves no more.
-    l.upsert(
+    record(
+        &mut l,
         1,
         pod.clone(),
         &mk_upsert("ShadowPod", "apps-o", "web", "{\"n\":1}", "2", "new"),
@@ -261,7 +277,8 @@ fn indexes_follow_a_replaced_object_and_are_not_taken_from_another() {
     // Another origin object sent as the same provider object takes its index; forgetting the
     // first must not remove the second's.
     let other = mk_origin(Producer::Pods, "apps", "web-2");
-    l.upsert(
+    record(
+        &mut l,
         1,
         other.clone(),
         &mk_upsert("ShadowPod", "apps-o", "web", "{}", "3", "u2"),
@@ -279,19 +296,22 @@ fn a_namespace_no_longer_extended_is_forgotten_for_that_producer_only() {
     let a = mk_origin(CONFIGMAPS, "shop", "a");
     let b = mk_origin(CONFIGMAPS, "other", "b");
     let pod = mk_origin(Producer::Pods, "shop", "web");
-    l.upsert(
+    record(
+        &mut l,
         1,
         a.clone(),
         &mk_upsert("ConfigMap", "shop-o", "a", "{}", "1", "1"),
         now,
     );
-    l.upsert(
+    record(
+        &mut l,
         1,
         b.clone(),
         &mk_upsert("ConfigMap", "other-o", "b", "{}", "1", "2"),
         now,
     );
-    l.upsert(
+    record(
+        &mut l,
         1,
         pod.clone(),
         &mk_upsert("ShadowPod", "shop-o", "web", "{}", "1", "3"),
@@ -311,7 +331,7 @@ fn unacked_counts_pending_upserts_and_the_oldest_age() {
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
         let at = t0 + Duration::from_secs(i as u64);
         let up = mk_upsert("ConfigMap", "shop-o", name, "{}", "1", name);
-        l.upsert(1, mk_origin(CONFIGMAPS, "shop", name), &up, at);
+        record(&mut l, 1, mk_origin(CONFIGMAPS, "shop", name), &up, at);
     }
     l.answer(&mk_ack("ConfigMap", "shop-o", "a", "1", Outcome::Applied));
     l.answer(&mk_ack("ConfigMap", "shop-o", "c", "1", Outcome::Conflict));

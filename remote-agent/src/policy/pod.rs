@@ -60,32 +60,18 @@ fn placement(spec: &PodSpec, policy: &TenantPolicy) -> Result<(), Violation> {
             "the provider's scheduler places tenant pods; nodeName is not allowed",
         ));
     }
-    if let Some(class) = spec
-        .priority_class_name
-        .as_deref()
-        .filter(|c| !c.is_empty())
-    {
-        if !policy.priority_classes.iter().any(|c| c == class) {
-            return Err(Violation::new(
-                "spec.priorityClassName",
-                format!(
-                    "PriorityClass {class:?} is not allowed for this tenant (allowed: {})",
-                    listed(&policy.priority_classes)
-                ),
-            ));
-        }
-    }
-    if let Some(class) = spec.runtime_class_name.as_deref().filter(|c| !c.is_empty()) {
-        if !policy.runtime_classes.iter().any(|c| c == class) {
-            return Err(Violation::new(
-                "spec.runtimeClassName",
-                format!(
-                    "RuntimeClass {class:?} is not allowed for this tenant (allowed: {})",
-                    listed(&policy.runtime_classes)
-                ),
-            ));
-        }
-    }
+    class_allowed(
+        "spec.priorityClassName",
+        "PriorityClass",
+        spec.priority_class_name.as_deref(),
+        &policy.priority_classes,
+    )?;
+    class_allowed(
+        "spec.runtimeClassName",
+        "RuntimeClass",
+        spec.runtime_class_name.as_deref(),
+        &policy.runtime_classes,
+    )?;
     if spec.priority.is_some() {
         return Err(Violation::new(
             "spec.priority",
@@ -190,6 +176,25 @@ pub fn secrets_read(spec: &PodSpec) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// A class the pod names (`kind`, at `field`) must be one the tenant's policy lists.
+fn class_allowed(
+    field: &str,
+    kind: &str,
+    named: Option<&str>,
+    allowed: &[String],
+) -> Result<(), Violation> {
+    match named.filter(|c| !c.is_empty()) {
+        Some(class) if !allowed.iter().any(|c| c == class) => Err(Violation::new(
+            field,
+            format!(
+                "{kind} {class:?} is not allowed for this tenant (allowed: {})",
+                listed(allowed)
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn listed(items: &[String]) -> String {
