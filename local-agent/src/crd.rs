@@ -60,7 +60,7 @@ pub struct NamespaceOffloadingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_namespace_name: Option<String>,
     /// `Ready`, `NoClusterSelected`, `InProgress`, `SomeFailed` or `AllFailed`, over every
-    /// peer ([`phase_of`]).
+    /// selected peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offloading_phase: Option<String>,
     /// Per provider cluster id: the state of its twin namespace.
