@@ -44,6 +44,18 @@ impl Extension {
     pub fn generation(&self) -> u64 {
         self.session.as_ref().map_or(0, |s| s.generation)
     }
+
+    /// The extended namespaces (local, twin) whose every object must be sent again since
+    /// `last` was seen: all of them on a new session, else those newly extended or whose twin
+    /// changed. Each is followed by its SnapshotComplete.
+    pub fn to_resend(&self, last: &Extension) -> Vec<(String, String)> {
+        let new_session = self.generation() != last.generation();
+        self.namespaces
+            .iter()
+            .filter(|(ns, remote)| new_session || last.namespaces.get(*ns) != Some(*remote))
+            .map(|(ns, remote)| (ns.clone(), remote.clone()))
+            .collect()
+    }
 }
 
 /// Settings of the controller.
@@ -409,4 +421,42 @@ fn twin_origin(ns: &str) -> Origin {
             name: ns.to_string(),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_extension(generation: u64, namespaces: &[(&str, &str)]) -> Extension {
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let (tx, _) = mpsc::channel(1);
+        let session = (generation > 0).then(|| SessionTx {
+            generation,
+            session_id: String::new(),
+            tx: tx.clone(),
+            direct: tx,
+            channel,
+        });
+        Extension {
+            session,
+            namespaces: namespaces
+                .iter()
+                .map(|(l, r)| (l.to_string(), r.to_string()))
+                .collect(),
+        }
+    }
+
+    fn names(v: Vec<(String, String)>) -> Vec<String> {
+        v.into_iter().map(|(ns, _)| ns).collect()
+    }
+
+    #[tokio::test]
+    async fn a_new_session_resends_every_namespace_else_only_new_or_moved_ones() {
+        let last = mk_extension(1, &[("a", "a-o"), ("b", "b-o")]);
+        let same = mk_extension(1, &[("a", "a-o"), ("b", "b-x"), ("c", "c-o")]);
+        assert_eq!(names(same.to_resend(&last)), vec!["b", "c"]);
+        let reconnected = mk_extension(2, &[("a", "a-o"), ("b", "b-o")]);
+        assert_eq!(names(reconnected.to_resend(&last)), vec!["a", "b"]);
+        assert!(last.to_resend(&last).is_empty());
+    }
 }

@@ -67,10 +67,9 @@ impl Outbox {
     }
 
     /// Sends `upsert` for `origin` unless `session` has had these bytes for it already;
-    /// returns whether it went. Token Secrets go straight to the stream, everything else
-    /// through the comparison of a resumed session.
+    /// returns whether it went.
     pub async fn upsert(&self, session: &SessionTx, origin: Origin, upsert: Upsert) -> bool {
-        let direct = origin.producer == Producer::Tokens;
+        let producer = origin.producer;
         let hash = bytes_hash(&upsert.object_json);
         let admit = self
             .ledger()
@@ -78,8 +77,11 @@ impl Outbox {
         if admit != Admit::Send {
             return false;
         }
-        let tx = if direct { &session.direct } else { &session.tx };
-        send(tx, local_message::Kind::Upsert(upsert)).await;
+        send(
+            queue(session, producer),
+            local_message::Kind::Upsert(upsert),
+        )
+        .await;
         true
     }
 
@@ -148,17 +150,16 @@ impl Outbox {
         remote: ObjectRef,
         grace: Option<i64>,
     ) {
-        let tx = if producer == Producer::Tokens {
-            &session.direct
-        } else {
-            &session.tx
-        };
         let delete = Delete {
             object: Some(remote),
             revision: String::new(),
             grace_period_seconds: grace,
         };
-        send(tx, local_message::Kind::Delete(delete)).await;
+        send(
+            queue(session, producer),
+            local_message::Kind::Delete(delete),
+        )
+        .await;
     }
 
     /// Tells the provider that everything `producer` wants in provider namespace `namespace`
@@ -296,6 +297,16 @@ impl crate::events::Reflected for Resolver {
     fn origin_of(&self, remote_namespace: &str, remote_name: &str) -> Option<(Key, String)> {
         self.outbox
             .origin_of(self.producer, remote_namespace, remote_name)
+    }
+}
+
+/// Where `producer`'s messages go on `session`: token Secrets straight to the stream (they are
+/// in no SnapshotComplete), everything else through the comparison of a resumed session.
+fn queue(session: &SessionTx, producer: Producer) -> &tokio::sync::mpsc::Sender<LocalMessage> {
+    if producer == Producer::Tokens {
+        &session.direct
+    } else {
+        &session.tx
     }
 }
 

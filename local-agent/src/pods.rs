@@ -208,12 +208,8 @@ impl PodOffloader {
             if self.store.wait_until_ready().await.is_err() {
                 return;
             }
-            let new_session = current.generation() != last.generation();
             if let Some(session) = &current.session {
-                for (ns, remote_ns) in &current.namespaces {
-                    if !new_session && last.namespaces.get(ns) == Some(remote_ns) {
-                        continue;
-                    }
+                for (ns, remote_ns) in current.to_resend(&last) {
                     let pods: Vec<Key> = self
                         .store
                         .state()
@@ -230,7 +226,7 @@ impl PodOffloader {
                             session,
                             Producer::Pods,
                             SHADOWPOD_API_VERSION,
-                            remote_ns,
+                            &remote_ns,
                         )
                         .await;
                 }

@@ -211,18 +211,15 @@ async fn withdraw(kind: Kind, shared: Shared, outbox: Outbox) {
     loop {
         let current = rx.borrow_and_update().clone();
         if let Some(session) = &current.session {
-            let new_session = current.generation() != last.generation();
-            for (ns, remote_ns) in &current.namespaces {
-                if new_session || last.namespaces.get(ns) != Some(remote_ns) {
-                    outbox
-                        .snapshot_complete(
-                            session,
-                            Producer::Objects(kind),
-                            kind.api_version(),
-                            remote_ns,
-                        )
-                        .await;
-                }
+            for (_, remote_ns) in current.to_resend(&last) {
+                outbox
+                    .snapshot_complete(
+                        session,
+                        Producer::Objects(kind),
+                        kind.api_version(),
+                        &remote_ns,
+                    )
+                    .await;
             }
         }
         last = current;
@@ -325,16 +322,7 @@ impl<K: Reflectable> Reflector<K> {
                     self.outbox.forget_namespace(self.producer(), ns);
                 }
             }
-            let resync: Vec<(String, String)> = if current.generation() != last.generation() {
-                current.namespaces.clone().into_iter().collect()
-            } else {
-                current
-                    .namespaces
-                    .iter()
-                    .filter(|(ns, remote)| last.namespaces.get(*ns) != Some(*remote))
-                    .map(|(a, b)| (a.clone(), b.clone()))
-                    .collect()
-            };
+            let resync = current.to_resend(&last);
             if let Some(session) = &current.session {
                 for (ns, remote_ns) in resync {
                     let keys: Vec<Key> = self

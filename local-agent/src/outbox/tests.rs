@@ -47,6 +47,18 @@ fn mk_ack(kind: &str, ns: &str, name: &str, revision: &str, outcome: Outcome) ->
     }
 }
 
+/// The ledger's reading of the provider's ack of `kind` `ns/name` at `revision`.
+fn answer(
+    l: &mut Ledger,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    revision: &str,
+    outcome: Outcome,
+) -> Option<super::ledger::Answer> {
+    l.answer(&mk_ack(kind, ns, name, revision, outcome))
+}
+
 /// Records `upsert` as the outbox does, hashing it first.
 fn record(l: &mut Ledger, generation: u64, origin: Origin, upsert: &Upsert, now: Instant) -> Admit {
     let hash = refract_shared::hash::bytes_hash(&upsert.object_json);
@@ -86,17 +98,13 @@ fn an_ack_records_its_state_and_reaches_the_producer_of_that_object() {
         now,
     );
     assert_eq!(l.get(&cm).unwrap().state, AckState::Pending);
-    let answer = l
-        .answer(&mk_ack("ConfigMap", "shop-o", "a", "10", Outcome::Applied))
-        .unwrap();
-    assert_eq!(answer.origin, cm);
-    assert_eq!(answer.request, Request::Upsert);
-    assert_eq!(answer.origin_uid, "u1");
+    let a = answer(&mut l, "ConfigMap", "shop-o", "a", "10", Outcome::Applied).unwrap();
+    assert_eq!(a.origin, cm);
+    assert_eq!(a.request, Request::Upsert);
+    assert_eq!(a.origin_uid, "u1");
     assert_eq!(l.get(&cm).unwrap().state, AckState::Applied);
     // An object this session never sent concerns nobody.
-    assert!(l
-        .answer(&mk_ack("ConfigMap", "shop-o", "b", "1", Outcome::Applied))
-        .is_none());
+    assert!(answer(&mut l, "ConfigMap", "shop-o", "b", "1", Outcome::Applied).is_none());
 }
 
 #[test]
@@ -119,15 +127,15 @@ fn a_secret_and_a_token_secret_are_told_apart_by_the_provider_object() {
         &mk_upsert("Secret", "shop-o", "web-token", "{}", "2", "p"),
         now,
     );
-    let a = l
-        .answer(&mk_ack(
-            "Secret",
-            "shop-o",
-            "web-token",
-            "2",
-            Outcome::Denied,
-        ))
-        .unwrap();
+    let a = answer(
+        &mut l,
+        "Secret",
+        "shop-o",
+        "web-token",
+        "2",
+        Outcome::Denied,
+    )
+    .unwrap();
     assert_eq!(a.origin, token);
     assert_eq!(l.get(&token).unwrap().state, AckState::Refused);
     assert_eq!(l.get(&secret).unwrap().state, AckState::Pending);
@@ -166,15 +174,7 @@ fn a_transient_failure_forgets_the_object_so_that_it_is_sent_again() {
     let cm = mk_origin(CONFIGMAPS, "shop", "a");
     let up = mk_upsert("ConfigMap", "shop-o", "a", "{}", "10", "u1");
     record(&mut l, 1, cm.clone(), &up, now);
-    let a = l
-        .answer(&mk_ack(
-            "ConfigMap",
-            "shop-o",
-            "a",
-            "10",
-            Outcome::Transient,
-        ))
-        .unwrap();
+    let a = answer(&mut l, "ConfigMap", "shop-o", "a", "10", Outcome::Transient).unwrap();
     assert_eq!(a.outcome, Outcome::Transient);
     assert!(l.get(&cm).is_none());
     assert_eq!(record(&mut l, 1, cm, &up, now), Admit::Send);
@@ -200,17 +200,9 @@ fn an_ack_of_an_older_revision_changes_nothing() {
         now,
     );
     // The first failed transiently, but the second is on its way: nothing to resend.
-    assert!(l
-        .answer(&mk_ack(
-            "ConfigMap",
-            "shop-o",
-            "a",
-            "10",
-            Outcome::Transient
-        ))
-        .is_none());
+    assert!(answer(&mut l, "ConfigMap", "shop-o", "a", "10", Outcome::Transient).is_none());
     assert_eq!(l.get(&cm).unwrap().state, AckState::Pending);
-    l.answer(&mk_ack("ConfigMap", "shop-o", "a", "11", Outcome::Applied));
+    answer(&mut l, "ConfigMap", "shop-o", "a", "11", Outcome::Applied);
     assert_eq!(l.get(&cm).unwrap().state, AckState::Applied);
 }
 
@@ -230,26 +222,14 @@ fn a_delete_forgets_the_object_and_its_confirmation_names_the_origin_and_uid() {
     assert_eq!(remote.name, "web");
     assert!(l.get(&pod).is_none());
     assert!(l.delete(1, &pod).is_none(), "nothing left to delete");
-    let failed = l
-        .answer(&mk_ack(
-            "ShadowPod",
-            "apps-o",
-            "web",
-            "",
-            Outcome::Transient,
-        ))
-        .unwrap();
+    let failed = answer(&mut l, "ShadowPod", "apps-o", "web", "", Outcome::Transient).unwrap();
     assert_eq!(failed.request, Request::Delete);
-    let done = l
-        .answer(&mk_ack("ShadowPod", "apps-o", "web", "", Outcome::Applied))
-        .unwrap();
+    let done = answer(&mut l, "ShadowPod", "apps-o", "web", "", Outcome::Applied).unwrap();
     assert_eq!(
         (done.request, done.origin, done.origin_uid.as_str()),
         (Request::Delete, pod, "uid-web")
     );
-    assert!(l
-        .answer(&mk_ack("ShadowPod", "apps-o", "web", "", Outcome::Applied))
-        .is_none());
+    assert!(answer(&mut l, "ShadowPod", "apps-o", "web", "", Outcome::Applied).is_none());
 }
 
 #[test]
@@ -333,8 +313,8 @@ fn unacked_counts_pending_upserts_and_the_oldest_age() {
         let up = mk_upsert("ConfigMap", "shop-o", name, "{}", "1", name);
         record(&mut l, 1, mk_origin(CONFIGMAPS, "shop", name), &up, at);
     }
-    l.answer(&mk_ack("ConfigMap", "shop-o", "a", "1", Outcome::Applied));
-    l.answer(&mk_ack("ConfigMap", "shop-o", "c", "1", Outcome::Conflict));
+    answer(&mut l, "ConfigMap", "shop-o", "a", "1", Outcome::Applied);
+    answer(&mut l, "ConfigMap", "shop-o", "c", "1", Outcome::Conflict);
     let (count, oldest) = l.unacked(t0 + Duration::from_secs(10));
     assert_eq!((count, oldest), (1, Duration::from_secs(9)));
 }
