@@ -59,6 +59,14 @@ fn answer(
     l.answer(&mk_ack(kind, ns, name, revision, outcome))
 }
 
+/// Offloads pod `apps/web` (UID `uid-web`) as ShadowPod `apps-o/web` on session 1.
+fn offload_web(l: &mut Ledger, now: Instant) -> Origin {
+    let pod = mk_origin(Producer::Pods, "apps", "web");
+    let up = mk_upsert("ShadowPod", "apps-o", "web", "{}", "5", "uid-web");
+    record(l, 1, pod.clone(), &up, now);
+    pod
+}
+
 /// Records `upsert` as the outbox does, hashing it first.
 fn record(l: &mut Ledger, generation: u64, origin: Origin, upsert: &Upsert, now: Instant) -> Admit {
     let hash = refract_shared::hash::bytes_hash(&upsert.object_json);
@@ -145,15 +153,8 @@ fn a_secret_and_a_token_secret_are_told_apart_by_the_provider_object() {
 fn a_pod_and_its_token_secret_share_the_uid_and_resolve_apart() {
     let mut l = Ledger::default();
     let now = Instant::now();
-    let pod = mk_origin(Producer::Pods, "apps", "web");
+    let pod = offload_web(&mut l, now);
     let token = mk_origin(Producer::Tokens, "apps", "web");
-    record(
-        &mut l,
-        1,
-        pod.clone(),
-        &mk_upsert("ShadowPod", "apps-o", "web", "{}", "5", "uid-web"),
-        now,
-    );
     record(
         &mut l,
         1,
@@ -210,14 +211,7 @@ fn an_ack_of_an_older_revision_changes_nothing() {
 fn a_delete_forgets_the_object_and_its_confirmation_names_the_origin_and_uid() {
     let mut l = Ledger::default();
     let now = Instant::now();
-    let pod = mk_origin(Producer::Pods, "apps", "web");
-    record(
-        &mut l,
-        1,
-        pod.clone(),
-        &mk_upsert("ShadowPod", "apps-o", "web", "{}", "5", "uid-web"),
-        now,
-    );
+    let pod = offload_web(&mut l, now);
     let remote = l.delete(1, &pod).unwrap();
     assert_eq!(remote.name, "web");
     assert!(l.get(&pod).is_none());
