@@ -14,8 +14,9 @@ use refract_shared::tls::ClusterId;
 /// When the stream drops it reconnects with jittered exponential backoff; a dead link is
 /// detected with HTTP/2 keepalive.
 ///
-/// Also: `local-agent preview --help` (what would be sent for given objects, offline) and
-/// `local-agent crd` (print the NamespaceOffloading CRD).
+/// Also: `local-agent preview --help` (what would be sent for given objects, offline),
+/// `local-agent unpeer --help` (end this peering) and `local-agent crd` (print the
+/// NamespaceOffloading CRD).
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "local-agent",

@@ -8,6 +8,7 @@
 //! back on the inbound channel to the [`outbox`] every producer sends through. Pods bound to the [`virtual_node`]
 //! are offloaded by [`pods`] (placed by the [`webhook`]), with their ServiceAccount tokens
 //! ([`tokens`]); provider volumes of reflected claims become origin PVs ([`volumes`]).
+//! [`unpeer`] ends the peering when an operator asks.
 
 mod cli;
 pub mod config;
@@ -26,6 +27,7 @@ pub mod reflect;
 pub mod resume;
 mod throttle;
 pub mod tokens;
+pub mod unpeer;
 pub mod virtual_node;
 pub mod volumes;
 pub mod watch_backoff;
@@ -53,11 +55,13 @@ use tokio_util::sync::CancellationToken;
 /// Runs the local agent until `shutdown` resolves.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tls::install_default_crypto_provider();
+    // Everything but the admin endpoint, which outlives the work when the agent has unpeered.
     let token = CancellationToken::new();
+    let admin_token = CancellationToken::new();
     let admin = Admin::default();
     let metrics = metrics::Metrics::register(&admin);
     admin
-        .spawn(args.telemetry.admin_listen, token.clone())
+        .spawn(args.telemetry.admin_listen, admin_token.clone())
         .await?;
 
     let files = TlsFiles {
@@ -109,14 +113,22 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         tracing::warn!("neither --remote-pod-cidr nor --remote-pod-remap is set: any provider pod IP but loopback, link-local, multicast and unspecified ones reaches origin EndpointSlices; name the provider's pod ranges to refuse the rest");
     }
     let (inbound_tx, mut inbound_rx) = mpsc::channel(1024);
+    let connector = connector::Connector {
+        addr: args.remote.dial(),
+        server_name,
+        expected: args.remote_cluster_id.clone(),
+        tls: client_tls,
+    };
+    let unpeering = unpeer::Unpeering {
+        client: origin.clone(),
+        node: args.node_name(),
+        remote_cluster_id: args.remote_cluster_id.to_string(),
+        connector: connector.clone(),
+        work: token.clone(),
+    };
     let mut sessions = link::spawn_link(
         link::LinkConfig {
-            connector: connector::Connector {
-                addr: args.remote.dial(),
-                server_name,
-                expected: args.remote_cluster_id.clone(),
-                tls: client_tls,
-            },
+            connector,
             cluster_id: args.cluster_id.clone(),
             keepalive_interval: args.keepalive_interval,
             keepalive_timeout: args.keepalive_timeout,
@@ -154,7 +166,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     );
     let (capacity_tx, capacity_rx) = watch::channel(None);
     let kubelet_port = args.kubelet_listen.map(|a| a.port());
-    tokio::spawn(virtual_node::run(
+    // Dropped at cancellation, not just at its next tick: an unpeer deletes the node right
+    // after, and a heartbeat still under way would write it back.
+    tokio::spawn(token.clone().run_until_cancelled_owned(virtual_node::run(
         origin.clone(),
         virtual_node::NodeConfig {
             name: args.node_name(),
@@ -171,7 +185,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         sessions.clone(),
         capacity_rx,
         token.clone(),
-    ));
+    )));
     let pods = pods::spawn(
         origin.clone(),
         pods::PodConfig {
@@ -271,11 +285,24 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     tracing::info!(remote = %args.remote, cluster_id = %args.cluster_id, remote_cluster_id = %args.remote_cluster_id, "local agent started");
 
     tokio::pin!(shutdown);
+    let unpeered = tokio::spawn(unpeering.run());
+    tokio::pin!(unpeered);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            changed = sessions.changed() => {
-                if changed.is_err() { break; }
+            Ok(mode) = &mut unpeered => {
+                token.cancel();
+                admin.set_ready(false);
+                tracing::info!(remote_cluster_id = %args.remote_cluster_id, mode = mode.as_str(), "unpeered: the link is stopped for good; this agent now idles until stopped (remove its Deployment: started again, it peers again)");
+                shutdown.await;
+                break;
+            }
+            // An unpeer stops the link before it is done; the agent must outlive that.
+            changed = sessions.changed(), if !token.is_cancelled() => {
+                if changed.is_err() {
+                    if token.is_cancelled() { continue; }
+                    break;
+                }
                 // Ready once the first session is up; a later link drop does not make the
                 // agent unready (it keeps working and reconnecting).
                 if sessions.borrow().is_some() {
@@ -286,6 +313,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }
     }
     token.cancel();
+    admin_token.cancel();
     tracing::info!("local agent stopped");
     Ok(())
 }

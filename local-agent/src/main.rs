@@ -1,4 +1,4 @@
-//! The `local-agent` binary: run the agent, or `preview` / `crd`.
+//! The `local-agent` binary: run the agent, or `preview` / `unpeer` / `crd`.
 use clap::Parser;
 use refract_shared::runtime::RuntimeArgs;
 use refract_shared::stdout::quiet_when_closed;
@@ -14,6 +14,12 @@ fn main() -> anyhow::Result<()> {
             let args =
                 refract_local_agent::preview::PreviewArgs::parse_from(std::env::args().skip(1));
             quiet_when_closed(RuntimeArgs::default().run(refract_local_agent::preview::run(args)))
+        }
+        Some("unpeer") => {
+            let args = refract_local_agent::unpeer::command::UnpeerArgs::parse_from(
+                std::env::args().skip(1),
+            );
+            RuntimeArgs::default().run(refract_local_agent::unpeer::command::run(args))
         }
         Some("crd") => quiet_when_closed(
             refract_shared::stdout::write(&refract_local_agent::crd::crd_yaml())

@@ -18,7 +18,8 @@ use crate::policy::Level;
 /// tenant's own namespaces only, with its own Kubernetes identity. Also serves
 /// `grpc.health.v1.Health`, gRPC server reflection and the read-only `refract.v1.Inspect`.
 ///
-/// Also: `remote-agent crd` prints the ShadowPod CRD.
+/// Also: `remote-agent crd` prints the ShadowPod CRD; `remote-agent remove-tenant --help`
+/// removes everything held for one origin.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "remote-agent", version, about, long_about)]
 pub struct Args {
@@ -69,6 +70,13 @@ pub struct Args {
     /// and an orphan collection removing more than --max-orphan-share of a tenant's objects.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub deletion_grace: Duration,
+
+    /// Remove a tenant (its namespaces, with the ShadowPods, pods and reflected objects in
+    /// them) once its origin has not connected for this long. Unset (the default), a tenant is
+    /// never removed for being away; a dropped link alone never removes anything. Counted from
+    /// the tenant's last disconnect, and never from before this agent started.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub tenant_expiry: Option<Duration>,
 
     /// The share (percent) of a tenant's objects of a kind in a namespace that one orphan
     /// collection may remove without waiting --deletion-grace (collections of fewer than 10
@@ -167,6 +175,29 @@ impl Args {
     pub fn node_labels(&self) -> std::collections::BTreeMap<String, String> {
         self.node_labels.iter().cloned().collect()
     }
+}
+
+/// `remote-agent remove-tenant`: removes everything this provider holds for one origin.
+///
+/// Deletes every namespace labelled as the tenant's (its twin namespaces, with the ShadowPods,
+/// pods and reflected objects in them) and prints each one. Revoke the tenant's certificate
+/// first (or stop trusting its CA in --client-ca): an origin that still holds a valid
+/// certificate offloads again when it reconnects.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "remote-agent remove-tenant", version)]
+pub struct RemoveTenantArgs {
+    /// The tenant: the origin's cluster id, as in its client certificate.
+    #[arg(long)]
+    pub cluster_id: ClusterId,
+
+    /// Kubeconfig of the provider cluster; else the in-cluster service account, else
+    /// $KUBECONFIG.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// List what would be removed, and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {

@@ -86,6 +86,14 @@ impl DesiredStore {
         map.get(key).map(|r| OwnedKeys::of_object(&r.object))
     }
 
+    /// Forgets every object of `tenant`: it is being removed, and nothing of it is restored.
+    pub fn forget_tenant(&self, tenant: &ClusterId) {
+        self.inner
+            .lock()
+            .expect("desired store poisoned")
+            .retain(|key, _| key.tenant != *tenant);
+    }
+
     pub(crate) fn forget(&self, key: &ObjectKey) {
         self.inner
             .lock()

@@ -29,10 +29,11 @@ pub mod restore;
 pub mod shadowpod;
 pub mod shadowpod_controller;
 pub mod sync;
+pub mod tenants;
 pub mod tls_listener;
 pub mod volumes;
 
-pub use cli::{parse_duration, Args};
+pub use cli::{parse_duration, Args, RemoveTenantArgs};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -90,6 +91,16 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let (objects, changes) = objects::spawn(client.clone(), &args.cluster_id, token.clone());
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
     restore::spawn_restorer(applier.clone(), changes);
+    if let Some(expiry) = args.tenant_expiry {
+        let desired = applier.desired.clone();
+        tenants::spawn_collector(
+            client.clone(),
+            registry.clone(),
+            desired,
+            expiry,
+            token.clone(),
+        );
+    }
     let stores = shadowpod_controller::spawn(client.clone(), &args.cluster_id, token.clone());
     pod_status::spawn(stores.clone(), registry.clone(), token.clone());
     capacity::spawn(
@@ -110,7 +121,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         registry: registry.clone(),
         max_sessions: args.max_kubelet_sessions as usize,
     };
-    events::spawn(client, registry.clone(), token.clone());
+    events::spawn(client.clone(), registry.clone(), token.clone());
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),
@@ -119,6 +130,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         shutdown: token.clone(),
         apply_concurrency: usize::from(args.apply_concurrency),
         started: std::time::Instant::now(),
+        client,
+        tenant_expiry: args.tenant_expiry,
     };
     let inspect = inspect::InspectService {
         registry,
@@ -201,6 +214,34 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     token.cancel();
     tracing::info!("remote agent stopped");
     result.context("gRPC server failed")
+}
+
+/// `remote-agent remove-tenant`: deletes the tenant's namespaces and prints each one.
+pub async fn remove_tenant(args: RemoveTenantArgs) -> anyhow::Result<()> {
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let removed = tenants::remove(
+        &client,
+        &args.cluster_id,
+        "an operator ran remove-tenant",
+        args.dry_run,
+    )
+    .await
+    .context("failed to remove the tenant's namespaces")?;
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    if removed.is_empty() {
+        println!(
+            "tenant {}: no namespaces; nothing to remove",
+            args.cluster_id
+        );
+    }
+    for ns in &removed {
+        println!("{verb} namespace {ns}");
+    }
+    Ok(())
 }
 
 /// A client for the provider cluster: `--kubeconfig`, else in-cluster, else `$KUBECONFIG`.

@@ -1,4 +1,5 @@
-//! The `remote-agent` binary: run the agent, or `crd` to print the ShadowPod CRD.
+//! The `remote-agent` binary: run the agent, `crd` to print the ShadowPod CRD, or
+//! `remove-tenant` to remove what the provider holds for one origin.
 use clap::Parser;
 
 #[global_allocator]
@@ -8,6 +9,13 @@ fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("crd") {
         let written = refract_shared::stdout::write(&refract_remote_agent::shadowpod::crd_yaml());
         return refract_shared::stdout::quiet_when_closed(written.map_err(Into::into));
+    }
+    if std::env::args().nth(1).as_deref() == Some("remove-tenant") {
+        let args = refract_remote_agent::RemoveTenantArgs::parse_from(std::env::args().skip(1));
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(refract_remote_agent::remove_tenant(args));
     }
     let args = refract_remote_agent::Args::parse();
     refract_shared::telemetry::init_logging(&args.telemetry)?;

@@ -4,11 +4,11 @@
 //! Fed by the watch of tenant objects ([`crate::objects`]). An event whose resourceVersion is
 //! not the one the remote agent last wrote means someone else touched the object; server-side
 //! apply with force takes back the fields Refract owns, and is a no-op (no write) when nothing
-//! of ours changed.
+//! of ours changed. A tenant whose namespace is marked for removal is forgotten instead.
 
 use kube::runtime::watcher;
 use kube::ResourceExt;
-use refract_shared::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_LABEL};
+use refract_shared::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_LABEL, TENANT_REMOVAL_ANNOTATION};
 use refract_shared::options::Kind;
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
@@ -44,6 +44,11 @@ async fn check(applier: &Applier, kind: Allowed, obj: &Meta, resource_version: O
     else {
         return;
     };
+    if kind == Allowed::Namespace && obj.annotations().contains_key(TENANT_REMOVAL_ANNOTATION) {
+        // The tenant is being removed: nothing of it comes back.
+        applier.desired.forget_tenant(&tenant);
+        return;
+    }
     let key = ObjectKey {
         tenant,
         kind,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use refract_shared::proto::reflection_server::Reflection;
 use refract_shared::proto::{
     local_message, remote_message, Ack, Delete, InventoryRequest, LocalMessage, ObjectRef, Outcome,
-    RemoteMessage, SnapshotComplete, Upsert, Welcome,
+    RemoteMessage, SnapshotComplete, UnpeerRequest, UnpeerResponse, Upsert, Welcome,
 };
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
@@ -58,6 +58,10 @@ pub struct ReflectionService {
     /// When the agent started: only in its first [`LIST_TIMEOUT`] does a resuming stream wait
     /// for the watch of tenant objects to list.
     pub started: std::time::Instant,
+    /// The provider's API, for Unpeer and the last-seen stamps.
+    pub client: kube::Client,
+    /// `--tenant-expiry`: when set, a tenant's namespaces are stamped when its stream ends.
+    pub tenant_expiry: Option<Duration>,
 }
 
 #[tonic::async_trait]
@@ -163,19 +167,45 @@ impl Reflection for ReflectionService {
             tracing::info!(peer = ?peer.addr, version = %hello.agent_version, cert_not_after = %peer.not_after, "tenant connected")
         });
         let metrics = self.metrics.clone();
+        let stamp = self
+            .tenant_expiry
+            .map(|_| (self.client.clone(), peer.cluster_id.clone()));
         tokio::spawn(
             async move {
                 metrics.streams.inc();
-                let _guard = guard;
+                let guard = guard;
                 match session.run(&mut inbound).await {
                     Ok(()) => tracing::info!("tenant closed the stream"),
                     Err(status) => tracing::info!(code = ?status.code(), message = status.message(), "stream ended"),
                 }
+                drop(guard);
                 metrics.streams.dec();
+                if let Some((client, tenant)) = stamp {
+                    crate::tenants::expiry::mark_last_seen(client, tenant).await;
+                }
             }
             .instrument(span),
         );
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn unpeer(
+        &self,
+        request: Request<UnpeerRequest>,
+    ) -> Result<Response<UnpeerResponse>, Status> {
+        let peer = Peer::from_request(&request)?;
+        // Its stream, if one is still open, applies nothing more.
+        self.registry.end_current(&peer.cluster_id);
+        self.applier.desired.forget_tenant(&peer.cluster_id);
+        let removed =
+            crate::tenants::remove(&self.client, &peer.cluster_id, "the origin unpeered", false)
+                .await
+                .map_err(|e| {
+                    Status::unavailable(format!("failed to remove the tenant's namespaces: {e}"))
+                })?;
+        Ok(Response::new(UnpeerResponse {
+            removed_namespaces: removed,
+        }))
     }
 }
 

@@ -36,3 +36,14 @@ pub const ORIGIN_HASH_ANNOTATION: &str = "refract.io/origin-hash";
 /// Annotation on a twin namespace: the origin namespace it mirrors. Two origin namespaces never
 /// share a twin: the remote agent refuses a twin that already mirrors another namespace.
 pub const ORIGINAL_NAME_ANNOTATION: &str = "refract.io/original-name";
+
+/// Annotation on a tenant namespace being removed (unpeer, expiry, `remote-agent
+/// remove-tenant`): why. A remote agent that sees it stops restoring the tenant's objects.
+pub const TENANT_REMOVAL_ANNOTATION: &str = "refract.io/tenant-removal";
+/// Annotation on the virtual node asking its local agent to unpeer: `graceful` (drain the
+/// offloaded pods, have the provider remove the tenant, then remove the node) or `forced`
+/// (stop the link and clean up the origin without asking the provider). Set by
+/// `local-agent unpeer`.
+pub const UNPEER_ANNOTATION: &str = "refract.io/unpeer";
+/// Annotation on the virtual node: how far its unpeering has come, in words.
+pub const UNPEER_PROGRESS_ANNOTATION: &str = "refract.io/unpeer-progress";

@@ -58,6 +58,13 @@ impl Hostile {
 impl Reflection for Hostile {
     type SyncStream = ReceiverStream<Result<RemoteMessage, Status>>;
 
+    async fn unpeer(
+        &self,
+        _request: Request<refract_shared::proto::UnpeerRequest>,
+    ) -> Result<Response<refract_shared::proto::UnpeerResponse>, Status> {
+        Err(Status::unimplemented("a hostile provider does not unpeer"))
+    }
+
     async fn sync(
         &self,
         request: Request<Streaming<LocalMessage>>,
