@@ -609,6 +609,106 @@ impl Peering {
     }
 }
 
+/// A further peering of a [`Peering`]'s origin: a provider cluster of its own with its remote
+/// agent, and a second local agent in the same origin (`--remote-cluster-id` = [`ExtraPeer::id`]),
+/// with certificates from the same CA.
+pub struct ExtraPeer {
+    /// The provider's cluster id.
+    pub id: String,
+    /// The provider cluster.
+    pub provider: ControlPlane,
+    /// Its remote agent.
+    pub remote: Agent,
+    /// The origin's local agent of this peering.
+    pub local: Agent,
+}
+
+impl ExtraPeer {
+    /// Both agents' logs, for a failure message.
+    pub fn logs(&self) -> String {
+        format!(
+            "--- remote agent of {id} ---\n{}\n--- local agent of {id} ---\n{}",
+            self.remote.log_text(),
+            self.local.log_text(),
+            id = self.id
+        )
+    }
+}
+
+impl Peering {
+    /// Starts another provider cluster as `provider` says, named `id`, with its remote agent,
+    /// and a second local agent in this origin peering with it (extra `local_flags`).
+    pub async fn add_provider(
+        &self,
+        id: &str,
+        provider: Options,
+        local_flags: &[&str],
+    ) -> anyhow::Result<ExtraPeer> {
+        let provider = ControlPlane::start(provider)
+            .await
+            .with_context(|| format!("failed to start control plane {id}"))?;
+        let crd = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/remote-agent/shadowpod-crd.yaml"
+        );
+        kubectl(&provider, &["apply", "-f", crd]);
+        let server = self.certs.issue(
+            &format!("server-{id}"),
+            id,
+            "server",
+            &["--ip", "127.0.0.1", "--dns", "localhost"],
+        );
+        let addr = format!("127.0.0.1:{}", free_port());
+        let file = |dir: &Path, f: &str| dir.join(f).display().to_string();
+        let remote = Agent::spawn(
+            "remote-agent",
+            &[
+                format!("--listen={addr}"),
+                format!("--tls-cert={}", file(&server, "tls.crt")),
+                format!("--tls-key={}", file(&server, "tls.key")),
+                format!("--client-ca={}", file(&server, "ca.crt")),
+                format!("--cluster-id={id}"),
+                format!("--kubeconfig={}", provider.kubeconfig.display()),
+                format!("--admin-listen=127.0.0.1:{}", free_port()),
+            ],
+            self.dir.path().join(format!("remote-agent-{id}.log")),
+        );
+        let client = self.certs.dir.join("client");
+        let kubelet = self.certs.dir.join("kubelet");
+        let mut args = vec![
+            format!("--remote={addr}"),
+            format!("--tls-cert={}", file(&client, "tls.crt")),
+            format!("--tls-key={}", file(&client, "tls.key")),
+            format!("--server-ca={}", file(&client, "ca.crt")),
+            "--cluster-id=origin".into(),
+            format!("--remote-cluster-id={id}"),
+            format!("--kubeconfig={}", self.origin.kubeconfig.display()),
+            format!("--admin-listen=127.0.0.1:{}", free_port()),
+            "--min-backoff=100ms".into(),
+            "--max-backoff=1s".into(),
+            format!("--kubelet-listen=127.0.0.1:{}", free_port()),
+            format!("--kubelet-cert={}", file(&kubelet, "tls.crt")),
+            format!("--kubelet-key={}", file(&kubelet, "tls.key")),
+            format!(
+                "--kubelet-client-ca={}",
+                self.origin.dir.join("ca.crt").display()
+            ),
+        ];
+        args.extend(local_flags.iter().map(|f| f.to_string()));
+        let local = Agent::spawn(
+            "local-agent",
+            &args,
+            self.dir.path().join(format!("local-agent-{id}.log")),
+        );
+        Ok(ExtraPeer {
+            id: id.to_string(),
+            provider,
+            remote,
+            local,
+        })
+    }
+}
+
 /// One series of the Prometheus endpoint at `admin` (`127.0.0.1:<port>`), named exactly as
 /// exported (`name{labels}`); 0 when absent or unreachable.
 pub async fn metric(admin: &str, series: &str) -> f64 {
