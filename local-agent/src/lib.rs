@@ -165,6 +165,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         },
     );
     let (capacity_tx, capacity_rx) = watch::channel(None);
+    let (readiness_tx, readiness_rx) = watch::channel(None);
     let kubelet_port = args.kubelet_listen.map(|a| a.port());
     // Dropped at cancellation, not just at its next tick: an unpeer deletes the node right
     // after, and a heartbeat still under way would write it back.
@@ -184,6 +185,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         },
         sessions.clone(),
         capacity_rx,
+        readiness_tx,
         token.clone(),
     )));
     let pods = pods::spawn(
@@ -213,6 +215,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &outbox,
         token.clone(),
     );
+    let follower = pods.clone();
+    tokio::spawn(token.clone().run_until_cancelled_owned(async move {
+        follower.follow_node_readiness(readiness_rx).await
+    }));
     if let Some(tokens) = tokens {
         pods.follow(move |pod| tokens.pod_changed(pod));
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
@@ -82,10 +83,15 @@ pub struct PodOffloader {
     retries: PerKey<Key>,
     /// The latest provider status of each offloaded pod, by origin UID, waiting to be written.
     statuses: Latest<String, PodStatus>,
+    /// The provider status last written to each offloaded pod, by origin UID: written again
+    /// when the virtual node is Ready after an outage ([`readiness`]).
+    written: Mutex<std::collections::HashMap<String, PodStatus>>,
     /// Told of every pod the watch sees change: the token reflector, so pods are watched once.
     followers: Followers<Pod>,
     log: Throttle,
 }
+
+pub mod readiness;
 
 /// Tasks writing provider pod statuses to the origin.
 const STATUS_WRITERS: usize = 4;
@@ -113,6 +119,7 @@ pub fn spawn(
         state: Mutex::new(State::default()),
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         statuses: Latest::default(),
+        written: Mutex::default(),
         log: Throttle::new(Duration::from_secs(10)),
         followers: Followers::default(),
     });
@@ -441,8 +448,65 @@ impl PodOffloader {
         }
     }
 
+    /// Follows the virtual node's readiness: while it is NotReady the offloaded pods are not
+    /// ready either; when it is Ready again their provider statuses are written once more.
+    pub async fn follow_node_readiness(&self, mut ready: watch::Receiver<Option<bool>>) {
+        let mut last = None;
+        loop {
+            let now = *ready.borrow_and_update();
+            match (last, now) {
+                (_, Some(false)) if last != now => self.mark_unreachable().await,
+                (Some(false), Some(true)) => self.rewrite_statuses(),
+                _ => {}
+            }
+            last = now;
+            if ready.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn mark_unreachable(&self) {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let mut marked = 0;
+        for pod in self.store.state() {
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_deref());
+            let Some(conditions) = readiness::unreachable_conditions(
+                conditions.unwrap_or_default(),
+                &self.config.node_name,
+                now.clone(),
+            ) else {
+                continue;
+            };
+            self.write_status(&pod, serde_json::json!({ "conditions": conditions }))
+                .await;
+            marked += 1;
+        }
+        tracing::info!(pods = marked, node = %self.config.node_name, "the virtual node is NotReady: its pods marked not ready");
+    }
+
+    /// Offers each pod's last provider status again (pods still offloaded on this session).
+    fn rewrite_statuses(&self) {
+        let mut written = self.written.lock().expect("written poisoned");
+        written.retain(|uid, _| self.outbox.by_uid(Producer::Pods, uid).is_some());
+        for (uid, message) in written.iter() {
+            self.statuses.put(uid.clone(), message.clone());
+        }
+        tracing::info!(
+            pods = written.len(),
+            "the virtual node is Ready again: writing its pods' provider statuses again"
+        );
+    }
+
     /// Writes a provider pod status to the origin pod it belongs to.
     async fn write_remote_status(&self, message: PodStatus) {
+        self.written
+            .lock()
+            .expect("written poisoned")
+            .insert(message.origin_uid.clone(), message.clone());
         let key = self
             .outbox
             .by_uid(Producer::Pods, &message.origin_uid)

@@ -66,6 +66,7 @@ pub async fn run(
     config: NodeConfig,
     mut sessions: watch::Receiver<Option<SessionTx>>,
     mut capacity: watch::Receiver<Option<Capacity>>,
+    readiness: watch::Sender<Option<bool>>,
     shutdown: CancellationToken,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -104,6 +105,7 @@ pub async fn run(
         if last_ready != Some(ready) {
             last_transition = Time(k8s_openapi::jiff::Timestamp::now());
             tracing::info!(node = %config.name, ready, reason, %message, "virtual node readiness");
+            readiness.send_replace(Some(ready));
         }
         last_ready = Some(ready);
 
@@ -208,7 +210,7 @@ pub async fn run(
             },
             spec: Some(LeaseSpec {
                 holder_identity: Some(config.name.clone()),
-                lease_duration_seconds: Some(40),
+                lease_duration_seconds: Some(lease_duration_seconds(config.health_interval)),
                 renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
                 ..Default::default()
             }),
@@ -220,6 +222,13 @@ pub async fn run(
             tracing::debug!(node = %config.name, %error, "failed to renew the node lease");
         }
     }
+}
+
+/// How long the node's Lease holds: a kubelet's 40 s, or four health checks when those are
+/// rarer, so a slow check interval never lets the Lease lapse between two renewals.
+fn lease_duration_seconds(health_interval: Duration) -> i32 {
+    let four_checks = health_interval.as_secs().saturating_mul(4);
+    i32::try_from(four_checks.max(40)).unwrap_or(i32::MAX)
 }
 
 /// The taint that keeps pods off the virtual node unless they tolerate it.
@@ -288,4 +297,16 @@ fn with_kind<K: kube::Resource<DynamicType = ()> + serde::Serialize>(obj: &K) ->
     v["apiVersion"] = K::api_version(&()).into();
     v["kind"] = K::kind(&()).into();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_outlasts_four_health_checks_and_never_less_than_a_kubelets() {
+        assert_eq!(lease_duration_seconds(Duration::from_secs(1)), 40);
+        assert_eq!(lease_duration_seconds(Duration::from_secs(10)), 40);
+        assert_eq!(lease_duration_seconds(Duration::from_secs(30)), 120);
+    }
 }

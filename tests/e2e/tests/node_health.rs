@@ -93,6 +93,22 @@ fn origin_pod(p: &Peering, name: &str) -> Option<bool> {
     Some(!out.trim().is_empty())
 }
 
+/// The Ready condition of origin pod `name`.
+fn pod_ready(p: &Peering, name: &str) -> String {
+    origin_get(
+        p,
+        &[
+            "-n",
+            NS,
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+    )
+    .unwrap_or_default()
+}
+
 fn pod(name: &str, toleration_seconds: Option<u32>) -> String {
     let seconds = toleration_seconds
         .map(|s| format!(", tolerationSeconds: {s}"))
@@ -222,6 +238,12 @@ async fn pods_are_evicted_after_their_toleration_while_the_provider_is_away_and_
         before,
         "the provider pods changed while their origin was away"
     );
+    // Its readiness follows the node's: traffic stops going to a pod nobody can reach.
+    assert_eq!(
+        pod_ready(&p, "stayer"),
+        "False",
+        "the stayer still shows Ready while the provider is away"
+    );
     println!(
         "long outage: NotReady {not_ready_after:.1?} after the cut, tainted not-ready:NoExecute at {tainted_after:.1?}, evictee (tolerationSeconds 20) evicted at {evicted_after:.1?}; the taint kept its timeAdded {added} while the provider was away; stayer not evicted; both provider pods still the same containers"
     );
@@ -252,6 +274,12 @@ async fn pods_are_evicted_after_their_toleration_while_the_provider_is_away_and_
         before.get("stayer"),
         "the stayer's provider pod changed or restarted"
     );
+    let ready_again = p
+        .eventually(WAIT, "the stayer Ready again at the origin", || {
+            (pod_ready(&p, "stayer") == "True").then(|| back.elapsed())
+        })
+        .await;
+    println!("link back: the stayer was Ready again at the origin {ready_again:.1?} after the remote agent returned");
     println!(
         "link back: evictee's remote pod deleted and the origin pod finalized {finalized_after:.1?} after the remote agent returned; stayer kept its container with 0 restarts"
     );
