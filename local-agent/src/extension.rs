@@ -65,8 +65,9 @@ pub struct ExtensionConfig {
     pub local_cluster_id: String,
     /// The provider cluster id.
     pub remote_cluster_id: String,
-    /// The peer's virtual node labels, matched by cluster selectors.
-    pub virtual_node_labels: BTreeMap<String, String>,
+    /// The peer's virtual node labels as the node shows them (the provider's suggestions
+    /// included), matched by cluster selectors.
+    pub virtual_node_labels: watch::Receiver<BTreeMap<String, String>>,
 }
 
 /// Why a namespace is not (yet) extended.
@@ -127,6 +128,7 @@ pub async fn run(
         store,
         changed: mut changed_rx,
     } = offloadings;
+    let mut labels = config.virtual_node_labels.clone();
     let mut state = State {
         client,
         config,
@@ -143,6 +145,7 @@ pub async fn run(
             _ = shutdown.cancelled() => return,
             changed = sessions.changed() => if changed.is_err() { return },
             changed = changed_rx.recv() => if changed.is_none() { return },
+            changed = labels.changed() => if changed.is_err() { return },
             _ = retry.tick(), if state.has_pending() => {}
         }
         if store.wait_until_ready().await.is_err() {
@@ -186,7 +189,8 @@ impl State {
     /// Local namespace → the twin name it should have (or why it has none), for the
     /// NamespaceOffloadings selecting this peer.
     fn desired(&self) -> BTreeMap<String, Result<String, String>> {
-        let labels = &self.config.virtual_node_labels;
+        let labels = self.config.virtual_node_labels.borrow().clone();
+        let labels = &labels;
         self.store
             .state()
             .iter()

@@ -113,6 +113,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         tracing::warn!("neither --remote-pod-cidr nor --remote-pod-remap is set: any provider pod IP but loopback, link-local, multicast and unspecified ones reaches origin EndpointSlices; name the provider's pod ranges to refuse the rest");
     }
     let (inbound_tx, mut inbound_rx) = mpsc::channel(1024);
+    // The virtual node's labels, published by the node as it applies them.
+    let (labels_tx, labels_rx) = watch::channel(offloading::virtual_node_labels(
+        args.remote_cluster_id.as_str(),
+        &args.reflection.node_labels(),
+    ));
     let connector = connector::Connector {
         addr: args.remote.dial(),
         server_name,
@@ -146,10 +151,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         extension::ExtensionConfig {
             local_cluster_id: args.cluster_id.to_string(),
             remote_cluster_id: args.remote_cluster_id.to_string(),
-            virtual_node_labels: offloading::virtual_node_labels(
-                args.remote_cluster_id.as_str(),
-                &args.reflection.node_labels(),
-            ),
+            virtual_node_labels: labels_rx,
         },
         offloadings,
         sessions.clone(),
@@ -186,6 +188,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         sessions.clone(),
         capacity_rx,
         readiness_tx,
+        labels_tx,
         token.clone(),
     )));
     let pods = pods::spawn(

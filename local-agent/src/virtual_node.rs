@@ -67,6 +67,7 @@ pub async fn run(
     mut sessions: watch::Receiver<Option<SessionTx>>,
     mut capacity: watch::Receiver<Option<Capacity>>,
     readiness: watch::Sender<Option<bool>>,
+    published_labels: watch::Sender<BTreeMap<String, String>>,
     shutdown: CancellationToken,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -116,6 +117,14 @@ pub async fn run(
             .unwrap_or_default();
         labels.extend(suggested.kept);
         let labels = base_labels(&config, labels);
+        // Cluster selectors match these, the provider's suggestions included.
+        published_labels.send_if_modified(|current| {
+            let changed = *current != labels;
+            if changed {
+                current.clone_from(&labels);
+            }
+            changed
+        });
         let resources = cap
             .as_ref()
             .map(|c| capacity::node_resources(&c.free, config.sharing_percentage))

@@ -636,12 +636,14 @@ impl ExtraPeer {
 }
 
 impl Peering {
-    /// Starts another provider cluster as `provider` says, named `id`, with its remote agent,
-    /// and a second local agent in this origin peering with it (extra `local_flags`).
+    /// Starts another provider cluster as `provider` says, named `id`, with its remote agent
+    /// (extra `remote_flags`), and a second local agent in this origin peering with it (extra
+    /// `local_flags`).
     pub async fn add_provider(
         &self,
         id: &str,
         provider: Options,
+        remote_flags: &[&str],
         local_flags: &[&str],
     ) -> anyhow::Result<ExtraPeer> {
         let provider = ControlPlane::start(provider)
@@ -660,17 +662,19 @@ impl Peering {
         );
         let addr = format!("127.0.0.1:{}", free_port());
         let file = |dir: &Path, f: &str| dir.join(f).display().to_string();
+        let mut args = vec![
+            format!("--listen={addr}"),
+            format!("--tls-cert={}", file(&server, "tls.crt")),
+            format!("--tls-key={}", file(&server, "tls.key")),
+            format!("--client-ca={}", file(&server, "ca.crt")),
+            format!("--cluster-id={id}"),
+            format!("--kubeconfig={}", provider.kubeconfig.display()),
+            format!("--admin-listen=127.0.0.1:{}", free_port()),
+        ];
+        args.extend(remote_flags.iter().map(|f| f.to_string()));
         let remote = Agent::spawn(
             "remote-agent",
-            &[
-                format!("--listen={addr}"),
-                format!("--tls-cert={}", file(&server, "tls.crt")),
-                format!("--tls-key={}", file(&server, "tls.key")),
-                format!("--client-ca={}", file(&server, "ca.crt")),
-                format!("--cluster-id={id}"),
-                format!("--kubeconfig={}", provider.kubeconfig.display()),
-                format!("--admin-listen=127.0.0.1:{}", free_port()),
-            ],
+            &args,
             self.dir.path().join(format!("remote-agent-{id}.log")),
         );
         let client = self.certs.dir.join("client");

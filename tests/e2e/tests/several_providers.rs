@@ -3,7 +3,8 @@
 //! in provider A running the offloaded pod.
 //!
 //! - A NamespaceOffloading without a cluster selector extends its namespace to both providers;
-//!   one whose selector names provider A extends it to A only.
+//!   one whose selector names provider A extends it to A only; one selecting a label provider B
+//!   suggests for its virtual node (`--node-label`) extends it to B only.
 //! - Each local agent keeps its own entry of the status (its own field manager); once settled,
 //!   the status is not rewritten: no write fights.
 //! - A pod offloaded to provider A is reachable from provider B: its Service's EndpointSlice in
@@ -75,6 +76,7 @@ async fn one_origin_extends_to_two_providers_and_a_pod_on_a_is_reachable_from_b(
         .add_provider(
             B,
             Options::named("provider-b"),
+            &["--node-label=refract.example/region=south"],
             &["--node-ip=127.0.0.1", &format!("--remap={B_REMAP}")],
         )
         .await
@@ -109,16 +111,17 @@ async fn one_origin_extends_to_two_providers_and_a_pod_on_a_is_reachable_from_b(
         &p.origin,
         &["apply", "-f", "-"],
         &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: both}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: both}}\nspec: {{podOffloadingStrategy: Remote}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: only-a}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: only-a}}\nspec:\n  clusterSelector:\n    nodeSelectorTerms:\n    - matchExpressions: [{{key: {REMOTE_CLUSTER_ID_LABEL}, operator: In, values: [provider]}}]\n"
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: both}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: both}}\nspec: {{podOffloadingStrategy: Remote}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: only-a}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: only-a}}\nspec:\n  clusterSelector:\n    nodeSelectorTerms:\n    - matchExpressions: [{{key: {REMOTE_CLUSTER_ID_LABEL}, operator: In, values: [provider]}}]\n---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: south}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: south}}\nspec:\n  clusterSelector:\n    nodeSelectorTerms:\n    - matchExpressions: [{{key: refract.example/region, operator: In, values: [south]}}]\n"
         ),
     );
-    let (within, what) = wait("twin namespaces: both and only-a in A, both only in B");
+    // `south` is selected by a label provider B suggests for its virtual node.
+    let (within, what) = wait("twin namespaces: both and only-a in A, both and south in B");
     refract_e2e::eventually(
         within,
         what,
         || {
             (twins(&p.provider) == ["both-origin", "only-a-origin"]
-                && twins(&b.provider) == ["both-origin"])
+                && twins(&b.provider) == ["both-origin", "south-origin"])
             .then_some(())
         },
         context,
