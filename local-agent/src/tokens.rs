@@ -67,7 +67,13 @@ struct PodTokens {
 struct State {
     cache: HashMap<Key, PodTokens>,
     failures: HashMap<Key, u32>,
+    /// Pods already told that their API server address is the provider's: the UID told.
+    warned_home: HashMap<Key, String>,
 }
+
+/// The reason of the Warning event on an offloaded pod whose API server address is still the
+/// provider's.
+pub const HOME_API_SERVER_UNSET_REASON: &str = "HomeAPIServerUnset";
 
 /// Reflects offloaded pods' ServiceAccount tokens.
 pub struct TokenReflector {
@@ -231,6 +237,7 @@ impl TokenReflector {
             origin_uid: pod.uid().unwrap_or_default(),
         };
         self.outbox.upsert(session, origin(key), upsert).await;
+        self.warn_without_home_api_server(key, &pod).await;
         if let Some(at) = refresh {
             let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
             self.queue.add_after(key.clone(), wait);
@@ -329,11 +336,36 @@ impl TokenReflector {
     }
 
     /// Deletes the pod's token Secret if this session sent one, and forgets its tokens.
+    /// Without `--home-api-server-host/--home-api-server-port` an offloaded pod gets origin
+    /// tokens while its `KUBERNETES_SERVICE_*` still name the provider's API server, which
+    /// refuses them: said once per pod, on the pod, where its owner looks.
+    async fn warn_without_home_api_server(&self, key: &Key, pod: &Pod) {
+        if self.options.api_server.address().is_some() {
+            return;
+        }
+        let uid = pod.uid().unwrap_or_default();
+        let first = {
+            let mut s = self.state.lock().expect("token state poisoned");
+            s.warned_home.insert(key.clone(), uid.clone()) != Some(uid)
+        };
+        if first {
+            publish_event(
+                &self.recorder,
+                pod.object_ref(&()),
+                EventType::Warning,
+                HOME_API_SERVER_UNSET_REASON,
+                "the pod gets tokens of the origin cluster, but its KUBERNETES_SERVICE_HOST/PORT still name the provider's API server, which refuses them; set the local agent's --home-api-server-host and --home-api-server-port (or annotate the pod liqo.io/api-server-support: disabled)".into(),
+            )
+            .await;
+        }
+    }
+
     async fn remove(&self, session: &SessionTx, key: &Key) {
         {
             let mut s = self.state.lock().expect("token state poisoned");
             s.cache.remove(key);
             s.failures.remove(key);
+            s.warned_home.remove(key);
         }
         self.outbox.delete(session, &origin(key), None).await;
     }

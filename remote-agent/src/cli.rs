@@ -177,7 +177,7 @@ impl Args {
     }
 }
 
-/// `remote-agent remove-tenant`: removes everything this provider holds for one origin.
+/// Removes everything this provider holds for one origin (tenant).
 ///
 /// Deletes every namespace labelled as the tenant's (its twin namespaces, with the ShadowPods,
 /// pods and reflected objects in them) and prints each one. Revoke the tenant's certificate

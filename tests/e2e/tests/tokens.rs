@@ -1,7 +1,8 @@
 //! ServiceAccount tokens end to end: an offloaded pod's projected tokens are requested from the
 //! origin's real TokenRequest API, stored in a Secret on the provider and mounted there, work
 //! against the origin API server as the pod's service account, are renewed, and go with the
-//! pod; with API server support off, none of it happens.
+//! pod; with API server support off, none of it happens; without the home API server's address,
+//! each pod is warned once.
 
 use std::time::Duration;
 
@@ -255,6 +256,10 @@ async fn offloaded_pods_get_origin_tokens_that_work_renew_and_go_with_them() {
         review(&p, &api_token, None).is_none().then_some(())
     })
     .await;
+    assert!(
+        !pod_event_reasons(&p).contains("HomeAPIServerUnset"),
+        "a pod was warned although the home API server is set"
+    );
 }
 
 #[tokio::test]
@@ -283,4 +288,55 @@ async fn with_api_server_support_disabled_no_token_leaves_the_origin() {
     let secrets = kubectl_get(&p.provider, &["-n", "apps-origin", "secrets", "-o", "name"])
         .unwrap_or_default();
     assert!(!secrets.contains("api-client-token"), "{secrets}");
+}
+
+/// The reasons of the origin's events about pod api-client.
+fn pod_event_reasons(p: &Peering) -> String {
+    kubectl_get(
+        &p.origin,
+        &[
+            "-n",
+            "apps",
+            "events",
+            "--field-selector",
+            "involvedObject.name=api-client",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+    )
+    .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn without_a_home_api_server_address_each_pod_is_warned() {
+    let p = Peering::start_offloading().await.expect("peering");
+    extend(&p);
+    kubectl_stdin(&p.origin, &["apply", "-f", "-"], &pod_yaml());
+    remote_pod_running(&p).await;
+    p.eventually(WAIT, "a HomeAPIServerUnset warning on the pod", || {
+        pod_event_reasons(&p)
+            .split_whitespace()
+            .any(|r| r == refract_local_agent::tokens::HOME_API_SERVER_UNSET_REASON)
+            .then_some(())
+    })
+    .await;
+    // Once per pod, not at every token renewal.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let warned = kubectl_get(
+        &p.origin,
+        &[
+            "-n",
+            "apps",
+            "events",
+            "--field-selector",
+            "reason=HomeAPIServerUnset",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+    )
+    .unwrap_or_default();
+    assert!(
+        warned.split_whitespace().count() == 1,
+        "expected one HomeAPIServerUnset event, found {warned:?}"
+    );
 }
