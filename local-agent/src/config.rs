@@ -27,6 +27,13 @@ pub struct ReflectionFlags {
     #[arg(long = "skip-label", value_name = "KEY")]
     pub skip_labels: Vec<String>,
 
+    /// What every offloaded pod gets on the provider, as Liqo's VirtualNode
+    /// `spec.offloadingPatch` (YAML): `nodeSelector`, `tolerations`, `affinity.nodeAffinity`,
+    /// `runtimeClassName`, `labelsNotReflected`, `annotationsNotReflected`. Unknown fields are
+    /// refused by name.
+    #[arg(long, value_name = "FILE")]
+    pub offloading_patch: Option<std::path::PathBuf>,
+
     /// Annotation key never reflected (repeatable; cloud-provider keys are skipped by default).
     #[arg(long = "skip-annotation", value_name = "KEY")]
     pub skip_annotations: Vec<String>,
@@ -113,6 +120,19 @@ impl ReflectionFlags {
             })?;
             o.merge_values(&values);
         }
+        if let Some(path) = &self.offloading_patch {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("failed to read --offloading-patch {}", path.display()))?;
+            let patch =
+                refract_shared::options::OffloadingPatch::from_yaml(&text).map_err(|e| {
+                    anyhow::anyhow!("invalid --offloading-patch {}: {e}", path.display())
+                })?;
+            o.skip_labels
+                .extend(patch.labels_not_reflected.iter().cloned());
+            o.skip_annotations
+                .extend(patch.annotations_not_reflected.iter().cloned());
+            o.offloading_patch = patch;
+        }
         o.remapping.0.extend(self.remap.iter().cloned());
         o.skip_labels.extend(self.skip_labels.iter().cloned());
         o.skip_annotations
@@ -169,5 +189,40 @@ impl ReflectionFlags {
     /// The extra virtual node labels as a map.
     pub fn node_labels(&self) -> BTreeMap<String, String> {
         self.virtual_node_labels.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_patch(text: &str) -> anyhow::Result<ReflectionOptions> {
+        let file = tempfile::NamedTempFile::new()?;
+        std::fs::write(file.path(), text)?;
+        let flags = ReflectionFlags {
+            offloading_patch: Some(file.path().to_path_buf()),
+            ..Default::default()
+        };
+        flags.options("origin", "provider")
+    }
+
+    #[test]
+    fn an_offloading_patch_file_sets_placement_and_what_is_not_reflected() {
+        let o = with_patch(
+            "nodeSelector: {pool: tenants}\nlabelsNotReflected: [team.example/cost-centre]\nannotationsNotReflected: [audit.example/ticket]\n",
+        )
+        .unwrap();
+        assert_eq!(o.offloading_patch.node_selector["pool"], "tenants");
+        assert!(o.skip_labels.contains("team.example/cost-centre"));
+        assert!(o.skip_annotations.contains("audit.example/ticket"));
+    }
+
+    #[test]
+    fn an_unknown_field_in_an_offloading_patch_is_named() {
+        let error = with_patch("nodeSelectors: {pool: tenants}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("nodeSelectors"), "{error}");
+        assert!(error.contains("--offloading-patch"), "{error}");
     }
 }

@@ -115,7 +115,7 @@ pub const DEFAULT_SKIP_ANNOTATIONS: &[&str] = &[
 ];
 
 /// Everything the forge needs to turn an origin object into the provider's desired object.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReflectionOptions {
     /// The origin cluster id.
@@ -143,6 +143,54 @@ pub struct ReflectionOptions {
     /// Offloaded pods' access to the origin API server (ServiceAccount tokens).
     #[serde(default)]
     pub api_server: ApiServerOptions,
+    /// What every pod offloaded through this peering gets on the provider (Liqo's VirtualNode
+    /// `spec.offloadingPatch`).
+    #[serde(default)]
+    pub offloading_patch: OffloadingPatch,
+}
+
+/// Placement every offloaded pod gets on the provider, in Liqo's VirtualNode
+/// `spec.offloadingPatch` terms. The origin pod's own node selector and affinity speak of the
+/// origin and are dropped; these speak of the provider.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OffloadingPatch {
+    /// Label keys not reflected to the provider (joins the skipped labels).
+    #[serde(default)]
+    pub labels_not_reflected: Vec<String>,
+    /// Annotation keys not reflected to the provider (joins the skipped annotations).
+    #[serde(default)]
+    pub annotations_not_reflected: Vec<String>,
+    /// The provider pod's node selector.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations added to the provider pod's.
+    #[serde(default)]
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    /// The provider pod's node affinity (`affinity.nodeAffinity`; other affinities are not
+    /// accepted).
+    #[serde(default)]
+    pub affinity: Option<PatchAffinity>,
+    /// The provider pod's RuntimeClass when neither the pod's annotation nor its own (other
+    /// than `liqo`) names one.
+    #[serde(default)]
+    pub runtime_class_name: Option<String>,
+}
+
+/// The affinity an offloading patch may set: node affinity only.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PatchAffinity {
+    /// Where on the provider offloaded pods may run.
+    #[serde(default)]
+    pub node_affinity: Option<k8s_openapi::api::core::v1::NodeAffinity>,
+}
+
+impl OffloadingPatch {
+    /// Reads a patch file (YAML or JSON), naming any unknown field.
+    pub fn from_yaml(text: &str) -> Result<Self, String> {
+        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+    }
 }
 
 /// The storage fabric's settings.
@@ -231,6 +279,7 @@ impl ReflectionOptions {
             virtual_node: String::new(),
             storage: StorageOptions::default(),
             api_server: ApiServerOptions::default(),
+            offloading_patch: OffloadingPatch::default(),
         }
     }
 

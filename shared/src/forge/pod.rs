@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapProjection, Container, DownwardAPIProjection, DownwardAPIVolumeFile, EnvVar,
     KeyToPath, ObjectFieldSelector, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection, WeightedPodAffinityTerm,
+    ProjectedVolumeSource, SecretProjection, Toleration, Volume, VolumeProjection,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -92,8 +93,18 @@ pub fn shadow_pod(
 
 /// The RuntimeClass of the provider pod: the one the origin pod's
 /// `liqo.io/remote-runtime-class-name` names, else the origin pod's own unless it is Liqo's,
-/// else none (the provider's default).
-fn remote_runtime_class(local: &PodSpec, pod: &Pod) -> Option<String> {
+/// else the offloading patch's unless it is Liqo's, else none (the provider's default).
+fn remote_runtime_class(local: &PodSpec, pod: &Pod, ctx: &Context<'_>) -> Option<String> {
+    let patched = ctx
+        .options
+        .offloading_patch
+        .runtime_class_name
+        .as_ref()
+        .filter(|c| !c.is_empty() && c.as_str() != LIQO_RUNTIME_CLASS);
+    pod_runtime_class(local, pod).or_else(|| patched.cloned())
+}
+
+fn pod_runtime_class(local: &PodSpec, pod: &Pod) -> Option<String> {
     let annotated = pod
         .metadata
         .annotations
@@ -145,28 +156,62 @@ fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context
         image_pull_secrets: local.image_pull_secrets.clone(),
         readiness_gates: local.readiness_gates.clone(),
         restart_policy: local.restart_policy.clone(),
-        runtime_class_name: remote_runtime_class(local, pod),
+        runtime_class_name: remote_runtime_class(local, pod, ctx),
+        node_selector: patch_node_selector(ctx),
         security_context: local.security_context.clone(),
         set_hostname_as_fqdn: local.set_hostname_as_fqdn,
         share_process_namespace: local.share_process_namespace,
         subdomain: local.subdomain.clone(),
         termination_grace_period_seconds: local.termination_grace_period_seconds,
         topology_spread_constraints: local.topology_spread_constraints.clone(),
-        tolerations: local.tolerations.as_ref().map(|t| {
-            t.iter()
-                .filter(|t| t.key.as_deref() != Some(VIRTUAL_NODE_TAINT_KEY))
-                .cloned()
-                .collect()
-        }),
+        tolerations: remote_tolerations(local, ctx),
         // The origin's service account and token mean nothing to the provider's API server.
         service_account_name: None,
         automount_service_account_token: Some(false),
         host_network: Some(false),
         host_pid: Some(false),
         host_ipc: Some(false),
-        affinity: anti_affinity(pod, virtual_node, ctx),
+        affinity: remote_affinity(pod, virtual_node, ctx),
         ..Default::default()
     }
+}
+
+/// The offloading patch's node selector (the origin pod's own speaks of origin nodes).
+fn patch_node_selector(ctx: &Context<'_>) -> Option<BTreeMap<String, String>> {
+    let selector = &ctx.options.offloading_patch.node_selector;
+    (!selector.is_empty()).then(|| selector.clone())
+}
+
+/// The origin pod's tolerations but the virtual node's, then the offloading patch's.
+fn remote_tolerations(local: &PodSpec, ctx: &Context<'_>) -> Option<Vec<Toleration>> {
+    let patch = &ctx.options.offloading_patch.tolerations;
+    if local.tolerations.is_none() && patch.is_empty() {
+        return None;
+    }
+    let own = local.tolerations.iter().flatten();
+    Some(
+        own.filter(|t| t.key.as_deref() != Some(VIRTUAL_NODE_TAINT_KEY))
+            .chain(patch)
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The offloading patch's node affinity with the anti-affinity preset's pod anti-affinity.
+/// (Liqo lets a preset replace the patch's node affinity; here both hold.)
+fn remote_affinity(pod: &Pod, virtual_node: &str, ctx: &Context<'_>) -> Option<Affinity> {
+    let node_affinity = ctx
+        .options
+        .offloading_patch
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.clone());
+    let pod_anti_affinity = anti_affinity(pod, virtual_node, ctx).and_then(|a| a.pod_anti_affinity);
+    (node_affinity.is_some() || pod_anti_affinity.is_some()).then(|| Affinity {
+        node_affinity,
+        pod_anti_affinity,
+        ..Default::default()
+    })
 }
 
 /// Volumes as the provider can satisfy them: the origin's root CA ConfigMap under its reflected
