@@ -90,8 +90,10 @@ pub struct Unpeering {
 }
 
 impl Unpeering {
-    /// Waits for an unpeer request on the virtual node and carries it out; returns the mode
-    /// once the peering is gone from the origin. Never returns if no request comes.
+    /// Waits for an unpeer request on the virtual node and does the agent's part: returns the
+    /// mode once the peering is gone from the origin (graceful), or once the link is stopped
+    /// and the request answered (forced: the command cleans up). Never returns if no request
+    /// comes.
     pub async fn run(self) -> Mode {
         let mode = match self.requested().await {
             Mode::Graceful => self.graceful().await,
