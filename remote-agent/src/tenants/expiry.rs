@@ -61,7 +61,7 @@ pub fn spawn_collector(
     let started = OffsetDateTime::now_utc();
     // Often enough that a collection comes at most a quarter of the expiry late.
     let period = (expiry / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
-    tracing::info!(expiry = %humantime(expiry), "tenants whose origin does not connect for the expiry will be removed");
+    tracing::info!(expiry = %shown(expiry), "tenants whose origin does not connect for the expiry will be removed");
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(period);
         loop {
@@ -84,10 +84,12 @@ async fn collect(
     started: OffsetDateTime,
 ) -> Result<(), kube::Error> {
     let api: Api<Namespace> = Api::all(client.clone());
-    let namespaces = api
+    let mut namespaces = api
         .list(&ListParams::default().labels(TENANT_NAMESPACE_LABEL))
         .await?
         .items;
+    // Those already being deleted are on their way; removing them again would only log it.
+    namespaces.retain(|ns| ns.metadata.deletion_timestamp.is_none());
     let connected = registry.connected();
     let now = OffsetDateTime::now_utc();
     for (tenant, last_seen) in last_seen_by_tenant(&namespaces, started) {
@@ -104,7 +106,7 @@ async fn collect(
         let reason = format!(
             "its origin has not connected since {} (--tenant-expiry {})",
             rfc3339(last_seen),
-            humantime(expiry)
+            shown(expiry)
         );
         desired.forget_tenant(&id);
         super::remove(client, &id, &reason, false).await?;
@@ -148,7 +150,7 @@ fn rfc3339(t: OffsetDateTime) -> String {
         .unwrap_or_default()
 }
 
-fn humantime(d: Duration) -> String {
+fn shown(d: Duration) -> String {
     format!("{d:?}")
 }
 
