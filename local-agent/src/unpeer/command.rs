@@ -10,6 +10,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 use refract_shared::keys::{UNPEER_ANNOTATION, UNPEER_PROGRESS_ANNOTATION};
+use refract_shared::offloading::{
+    REMOTE_CLUSTER_ID_LABEL, VIRTUAL_NODE_TYPE, VIRTUAL_NODE_TYPE_LABEL,
+};
 use refract_shared::tls::ClusterId;
 
 use super::{origin, Mode};
@@ -90,6 +93,16 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
         say(&format!("virtual node {name} does not exist: the peering is already gone from the origin; removing what may be left"));
         return clean_up(&client, &args, &name, &say).await;
     };
+    // A destructive command on a node name someone typed: only a virtual node of this
+    // peering is ever touched.
+    let labels = node.labels();
+    let is_ours = labels.get(VIRTUAL_NODE_TYPE_LABEL).map(String::as_str)
+        == Some(VIRTUAL_NODE_TYPE)
+        && labels.get(REMOTE_CLUSTER_ID_LABEL).map(String::as_str)
+            == Some(args.remote_cluster_id.as_str());
+    if !is_ours {
+        bail!("node {name} is not the virtual node of provider {} (labels {VIRTUAL_NODE_TYPE_LABEL}={VIRTUAL_NODE_TYPE} and {REMOTE_CLUSTER_ID_LABEL}={} expected); nothing was changed", args.remote_cluster_id, args.remote_cluster_id);
+    }
     let mode = match (args.force, Mode::requested(&node)) {
         (true, _) => Mode::Forced,
         (false, Ok(Some(Mode::Forced))) => {

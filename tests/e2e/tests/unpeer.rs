@@ -144,6 +144,28 @@ async fn a_graceful_unpeer_drains_removes_the_tenant_and_the_node() {
     let p = Peering::start_offloading().await.expect("peering");
     offload_a_pod(&p).await;
 
+    // A node that is not this peering's virtual node is never touched.
+    let kubeconfig = p.origin.kubeconfig.display().to_string();
+    let wrong = run(
+        bin("local-agent"),
+        &[
+            "unpeer",
+            "--kubeconfig",
+            &kubeconfig,
+            "--remote-cluster-id",
+            "elsewhere",
+            "--node-name",
+            NODE,
+            "--force",
+        ],
+    );
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        !wrong.status.success() && said.contains("is not the virtual node of provider elsewhere"),
+        "a forced unpeer of another peering's node was not refused: {said}"
+    );
+    assert!(origin_get(&p, &["-n", NS, "pod", "web"]).is_some());
+
     let (out, took) = unpeer(&p, &[]);
     assert!(out.contains("draining"), "no drain progress shown:\n{out}");
     assert!(
