@@ -251,7 +251,7 @@ fn preview_pod(
         Ok(shadow) => {
             let mut entry = json!({"source": source, "decision": "reflect", "kind": "shadowpod", "namespace": remote_ns, "name": pod.metadata.name, "object": shadow});
             // The bound tokens the agent would request and send beside the ShadowPod.
-            if forge::token::api_server_support(&pod, &ctx) {
+            if forge::token::origin_tokens(&pod, &ctx) {
                 let tokens: Vec<Value> = forge::token::token_sources(&pod)
                     .into_iter()
                     .map(|t| json!({"key": t.key, "audience": t.audience, "expirationSeconds": t.expiration_seconds}))

@@ -19,8 +19,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
 use kube::{Resource, ResourceExt};
 use refract_shared::forge::token::{
-    api_server_support, service_account_of, token_secret, token_secret_name, token_sources,
-    TokenSource,
+    origin_tokens, service_account_of, token_secret, token_secret_name, token_sources, TokenSource,
 };
 use refract_shared::forge::Context;
 use refract_shared::options::ReflectionOptions;
@@ -188,7 +187,7 @@ impl TokenReflector {
             (Some(pod), Some(remote_ns)) if pod.metadata.deletion_timestamp.is_none() => {
                 let ctx = self.context(remote_ns);
                 let sources = token_sources(pod);
-                (api_server_support(pod, &ctx) && !sources.is_empty())
+                (origin_tokens(pod, &ctx) && !sources.is_empty())
                     .then(|| (pod.clone(), remote_ns.clone(), sources))
             }
             _ => None,
@@ -354,7 +353,7 @@ impl TokenReflector {
                 pod.object_ref(&()),
                 EventType::Warning,
                 HOME_API_SERVER_UNSET_REASON,
-                "the pod gets tokens of the origin cluster, but its KUBERNETES_SERVICE_HOST/PORT still name the provider's API server, which refuses them; set the local agent's --home-api-server-host and --home-api-server-port (or annotate the pod liqo.io/api-server-support: disabled)".into(),
+                "the pod gets tokens of the origin cluster, but its KUBERNETES_SERVICE_HOST/PORT still name the provider's API server, which refuses them; set the local agent's --home-api-server-host and --home-api-server-port (or annotate the pod liqo.io/api-server-support: disabled, or remote to use a provider ServiceAccount the provider's policy allows)".into(),
             )
             .await;
         }

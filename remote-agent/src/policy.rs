@@ -73,6 +73,11 @@ pub struct TenantPolicy {
     pub ingress: IngressPolicy,
     /// StorageClasses the tenant's claims may use. Empty: any.
     pub storage_classes: Vec<String>,
+    /// ServiceAccounts of the tenant's own namespaces on the provider its pods may run as, with
+    /// that ServiceAccount's token mounted (pods annotated `liqo.io/api-server-support:
+    /// remote`). The provider's operator creates them and grants their rights. Empty: none;
+    /// tenant pods run as `default` without any provider token.
+    pub service_accounts: Vec<String>,
 }
 
 impl Default for TenantPolicy {
@@ -86,6 +91,7 @@ impl Default for TenantPolicy {
             endpoint_ranges: Vec::new(),
             ingress: IngressPolicy::default(),
             storage_classes: Vec::new(),
+            service_accounts: Vec::new(),
         }
     }
 }
@@ -266,6 +272,7 @@ impl serde::Serialize for BaseView<'_> {
                 "classes": p.ingress.classes,
             },
             "storageClasses": p.storage_classes,
+            "serviceAccounts": p.service_accounts,
         })
         .serialize(s)
     }

@@ -9,8 +9,11 @@
 //! kubelet authenticates to the API server as `system:node:localhost` and accepts only clients
 //! with a certificate of the cluster's CA (the API server's kubelet client certificate).
 //!
-//! Dropping the node kills its containers, unmounts what they mounted (volumes, network
-//! namespaces, root filesystems), stops containerd and the kubelet and deletes the bridge.
+//! containerd and the kubelet share a mount namespace of their own, where the node's folder
+//! provides /var/log/pods and /var/log/containers (see `start_containerd`). Dropping the node
+//! kills its containers, unmounts what they mounted (volumes, network namespaces, root
+//! filesystems; those made inside the node's mount namespace go with it), stops containerd and
+//! the kubelet and deletes the bridge.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,6 +33,11 @@ pub const NODE_NAME: &str = "localhost";
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
 /// Where image pulls are sent: the discard port, which nothing on these machines serves.
 const CLOSED_PORT: u16 = 9;
+/// The machine's pod log folders, and the node's own folder that stands in for each.
+const POD_LOG_DIRS: [(&str, &str); 2] = [
+    ("/var/log/pods", "pod-logs"),
+    ("/var/log/containers", "container-logs"),
+];
 /// How long a node may take to turn Ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -206,9 +214,34 @@ state = "{state}"
         self.write_registry_guard()?;
         let path = self.dir.join("containerd.toml");
         std::fs::write(&path, config)?;
+        // containerd (and the kubelet, which joins it) runs in a mount namespace of its own
+        // where the node's folders stand in for /var/log/pods and /var/log/containers: a
+        // kubelet removes every pod log folder there of a pod it does not know, so nodes
+        // sharing the machine's would delete each other's logs.
+        let mut args: Vec<String> = vec![
+            "--mount".into(),
+            "--propagation".into(),
+            "slave".into(),
+            "--".into(),
+            "sh".into(),
+            "-c".into(),
+            r#"mount --bind "$1" /var/log/pods && mount --bind "$2" /var/log/containers && shift 2 && exec "$@""#.into(),
+            "node-mounts".into(),
+        ];
+        for (host, own) in POD_LOG_DIRS {
+            std::fs::create_dir_all(host)?;
+            let own = self.dir.join(own);
+            std::fs::create_dir_all(&own)?;
+            args.push(own.display().to_string());
+        }
+        args.extend([
+            "/usr/bin/containerd".into(),
+            "--config".into(),
+            path.display().to_string(),
+        ]);
         self.containerd = Some(spawn(
-            Path::new("/usr/bin/containerd"),
-            &["--config".into(), path.display().to_string()],
+            Path::new("/usr/bin/unshare"),
+            &args,
             &self.dir.join("containerd.log"),
         )?);
         Ok(())
@@ -304,8 +337,23 @@ authorization: {{mode: AlwaysAllow}}
             format!("--pod-infra-container-image={pause}"),
             "--v=1".into(),
         ];
+        // In containerd's mount namespace: the same pod log folders, and the volumes it
+        // mounts are where containerd's containers see them.
+        let containerd = self
+            .containerd
+            .as_ref()
+            .context("containerd is not running")?;
+        let kubelet = binary("kubelet")?;
+        let args: Vec<String> = [
+            format!("--mount=/proc/{}/ns/mnt", containerd.id()),
+            "--".into(),
+            kubelet.display().to_string(),
+        ]
+        .into_iter()
+        .chain(args)
+        .collect();
         self.kubelet = Some(spawn(
-            &binary("kubelet")?,
+            Path::new("/usr/bin/nsenter"),
             &args,
             &self.dir.join("kubelet.log"),
         )?);

@@ -3,8 +3,9 @@
 //! run with the provider's own ServiceAccount credentials.
 //!
 //! Tokens a tenant's pod may mount come only from Secrets the tenant itself sent (checked by
-//! the write path, which can read the Secrets); here the pod is held to what needs no read:
-//! no ServiceAccount of the provider's but `default`, no automounted token, no projected token.
+//! the write path, which can read the Secrets), or from a ServiceAccount of its namespace the
+//! tenant's policy lists (`serviceAccounts`); here the pod is held to what needs no read: any
+//! other pod runs as `default` with no automounted and no projected token.
 
 use std::collections::BTreeMap;
 
@@ -47,9 +48,10 @@ pub(super) fn check(
         },
     )?;
     placement(&spec, policy).map_err(prefixed)?;
-    credentials(&spec).map_err(prefixed)?;
-    // The pod never gets the provider's ServiceAccount token mounted for it.
-    shadow["spec"]["pod"]["automountServiceAccountToken"] = false.into();
+    if !credentials(&spec, policy).map_err(prefixed)? {
+        // The pod never gets the token of a ServiceAccount its tenant may not use.
+        shadow["spec"]["pod"]["automountServiceAccountToken"] = false.into();
+    }
     Ok(())
 }
 
@@ -109,17 +111,26 @@ fn placement(spec: &PodSpec, policy: &TenantPolicy) -> Result<(), Violation> {
     Ok(())
 }
 
-fn credentials(spec: &PodSpec) -> Result<(), Violation> {
+/// Whether the pod may run with a provider ServiceAccount's token: only as a ServiceAccount
+/// the tenant's policy lists. Otherwise it runs as `default`, without any provider token.
+fn credentials(spec: &PodSpec, policy: &TenantPolicy) -> Result<bool, Violation> {
     let account = spec
         .service_account_name
         .as_deref()
         .or(spec.service_account.as_deref())
-        .unwrap_or_default();
-    if !account.is_empty() && account != "default" {
+        .filter(|a| !a.is_empty());
+    let allowed = account.is_some_and(|a| policy.service_accounts.iter().any(|s| s == a));
+    if let Some(account) = account.filter(|a| !allowed && *a != "default") {
         return Err(Violation::new(
             "spec.serviceAccountName",
-            format!("ServiceAccount {account:?} is the provider's; tenant pods run as \"default\" without its token"),
+            format!(
+                "ServiceAccount {account:?} is not allowed for this tenant (allowed: {}); other tenant pods run as \"default\" without its token",
+                listed(&policy.service_accounts)
+            ),
         ));
+    }
+    if allowed {
+        return Ok(true);
     }
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let projected = v.projected.as_ref().and_then(|p| p.sources.as_ref());
@@ -130,11 +141,11 @@ fn credentials(spec: &PodSpec) -> Result<(), Violation> {
         {
             return Err(Violation::new(
                 format!("spec.volumes[{i}].projected"),
-                "a projected serviceAccountToken would be the provider's token; tokens come from the tenant's own token Secrets",
+                "a projected serviceAccountToken would be the provider's token, and this pod's ServiceAccount is not one the tenant may use; tokens come from the tenant's own token Secrets",
             ));
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The Secrets a pod reads: volumes, image pull Secrets, env and envFrom of every container.
@@ -285,6 +296,42 @@ mod tests {
         let other =
             json!({"tolerations": [{"key": "spot", "operator": "Exists"}], "containers": c});
         assert_eq!(refusal(other, &p), "spec.pod.tolerations[0]");
+    }
+
+    #[test]
+    fn only_listed_service_accounts_get_the_providers_token() {
+        let c = json!([{"name": "a", "image": "x"}]);
+        let p = TenantPolicy {
+            service_accounts: vec!["reader".into()],
+            ..TenantPolicy::default()
+        };
+        let projected = json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]);
+        let mut ok = shadow(
+            json!({"serviceAccountName": "reader", "automountServiceAccountToken": true, "volumes": projected, "containers": c}),
+        );
+        assert_eq!(check(&mut ok, &p), Ok(()));
+        assert_eq!(
+            ok["spec"]["pod"]["automountServiceAccountToken"],
+            json!(true)
+        );
+        let mut default = shadow(
+            json!({"serviceAccountName": "default", "automountServiceAccountToken": true, "containers": c}),
+        );
+        assert_eq!(check(&mut default, &p), Ok(()));
+        assert_eq!(
+            default["spec"]["pod"]["automountServiceAccountToken"],
+            json!(false),
+            "default is not listed: no token"
+        );
+        let other = json!({"serviceAccountName": "admin", "automountServiceAccountToken": true, "containers": c});
+        let refused = check(&mut shadow(other), &p).unwrap_err();
+        assert_eq!(refused.field, "spec.pod.serviceAccountName");
+        assert!(refused.reason.contains("allowed: reader"), "{refused}");
+        let default_projected = json!({"volumes": projected, "containers": c});
+        assert_eq!(
+            refusal(default_projected, &p),
+            "spec.pod.volumes[0].projected"
+        );
     }
 
     #[test]

@@ -2,34 +2,23 @@
 //!
 //! The pod spec is copied verbatim except what refers to the origin cluster or would let a
 //! tenant reach into the provider's nodes: scheduling constraints are removed (the provider
-//! schedules), host namespaces are forced off, the service account is unset (it means nothing
-//! to the provider's API server), and the virtual-node toleration is dropped so the pod cannot
+//! schedules), host namespaces are forced off, and the virtual-node toleration is dropped so the pod cannot
 //! be offloaded again. Anti-affinity presets (`liqo.io/anti-affinity-preset`) add spreading
-//! constraints.
-//!
-//! With API server support ([`super::token`]), projected ServiceAccount tokens are mounted from
-//! the pod's token Secret instead, and, when the operator configured the origin API server's
-//! address, the `KUBERNETES_SERVICE_*` environment points in-cluster clients at it. Without
-//! it, projected tokens are removed.
+//! constraints. How the pod reaches an API server (tokens, environment, ServiceAccount) is
+//! [`api_server`]'s.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMapProjection, Container, DownwardAPIProjection, DownwardAPIVolumeFile, EnvVar,
-    KeyToPath, ObjectFieldSelector, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    ProjectedVolumeSource, SecretProjection, Toleration, Volume, VolumeProjection,
-    WeightedPodAffinityTerm,
+    Affinity, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, Toleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::configmap::{remote_root_ca_name, ROOT_CA_NAME};
 use super::meta::{name_of, remote_meta};
-use super::token::{
-    api_server_support, is_legacy_token_volume, service_account_of, token_key, token_secret_name,
-    LEGACY_TOKEN_PATH,
-};
 use super::{Context, ForgeError};
 use crate::keys::ORIGIN_FINISHED_ANNOTATION;
+
+mod api_server;
 
 /// The ShadowPod API version.
 pub const SHADOWPOD_API_VERSION: &str = "offloading.refract.io/v1alpha1";
@@ -128,25 +117,10 @@ pub fn finished_phase(pod: &Pod) -> Option<&str> {
 }
 
 fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context<'_>) -> PodSpec {
-    let tokens = api_server_support(pod, ctx);
-    let token_secret =
-        tokens.then(|| token_secret_name(pod.metadata.name.as_deref().unwrap_or_default()));
-    let containers = |list: &[Container]| -> Vec<Container> {
-        let mut list = list.to_vec();
-        if tokens {
-            for c in &mut list {
-                api_server_env(c, &service_account_of(pod), ctx);
-            }
-        }
-        list
-    };
-    PodSpec {
-        containers: containers(&local.containers),
-        init_containers: local.init_containers.as_deref().map(containers),
-        volumes: local
-            .volumes
-            .as_ref()
-            .map(|v| remote_volumes(v, &service_account_of(pod), token_secret.as_deref(), ctx)),
+    let mut spec = PodSpec {
+        containers: local.containers.clone(),
+        init_containers: local.init_containers.clone(),
+        volumes: local.volumes.clone(),
         active_deadline_seconds: local.active_deadline_seconds,
         dns_config: local.dns_config.clone(),
         dns_policy: local.dns_policy.clone(),
@@ -165,15 +139,14 @@ fn remote_pod_spec(local: &PodSpec, pod: &Pod, virtual_node: &str, ctx: &Context
         termination_grace_period_seconds: local.termination_grace_period_seconds,
         topology_spread_constraints: local.topology_spread_constraints.clone(),
         tolerations: remote_tolerations(local, ctx),
-        // The origin's service account and token mean nothing to the provider's API server.
-        service_account_name: None,
-        automount_service_account_token: Some(false),
         host_network: Some(false),
         host_pid: Some(false),
         host_ipc: Some(false),
         affinity: remote_affinity(pod, virtual_node, ctx),
         ..Default::default()
-    }
+    };
+    api_server::apply(&mut spec, pod, ctx);
+    spec
 }
 
 /// The offloading patch's node selector (the origin pod's own speaks of origin nodes).
@@ -212,170 +185,6 @@ fn remote_affinity(pod: &Pod, virtual_node: &str, ctx: &Context<'_>) -> Option<A
         pod_anti_affinity,
         ..Default::default()
     })
-}
-
-/// Volumes as the provider can satisfy them: the origin's root CA ConfigMap under its reflected
-/// name, and projected service-account tokens read from the pod's token Secret
-/// (`token_secret`), or removed when the pod gets no origin tokens.
-/// The legacy ServiceAccount token volume, on the provider: with API server support what a
-/// current cluster's `kube-api-access` volume holds (the token from the pod's token Secret, the
-/// origin's CA from the reflected root CA ConfigMap, the namespace), else an empty folder, so
-/// the containers' mounts stay valid and no token of either cluster is there.
-fn legacy_token_volume(volume: Volume, token_secret: Option<&str>, ctx: &Context<'_>) -> Volume {
-    let Some(secret) = token_secret else {
-        return Volume {
-            name: volume.name,
-            empty_dir: Some(Default::default()),
-            ..Default::default()
-        };
-    };
-    let item = |key: String, path: &str| {
-        Some(vec![KeyToPath {
-            key,
-            path: path.into(),
-            mode: None,
-        }])
-    };
-    let sources = vec![
-        VolumeProjection {
-            secret: Some(SecretProjection {
-                name: secret.to_string(),
-                items: item(
-                    token_key(&volume.name, LEGACY_TOKEN_PATH),
-                    LEGACY_TOKEN_PATH,
-                ),
-                optional: None,
-            }),
-            ..Default::default()
-        },
-        VolumeProjection {
-            config_map: Some(ConfigMapProjection {
-                name: remote_root_ca_name(&ctx.options.local_cluster_id),
-                items: item("ca.crt".into(), "ca.crt"),
-                optional: None,
-            }),
-            ..Default::default()
-        },
-        VolumeProjection {
-            downward_api: Some(DownwardAPIProjection {
-                items: Some(vec![DownwardAPIVolumeFile {
-                    path: "namespace".into(),
-                    field_ref: Some(ObjectFieldSelector {
-                        api_version: Some("v1".into()),
-                        field_path: "metadata.namespace".into(),
-                    }),
-                    ..Default::default()
-                }]),
-            }),
-            ..Default::default()
-        },
-    ];
-    Volume {
-        name: volume.name,
-        projected: Some(ProjectedVolumeSource {
-            default_mode: volume.secret.and_then(|s| s.default_mode),
-            sources: Some(sources),
-        }),
-        ..Default::default()
-    }
-}
-
-fn remote_volumes(
-    volumes: &[Volume],
-    service_account: &str,
-    token_secret: Option<&str>,
-    ctx: &Context<'_>,
-) -> Vec<Volume> {
-    volumes
-        .iter()
-        .cloned()
-        .map(|mut v| {
-            let volume_name = v.name.clone();
-            if is_legacy_token_volume(&v, service_account) {
-                return legacy_token_volume(v, token_secret, ctx);
-            }
-            if let Some(projected) = v.projected.as_mut() {
-                if let Some(sources) = projected.sources.as_mut() {
-                    match token_secret {
-                        None => sources.retain(|s| s.service_account_token.is_none()),
-                        Some(secret) => {
-                            for s in sources.iter_mut() {
-                                if let Some(t) = s.service_account_token.take() {
-                                    s.secret = Some(SecretProjection {
-                                        name: secret.to_string(),
-                                        items: Some(vec![KeyToPath {
-                                            key: token_key(&volume_name, &t.path),
-                                            path: t.path,
-                                            mode: None,
-                                        }]),
-                                        optional: None,
-                                    });
-                                }
-                            }
-                        }
-                    }
-                    for s in sources.iter_mut() {
-                        if let Some(cm) = s.config_map.as_mut() {
-                            if cm.name == ROOT_CA_NAME {
-                                cm.name = remote_root_ca_name(&ctx.options.local_cluster_id);
-                            }
-                        }
-                    }
-                }
-            }
-            if let Some(cm) = v.config_map.as_mut() {
-                if cm.name == ROOT_CA_NAME {
-                    cm.name = remote_root_ca_name(&ctx.options.local_cluster_id);
-                }
-            }
-            v
-        })
-        .collect()
-}
-
-/// Points a container's in-cluster clients at the origin API server: the service account name
-/// it reads from the downward API becomes a literal (the provider pod has none), and, when the
-/// operator configured the origin API server's address, the variables client libraries read
-/// are appended (after the container's own, so they win).
-fn api_server_env(container: &mut Container, service_account: &str, ctx: &Context<'_>) {
-    let address = ctx.options.api_server.address();
-    let env = container.env.get_or_insert_with(Vec::new);
-    for var in env.iter_mut() {
-        let reads_sa = var
-            .value_from
-            .as_ref()
-            .and_then(|f| f.field_ref.as_ref())
-            .is_some_and(|f| f.field_path == "spec.serviceAccountName");
-        if reads_sa {
-            var.value_from = None;
-            var.value = Some(service_account.to_string());
-        }
-    }
-    if let Some((host, port)) = address {
-        let host_port = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
-        let url = format!("tcp://{host_port}");
-        let vars = [
-            ("KUBERNETES_SERVICE_HOST".to_string(), host.clone()),
-            ("KUBERNETES_SERVICE_PORT".to_string(), port.to_string()),
-            ("KUBERNETES_PORT".to_string(), url.clone()),
-            (format!("KUBERNETES_PORT_{port}_TCP"), url),
-            (format!("KUBERNETES_PORT_{port}_TCP_PROTO"), "tcp".into()),
-            (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), host),
-            (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.to_string()),
-        ];
-        env.extend(vars.into_iter().map(|(name, value)| EnvVar {
-            name,
-            value: Some(value),
-            value_from: None,
-        }));
-    }
-    if env.is_empty() {
-        container.env = None;
-    }
 }
 
 fn anti_affinity(pod: &Pod, virtual_node: &str, ctx: &Context<'_>) -> Option<Affinity> {

@@ -6,7 +6,8 @@
 //! sha256(path)>`). The local agent fills it with bound tokens from the origin's TokenRequest
 //! API, with the audience and lifetime the pod asks for; the pod forge mounts that key where
 //! the token would have been. Turned off by `--enable-apiserver-support=false`, or for one pod
-//! by its annotation `liqo.io/api-server-support: disabled`.
+//! by its annotation `liqo.io/api-server-support: disabled`; with `remote` the pod uses a
+//! provider ServiceAccount's token instead ([`ApiServerAccess`]).
 
 use std::collections::BTreeMap;
 
@@ -19,8 +20,12 @@ use super::pod::NODE_NAME_LABEL;
 use super::Context;
 use crate::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
 
-/// Pod annotation: `disabled` turns API server support off for this pod.
+/// Pod annotation: `disabled` turns API server support off for this pod; `remote` has it talk
+/// to the provider's API server instead of the origin's ([`ApiServerAccess::Provider`]).
 pub const API_SERVER_SUPPORT_ANNOTATION: &str = "liqo.io/api-server-support";
+/// Pod annotation: the provider ServiceAccount a pod with `api-server-support: remote` runs as
+/// (default: the pod's own ServiceAccount name).
+pub const REMOTE_SERVICE_ACCOUNT_ANNOTATION: &str = "liqo.io/remote-service-account-name";
 /// Token Secret label: the service account the tokens are for. Its presence marks the Secret
 /// as a token Secret on the provider.
 pub const SERVICE_ACCOUNT_LABEL: &str = "offloading.refract.io/service-account-name";
@@ -56,15 +61,49 @@ pub fn token_key(volume: &str, path: &str) -> String {
     format!("{volume}-{hex}")
 }
 
-/// Whether `pod` gets origin tokens: support on, and not disabled by the pod's annotation.
-pub fn api_server_support(pod: &Pod, ctx: &Context<'_>) -> bool {
-    ctx.options.api_server.enabled
-        && pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(API_SERVER_SUPPORT_ANNOTATION))
-            .is_none_or(|v| v != "disabled")
+/// Which API server an offloaded pod's in-cluster clients reach, and with whose credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiServerAccess {
+    /// None: the pod's tokens are removed (`--enable-apiserver-support=false`, or the pod's
+    /// annotation `liqo.io/api-server-support: disabled`).
+    Disabled,
+    /// The origin's, as the pod's own ServiceAccount: origin tokens are served from the pod's
+    /// token Secret (the default).
+    Origin,
+    /// The provider's, as the provider ServiceAccount `service_account` in the twin namespace
+    /// (annotation `liqo.io/api-server-support: remote`): the provider mounts its own token,
+    /// if its policy lets the tenant use that ServiceAccount.
+    Provider {
+        /// The provider ServiceAccount.
+        service_account: String,
+    },
+}
+
+/// How `pod` reaches an API server: the pod's `liqo.io/api-server-support` annotation
+/// (`disabled` or `remote`) overrides the agent's setting; other values are ignored, as in Liqo.
+pub fn api_server_access(pod: &Pod, ctx: &Context<'_>) -> ApiServerAccess {
+    let annotations = pod.metadata.annotations.as_ref();
+    let annotation = |key: &str| {
+        annotations
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    match annotation(API_SERVER_SUPPORT_ANNOTATION) {
+        Some("disabled") => ApiServerAccess::Disabled,
+        Some("remote") => ApiServerAccess::Provider {
+            service_account: annotation(REMOTE_SERVICE_ACCOUNT_ANNOTATION)
+                .map(str::to_string)
+                .unwrap_or_else(|| service_account_of(pod)),
+        },
+        _ if ctx.options.api_server.enabled => ApiServerAccess::Origin,
+        _ => ApiServerAccess::Disabled,
+    }
+}
+
+/// Whether `pod` gets origin tokens from the local agent.
+pub fn origin_tokens(pod: &Pod, ctx: &Context<'_>) -> bool {
+    api_server_access(pod, ctx) == ApiServerAccess::Origin
 }
 
 /// Whether `volume` is the legacy ServiceAccount token volume of a pod running as

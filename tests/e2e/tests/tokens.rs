@@ -2,7 +2,8 @@
 //! origin's real TokenRequest API, stored in a Secret on the provider and mounted there, work
 //! against the origin API server as the pod's service account, are renewed, and go with the
 //! pod; with API server support off, none of it happens; without the home API server's address,
-//! each pod is warned once.
+//! each pod is warned once; a pod annotated `liqo.io/api-server-support: remote` runs as a
+//! provider ServiceAccount the provider's policy allows, with that ServiceAccount's token.
 
 use std::time::Duration;
 
@@ -338,5 +339,158 @@ async fn without_a_home_api_server_address_each_pod_is_warned() {
     assert!(
         warned.split_whitespace().count() == 1,
         "expected one HomeAPIServerUnset event, found {warned:?}"
+    );
+}
+
+/// An origin pod annotated `liqo.io/api-server-support: remote`, run as `account` on the
+/// provider when `provider_account` names one.
+fn remote_access_pod(name: &str, provider_account: Option<&str>) -> String {
+    let image = busybox();
+    let named = provider_account
+        .map(|a| format!(", liqo.io/remote-service-account-name: {a}"))
+        .unwrap_or_default();
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: apps
+  annotations: {{liqo.io/api-server-support: remote{named}}}
+spec:
+  serviceAccountName: reader
+  containers:
+    - name: c
+      image: "{image}"
+      command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+"#
+    )
+}
+
+#[tokio::test]
+async fn remote_api_server_support_runs_pods_as_a_provider_service_account_the_policy_allows() {
+    let policy = tempfile::NamedTempFile::new().expect("policy file");
+    std::fs::write(
+        policy.path(),
+        "tenants:\n  origin: {serviceAccounts: [reader]}\n",
+    )
+    .expect("policy file");
+    let mut p = Peering::start_offloading().await.expect("peering");
+    p.remote.take().unwrap().stop().await;
+    p.remote_flags
+        .push(format!("--policy={}", policy.path().display()));
+    p.start_remote();
+    extend(&p);
+    // The origin's own ServiceAccount (its legacy token Secret is mounted by the origin's
+    // admission on Kubernetes up to 1.20, and must not follow the pod).
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: reader, namespace: apps}\n",
+    );
+    // The provider's operator creates the ServiceAccount in the tenant's namespace.
+    p.eventually(WAIT, "the twin namespace on the provider", || {
+        kubectl_get(&p.provider, &["namespace", "apps-origin", "-o", "name"])
+    })
+    .await;
+    kubectl_stdin(
+        &p.provider,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: reader, namespace: apps-origin}\n",
+    );
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &remote_access_pod("api-client", None),
+    );
+    remote_pod_running(&p).await;
+
+    let remote = kubectl_get(
+        &p.provider,
+        &["-n", "apps-origin", "pod", "api-client", "-o", "json"],
+    )
+    .unwrap();
+    let remote: serde_json::Value = serde_json::from_str(&remote).unwrap();
+    assert_eq!(remote["spec"]["serviceAccountName"], "reader");
+    let volumes = remote["spec"]["volumes"].to_string();
+    assert!(
+        !volumes.contains("api-client-token"),
+        "no origin token for a remote-access pod: {volumes}"
+    );
+
+    // Read through the origin, as the pod's owner would: the token in the pod is the
+    // provider's, for the provider ServiceAccount in the tenant's namespace.
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let token = p.origin_kubectl(&[
+        "-n",
+        "apps",
+        "exec",
+        "api-client",
+        "--",
+        "cat",
+        &format!("{sa}/token"),
+    ]);
+    let namespace = p.origin_kubectl(&[
+        "-n",
+        "apps",
+        "exec",
+        "api-client",
+        "--",
+        "cat",
+        &format!("{sa}/namespace"),
+    ]);
+    assert_eq!(namespace.trim(), "apps-origin");
+    let review = kubectl_stdin(
+        &p.provider,
+        &["create", "-o", "json", "-f", "-"],
+        &format!(
+            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec: {{token: \"{}\"}}\n",
+            token.trim()
+        ),
+    );
+    let review: serde_json::Value = serde_json::from_str(&review).unwrap();
+    assert_eq!(
+        review["status"]["user"]["username"], "system:serviceaccount:apps-origin:reader",
+        "{review}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(token_secret(&p).is_none(), "no origin token Secret");
+    assert!(
+        !pod_event_reasons(&p).contains("HomeAPIServerUnset"),
+        "a remote-access pod needs no home API server"
+    );
+
+    // A ServiceAccount the policy does not list is refused, with the reason, on the pod.
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &remote_access_pod("admin-client", Some("admin")),
+    );
+    let message = p
+        .eventually(WAIT, "admin-client refused", || {
+            let status = kubectl_get(
+                &p.origin,
+                &[
+                    "-n",
+                    "apps",
+                    "pod",
+                    "admin-client",
+                    "-o",
+                    "jsonpath={.status.reason} {.status.message}",
+                ],
+            )?;
+            status
+                .starts_with(refract_local_agent::pods::DENIED_REASON)
+                .then_some(status)
+        })
+        .await;
+    assert!(
+        message.contains(r#"ServiceAccount \"admin\" is not allowed"#)
+            || message.contains(r#"ServiceAccount "admin" is not allowed"#),
+        "{message}"
+    );
+    assert!(
+        kubectl_get(&p.provider, &["-n", "apps-origin", "pod", "admin-client"]).is_none(),
+        "a refused pod never reaches the provider"
     );
 }
