@@ -102,7 +102,16 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         (args.webhook_listen, &args.webhook_cert, &args.webhook_key)
     {
         let store = offloadings.store.clone();
-        webhook::spawn(origin.clone(), store, listen, cert, key, token.clone()).await?;
+        webhook::spawn(
+            origin.clone(),
+            store,
+            listen,
+            cert,
+            key,
+            args.cert_poll_interval,
+            token.clone(),
+        )
+        .await?;
     }
 
     let pod_addresses = refract_shared::inbound::address::PodAddresses {

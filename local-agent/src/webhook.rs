@@ -25,35 +25,36 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use refract_shared::placement::{self, Strategy};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use refract_shared::tls::serving::ServingCert;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::crd::{self, NamespaceOffloading, PodOffloadingStrategy};
 
-/// Serves the webhook on `listen` with the given certificate until `shutdown`, reading
-/// NamespaceOffloadings from `store` (the agent's one watch of them).
+/// Serves the webhook on `listen` with the given certificate (re-read every `cert_poll`) until
+/// `shutdown`, reading NamespaceOffloadings from `store` (the agent's one watch of them).
 pub async fn spawn(
     client: kube::Client,
     store: Store<NamespaceOffloading>,
     listen: SocketAddr,
     cert: &Path,
     key: &Path,
+    cert_poll: Duration,
     shutdown: CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("failed to read --webhook-cert {}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("failed to parse --webhook-cert {}", cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .with_context(|| format!("failed to read --webhook-key {}", key.display()))?;
+    // Followed in place: cert-manager renews the webhook's certificate without a restart.
+    let served = ServingCert::watch(
+        cert.to_path_buf(),
+        key.to_path_buf(),
+        cert_poll,
+        shutdown.clone(),
+    )
+    .context("failed to load the webhook certificate (--webhook-cert, --webhook-key)")?;
     let mut tls =
         rustls::ServerConfig::builder_with_provider(refract_shared::tls::crypto_provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .context("webhook certificate and key do not fit together")?;
+            .with_cert_resolver(served);
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
 

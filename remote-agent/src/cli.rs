@@ -99,6 +99,13 @@ pub struct Args {
     #[arg(long = "inspect-admin")]
     pub inspect_admins: Vec<ClusterId>,
 
+    /// A file of tenants cut off from this provider: one cluster id, or `serial:<hex>` for a
+    /// single client certificate, per line (`#` comments). Re-read every second: a tenant
+    /// added is disconnected at once and refused until removed; its objects and pods stay.
+    /// Without it, every certificate the client CA signed is let in.
+    #[arg(long, value_name = "FILE")]
+    pub tenant_deny_list: Option<std::path::PathBuf>,
+
     /// Close connections older than this (after a grace period) so long-lived streams move
     /// onto rotated certificates.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]

@@ -1,8 +1,8 @@
 //! `refract.v1.Inspect`: a read-only view for operators.
 //!
-//! A caller sees only its own tenant, unless its identity is one of `--inspect-admin`.
+//! A caller sees only its own tenant, unless its identity is one of `--inspect-admin`. Tap
+//! shows messages as they crossed the link, with Secret data redacted ([`redact`]).
 
-use std::collections::BTreeSet;
 use std::pin::Pin;
 
 use futures::Stream;
@@ -18,20 +18,20 @@ use tonic::{Request, Response, Status};
 use crate::peer::Peer;
 use crate::registry::Registry;
 
+pub mod redact;
+
 /// The Inspect service.
 #[derive(Clone)]
 pub struct InspectService {
     /// Tenant bookkeeping.
     pub registry: Registry,
-    /// Identities that may see every tenant.
-    pub admins: BTreeSet<ClusterId>,
 }
 
 impl InspectService {
     fn authorize(&self, caller: &Peer, tenant: &str) -> Result<ClusterId, Status> {
         let tenant =
             ClusterId::parse(tenant).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        if caller.cluster_id == tenant || self.admins.contains(&caller.cluster_id) {
+        if caller.cluster_id == tenant || caller.admin {
             Ok(tenant)
         } else {
             Err(Status::permission_denied(format!(
@@ -49,7 +49,7 @@ impl Inspect for InspectService {
         request: Request<ListTenantsRequest>,
     ) -> Result<Response<ListTenantsResponse>, Status> {
         let caller = Peer::from_request(&request)?;
-        let only = (!self.admins.contains(&caller.cluster_id)).then_some(&caller.cluster_id);
+        let only = (!caller.admin).then_some(&caller.cluster_id);
         Ok(Response::new(ListTenantsResponse {
             tenants: self.registry.tenants(only),
         }))

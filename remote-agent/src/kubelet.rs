@@ -136,7 +136,7 @@ impl Kubelet for KubeletService {
         &self,
         request: Request<LogsRequest>,
     ) -> Result<Response<Self::ContainerLogsStream>, Status> {
-        let tenant = Peer::from_request(&request)?.cluster_id;
+        let tenant = Peer::tenant_from_request(&request)?.cluster_id;
         let (pod, guard) = self.admit(&tenant, "ContainerLogs", request.get_ref().pod.as_ref())?;
         let stream = logs::stream(&self.client, &pod, request.into_inner(), guard).await?;
         Ok(Response::new(stream))
@@ -163,7 +163,7 @@ impl Kubelet for KubeletService {
         request: Request<Streaming<PortForwardInput>>,
     ) -> Result<Response<Self::PortForwardStream>, Status> {
         use refract_shared::proto::port_forward_input::Kind;
-        let peer = Peer::from_request(&request)?;
+        let peer = Peer::tenant_from_request(&request)?;
         let mut inbound = request.into_inner();
         let Some(Kind::Start(start)) = first(&mut inbound).await?.kind else {
             return Err(Status::invalid_argument(
@@ -185,7 +185,7 @@ impl Kubelet for KubeletService {
         &self,
         request: Request<PodStatsRequest>,
     ) -> Result<Response<PodStatsResponse>, Status> {
-        let tenant = Peer::from_request(&request)?.cluster_id;
+        let tenant = Peer::tenant_from_request(&request)?.cluster_id;
         let pods = stats::tenant_pods(&self.stores, &tenant);
         let pods = stats::collect(&self.client, &pods).await?;
         Ok(Response::new(PodStatsResponse { pods }))
@@ -199,7 +199,7 @@ impl KubeletService {
         call: remote_command::Call,
     ) -> Result<Response<Output<SessionOutput>>, Status> {
         use refract_shared::proto::session_input::Kind;
-        let peer = Peer::from_request(&request)?;
+        let peer = Peer::tenant_from_request(&request)?;
         let mut inbound = request.into_inner();
         let Some(Kind::Start(start)) = first(&mut inbound).await?.kind else {
             return Err(Status::invalid_argument(

@@ -2,13 +2,15 @@
 //!
 //! Data flow: [`tls_listener`] accepts mutual-TLS connections with the current certificate;
 //! tonic routes `refract.v1.Reflection/Sync` to [`sync`], which takes the tenant from the
-//! verified client certificate ([`peer`]), checks Hello, and runs the tenant's session:
+//! verified client certificate ([`peer`]; [`access`] refuses tenants the operator cut off and
+//! closes their connections), checks Hello, and runs the tenant's session:
 //! each Upsert/Delete goes to [`apply`] and is answered with an Ack. [`registry`] keeps
 //! per-tenant state that [`inspect`] serves read-only. [`metrics`] are served on the admin port.
 //! Back to the origin: pod status ([`pod_status`]), events ([`events`]), free capacity
 //! ([`capacity`]) and the volumes bound to tenants' claims ([`volumes`]). [`kubelet`] serves
 //! logs, exec, attach, port-forward and stats of a tenant's offloaded pods.
 
+pub mod access;
 pub mod apply;
 pub mod capacity;
 mod cli;
@@ -85,6 +87,22 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         );
     }
 
+    let denied = match &args.tenant_deny_list {
+        Some(path) => {
+            let (text, list) = access::load_deny_list(path)?;
+            tracing::info!(file = %path.display(), entries = list.len(), "tenant deny list loaded");
+            Some((path.clone(), text, list))
+        }
+        None => None,
+    };
+    let access = access::Access::new(
+        args.inspect_admins.iter().cloned().collect(),
+        denied.as_ref().map(|d| d.2.clone()).unwrap_or_default(),
+    );
+    if let Some((path, text, _)) = denied {
+        access::follow_deny_list(access.clone(), path, text, token.clone());
+    }
+
     let limits = args.limits()?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let registry = registry::Registry::default();
@@ -133,10 +151,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         client,
         tenant_expiry: args.tenant_expiry,
     };
-    let inspect = inspect::InspectService {
-        registry,
-        admins: args.inspect_admins.iter().cloned().collect(),
-    };
+    let inspect = inspect::InspectService { registry };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
@@ -165,6 +180,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let incoming = tls_listener::incoming(
         listener,
         server_tls,
+        access,
         metrics.handshakes.clone(),
         token.clone(),
     );

@@ -321,7 +321,9 @@ impl Registry {
             return;
         }
         let message = match message {
-            TapMessage::FromLocal(m) => tap_event::Message::FromLocal(m.clone()),
+            TapMessage::FromLocal(m) => {
+                tap_event::Message::FromLocal(crate::inspect::redact::local_message(m))
+            }
             TapMessage::FromRemote(m) => tap_event::Message::FromRemote(m.clone()),
         };
         let _ = t.tap.send(TapEvent {

@@ -72,7 +72,7 @@ impl Reflection for ReflectionService {
         &self,
         request: Request<Streaming<LocalMessage>>,
     ) -> Result<Response<Self::SyncStream>, Status> {
-        let peer = Peer::from_request(&request)?;
+        let peer = Peer::tenant_from_request(&request)?;
         let mut inbound = request.into_inner();
         let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
             Err(_) => {
@@ -193,7 +193,7 @@ impl Reflection for ReflectionService {
         &self,
         request: Request<UnpeerRequest>,
     ) -> Result<Response<UnpeerResponse>, Status> {
-        let peer = Peer::from_request(&request)?;
+        let peer = Peer::tenant_from_request(&request)?;
         // Its stream, if one is still open, applies nothing more.
         self.registry.end_current(&peer.cluster_id);
         self.applier.desired.forget_tenant(&peer.cluster_id);

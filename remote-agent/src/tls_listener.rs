@@ -3,7 +3,8 @@
 //! Each accepted TCP connection is handshaken with the rustls configuration current at that
 //! moment, so a rotated certificate or CA bundle applies from the next connection on without a
 //! restart. Handshakes run in their own tasks with a deadline, so a slow or hostile client
-//! cannot stall the accept loop.
+//! cannot stall the accept loop. Each established connection is registered with [`Access`]
+//! under its client certificate's identity, so cutting that client off closes it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +20,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::access::{Access, Guarded};
+
 /// How long a client has to complete the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -29,9 +32,10 @@ pub type HandshakeCounter = Family<Vec<(String, String)>, Counter>;
 pub fn incoming(
     listener: TcpListener,
     tls: Watched<Arc<rustls::ServerConfig>>,
+    access: Arc<Access>,
     handshakes: HandshakeCounter,
     shutdown: CancellationToken,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+) -> ReceiverStream<Result<Guarded, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -50,6 +54,7 @@ pub fn incoming(
             let acceptor = TlsAcceptor::from(tls.current().value.clone());
             let tx = tx.clone();
             let handshakes = handshakes.clone();
+            let access = access.clone();
             tokio::spawn(async move {
                 let result = handshake(acceptor, tcp, peer).await;
                 let label = match &result {
@@ -62,7 +67,8 @@ pub fn incoming(
                     .inc();
                 match result {
                     Ok(stream) => {
-                        let _ = tx.send(Ok(stream)).await;
+                        let registration = register(&access, &stream);
+                        let _ = tx.send(Ok(Guarded::new(stream, registration))).await;
                     }
                     Err(error) => tracing::warn!(%peer, %error, "refused connection"),
                 }
@@ -90,5 +96,20 @@ async fn handshake(
         Err(_) => Err(HandshakeError::Timeout),
         Ok(Err(e)) => Err(HandshakeError::Refused(e)),
         Ok(Ok(stream)) => Ok(stream),
+    }
+}
+
+/// Registers the connection under its client certificate's identity and serial (rustls has
+/// verified the chain; a certificate without an identity is refused per call).
+fn register(access: &Arc<Access>, stream: &TlsStream<TcpStream>) -> crate::access::Registration {
+    let leaf = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|leaf| refract_shared::tls::identity::summarize(leaf).ok());
+    match leaf {
+        Some(summary) => access.register(summary.cluster_id.ok(), summary.serial),
+        None => access.register(None, String::new()),
     }
 }

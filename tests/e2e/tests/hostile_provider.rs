@@ -169,6 +169,7 @@ async fn serve(p: &Peering, hostile: Hostile, stop: CancellationToken) {
     let incoming = refract_remote_agent::tls_listener::incoming(
         listener,
         config,
+        refract_remote_agent::access::Access::new(Default::default(), Default::default()),
         Default::default(),
         stop.clone(),
     );
