@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::NodeSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use refract_shared::offloading::MappingStrategy;
 use schemars::JsonSchema;
@@ -21,7 +22,9 @@ pub const NAME: &str = "offloading";
     status = "NamespaceOffloadingStatus",
     shortname = "nso",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.offloadingPhase"}"#,
-    printcolumn = r#"{"name":"Remote namespace","type":"string","jsonPath":".status.remoteNamespaceName"}"#
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Remote namespace","type":"string","jsonPath":".status.remoteNamespaceName"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceOffloadingSpec {
@@ -66,6 +69,10 @@ pub struct NamespaceOffloadingStatus {
     /// Per provider cluster id: the state of its twin namespace.
     #[serde(default)]
     pub remote_namespaces_conditions: BTreeMap<String, Vec<RemoteNamespaceCondition>>,
+    /// Standard conditions over every selected peer: `Ready` (so `kubectl wait
+    /// --for=condition=Ready nso/offloading` works), with the phase as its reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 /// The state of one twin namespace.
@@ -108,6 +115,42 @@ pub fn phase_of(peers: &BTreeMap<String, Vec<RemoteNamespaceCondition>>) -> &'st
     }
 }
 
+/// The standard `Ready` condition of `phase` (see [`phase_of`]) for generation `generation`:
+/// `True` only when the phase is `Ready`. Its transition time is `previous`'s while the status
+/// stays the same (so every agent writes the same condition), else `now`.
+pub fn ready_condition(
+    phase: &str,
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    let status = if phase == "Ready" { "True" } else { "False" };
+    let message = match phase {
+        "Ready" => "the namespace is extended to every selected peer",
+        "NoClusterSelected" => "the clusterSelector selects no peer",
+        "SomeFailed" => {
+            "some selected peers refused the twin namespace; see remoteNamespacesConditions"
+        }
+        "AllFailed" => {
+            "every selected peer refused the twin namespace; see remoteNamespacesConditions"
+        }
+        _ => "twin namespaces are being created",
+    };
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(now);
+    Condition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: phase.into(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
 /// The CRD as YAML, for `local-agent crd` and `deploy/`.
 pub fn crd_yaml() -> String {
     use kube::CustomResourceExt;
@@ -134,6 +177,24 @@ mod tests {
             c.push(mk("Ready", status, reason));
         }
         c
+    }
+
+    #[test]
+    fn the_ready_condition_keeps_its_transition_time_while_its_status_holds() {
+        let t = |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        let first = ready_condition("InProgress", &[], Some(1), t(100));
+        assert_eq!(
+            (first.status.as_str(), first.reason.as_str()),
+            ("False", "InProgress")
+        );
+        let later = ready_condition("SomeFailed", &[first.clone()], Some(2), t(200));
+        assert_eq!(later.last_transition_time, t(100), "still False");
+        assert_eq!(later.observed_generation, Some(2));
+        let ready = ready_condition("Ready", &[later], Some(2), t(300));
+        assert_eq!(
+            (ready.status.as_str(), ready.last_transition_time.clone()),
+            ("True", t(300))
+        );
     }
 
     fn phase(peers: &[(&str, Vec<RemoteNamespaceCondition>)]) -> &'static str {

@@ -25,6 +25,7 @@ use crate::crd::{self, NamespaceOffloading, NamespaceOffloadingStatus, RemoteNam
 use crate::link::SessionTx;
 use crate::outbox::{Origin, Outbox, Producer};
 use crate::reflect::Key;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// How long the remote agent has to answer a namespace request before it is retried.
 const ACK_TIMEOUT: Duration = Duration::from_secs(15);
@@ -396,12 +397,20 @@ impl State {
         let mut view = nso.status.clone().unwrap_or_default();
         view.remote_namespaces_conditions
             .insert(peer.clone(), conditions.clone());
-        view.offloading_phase = Some(crd::phase_of(&view.remote_namespaces_conditions).into());
+        let phase = crd::phase_of(&view.remote_namespaces_conditions);
+        view.offloading_phase = Some(phase.into());
         view.remote_namespace_name = remote.clone().or(view.remote_namespace_name);
+        view.conditions = vec![crd::ready_condition(
+            phase,
+            &view.conditions,
+            nso.metadata.generation,
+            Time(k8s_openapi::jiff::Timestamp::now()),
+        )];
         let mine = NamespaceOffloadingStatus {
             remote_namespace_name: remote,
             offloading_phase: view.offloading_phase.clone(),
             remote_namespaces_conditions: BTreeMap::from([(peer, conditions)]),
+            conditions: view.conditions.clone(),
         };
         (mine, view)
     }

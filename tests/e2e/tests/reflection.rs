@@ -137,20 +137,37 @@ async fn every_kind_follows_the_origin_and_leaves_with_the_namespace() {
         "{.metadata.labels.pod-security\\.kubernetes\\.io/enforce}",
     );
     assert_eq!(psa.as_deref(), Some("baseline"));
-    p.eventually(WAIT, "NamespaceOffloading Ready", || {
-        let phase = kubectl_get(
-            &p.origin,
-            &[
-                "-n",
-                "shop",
-                "nso/offloading",
-                "-o",
-                "jsonpath={.status.offloadingPhase}",
-            ],
-        )?;
-        (phase == "Ready").then_some(())
-    })
-    .await;
+    // As users wait for it: the standard Ready condition, and the table kubectl prints.
+    p.origin_kubectl(&[
+        "-n",
+        "shop",
+        "wait",
+        "--for=condition=Ready",
+        "nso/offloading",
+        "--timeout=60s",
+    ]);
+    let table = p.origin_kubectl(&["-n", "shop", "get", "nso"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "READY", "REMOTE", "NAMESPACE", "AGE"],
+        "{table}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..4],
+        ["offloading", "Ready", "True", "shop-origin"],
+        "{table}"
+    );
 
     apply_origin(
         &p,
@@ -497,6 +514,17 @@ async fn foreign_objects_are_left_alone_copies_restored_and_restarts_write_nothi
         (phase == "AllFailed").then_some(())
     })
     .await;
+    let ready = kubectl_get(
+        &p.origin,
+        &[
+            "-n",
+            "team",
+            "nso/offloading",
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}"#,
+        ],
+    );
+    assert_eq!(ready.as_deref(), Some("False AllFailed"));
     assert!(
         provider(&p, "", "namespace/team-shop-origin", "{.metadata.labels}")
             .unwrap_or_default()
