@@ -182,3 +182,63 @@ async fn a_tenant_cut_off_is_disconnected_at_once_and_refused_while_others_stay(
     );
     assert!(!text.contains(token));
 }
+
+/// The serial number of the certificate served on `port`, as `openssl` reads it.
+fn served_serial(port: u16) -> Option<String> {
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("openssl s_client -connect 127.0.0.1:{port} </dev/null 2>/dev/null | openssl x509 -noout -serial"),
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    text.strip_prefix("serial=").map(str::to_string)
+}
+
+#[tokio::test]
+async fn the_webhook_follows_its_certificate_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = refract_e2e::Certs::new(dir.path());
+    let issue = || {
+        certs.issue(
+            "webhook",
+            "origin-webhook",
+            "server",
+            &["--ip", "127.0.0.1"],
+        )
+    };
+    let files = issue();
+    let port = refract_e2e::free_port();
+    let flags = [
+        format!("--webhook-listen=127.0.0.1:{port}"),
+        format!("--webhook-cert={}", files.join("tls.crt").display()),
+        format!("--webhook-key={}", files.join("tls.key").display()),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let p = Peering::start_with_flags(false, &flags, &[])
+        .await
+        .expect("peering");
+    let first = p
+        .eventually(WAIT, "the webhook serving", || served_serial(port))
+        .await;
+    // cert-manager renews the Secret in place: new files, same paths.
+    issue();
+    let renewed = Instant::now();
+    let second = p
+        .eventually(
+            Duration::from_secs(10),
+            "the renewed certificate served",
+            || served_serial(port).filter(|s| *s != first),
+        )
+        .await;
+    println!(
+        "the webhook served the renewed certificate ({first} -> {second}) {:?} after the files changed",
+        renewed.elapsed()
+    );
+    assert!(
+        p.local_log().contains("reloaded serving certificate"),
+        "{}",
+        p.local_log()
+    );
+}
