@@ -187,7 +187,7 @@ mod tests {
             (first.status.as_str(), first.reason.as_str()),
             ("False", "InProgress")
         );
-        let later = ready_condition("SomeFailed", &[first.clone()], Some(2), t(200));
+        let later = ready_condition("SomeFailed", &[first], Some(2), t(200));
         assert_eq!(later.last_transition_time, t(100), "still False");
         assert_eq!(later.observed_generation, Some(2));
         let ready = ready_condition("Ready", &[later], Some(2), t(300));
