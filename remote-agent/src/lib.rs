@@ -79,6 +79,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         token.clone(),
     )
     .context("failed to load the serving certificate")?;
+    refract_shared::telemetry::register_agent_info(
+        &admin,
+        "refract_remote",
+        server_tls.clone(),
+        token.clone(),
+    );
     let own = server_tls.current().identity.clone();
     if own != args.cluster_id {
         anyhow::bail!(

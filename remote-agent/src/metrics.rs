@@ -7,6 +7,14 @@ use refract_shared::telemetry::Admin;
 
 use crate::tls_listener::HandshakeCounter;
 
+/// Why a Sync stream is refused after the handshake (the `reason` label).
+pub const STREAM_REFUSALS: [&str; 4] = [
+    "hello_timeout",
+    "no_hello",
+    "identity_mismatch",
+    "protocol_version",
+];
+
 /// Labels of per-message counters.
 pub type Labels = Vec<(String, String)>;
 
@@ -19,9 +27,9 @@ pub struct Metrics {
     pub streams: Gauge,
     /// Streams refused after the handshake, by reason.
     pub streams_refused: Family<Labels, Counter>,
-    /// Messages received, by kind.
+    /// Messages received, by tenant and kind.
     pub received: Family<Labels, Counter>,
-    /// Acks sent, by outcome.
+    /// Acks sent, by tenant and outcome.
     pub acks: Family<Labels, Counter>,
 }
 
@@ -29,6 +37,10 @@ impl Metrics {
     /// Creates the metrics and registers them with the admin endpoint.
     pub fn register(admin: &Admin) -> Self {
         let m = Self::default();
+        // Every reason exported from the start at 0, so `increase()` sees the first refusal.
+        for reason in STREAM_REFUSALS {
+            let _ = m.streams_refused.get_or_create(&label("reason", reason));
+        }
         admin.register("refract_remote", |r| {
             r.register(
                 "tls_handshakes",
@@ -43,10 +55,10 @@ impl Metrics {
             );
             r.register(
                 "messages_received",
-                "Messages received from local agents, by kind",
+                "Messages received from local agents, by tenant and kind",
                 m.received.clone(),
             );
-            r.register("acks", "Acks sent, by outcome", m.acks.clone());
+            r.register("acks", "Acks sent, by tenant and outcome", m.acks.clone());
         });
         m
     }

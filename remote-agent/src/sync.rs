@@ -307,7 +307,10 @@ impl TenantSession {
             self.service
                 .metrics
                 .received
-                .get_or_create(&label("kind", local_kind(&message)))
+                .get_or_create(&vec![
+                    ("tenant".to_string(), self.tenant.to_string()),
+                    ("kind".to_string(), local_kind(&message).to_string()),
+                ])
                 .inc();
             // What a SnapshotComplete keeps is what was received before it, applied or not.
             match &message.kind {
@@ -512,7 +515,10 @@ impl TenantSession {
         self.service
             .metrics
             .acks
-            .get_or_create(&label("outcome", outcome.as_str_name()))
+            .get_or_create(&vec![
+                ("tenant".to_string(), self.tenant.to_string()),
+                ("outcome".to_string(), outcome.as_str_name().to_string()),
+            ])
             .inc();
         if !matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
             tracing::info!(object = %object.display(), outcome = outcome.as_str_name(), %message, "request not applied");

@@ -144,3 +144,42 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+/// How often the certificate expiry gauge is brought up to date.
+const EXPIRY_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Registers, under `prefix`, `build_info{version}` (always 1) and
+/// `certificate_expiry_seconds`: how long until the agent's own certificate (as `tls` follows
+/// it) expires, negative once it has. Kept current until `shutdown`.
+pub fn register_agent_info<T: Send + Sync + 'static>(
+    admin: &Admin,
+    prefix: &str,
+    tls: crate::tls::Watched<T>,
+    shutdown: CancellationToken,
+) {
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+    let info: Family<Vec<(&'static str, &'static str)>, Gauge> = Family::default();
+    info.get_or_create(&vec![("version", crate::AGENT_VERSION)])
+        .set(1);
+    let expiry: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+    admin.register(prefix, |r| {
+        r.register("build_info", "The agent's version (always 1)", info);
+        r.register(
+            "certificate_expiry_seconds",
+            "Seconds until the agent's own certificate expires (negative once it has)",
+            expiry.clone(),
+        );
+    });
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EXPIRY_PERIOD);
+        loop {
+            let left = tls.current().not_after - time::OffsetDateTime::now_utc();
+            expiry.set(left.as_seconds_f64());
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+        }
+    });
+}

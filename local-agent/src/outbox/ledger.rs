@@ -141,6 +141,8 @@ pub struct Answer {
     pub outcome: Outcome,
     /// The provider's explanation.
     pub message: String,
+    /// When the Upsert it answers was sent (none for a Delete).
+    pub sent_at: Option<Instant>,
 }
 
 /// A Delete sent and not yet confirmed.
@@ -317,6 +319,7 @@ impl Ledger {
                 request: Request::Delete,
                 outcome,
                 message: ack.message.clone(),
+                sent_at: None,
             });
         }
         let origin = self.by_remote.get(&remote)?.clone();
@@ -325,6 +328,7 @@ impl Ledger {
             return None; // a newer Upsert is on its way; its ack decides
         }
         let origin_uid = sent.origin_uid.clone();
+        let sent_at = Some(sent.at);
         match outcome {
             Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
                 sent.state = AckState::Applied
@@ -342,6 +346,7 @@ impl Ledger {
             request: Request::Upsert,
             outcome,
             message: ack.message.clone(),
+            sent_at,
         })
     }
 

@@ -744,9 +744,11 @@ pub mod resume_series {
     /// 1 while the local agent's stream is open.
     pub const CONNECTED: &str = "refract_local_connected";
     /// Upserts the remote agent received.
-    pub const UPSERTS: &str = r#"refract_remote_messages_received_total{kind="upsert"}"#;
+    pub const UPSERTS: &str =
+        r#"refract_remote_messages_received_total{tenant="origin",kind="upsert"}"#;
     /// Deletes the remote agent received.
-    pub const DELETES: &str = r#"refract_remote_messages_received_total{kind="delete"}"#;
+    pub const DELETES: &str =
+        r#"refract_remote_messages_received_total{tenant="origin",kind="delete"}"#;
 }
 
 /// Waits until the local agent at `local_admin` is connected and has compared every bucket,

@@ -1,0 +1,152 @@
+//! What operators monitor with: the alert rules in `deploy/monitoring/` pass `promtool`, and
+//! every metric they and the Grafana dashboard name is one the running agents export, with
+//! the values a peering at work shows (build info, certificate expiry, answer latency, tenant
+//! labels).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use refract_e2e::{kubectl_stdin, metric, run, Peering};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+/// promtool: `$REFRACT_PROMTOOL` (set by scripts/test.sh), else the toolchain cache.
+fn promtool() -> PathBuf {
+    let path = std::env::var_os("REFRACT_PROMTOOL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_default();
+            Path::new(&home).join(".cache/refract/promtool/promtool")
+        });
+    assert!(
+        path.is_file(),
+        "{} not found: run scripts/ensure-toolchain.sh (or set REFRACT_PROMTOOL)",
+        path.display()
+    );
+    path
+}
+
+/// The metric families an agent's /metrics declares (`# TYPE <name> <type>`).
+async fn families(admin: &str) -> BTreeSet<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut body = String::new();
+    let mut tcp = tokio::net::TcpStream::connect(admin)
+        .await
+        .expect("admin endpoint");
+    tcp.write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
+        .await
+        .unwrap();
+    tcp.read_to_string(&mut body).await.unwrap();
+    body.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `refract_…` metric name in `text`; a `refract_(local|remote)_x` pattern names both.
+fn named_metrics(text: &str) -> BTreeSet<String> {
+    const EITHER: &str = "refract_(local|remote)_";
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("refract_") {
+        let tail = &rest[at..];
+        let (prefixes, body) = match tail.strip_prefix(EITHER) {
+            Some(body) => (vec!["refract_local_", "refract_remote_"], body),
+            None => (vec![""], tail),
+        };
+        let end = body
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(body.len());
+        for prefix in prefixes {
+            names.insert(format!("{prefix}{}", &body[..end]));
+        }
+        rest = &body[end..];
+    }
+    names.retain(|n| !n.ends_with('_'));
+    names
+}
+
+#[test]
+fn the_alert_rules_pass_promtool() {
+    let rules = repo_file("deploy/monitoring/alerts.yaml");
+    let out = run(promtool(), &["check", "rules", rules.to_str().unwrap()]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool refused the rules:\n{said}");
+    assert!(said.contains("SUCCESS: 8 rules found"), "{said}");
+}
+
+#[tokio::test]
+async fn every_metric_the_rules_and_dashboard_name_is_exported_with_live_values() {
+    let p = Peering::start(false).await.expect("peering");
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {name: offloading, namespace: shop}\nspec: {}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: shop}\ndata: {mode: prod}\n",
+    );
+    let answered = r#"refract_local_answer_seconds_count{kind="ConfigMap",outcome="applied"}"#;
+    let deadline = std::time::Instant::now() + WAIT;
+    while metric(&p.local_admin, answered).await < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no answer about the ConfigMap observed in {answered}\n{}",
+            p.local_log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let exported: BTreeSet<String> = families(&p.local_admin)
+        .await
+        .into_iter()
+        .chain(families(&p.remote_admin).await)
+        .collect();
+    let rules = std::fs::read_to_string(repo_file("deploy/monitoring/alerts.yaml")).unwrap();
+    let dashboard = std::fs::read_to_string(repo_file("deploy/monitoring/dashboard.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&dashboard).expect("the dashboard is JSON");
+    let named = named_metrics(&rules)
+        .into_iter()
+        .chain(named_metrics(&dashboard))
+        .collect::<BTreeSet<_>>();
+    assert!(named.len() >= 12, "{named:?}");
+    let family_of = |name: &str| {
+        ["_bucket", "_count", "_sum", "_total"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|b| exported.contains(*b)))
+            .map(str::to_string)
+            .unwrap_or_else(|| name.to_string())
+    };
+    let missing: Vec<&String> = named
+        .iter()
+        .filter(|n| !exported.contains(&family_of(n)))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "named in deploy/monitoring but not exported: {missing:?}\nexported: {exported:?}"
+    );
+
+    // Live values.
+    let version = refract_shared::AGENT_VERSION;
+    for (admin, side) in [(&p.local_admin, "local"), (&p.remote_admin, "remote")] {
+        let info = format!(r#"refract_{side}_build_info{{version="{version}"}}"#);
+        assert_eq!(metric(admin, &info).await, 1.0, "{info}");
+        let expiry = metric(admin, &format!("refract_{side}_certificate_expiry_seconds")).await;
+        assert!(
+            expiry > 24.0 * 3600.0,
+            "the {side} agent's certificate expiry is {expiry}s"
+        );
+    }
+    let acks = metric(
+        &p.remote_admin,
+        r#"refract_remote_acks_total{tenant="origin",outcome="OUTCOME_APPLIED"}"#,
+    )
+    .await;
+    assert!(acks >= 2.0, "applied acks of tenant origin: {acks}");
+}
