@@ -80,6 +80,16 @@ async fn remote_pod_running(p: &Peering) {
     .await;
 }
 
+/// The provider pod of api-client.
+fn remote_pod(p: &Peering) -> serde_json::Value {
+    let json = kubectl_get(
+        &p.provider,
+        &["-n", "apps-origin", "pod", "api-client", "-o", "json"],
+    )
+    .expect("the provider pod");
+    serde_json::from_str(&json).unwrap()
+}
+
 /// The token Secret's data (key → token), or None while it does not exist.
 fn token_secret(p: &Peering) -> Option<(serde_json::Value, Vec<(String, String)>)> {
     let json = kubectl_get(
@@ -173,12 +183,7 @@ async fn offloaded_pods_get_origin_tokens_that_work_renew_and_go_with_them() {
     );
 
     // The remote pod mounts the Secret where the tokens were, and talks to the origin.
-    let remote = kubectl_get(
-        &p.provider,
-        &["-n", "apps-origin", "pod", "api-client", "-o", "json"],
-    )
-    .unwrap();
-    let remote: serde_json::Value = serde_json::from_str(&remote).unwrap();
+    let remote = remote_pod(&p);
     let source = &remote["spec"]["volumes"][0]["projected"]["sources"][0];
     assert_eq!(source["secret"]["name"], "api-client-token", "{source}");
     assert_eq!(source["secret"]["items"][0]["path"], "token");
@@ -271,12 +276,7 @@ async fn with_api_server_support_disabled_no_token_leaves_the_origin() {
     extend(&p);
     kubectl_stdin(&p.origin, &["apply", "-f", "-"], &pod_yaml());
     remote_pod_running(&p).await;
-    let remote = kubectl_get(
-        &p.provider,
-        &["-n", "apps-origin", "pod", "api-client", "-o", "json"],
-    )
-    .unwrap();
-    let remote: serde_json::Value = serde_json::from_str(&remote).unwrap();
+    let remote = remote_pod(&p);
     let sources = &remote["spec"]["volumes"][0]["projected"]["sources"];
     assert!(
         sources.as_array().is_none_or(|s| s.is_empty()),
@@ -405,12 +405,7 @@ async fn remote_api_server_support_runs_pods_as_a_provider_service_account_the_p
     );
     remote_pod_running(&p).await;
 
-    let remote = kubectl_get(
-        &p.provider,
-        &["-n", "apps-origin", "pod", "api-client", "-o", "json"],
-    )
-    .unwrap();
-    let remote: serde_json::Value = serde_json::from_str(&remote).unwrap();
+    let remote = remote_pod(&p);
     assert_eq!(remote["spec"]["serviceAccountName"], "reader");
     let volumes = remote["spec"]["volumes"].to_string();
     assert!(
