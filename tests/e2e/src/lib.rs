@@ -564,6 +564,32 @@ impl Peering {
         )
     }
 
+    /// Creates namespace `ns` in the origin with a NamespaceOffloading of `spec` (YAML flow).
+    pub fn extend(&self, ns: &str, spec: &str) {
+        kubectl_stdin(
+            &self.origin,
+            &["apply", "-f", "-"],
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {ns}}}\nspec: {spec}\n"),
+        );
+    }
+
+    /// Waits until the virtual node is Ready at the origin.
+    pub async fn until_node_ready(&self, within: Duration) {
+        self.eventually(within, "virtual node Ready", || {
+            let s = kubectl_get(
+                &self.origin,
+                &[
+                    "node",
+                    "refract-provider",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ],
+            )?;
+            (s == "True").then_some(())
+        })
+        .await;
+    }
+
     /// Waits until the NamespaceOffloading of `namespace` reports phase Ready.
     pub async fn until_extended(&self, namespace: &str, within: Duration) {
         until_extended(&self.origin, namespace, within, || self.failure_context()).await

@@ -30,30 +30,6 @@ fn provider_cpu_millis(p: &Peering) -> u64 {
     }
 }
 
-async fn node_ready(p: &Peering) {
-    p.eventually(WAIT, "virtual node Ready", || {
-        let s = origin_get(
-            p,
-            &[
-                "node",
-                "refract-provider",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-        )?;
-        (s == "True").then_some(())
-    })
-    .await;
-}
-
-fn extend(p: &Peering, ns: &str, spec: &str) {
-    kubectl_stdin(
-        &p.origin,
-        &["apply", "-f", "-"],
-        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {ns}}}\nspec: {spec}\n"),
-    );
-}
-
 /// `name=phase,ip,restarts,hostIP` of every pod of app=web in the origin namespace.
 fn origin_pods(p: &Peering) -> Vec<(String, String, String, String, String)> {
     let out = origin_get(p, &["-n", "apps", "pods", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.metadata.name},{.status.phase},{.status.podIP},{.status.containerStatuses[0].restartCount},{.status.hostIP}{\"\\n\"}{end}"]).unwrap_or_default();
@@ -76,7 +52,7 @@ fn origin_pods(p: &Peering) -> Vec<(String, String, String, String, String)> {
 #[tokio::test]
 async fn a_deployment_runs_on_the_provider_and_survives_deletions_and_a_cut_link() {
     let mut p = Peering::start_offloading().await.expect("peering");
-    node_ready(&p).await;
+    p.until_node_ready(WAIT).await;
 
     // The virtual node: labels, taint, and 90% of the provider's free resources.
     let labels = origin_get(
@@ -121,7 +97,7 @@ async fn a_deployment_runs_on_the_provider_and_survives_deletions_and_a_cut_link
     })
     .await;
 
-    extend(&p, "apps", "{podOffloadingStrategy: Remote}");
+    p.extend("apps", "{podOffloadingStrategy: Remote}");
     // No toleration or affinity in the template: the webhook adds them.
     kubectl_stdin(
         &p.origin,
@@ -386,8 +362,8 @@ spec:
 #[tokio::test]
 async fn privileged_pods_are_refused_and_strays_back_off() {
     let p = Peering::start_offloading().await.expect("peering");
-    node_ready(&p).await;
-    extend(&p, "apps", "{podOffloadingStrategy: Remote}");
+    p.until_node_ready(WAIT).await;
+    p.extend("apps", "{podOffloadingStrategy: Remote}");
     p.until_extended("apps", WAIT).await;
     // The local image, though neither pod may ever run: a bug must not make a node pull one.
     let image = busybox();
@@ -559,8 +535,8 @@ fn origin_phase_and_restarts(p: &Peering, ns: &str, name: &str) -> Option<(Strin
 #[tokio::test]
 async fn containers_restart_and_finished_pods_never_run_again_on_a_real_node() {
     let mut p = Peering::start_offloading().await.expect("peering");
-    node_ready(&p).await;
-    extend(&p, "apps", "{podOffloadingStrategy: Remote}");
+    p.until_node_ready(WAIT).await;
+    p.extend("apps", "{podOffloadingStrategy: Remote}");
     p.until_extended("apps", WAIT).await;
     let image = busybox();
     kubectl_stdin(

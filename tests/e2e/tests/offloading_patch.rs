@@ -4,36 +4,12 @@
 
 use std::time::Duration;
 
-use refract_e2e::{busybox, kubectl_stdin, origin_get, provider_get, Peering};
+use refract_e2e::{busybox, kubectl_stdin, provider_get, Peering};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 /// A container that runs until told to stop, and stops at once when told.
 const SLEEPER: &str = r#"["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]"#;
-
-async fn node_ready(p: &Peering) {
-    p.eventually(WAIT, "virtual node Ready", || {
-        let s = origin_get(
-            p,
-            &[
-                "node",
-                "refract-provider",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-        )?;
-        (s == "True").then_some(())
-    })
-    .await;
-}
-
-fn extend(p: &Peering, ns: &str, spec: &str) {
-    kubectl_stdin(
-        &p.origin,
-        &["apply", "-f", "-"],
-        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {ns}}}\nspec: {spec}\n"),
-    );
-}
 
 #[tokio::test]
 async fn an_offloading_patch_places_pods_on_the_provider() {
@@ -49,8 +25,8 @@ async fn an_offloading_patch_places_pods_on_the_provider() {
     let p = Peering::start_offloading_with(&[&flag])
         .await
         .expect("peering");
-    node_ready(&p).await;
-    extend(&p, "patched", "{podOffloadingStrategy: Remote}");
+    p.until_node_ready(WAIT).await;
+    p.extend("patched", "{podOffloadingStrategy: Remote}");
     p.until_extended("patched", WAIT).await;
     kubectl_stdin(
         &p.origin,

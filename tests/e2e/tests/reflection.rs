@@ -10,19 +10,9 @@ use refract_e2e::{json_of, kubectl_get, kubectl_stdin, metric, Peering};
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Creates namespace `ns` with a NamespaceOffloading of `spec` (YAML flow map).
-fn extend(p: &Peering, ns: &str, spec: &str) {
-    kubectl_stdin(
-        &p.origin,
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {ns}}}\nspec: {spec}\n"
-        ),
-    );
-}
-
 /// Extends `ns` with the default mapping and returns its twin's name once it exists.
 async fn extended(p: &Peering, ns: &str) -> String {
-    extend(p, ns, "{}");
+    p.extend(ns, "{}");
     let twin = format!("{ns}-origin");
     until_provider(
         p,
@@ -120,7 +110,7 @@ async fn every_kind_follows_the_origin_and_leaves_with_the_namespace() {
     let p = Peering::start_with_flags(false, &[], &[&policy_flag])
         .await
         .expect("peering");
-    extend(&p, "shop", "{}");
+    p.extend("shop", "{}");
     let twin = "shop-origin";
     until_provider(
         &p,
@@ -364,7 +354,7 @@ async fn policies_and_skip_lists_decide_what_is_reflected() {
     )
     .await
     .expect("peering");
-    extend(&p, "lab", "{namespaceMappingStrategy: EnforceSameName}");
+    p.extend("lab", "{namespaceMappingStrategy: EnforceSameName}");
     apply_origin(
         &p,
         r#"
@@ -494,8 +484,7 @@ async fn foreign_objects_are_left_alone_copies_restored_and_restarts_write_nothi
     let mut p = Peering::start(false).await.expect("peering");
     // A provider object of the same name that Refract did not create.
     p.provider_kubectl(&["create", "namespace", "team-shop-origin"]);
-    extend(
-        &p,
+    p.extend(
         "team",
         "{namespaceMappingStrategy: SelectedName, remoteNamespaceName: team-shop-origin}",
     );

@@ -415,25 +415,12 @@ async fn remote_api_server_support_runs_pods_as_a_provider_service_account_the_p
 
     // Read through the origin, as the pod's owner would: the token in the pod is the
     // provider's, for the provider ServiceAccount in the tenant's namespace.
-    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
-    let token = p.origin_kubectl(&[
-        "-n",
-        "apps",
-        "exec",
-        "api-client",
-        "--",
-        "cat",
-        &format!("{sa}/token"),
-    ]);
-    let namespace = p.origin_kubectl(&[
-        "-n",
-        "apps",
-        "exec",
-        "api-client",
-        "--",
-        "cat",
-        &format!("{sa}/namespace"),
-    ]);
+    let read = |file: &str| {
+        let path = format!("/var/run/secrets/kubernetes.io/serviceaccount/{file}");
+        p.origin_kubectl(&["-n", "apps", "exec", "api-client", "--", "cat", &path])
+    };
+    let token = read("token");
+    let namespace = read("namespace");
     assert_eq!(namespace.trim(), "apps-origin");
     let review = kubectl_stdin(
         &p.provider,
