@@ -1,0 +1,201 @@
+//! `refractctl`'s command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use refract_shared::tls::ClusterId;
+
+use crate::plan::HostPort;
+
+/// Peers two Kubernetes clusters with Refract and looks after the peering.
+///
+/// `peer` runs on the operator's machine with both clusters' kubeconfigs: it installs the
+/// agents from the manifests of `deploy/` (compiled in), mints the certificates, stores them
+/// as Secrets and waits until the origin's virtual node is Ready. The provider's CA key stays
+/// in the provider; the origin gets only its own client certificate and the CA certificate.
+/// No kubeconfig or token of either cluster is stored in the other.
+///
+/// `status`, `tap` and `unpeer` need the origin's kubeconfig only: they reach the provider's
+/// agent with the origin's own certificate, the way the local agent does.
+#[derive(Debug, clap::Parser)]
+#[command(name = "refractctl", version, about, long_about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Peers an origin with a provider: installs what is missing, mints the certificates,
+    /// deploys both agents and waits until the tenant is connected and the virtual node Ready.
+    Peer(PeerArgs),
+    /// Shows each peering of an origin: agent, link, certificate, virtual node, offloaded
+    /// namespaces, queue and the provider's last refusals.
+    Status(StatusArgs),
+    /// Ends a peering: graceful (the provider removes the tenant's namespaces) or --force (for a
+    /// dead provider), then removes the peering's local agent and Secrets.
+    Unpeer(UnpeerArgs),
+    /// Issues a new client certificate for one tenant and puts it in place; the local agent
+    /// loads it without a restart.
+    Rotate(RotateArgs),
+    /// Shows a peering's stream live, one line per message, with Secret data and tokens
+    /// redacted by the provider.
+    Tap(TapArgs),
+}
+
+/// The origin's kubeconfig and the peering's provider, shared by several commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OriginArgs {
+    /// Kubeconfig of the origin cluster (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub origin_kubeconfig: Option<PathBuf>,
+}
+
+/// `refractctl peer`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PeerArgs {
+    #[command(flatten)]
+    pub origin: OriginArgs,
+
+    /// Kubeconfig of the provider cluster.
+    #[arg(long, value_name = "FILE")]
+    pub provider_kubeconfig: PathBuf,
+
+    /// The origin's cluster id (a DNS label): the tenant's name on the provider, in its
+    /// namespaces' names (`<namespace>-<origin-id>`) and its certificate.
+    #[arg(long)]
+    pub origin_id: ClusterId,
+
+    /// The provider's cluster id (a DNS label): the virtual node is `refract-<provider-id>`.
+    #[arg(long)]
+    pub provider_id: ClusterId,
+
+    /// Where the origin's agent reaches the provider's agent (HOST:PORT): the address of the
+    /// `refract-remote-agent` Service exposed by a LoadBalancer, a NodePort or an ingress
+    /// passing TLS through. The remote agent's certificate is issued for this host. Required
+    /// unless --single-host.
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "single_host")]
+    pub provider_endpoint: Option<HostPort>,
+
+    /// Where offloaded pods reach the origin's API server (HOST:PORT; default: the origin
+    /// kubeconfig's server).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub home_api_server: Option<HostPort>,
+
+    /// The local agent's image.
+    #[arg(long, value_name = "IMAGE")]
+    pub local_agent_image: Option<String>,
+
+    /// The remote agent's image.
+    #[arg(long, value_name = "IMAGE")]
+    pub remote_agent_image: Option<String>,
+
+    /// A further local agent flag, e.g. `--local-agent-arg=--remote-pod-remap=10.2.0.0/16=10.92.0.0/16`
+    /// (repeatable; see `local-agent --help`).
+    #[arg(long = "local-agent-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    pub local_agent_args: Vec<String>,
+
+    /// Both clusters run on this machine, without kube-proxy (the demo, the tests): the agents
+    /// use host networking and listen on 127.0.0.1 on the ports below, reach their API servers
+    /// at their kubeconfigs' addresses, and the origin's API server calls the webhook at
+    /// 127.0.0.1.
+    #[arg(long)]
+    pub single_host: bool,
+
+    /// --single-host: the remote agent's gRPC port.
+    #[arg(long, default_value_t = 16443, requires = "single_host")]
+    pub grpc_port: u16,
+
+    /// --single-host: the remote agent's admin port (probes, /metrics).
+    #[arg(long, default_value_t = 19091, requires = "single_host")]
+    pub remote_admin_port: u16,
+
+    /// --single-host: the local agent's webhook port.
+    #[arg(long, default_value_t = 19443, requires = "single_host")]
+    pub webhook_port: u16,
+
+    /// --single-host: the local agent's admin port (probes, /metrics).
+    #[arg(long, default_value_t = 19090, requires = "single_host")]
+    pub local_admin_port: u16,
+
+    /// --single-host: the virtual node's kubelet API port.
+    #[arg(long, default_value_t = 20250, requires = "single_host")]
+    pub kubelet_port: u16,
+
+    /// How long to wait for the agents, the connection and the virtual node.
+    #[arg(long, default_value = "5m", value_parser = refract_shared::duration::parse)]
+    pub timeout: Duration,
+}
+
+/// `refractctl status`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub origin: OriginArgs,
+
+    /// Only the peering with this provider (default: every peering of the origin).
+    #[arg(long)]
+    pub provider_id: Option<ClusterId>,
+}
+
+/// `refractctl unpeer`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UnpeerArgs {
+    #[command(flatten)]
+    pub origin: OriginArgs,
+
+    /// The provider of the peering to end.
+    #[arg(long)]
+    pub provider_id: ClusterId,
+
+    /// Kubeconfig of the provider: with it, the tenant's record is removed there too, and a
+    /// forced unpeer also removes the tenant's namespaces on the provider.
+    #[arg(long, value_name = "FILE")]
+    pub provider_kubeconfig: Option<PathBuf>,
+
+    /// The provider is dead or unreachable: do not wait for it. The origin is cleaned up at
+    /// once; the provider keeps the tenant's namespaces until its --tenant-expiry, unless
+    /// --provider-kubeconfig is given.
+    #[arg(long)]
+    pub force: bool,
+
+    /// How long a graceful unpeer may take.
+    #[arg(long, default_value = "10m", value_parser = refract_shared::duration::parse)]
+    pub timeout: Duration,
+}
+
+/// `refractctl rotate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RotateArgs {
+    #[command(flatten)]
+    pub origin: OriginArgs,
+
+    /// Kubeconfig of the provider, whose CA signs the new certificate.
+    #[arg(long, value_name = "FILE")]
+    pub provider_kubeconfig: PathBuf,
+
+    /// The provider of the peering whose client certificate is rotated.
+    #[arg(long)]
+    pub provider_id: ClusterId,
+}
+
+/// `refractctl tap`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TapArgs {
+    #[command(flatten)]
+    pub origin: OriginArgs,
+
+    /// The provider of the peering to watch.
+    #[arg(long)]
+    pub provider_id: ClusterId,
+
+    /// Stop after this many messages (default: until interrupted).
+    #[arg(long)]
+    pub count: Option<u64>,
+
+    /// Stop after this long (e.g. 30s; default: until interrupted).
+    #[arg(long = "for", value_name = "DURATION", value_parser = refract_shared::duration::parse)]
+    pub duration: Option<Duration>,
+}

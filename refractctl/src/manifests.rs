@@ -1,0 +1,226 @@
+//! The agents' manifests, compiled in from `deploy/`: the files kustomize users apply are the
+//! files `refractctl peer` applies, with the same three transformations their
+//! `kustomization.yaml` makes (the `refract-system` namespace, the `part-of`/`component` labels,
+//! the image). A test checks that the list below is the kustomization's `resources:` list.
+
+use serde_json::Value;
+
+/// The namespace both agents run in.
+pub const NAMESPACE: &str = "refract-system";
+
+/// Which agent a manifest set belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agent {
+    /// The origin's agent.
+    Local,
+    /// The provider's agent.
+    Remote,
+}
+
+impl Agent {
+    /// The component label value and the deploy/ folder name.
+    pub fn component(self) -> &'static str {
+        match self {
+            Agent::Local => "local-agent",
+            Agent::Remote => "remote-agent",
+        }
+    }
+
+    /// The image name the manifests use before the image is set.
+    fn image_placeholder(self) -> &'static str {
+        match self {
+            Agent::Local => "refract-local-agent",
+            Agent::Remote => "refract-remote-agent",
+        }
+    }
+
+    /// The image `scripts/images.sh` builds for this version.
+    pub fn default_image(self) -> String {
+        format!(
+            "refract.local/{}:{}",
+            self.component(),
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+
+    fn files(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Agent::Local => LOCAL_FILES,
+            Agent::Remote => REMOTE_FILES,
+        }
+    }
+}
+
+const LOCAL_FILES: &[(&str, &str)] = &[
+    (
+        "namespace.yaml",
+        include_str!("../../deploy/local-agent/namespace.yaml"),
+    ),
+    (
+        "namespaceoffloading-crd.yaml",
+        include_str!("../../deploy/local-agent/namespaceoffloading-crd.yaml"),
+    ),
+    (
+        "storageclass.yaml",
+        include_str!("../../deploy/local-agent/storageclass.yaml"),
+    ),
+    (
+        "rbac.yaml",
+        include_str!("../../deploy/local-agent/rbac.yaml"),
+    ),
+    (
+        "deployment.yaml",
+        include_str!("../../deploy/local-agent/deployment.yaml"),
+    ),
+    (
+        "service.yaml",
+        include_str!("../../deploy/local-agent/service.yaml"),
+    ),
+    (
+        "webhook.yaml",
+        include_str!("../../deploy/local-agent/webhook.yaml"),
+    ),
+];
+
+const REMOTE_FILES: &[(&str, &str)] = &[
+    (
+        "namespace.yaml",
+        include_str!("../../deploy/remote-agent/namespace.yaml"),
+    ),
+    (
+        "shadowpod-crd.yaml",
+        include_str!("../../deploy/remote-agent/shadowpod-crd.yaml"),
+    ),
+    (
+        "rbac.yaml",
+        include_str!("../../deploy/remote-agent/rbac.yaml"),
+    ),
+    (
+        "deployment.yaml",
+        include_str!("../../deploy/remote-agent/deployment.yaml"),
+    ),
+    (
+        "service.yaml",
+        include_str!("../../deploy/remote-agent/service.yaml"),
+    ),
+];
+
+/// Kinds without a namespace, which kustomize's `namespace:` leaves alone.
+const CLUSTER_SCOPED: &[&str] = &[
+    "Namespace",
+    "CustomResourceDefinition",
+    "StorageClass",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+];
+
+/// Every object of `agent`'s manifests, as kustomize renders them, with `image` for the agent.
+pub fn render(agent: Agent, image: &str) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for (file, text) in agent.files() {
+        for document in serde_yaml_ng::Deserializer::from_str(text) {
+            let value: Value = serde::Deserialize::deserialize(document)
+                .unwrap_or_else(|e| panic!("deploy/{}/{file} is not YAML: {e}", agent.component()));
+            if value.is_null() {
+                continue;
+            }
+            objects.push(kustomize(value, agent, image));
+        }
+    }
+    objects
+}
+
+fn kustomize(mut object: Value, agent: Agent, image: &str) -> Value {
+    let kind = object["kind"].as_str().unwrap_or_default().to_string();
+    if !CLUSTER_SCOPED.contains(&kind.as_str()) {
+        object["metadata"]["namespace"] = Value::from(NAMESPACE);
+    }
+    let labels = &mut object["metadata"]["labels"];
+    if labels.is_null() {
+        *labels = serde_json::json!({});
+    }
+    labels["app.kubernetes.io/part-of"] = Value::from("refract");
+    labels["app.kubernetes.io/component"] = Value::from(agent.component());
+    if kind == "Deployment" {
+        if let Some(containers) = object
+            .pointer_mut("/spec/template/spec/containers")
+            .and_then(Value::as_array_mut)
+        {
+            for c in containers {
+                if c["image"].as_str() == Some(agent.image_placeholder()) {
+                    c["image"] = Value::from(image);
+                }
+            }
+        }
+    }
+    object
+}
+
+/// The one object of `kind` named `name` in `objects`.
+pub fn find_mut<'a>(objects: &'a mut [Value], kind: &str, name: &str) -> Option<&'a mut Value> {
+    objects
+        .iter_mut()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The compiled-in list is the kustomization's: a file added to deploy/ is not forgotten.
+    #[test]
+    fn the_compiled_in_files_are_the_kustomizations_resources() {
+        for (agent, kustomization) in [
+            (
+                Agent::Local,
+                include_str!("../../deploy/local-agent/kustomization.yaml"),
+            ),
+            (
+                Agent::Remote,
+                include_str!("../../deploy/remote-agent/kustomization.yaml"),
+            ),
+        ] {
+            let k: Value = serde_yaml_ng::from_str(kustomization).unwrap();
+            let listed: Vec<&str> = k["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_str().unwrap())
+                .collect();
+            let compiled: Vec<&str> = agent.files().iter().map(|(f, _)| *f).collect();
+            assert_eq!(listed, compiled, "{}", agent.component());
+            assert_eq!(k["namespace"], NAMESPACE);
+            assert_eq!(
+                k["images"][0]["name"].as_str(),
+                Some(agent.image_placeholder())
+            );
+        }
+    }
+
+    #[test]
+    fn render_sets_namespace_labels_and_image_as_kustomize_does() {
+        let objects = render(Agent::Local, "registry.example/local-agent:1");
+        let deployment = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .unwrap();
+        assert_eq!(deployment["metadata"]["namespace"], NAMESPACE);
+        assert_eq!(
+            deployment["metadata"]["labels"]["app.kubernetes.io/component"],
+            "local-agent"
+        );
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.example/local-agent:1"
+        );
+        let crd = objects
+            .iter()
+            .find(|o| o["kind"] == "CustomResourceDefinition")
+            .unwrap();
+        assert!(crd["metadata"].get("namespace").is_none());
+        let remote = render(Agent::Remote, "r:1");
+        assert!(remote.iter().any(|o| o["kind"] == "Deployment"
+            && o["metadata"]["name"] == "refract-remote-agent"));
+    }
+}

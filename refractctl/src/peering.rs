@@ -1,0 +1,153 @@
+//! An origin's peerings as `peer` left them: one local agent Deployment each, labelled with
+//! its provider, and the Secret with its client certificate. `status`, `tap`, `rotate` and
+//! `unpeer` start here.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use refract_shared::proto::inspect_client::InspectClient;
+use refract_shared::tls::ClusterId;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::manifests::NAMESPACE;
+use crate::pki::{self, TlsSecret};
+use crate::plan::{self, HostPort, PEERING_LABEL};
+
+/// How long a call to the provider's agent may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One peering of the origin.
+#[derive(Debug, Clone)]
+pub struct Peering {
+    /// The provider's cluster id.
+    pub provider: ClusterId,
+    /// The origin's cluster id, from the local agent's `--cluster-id`.
+    pub origin: Option<ClusterId>,
+    /// Where the local agent dials, from its `--remote`.
+    pub endpoint: Option<HostPort>,
+    /// The local agent's Deployment.
+    pub deployment: Deployment,
+}
+
+impl Peering {
+    fn from_deployment(deployment: Deployment) -> Option<Self> {
+        let provider = ClusterId::parse(deployment.labels().get(PEERING_LABEL)?).ok()?;
+        let args = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.args.clone())
+            .unwrap_or_default();
+        let arg = |flag: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(flag)?.strip_prefix('=').map(str::to_string))
+        };
+        Some(Self {
+            provider,
+            origin: arg("--cluster-id").and_then(|id| ClusterId::parse(&id).ok()),
+            endpoint: arg("--remote").and_then(|e| e.parse().ok()),
+            deployment,
+        })
+    }
+
+    /// The local agent Deployment's name.
+    pub fn name(&self) -> String {
+        self.deployment.name_any()
+    }
+
+    /// The peering's client certificate and CA bundle.
+    pub async fn credentials(&self, origin: &kube::Client) -> anyhow::Result<TlsSecret> {
+        let name = plan::local_tls_secret(&self.provider);
+        pki::read(origin, &name)
+            .await?
+            .with_context(|| format!("Secret {NAMESPACE}/{name} with the peering's client certificate is missing"))
+    }
+
+    /// An Inspect client to the provider's agent, authenticated as this origin.
+    pub async fn inspect(&self, origin: &kube::Client) -> anyhow::Result<InspectClient<Channel>> {
+        let endpoint = self
+            .endpoint
+            .clone()
+            .context("the local agent has no --remote=HOST:PORT")?;
+        let tls = self.credentials(origin).await?;
+        let channel = channel(&endpoint, &tls).await?;
+        Ok(InspectClient::new(channel))
+    }
+}
+
+/// A mutual-TLS channel to the remote agent at `endpoint` with `tls`.
+pub async fn channel(endpoint: &HostPort, tls: &TlsSecret) -> anyhow::Result<Channel> {
+    let config = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&tls.ca_pem))
+        .identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem))
+        .domain_name(endpoint.host.clone());
+    Endpoint::from_shared(format!("https://{endpoint}"))?
+        .tls_config(config)?
+        .connect_timeout(CALL_TIMEOUT)
+        .timeout(CALL_TIMEOUT)
+        .connect()
+        .await
+        .with_context(|| format!("failed to reach the provider's agent at {endpoint}"))
+}
+
+/// The origin's peerings, or only the one with `provider`.
+pub async fn list(
+    origin: &kube::Client,
+    provider: Option<&ClusterId>,
+) -> anyhow::Result<Vec<Peering>> {
+    let api: Api<Deployment> = Api::namespaced(origin.clone(), NAMESPACE);
+    let selector = match provider {
+        Some(p) => format!("{PEERING_LABEL}={p}"),
+        None => PEERING_LABEL.to_string(),
+    };
+    let deployments = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .context("failed to list the local agents (Deployments in refract-system)")?;
+    Ok(deployments
+        .items
+        .into_iter()
+        .filter_map(Peering::from_deployment)
+        .collect())
+}
+
+/// The peering with `provider`, which must exist.
+pub async fn get(origin: &kube::Client, provider: &ClusterId) -> anyhow::Result<Peering> {
+    match list(origin, Some(provider)).await?.into_iter().next() {
+        Some(p) => Ok(p),
+        None => bail!(
+            "this origin has no peering with {provider} (no Deployment {NAMESPACE}/{} labelled {PEERING_LABEL}={provider}); `refractctl status` lists its peerings",
+            plan::local_agent_name(provider)
+        ),
+    }
+}
+
+/// A client for the cluster of `kubeconfig` (else $KUBECONFIG, else ~/.kube/config), and the
+/// API server's address as the kubeconfig names it.
+pub async fn connect_cluster(
+    kubeconfig: Option<&std::path::Path>,
+    which: &str,
+) -> anyhow::Result<(kube::Client, HostPort)> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("failed to read the {which} kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::from_kubeconfig(&Default::default())
+            .await
+            .with_context(|| format!("no {which} kubeconfig given and none in $KUBECONFIG or ~/.kube/config"))?,
+    };
+    let uri = config.cluster_url.clone();
+    let server = HostPort {
+        host: uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string(),
+        port: uri.port_u16().unwrap_or(443),
+    };
+    let client = kube::Client::try_from(config)
+        .with_context(|| format!("failed to build a client for the {which} cluster"))?;
+    Ok((client, server))
+}

@@ -1,0 +1,150 @@
+//! `refractctl unpeer`: the local agent's unpeer (graceful or forced), then what `peer` made
+//! for this peering, on both sides, until nothing labelled for it is left.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use refract_local_agent::unpeer::command::UnpeerArgs as AgentUnpeer;
+use refract_remote_agent::RemoveTenantArgs;
+use refract_shared::tls::ClusterId;
+use serde_json::json;
+
+use crate::apply;
+use crate::cli::UnpeerArgs;
+use crate::manifests::NAMESPACE;
+use crate::peering;
+use crate::plan::{self, PEERING_LABEL, TENANT_LABEL};
+use crate::wait;
+
+/// Runs `unpeer`, printing each step.
+pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let deadline = started + args.timeout;
+    let say = |what: &str| println!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    let (origin, _) =
+        peering::connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
+    let found = peering::list(&origin, Some(&args.provider_id)).await?;
+    let origin_id = found.first().and_then(|p| p.origin.clone());
+    if found.is_empty() {
+        say(&format!("no local agent of a peering with {} on this origin; removing what may be left", args.provider_id));
+    }
+
+    // The agent's own unpeer: drains (graceful) and removes the virtual node.
+    refract_local_agent::unpeer::command::run(AgentUnpeer {
+        remote_cluster_id: args.provider_id.clone(),
+        node_name: None,
+        kubeconfig: args.origin.origin_kubeconfig.clone(),
+        force: args.force,
+        timeout: args.timeout,
+    })
+    .await?;
+
+    if let Some(kubeconfig) = &args.provider_kubeconfig {
+        match &origin_id {
+            Some(tenant) => clean_provider(kubeconfig, tenant, args.force, deadline, &say).await?,
+            None => say("the origin's cluster id is unknown (no local agent left); nothing removed on the provider"),
+        }
+    } else if args.force {
+        say("the provider was not touched: it removes the tenant's namespaces after its --tenant-expiry, or run `refractctl unpeer --force --provider-kubeconfig ...` when it is back");
+    }
+
+    // What peer made on the origin for this peering.
+    for (kind, api_version, name) in [
+        ("Deployment", "apps/v1", plan::local_agent_name(&args.provider_id)),
+        ("Secret", "v1", plan::local_tls_secret(&args.provider_id)),
+        ("Secret", "v1", plan::kubelet_tls_secret(&args.provider_id)),
+    ] {
+        let object = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE}});
+        if apply::delete(&origin, &object).await? {
+            say(&format!("{kind} {NAMESPACE}/{name} deleted"));
+        }
+    }
+    if peering::list(&origin, None).await?.is_empty() {
+        // No agent serves the webhook any more; pods must not wait on it.
+        let webhook = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": plan::WEBHOOK_NAME}});
+        if apply::delete(&origin, &webhook).await? {
+            say(&format!("MutatingWebhookConfiguration {} deleted (no peering left)", plan::WEBHOOK_NAME));
+        }
+    }
+    let left = labelled_on_origin(&origin, &args.provider_id).await?;
+    if !left.is_empty() {
+        anyhow::bail!("still labelled {PEERING_LABEL}={} on the origin: {}", args.provider_id, left.join(", "));
+    }
+    say(&format!("unpeered: nothing labelled for the peering with {} is left on the origin", args.provider_id));
+    Ok(())
+}
+
+/// The provider's half: the tenant's namespaces (removed by the remote agent when graceful,
+/// here when forced) and its record.
+async fn clean_provider(
+    kubeconfig: &std::path::Path,
+    tenant: &ClusterId,
+    force: bool,
+    deadline: Instant,
+    say: &impl Fn(&str),
+) -> anyhow::Result<()> {
+    let (provider, _) = peering::connect_cluster(Some(kubeconfig), "provider").await?;
+    if force {
+        refract_remote_agent::remove_tenant(RemoveTenantArgs {
+            cluster_id: tenant.clone(),
+            kubeconfig: Some(kubeconfig.to_path_buf()),
+            dry_run: false,
+        })
+        .await?;
+    }
+    let record = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": plan::tenant_record(tenant), "namespace": NAMESPACE}});
+    if apply::delete(&provider, &record).await? {
+        say(&format!("tenant record {NAMESPACE}/{} deleted on the provider", plan::tenant_record(tenant)));
+    }
+    let namespaces: Api<Namespace> = Api::all(provider.clone());
+    let selector = format!("{TENANT_LABEL}={tenant}");
+    wait::until(
+        deadline,
+        &format!("the provider's namespaces of tenant {tenant} to be gone"),
+        || async {
+            let left = namespaces
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .context("failed to list the provider's namespaces")?;
+            Ok(left.items.is_empty().then_some(()))
+        },
+        || async {
+            match namespaces.list(&ListParams::default().labels(&selector)).await {
+                Ok(l) => format!(
+                    "  still there: {}",
+                    l.items.iter().map(|n| n.name_any()).collect::<Vec<_>>().join(", ")
+                ),
+                Err(e) => e.to_string(),
+            }
+        },
+    )
+    .await?;
+    say(&format!("provider: no namespace of tenant {tenant} is left"));
+    Ok(())
+}
+
+/// Objects of refract-system, and nodes, still labelled for the peering with `provider`.
+async fn labelled_on_origin(origin: &kube::Client, provider: &ClusterId) -> anyhow::Result<Vec<String>> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Node, Secret};
+    use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
+    let by_peering = ListParams::default().labels(&format!("{PEERING_LABEL}={provider}"));
+    let mut left = Vec::new();
+    let deployments: Api<Deployment> = Api::namespaced(origin.clone(), NAMESPACE);
+    for d in deployments.list(&by_peering).await?.items {
+        left.push(format!("Deployment {}", d.name_any()));
+    }
+    let secrets: Api<Secret> = Api::namespaced(origin.clone(), NAMESPACE);
+    for s in secrets.list(&by_peering).await?.items {
+        left.push(format!("Secret {}", s.name_any()));
+    }
+    let nodes: Api<Node> = Api::all(origin.clone());
+    let by_node = ListParams::default().labels(&format!("{REMOTE_CLUSTER_ID_LABEL}={provider}"));
+    for n in nodes.list(&by_node).await?.items {
+        left.push(format!("Node {}", n.name_any()));
+    }
+    Ok(left)
+}
