@@ -58,8 +58,16 @@ pub async fn api_for(client: &kube::Client, object: &Value) -> anyhow::Result<Ap
 pub fn describe(object: &Value) -> String {
     let m = &object["metadata"];
     match m["namespace"].as_str() {
-        Some(ns) => format!("{} {ns}/{}", object["kind"].as_str().unwrap_or("?"), m["name"].as_str().unwrap_or("?")),
-        None => format!("{} {}", object["kind"].as_str().unwrap_or("?"), m["name"].as_str().unwrap_or("?")),
+        Some(ns) => format!(
+            "{} {ns}/{}",
+            object["kind"].as_str().unwrap_or("?"),
+            m["name"].as_str().unwrap_or("?")
+        ),
+        None => format!(
+            "{} {}",
+            object["kind"].as_str().unwrap_or("?"),
+            m["name"].as_str().unwrap_or("?")
+        ),
     }
 }
 

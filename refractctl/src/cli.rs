@@ -76,7 +76,11 @@ pub struct PeerArgs {
     /// `refract-remote-agent` Service exposed by a LoadBalancer, a NodePort or an ingress
     /// passing TLS through. The remote agent's certificate is issued for this host. Required
     /// unless --single-host.
-    #[arg(long, value_name = "HOST:PORT", required_unless_present = "single_host")]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        required_unless_present = "single_host"
+    )]
     pub provider_endpoint: Option<HostPort>,
 
     /// Where offloaded pods reach the origin's API server (HOST:PORT; default: the origin
@@ -94,7 +98,11 @@ pub struct PeerArgs {
 
     /// A further local agent flag, e.g. `--local-agent-arg=--remote-pod-remap=10.2.0.0/16=10.92.0.0/16`
     /// (repeatable; see `local-agent --help`).
-    #[arg(long = "local-agent-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    #[arg(
+        long = "local-agent-arg",
+        value_name = "FLAG",
+        allow_hyphen_values = true
+    )]
     pub local_agent_args: Vec<String>,
 
     /// Both clusters run on this machine, without kube-proxy (the demo, the tests): the agents

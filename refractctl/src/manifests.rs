@@ -201,10 +201,7 @@ mod tests {
     #[test]
     fn render_sets_namespace_labels_and_image_as_kustomize_does() {
         let objects = render(Agent::Local, "registry.example/local-agent:1");
-        let deployment = objects
-            .iter()
-            .find(|o| o["kind"] == "Deployment")
-            .unwrap();
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
         assert_eq!(deployment["metadata"]["namespace"], NAMESPACE);
         assert_eq!(
             deployment["metadata"]["labels"]["app.kubernetes.io/component"],
@@ -220,7 +217,8 @@ mod tests {
             .unwrap();
         assert!(crd["metadata"].get("namespace").is_none());
         let remote = render(Agent::Remote, "r:1");
-        assert!(remote.iter().any(|o| o["kind"] == "Deployment"
-            && o["metadata"]["name"] == "refract-remote-agent"));
+        assert!(remote
+            .iter()
+            .any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "refract-remote-agent"));
     }
 }

@@ -22,21 +22,37 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
     let deadline = started + args.timeout;
     let say = |what: &str| println!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
     if args.origin_id == args.provider_id {
-        bail!("--origin-id and --provider-id are both {}; a cluster does not peer with itself", args.origin_id);
+        bail!(
+            "--origin-id and --provider-id are both {}; a cluster does not peer with itself",
+            args.origin_id
+        );
     }
     let (origin, origin_api) =
         connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
     let (provider, provider_api) =
         connect_cluster(Some(&args.provider_kubeconfig), "provider").await?;
-    for (client, which, api) in [(&origin, "origin", &origin_api), (&provider, "provider", &provider_api)] {
+    for (client, which, api) in [
+        (&origin, "origin", &origin_api),
+        (&provider, "provider", &provider_api),
+    ] {
         let version = client
             .apiserver_version()
             .await
             .with_context(|| format!("the {which} API server at {api} does not answer"))?;
-        say(&format!("{which} cluster: API server {api}, Kubernetes {}", version.git_version));
+        say(&format!(
+            "{which} cluster: API server {api}, Kubernetes {}",
+            version.git_version
+        ));
     }
-    if let Some(existing) = peering::list(&origin, Some(&args.provider_id)).await?.first() {
-        if existing.origin.as_ref().is_some_and(|o| *o != args.origin_id) {
+    if let Some(existing) = peering::list(&origin, Some(&args.provider_id))
+        .await?
+        .first()
+    {
+        if existing
+            .origin
+            .as_ref()
+            .is_some_and(|o| *o != args.origin_id)
+        {
             bail!(
                 "this origin already peers with {} as {}; unpeer it first, or peer again with --origin-id {}",
                 args.provider_id,
@@ -44,11 +60,17 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
                 existing.origin.as_ref().unwrap()
             );
         }
-        say(&format!("a peering with {} exists; bringing it to what was asked", args.provider_id));
+        say(&format!(
+            "a peering with {} exists; bringing it to what was asked",
+            args.provider_id
+        ));
     }
     let plan = plan_of(&args, origin_api, provider_api)?;
 
-    say(&format!("provider {}: installing the remote agent", plan.provider));
+    say(&format!(
+        "provider {}: installing the remote agent",
+        plan.provider
+    ));
     let mut provider_objects = plan.provider_objects();
     apply_namespace(&provider, &mut provider_objects, &say).await?;
     let ca = pki::ensure_ca(
@@ -58,9 +80,22 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
         &say,
     )
     .await?;
-    ensure_leaf(&provider, plan::REMOTE_TLS_SECRET, &ca, &plan.provider, Role::Server, &plan.server_names(), &[], &say).await?;
+    ensure_leaf(
+        &provider,
+        plan::REMOTE_TLS_SECRET,
+        &ca,
+        &plan.provider,
+        Role::Server,
+        &plan.server_names(),
+        &[],
+        &say,
+    )
+    .await?;
 
-    say(&format!("origin {}: installing the local agent of this peering", plan.origin));
+    say(&format!(
+        "origin {}: installing the local agent of this peering",
+        plan.origin
+    ));
     // The webhook's CA is not known yet; only the Namespace of these is applied now.
     apply_namespace(&origin, &mut plan.origin_objects(""), &say).await?;
     let client_cert = ensure_client(&origin, &provider, &plan, &ca, &say).await?;
@@ -75,11 +110,33 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
         &say,
     )
     .await?;
-    let webhook_id = ClusterId::parse(&format!("{}-webhook", plan.origin)).context("the origin id is too long")?;
-    ensure_leaf(&origin, plan::WEBHOOK_TLS_SECRET, &origin_ca, &webhook_id, Role::Server, &plan.webhook_names(), &[], &say).await?;
-    let kubelet_id = ClusterId::parse(&format!("{}-kubelet", plan.origin)).context("the origin id is too long")?;
+    let webhook_id = ClusterId::parse(&format!("{}-webhook", plan.origin))
+        .context("the origin id is too long")?;
+    ensure_leaf(
+        &origin,
+        plan::WEBHOOK_TLS_SECRET,
+        &origin_ca,
+        &webhook_id,
+        Role::Server,
+        &plan.webhook_names(),
+        &[],
+        &say,
+    )
+    .await?;
+    let kubelet_id = ClusterId::parse(&format!("{}-kubelet", plan.origin))
+        .context("the origin id is too long")?;
     let peering_label = [(PEERING_LABEL, plan.provider.as_str())];
-    ensure_leaf(&origin, &plan::kubelet_tls_secret(&plan.provider), &origin_ca, &kubelet_id, Role::Server, &plan.kubelet_names(), &peering_label, &say).await?;
+    ensure_leaf(
+        &origin,
+        &plan::kubelet_tls_secret(&plan.provider),
+        &origin_ca,
+        &kubelet_id,
+        Role::Server,
+        &plan.kubelet_names(),
+        &peering_label,
+        &say,
+    )
+    .await?;
 
     apply::apply_all(&provider, &provider_objects, &say).await?;
     let mut origin_objects = plan.origin_objects(&origin_ca.cert_pem);
@@ -111,7 +168,10 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
         "the provider to show the tenant connected",
         || async {
             let mut inspect = peering.inspect(&origin).await?;
-            let tenants = inspect.list_tenants(ListTenantsRequest {}).await?.into_inner();
+            let tenants = inspect
+                .list_tenants(ListTenantsRequest {})
+                .await?
+                .into_inner();
             Ok(tenants
                 .tenants
                 .into_iter()
@@ -139,7 +199,10 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
         || async {
             match wait::node_ready(&origin, &node).await {
                 Ok(Some((s, r, m))) => format!("  node {node}: Ready={s} {r} {m}"),
-                Ok(None) => format!("  node {node} does not exist yet\n{}", wait::pods_state(&origin, &local_selector).await),
+                Ok(None) => format!(
+                    "  node {node} does not exist yet\n{}",
+                    wait::pods_state(&origin, &local_selector).await
+                ),
                 Err(e) => format!("  could not read node {node}: {e}"),
             }
         },
@@ -231,7 +294,9 @@ async fn ensure_leaf(
     };
     let leaf = pki::issue(ca, id, role, names)?;
     apply::apply(client, &pki::secret(name, labels, &leaf, &ca.cert_pem)).await?;
-    say(&format!("certificate in Secret {NAMESPACE}/{name} issued for {names:?} ({why})"));
+    say(&format!(
+        "certificate in Secret {NAMESPACE}/{name} issued for {names:?} ({why})"
+    ));
     Ok(())
 }
 
@@ -249,7 +314,9 @@ async fn ensure_client(
         Some(existing) => match pki::reissue_reason(&existing, ca, &plan.origin, &[])? {
             None => Some(existing),
             Some(reason) => {
-                say(&format!("client certificate in Secret {NAMESPACE}/{name} replaced: {reason}"));
+                say(&format!(
+                    "client certificate in Secret {NAMESPACE}/{name} replaced: {reason}"
+                ));
                 None
             }
         },
@@ -257,7 +324,9 @@ async fn ensure_client(
     };
     let held = match kept {
         Some(existing) => {
-            say(&format!("client certificate in Secret {NAMESPACE}/{name} kept"));
+            say(&format!(
+                "client certificate in Secret {NAMESPACE}/{name} kept"
+            ));
             existing
         }
         None => {

@@ -62,9 +62,9 @@ impl Peering {
     /// The peering's client certificate and CA bundle.
     pub async fn credentials(&self, origin: &kube::Client) -> anyhow::Result<TlsSecret> {
         let name = plan::local_tls_secret(&self.provider);
-        pki::read(origin, &name)
-            .await?
-            .with_context(|| format!("Secret {NAMESPACE}/{name} with the peering's client certificate is missing"))
+        pki::read(origin, &name).await?.with_context(|| {
+            format!("Secret {NAMESPACE}/{name} with the peering's client certificate is missing")
+        })
     }
 
     /// An Inspect client to the provider's agent, authenticated as this origin.
@@ -134,17 +134,25 @@ pub async fn connect_cluster(
 ) -> anyhow::Result<(kube::Client, HostPort)> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("failed to read the {which} kubeconfig {}", path.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| {
+                format!("failed to read the {which} kubeconfig {}", path.display())
+            })?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
         }
         None => kube::Config::from_kubeconfig(&Default::default())
             .await
-            .with_context(|| format!("no {which} kubeconfig given and none in $KUBECONFIG or ~/.kube/config"))?,
+            .with_context(|| {
+                format!("no {which} kubeconfig given and none in $KUBECONFIG or ~/.kube/config")
+            })?,
     };
     let uri = config.cluster_url.clone();
     let server = HostPort {
-        host: uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string(),
+        host: uri
+            .host()
+            .unwrap_or_default()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
         port: uri.port_u16().unwrap_or(443),
     };
     let client = kube::Client::try_from(config)

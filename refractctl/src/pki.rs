@@ -87,9 +87,15 @@ pub async fn ensure_ca(
         let summary = summary(&existing.cert_pem)
             .with_context(|| format!("Secret {NAMESPACE}/{name} does not hold a certificate"))?;
         if !summary.is_ca {
-            bail!("Secret {NAMESPACE}/{name} holds a certificate that is not a CA ({})", summary.subject);
+            bail!(
+                "Secret {NAMESPACE}/{name} holds a certificate that is not a CA ({})",
+                summary.subject
+            );
         }
-        say(&format!("CA {} (Secret {NAMESPACE}/{name}) kept", summary.subject));
+        say(&format!(
+            "CA {} (Secret {NAMESPACE}/{name}) kept",
+            summary.subject
+        ));
         return Ok(Issued {
             cert_pem: existing.cert_pem,
             key_pem: existing.key_pem,
@@ -107,7 +113,9 @@ pub async fn ensure_ca(
         },
     });
     crate::apply::apply(client, &manifest).await?;
-    say(&format!("CA {common_name} created (Secret {NAMESPACE}/{name}; its key stays in this cluster)"));
+    say(&format!(
+        "CA {common_name} created (Secret {NAMESPACE}/{name}; its key stays in this cluster)"
+    ));
     Ok(ca)
 }
 
@@ -144,7 +152,10 @@ pub fn reissue_reason(
     let leaf = summary(&existing.cert_pem)?;
     let ca = summary(&ca.cert_pem)?;
     if leaf.issuer != ca.subject {
-        return Ok(Some(format!("it was issued by {}, not by {}", leaf.issuer, ca.subject)));
+        return Ok(Some(format!(
+            "it was issued by {}, not by {}",
+            leaf.issuer, ca.subject
+        )));
     }
     match &leaf.cluster_id {
         Ok(found) if found == id => {}
@@ -188,9 +199,18 @@ mod tests {
         };
         assert_eq!(reissue_reason(&held, &ca, &id, &names).unwrap(), None);
         let more = vec!["other.example".to_string()];
-        assert!(reissue_reason(&held, &ca, &id, &more).unwrap().unwrap().contains("lacks"));
-        assert!(reissue_reason(&held, &other, &id, &names).unwrap().unwrap().contains("issued by"));
+        assert!(reissue_reason(&held, &ca, &id, &more)
+            .unwrap()
+            .unwrap()
+            .contains("lacks"));
+        assert!(reissue_reason(&held, &other, &id, &names)
+            .unwrap()
+            .unwrap()
+            .contains("issued by"));
         let someone = ClusterId::parse("someone").unwrap();
-        assert!(reissue_reason(&held, &ca, &someone, &names).unwrap().unwrap().contains("identify"));
+        assert!(reissue_reason(&held, &ca, &someone, &names)
+            .unwrap()
+            .unwrap()
+            .contains("identify"));
     }
 }

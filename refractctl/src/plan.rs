@@ -169,7 +169,10 @@ impl Plan {
                 Value::from(self.provider.as_str());
         }
         let secrets = [
-            (LOCAL_BASE_NAME.to_string() + "-tls", local_tls_secret(&self.provider)),
+            (
+                LOCAL_BASE_NAME.to_string() + "-tls",
+                local_tls_secret(&self.provider),
+            ),
             (
                 LOCAL_BASE_NAME.to_string() + "-kubelet-tls",
                 kubelet_tls_secret(&self.provider),
@@ -205,8 +208,9 @@ impl Plan {
         set_args(deployment, &args);
         self.relax_pod_security(&mut objects);
 
-        let webhook = manifests::find_mut(&mut objects, "MutatingWebhookConfiguration", WEBHOOK_NAME)
-            .expect("deploy/local-agent has the webhook");
+        let webhook =
+            manifests::find_mut(&mut objects, "MutatingWebhookConfiguration", WEBHOOK_NAME)
+                .expect("deploy/local-agent has the webhook");
         use base64::Engine;
         let client_config = &mut webhook["webhooks"][0]["clientConfig"];
         client_config["caBundle"] =
@@ -214,10 +218,8 @@ impl Plan {
         if let Network::SingleHost { ports, .. } = &self.network {
             // Nothing routes a Service's ClusterIP without kube-proxy: the API server calls the
             // webhook where it listens.
-            client_config["url"] = Value::from(format!(
-                "https://127.0.0.1:{}/mutate-pods",
-                ports.webhook
-            ));
+            client_config["url"] =
+                Value::from(format!("https://127.0.0.1:{}/mutate-pods", ports.webhook));
             client_config.as_object_mut().unwrap().remove("service");
         }
         objects
@@ -316,10 +318,7 @@ fn set_args(deployment: &mut Value, args: &[String]) {
         .collect();
     for arg in args {
         let flag = arg.split('=').next().unwrap_or(arg);
-        match list
-            .iter_mut()
-            .find(|a| a.split('=').next() == Some(flag))
-        {
+        match list.iter_mut().find(|a| a.split('=').next() == Some(flag)) {
             Some(existing) => existing.clone_from(arg),
             None => list.push(arg.clone()),
         }
@@ -392,9 +391,15 @@ mod tests {
             a.iter().filter(|x| x.starts_with("--cluster-id=")).count(),
             1
         );
-        assert_eq!(a.last().unwrap(), "--remote-pod-remap=10.0.0.0/16=10.1.0.0/16");
+        assert_eq!(
+            a.last().unwrap(),
+            "--remote-pod-remap=10.0.0.0/16=10.1.0.0/16"
+        );
         let d = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-        assert_eq!(d["spec"]["selector"]["matchLabels"][PEERING_LABEL], "provider");
+        assert_eq!(
+            d["spec"]["selector"]["matchLabels"][PEERING_LABEL],
+            "provider"
+        );
         let secrets: Vec<&str> = d["spec"]["template"]["spec"]["volumes"]
             .as_array()
             .unwrap()
@@ -446,10 +451,16 @@ mod tests {
             webhook["webhooks"][0]["clientConfig"]["url"],
             "https://127.0.0.1:1003/mutate-pods"
         );
-        assert!(webhook["webhooks"][0]["clientConfig"].get("service").is_none());
+        assert!(webhook["webhooks"][0]["clientConfig"]
+            .get("service")
+            .is_none());
         let local = origin.iter().find(|o| o["kind"] == "Deployment").unwrap();
         let env = &local["spec"]["template"]["spec"]["containers"][0]["env"];
-        assert!(env.as_array().unwrap().iter().any(|e| e["name"] == "POD_IP"));
+        assert!(env
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "POD_IP"));
     }
 
     #[test]

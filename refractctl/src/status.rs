@@ -58,7 +58,11 @@ async fn report(origin: &kube::Client, p: &Peering) -> String {
         .map(|e| e.to_string())
         .unwrap_or_else(|| "?".into());
     let _ = writeln!(out, "  provider:      {endpoint}");
-    match p.credentials(origin).await.and_then(|c| pki::summary(&c.cert_pem)) {
+    match p
+        .credentials(origin)
+        .await
+        .and_then(|c| pki::summary(&c.cert_pem))
+    {
         Ok(s) => {
             let _ = writeln!(
                 out,
@@ -92,7 +96,11 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
         Err(e) => return format!("provider not reachable from here: {e:#}"),
     };
     let tenant = match inspect.list_tenants(ListTenantsRequest {}).await {
-        Ok(r) => r.into_inner().tenants.into_iter().find(|t| t.cluster_id == origin_id.as_str()),
+        Ok(r) => r
+            .into_inner()
+            .tenants
+            .into_iter()
+            .find(|t| t.cluster_id == origin_id.as_str()),
         Err(e) => return format!("Inspect refused: {} {}", e.code(), e.message()),
     };
     let Some(t) = tenant else {
@@ -104,7 +112,10 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
             t.connected_since, t.peer_address, t.agent_version, t.connections, t.objects, t.certificate_not_after
         )
     } else {
-        format!("DISCONNECTED since {} ({} connections before)", t.disconnected_at, t.connections)
+        format!(
+            "DISCONNECTED since {} ({} connections before)",
+            t.disconnected_at, t.connections
+        )
     };
     let objects = inspect
         .list_objects(ListObjectsRequest {
@@ -130,13 +141,19 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
             if refused.is_empty() {
                 line.push_str("\n  last errors:   none");
             } else {
-                line.push_str(&format!("\n  last errors:   {} objects not applied; latest:", refused.len()));
+                line.push_str(&format!(
+                    "\n  last errors:   {} objects not applied; latest:",
+                    refused.len()
+                ));
                 for o in refused.iter().take(LAST_ERRORS) {
                     let what = o.object.as_ref().map(|r| r.display()).unwrap_or_default();
                     let outcome = Outcome::try_from(o.outcome)
                         .map(|x| x.as_str_name().trim_start_matches("OUTCOME_").to_string())
                         .unwrap_or_else(|_| o.outcome.to_string());
-                    line.push_str(&format!("\n    {} {what} {outcome}: {}", o.updated_at, o.message));
+                    line.push_str(&format!(
+                        "\n    {} {what} {outcome}: {}",
+                        o.updated_at, o.message
+                    ));
                 }
             }
         }
@@ -176,19 +193,65 @@ async fn scrape(origin: &kube::Client, p: &Peering) -> anyhow::Result<String> {
         .into_iter()
         .find(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .context("no running local agent pod")?;
-    let port = admin_port(p).unwrap_or(9090);
+    let admin: std::net::SocketAddr = admin_listen(p)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| ([0, 0, 0, 0], 9090).into());
+    if admin.ip().is_loopback() {
+        // A single-host peering: the agent's admin port is on this machine's loopback, where
+        // the API server's pod proxy (which dials the pod IP) does not reach.
+        return scrape_loopback(admin).await;
+    }
     let request = http::Request::get(format!(
-        "/api/v1/namespaces/{NAMESPACE}/pods/{}:{port}/proxy/metrics",
-        pod.name_any()
+        "/api/v1/namespaces/{NAMESPACE}/pods/{}:{}/proxy/metrics",
+        pod.name_any(),
+        admin.port()
     ))
     .body(Vec::new())?;
-    origin
-        .request_text(request)
-        .await
-        .context("the API server's pod proxy did not reach the agent's admin port")
+    origin.request_text(request).await.map_err(|e| {
+        anyhow::anyhow!(
+            "the API server's pod proxy did not reach the agent's admin port: {}",
+            short(&e)
+        )
+    })
 }
 
-fn admin_port(p: &Peering) -> Option<u16> {
+/// A kube error without the Status dump.
+fn short(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `GET /metrics` over plain HTTP/1.0 on this machine.
+async fn scrape_loopback(addr: std::net::SocketAddr) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        std::io::Result::Ok(response)
+    };
+    let response = tokio::time::timeout(std::time::Duration::from_secs(5), exchange)
+        .await
+        .context("the local agent's admin port did not answer within 5s")?
+        .with_context(|| format!("failed to read {addr}/metrics"))?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .context("not an HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        anyhow::bail!(
+            "{addr}/metrics answered {}",
+            head.lines().next().unwrap_or_default()
+        );
+    }
+    Ok(body.to_string())
+}
+
+fn admin_listen(p: &Peering) -> Option<String> {
     let args = p
         .deployment
         .spec
@@ -202,7 +265,7 @@ fn admin_port(p: &Peering) -> Option<u16> {
         .clone()?;
     args.iter()
         .find_map(|a| a.strip_prefix("--admin-listen="))
-        .and_then(|a| a.rsplit(':').next()?.parse().ok())
+        .map(str::to_string)
 }
 
 /// The values of every series of metric `name` in a Prometheus text exposition.
@@ -256,7 +319,10 @@ mod tests {
     #[test]
     fn metric_values_reads_every_series_of_one_name_only() {
         let text = "# HELP x\nrefract_local_outbox_unacked{kind=\"pods\"} 3\nrefract_local_outbox_unacked{kind=\"objects\"} 4\nrefract_local_outbox_unacked_other 9\nrefract_local_outbox_oldest_unacked_seconds 1.5\n";
-        assert_eq!(metric_values(text, "refract_local_outbox_unacked"), vec![3.0, 4.0]);
+        assert_eq!(
+            metric_values(text, "refract_local_outbox_unacked"),
+            vec![3.0, 4.0]
+        );
         assert_eq!(
             metric_values(text, "refract_local_outbox_oldest_unacked_seconds"),
             vec![1.5]

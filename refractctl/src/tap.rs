@@ -20,14 +20,20 @@ pub async fn run(args: TapArgs) -> anyhow::Result<()> {
         .origin
         .clone()
         .context("the local agent has no --cluster-id")?;
-    let endpoint = peering.endpoint.clone().context("the local agent has no --remote")?;
+    let endpoint = peering
+        .endpoint
+        .clone()
+        .context("the local agent has no --remote")?;
     let tls = peering.credentials(&origin).await?;
     // A tap stays open: no per-call timeout on this channel.
     let channel = tonic::transport::Endpoint::from_shared(format!("https://{endpoint}"))?
         .tls_config(
             tonic::transport::ClientTlsConfig::new()
                 .ca_certificate(tonic::transport::Certificate::from_pem(&tls.ca_pem))
-                .identity(tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem))
+                .identity(tonic::transport::Identity::from_pem(
+                    &tls.cert_pem,
+                    &tls.key_pem,
+                ))
                 .domain_name(endpoint.host.clone()),
         )?
         .connect()
@@ -88,12 +94,25 @@ fn local(m: &LocalMessage) -> String {
         o.as_ref().map(|o| o.display()).unwrap_or_default()
     };
     match &m.kind {
-        Some(Kind::Hello(h)) => format!("Hello {} agent {} protocol {} resume={}", h.cluster_id, h.agent_version, h.protocol_version, h.resume),
-        Some(Kind::Upsert(u)) => format!("Upsert {} rev {} ({} bytes)", obj(&u.object), u.revision, u.object_json.len()),
+        Some(Kind::Hello(h)) => format!(
+            "Hello {} agent {} protocol {} resume={}",
+            h.cluster_id, h.agent_version, h.protocol_version, h.resume
+        ),
+        Some(Kind::Upsert(u)) => format!(
+            "Upsert {} rev {} ({} bytes)",
+            obj(&u.object),
+            u.revision,
+            u.object_json.len()
+        ),
         Some(Kind::Delete(d)) => format!("Delete {} rev {}", obj(&d.object), d.revision),
-        Some(Kind::SnapshotComplete(s)) => format!("SnapshotComplete {} {} in {:?}", s.api_version, s.kind, s.namespace),
+        Some(Kind::SnapshotComplete(s)) => format!(
+            "SnapshotComplete {} {} in {:?}",
+            s.api_version, s.kind, s.namespace
+        ),
         Some(Kind::StatusAck(a)) => format!("StatusAck pod {}", a.origin_uid),
-        Some(Kind::InventoryRequest(r)) => format!("InventoryRequest {} in {:?}", r.kind, r.namespace),
+        Some(Kind::InventoryRequest(r)) => {
+            format!("InventoryRequest {} in {:?}", r.kind, r.namespace)
+        }
         None => "(empty)".into(),
     }
 }
@@ -101,7 +120,10 @@ fn local(m: &LocalMessage) -> String {
 fn remote(m: &RemoteMessage) -> String {
     use remote_message::Kind;
     match &m.kind {
-        Some(Kind::Welcome(w)) => format!("Welcome {} agent {} session {} resume={}", w.cluster_id, w.agent_version, w.session_id, w.resume),
+        Some(Kind::Welcome(w)) => format!(
+            "Welcome {} agent {} session {} resume={}",
+            w.cluster_id, w.agent_version, w.session_id, w.resume
+        ),
         Some(Kind::Ack(a)) => {
             let outcome = Outcome::try_from(a.outcome)
                 .map(|o| o.as_str_name().trim_start_matches("OUTCOME_").to_string())
@@ -113,11 +135,32 @@ fn remote(m: &RemoteMessage) -> String {
             }
             s
         }
-        Some(Kind::PodStatus(p)) => format!("PodStatus {}/{} ({} bytes, recreations {})", p.namespace, p.name, p.status_json.len(), p.recreations),
-        Some(Kind::Event(e)) => format!("Event about {}", e.involved.as_ref().map(|o| o.display()).unwrap_or_default()),
-        Some(Kind::Capacity(c)) => format!("Capacity free {:?} api-server-ready={}", c.free, c.api_server_ready),
-        Some(Kind::PersistentVolume(v)) => format!("PersistentVolume for claim {}/{}", v.claim_namespace, v.claim_name),
-        Some(Kind::Inventory(i)) => format!("Inventory {} in {:?}: {} entries{}", i.kind, i.namespace, i.entries.len(), if i.last { " (last)" } else { "" }),
+        Some(Kind::PodStatus(p)) => format!(
+            "PodStatus {}/{} ({} bytes, recreations {})",
+            p.namespace,
+            p.name,
+            p.status_json.len(),
+            p.recreations
+        ),
+        Some(Kind::Event(e)) => format!(
+            "Event about {}",
+            e.involved.as_ref().map(|o| o.display()).unwrap_or_default()
+        ),
+        Some(Kind::Capacity(c)) => format!(
+            "Capacity free {:?} api-server-ready={}",
+            c.free, c.api_server_ready
+        ),
+        Some(Kind::PersistentVolume(v)) => format!(
+            "PersistentVolume for claim {}/{}",
+            v.claim_namespace, v.claim_name
+        ),
+        Some(Kind::Inventory(i)) => format!(
+            "Inventory {} in {:?}: {} entries{}",
+            i.kind,
+            i.namespace,
+            i.entries.len(),
+            if i.last { " (last)" } else { "" }
+        ),
         None => "(empty)".into(),
     }
 }

@@ -29,7 +29,10 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
     let found = peering::list(&origin, Some(&args.provider_id)).await?;
     let origin_id = found.first().and_then(|p| p.origin.clone());
     if found.is_empty() {
-        say(&format!("no local agent of a peering with {} on this origin; removing what may be left", args.provider_id));
+        say(&format!(
+            "no local agent of a peering with {} on this origin; removing what may be left",
+            args.provider_id
+        ));
     }
 
     // The agent's own unpeer: drains (graceful) and removes the virtual node.
@@ -53,7 +56,11 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
 
     // What peer made on the origin for this peering.
     for (kind, api_version, name) in [
-        ("Deployment", "apps/v1", plan::local_agent_name(&args.provider_id)),
+        (
+            "Deployment",
+            "apps/v1",
+            plan::local_agent_name(&args.provider_id),
+        ),
         ("Secret", "v1", plan::local_tls_secret(&args.provider_id)),
         ("Secret", "v1", plan::kubelet_tls_secret(&args.provider_id)),
     ] {
@@ -66,14 +73,34 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
         // No agent serves the webhook any more; pods must not wait on it.
         let webhook = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": plan::WEBHOOK_NAME}});
         if apply::delete(&origin, &webhook).await? {
-            say(&format!("MutatingWebhookConfiguration {} deleted (no peering left)", plan::WEBHOOK_NAME));
+            say(&format!(
+                "MutatingWebhookConfiguration {} deleted (no peering left)",
+                plan::WEBHOOK_NAME
+            ));
         }
     }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(origin.clone(), NAMESPACE);
+    let of_peering = ListParams::default().labels(&format!("{PEERING_LABEL}={}", args.provider_id));
+    wait::until(
+        deadline,
+        "the local agent's pods to end",
+        || async { Ok(pods.list(&of_peering).await?.items.is_empty().then_some(())) },
+        || async { String::new() },
+    )
+    .await?;
+    say("the local agent's pods ended");
     let left = labelled_on_origin(&origin, &args.provider_id).await?;
     if !left.is_empty() {
-        anyhow::bail!("still labelled {PEERING_LABEL}={} on the origin: {}", args.provider_id, left.join(", "));
+        anyhow::bail!(
+            "still labelled {PEERING_LABEL}={} on the origin: {}",
+            args.provider_id,
+            left.join(", ")
+        );
     }
-    say(&format!("unpeered: nothing labelled for the peering with {} is left on the origin", args.provider_id));
+    say(&format!(
+        "unpeered: nothing labelled for the peering with {} is left on the origin",
+        args.provider_id
+    ));
     Ok(())
 }
 
@@ -97,7 +124,10 @@ async fn clean_provider(
     }
     let record = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": plan::tenant_record(tenant), "namespace": NAMESPACE}});
     if apply::delete(&provider, &record).await? {
-        say(&format!("tenant record {NAMESPACE}/{} deleted on the provider", plan::tenant_record(tenant)));
+        say(&format!(
+            "tenant record {NAMESPACE}/{} deleted on the provider",
+            plan::tenant_record(tenant)
+        ));
     }
     let namespaces: Api<Namespace> = Api::all(provider.clone());
     let selector = format!("{TENANT_LABEL}={tenant}");
@@ -112,24 +142,36 @@ async fn clean_provider(
             Ok(left.items.is_empty().then_some(()))
         },
         || async {
-            match namespaces.list(&ListParams::default().labels(&selector)).await {
+            match namespaces
+                .list(&ListParams::default().labels(&selector))
+                .await
+            {
                 Ok(l) => format!(
                     "  still there: {}",
-                    l.items.iter().map(|n| n.name_any()).collect::<Vec<_>>().join(", ")
+                    l.items
+                        .iter()
+                        .map(|n| n.name_any())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 Err(e) => e.to_string(),
             }
         },
     )
     .await?;
-    say(&format!("provider: no namespace of tenant {tenant} is left"));
+    say(&format!(
+        "provider: no namespace of tenant {tenant} is left"
+    ));
     Ok(())
 }
 
 /// Objects of refract-system, and nodes, still labelled for the peering with `provider`.
-async fn labelled_on_origin(origin: &kube::Client, provider: &ClusterId) -> anyhow::Result<Vec<String>> {
+async fn labelled_on_origin(
+    origin: &kube::Client,
+    provider: &ClusterId,
+) -> anyhow::Result<Vec<String>> {
     use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::{Node, Secret};
+    use k8s_openapi::api::core::v1::{Node, Pod, Secret};
     use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
     let by_peering = ListParams::default().labels(&format!("{PEERING_LABEL}={provider}"));
     let mut left = Vec::new();
@@ -140,6 +182,10 @@ async fn labelled_on_origin(origin: &kube::Client, provider: &ClusterId) -> anyh
     let secrets: Api<Secret> = Api::namespaced(origin.clone(), NAMESPACE);
     for s in secrets.list(&by_peering).await?.items {
         left.push(format!("Secret {}", s.name_any()));
+    }
+    let pods: Api<Pod> = Api::namespaced(origin.clone(), NAMESPACE);
+    for p in pods.list(&by_peering).await?.items {
+        left.push(format!("Pod {}", p.name_any()));
     }
     let nodes: Api<Node> = Api::all(origin.clone());
     let by_node = ListParams::default().labels(&format!("{REMOTE_CLUSTER_ID_LABEL}={provider}"));

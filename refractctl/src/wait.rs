@@ -69,7 +69,9 @@ pub async fn pods_state(client: &kube::Client, selector: &str) -> String {
         Err(e) => return format!("  (could not list the pods: {e})"),
     };
     if pods.is_empty() {
-        return format!("  no pod matches {selector} (see `kubectl -n {NAMESPACE} describe deployment`)");
+        return format!(
+            "  no pod matches {selector} (see `kubectl -n {NAMESPACE} describe deployment`)"
+        );
     }
     pods.iter()
         .map(|p| {
@@ -97,7 +99,10 @@ pub async fn pods_state(client: &kube::Client, selector: &str) -> String {
 }
 
 /// The Ready condition of node `name`: (status, reason, message), if the node exists.
-pub async fn node_ready(client: &kube::Client, name: &str) -> anyhow::Result<Option<(String, String, String)>> {
+pub async fn node_ready(
+    client: &kube::Client,
+    name: &str,
+) -> anyhow::Result<Option<(String, String, String)>> {
     let api: Api<Node> = Api::all(client.clone());
     let Some(node) = api.get_opt(name).await? else {
         return Ok(None);

@@ -1,0 +1,373 @@
+//! `refractctl` as an operator runs it: `peer` joins two real clusters (both agents in-cluster
+//! from their images, on real nodes), `status` shows the link connected and the virtual node
+//! Ready, `tap` shows the stream, `rotate` replaces the tenant's certificate without a restart,
+//! and `unpeer` leaves nothing labelled for the tenant on either side. Both clusters run on this
+//! machine without kube-proxy, hence `--single-host`.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use refract_e2e::{bin, eventually, free_port, kubectl, kubectl_get, kubectl_stdin, run};
+use refract_testkit::{ControlPlane, Options};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn refractctl(args: &[&str]) -> Output {
+    let out = run(bin("refractctl"), args);
+    println!(
+        "$ refractctl {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "refractctl failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every value of every Secret in refract-system of `cp`, decoded.
+fn secret_values(cp: &ControlPlane) -> Vec<(String, String)> {
+    let json = kubectl(
+        cp,
+        &["-n", "refract-system", "get", "secrets", "-o", "json"],
+    );
+    let list: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut values = Vec::new();
+    for s in list["items"].as_array().unwrap() {
+        let name = s["metadata"]["name"].as_str().unwrap().to_string();
+        for (key, v) in s["data"].as_object().into_iter().flatten() {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap())
+                .unwrap();
+            values.push((
+                format!("{name}/{key}"),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ));
+        }
+    }
+    values
+}
+
+/// Objects of `kinds` in every namespace of `cp` carrying `selector`, as `kind ns/name` lines.
+fn labelled(cp: &ControlPlane, kinds: &str, selector: &str) -> Vec<String> {
+    kubectl(
+        cp,
+        &[
+            "get",
+            kinds,
+            "-A",
+            "-l",
+            selector,
+            "-o",
+            "jsonpath={range .items[*]}{.kind} {.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}",
+        ],
+    )
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+#[tokio::test]
+async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
+    let origin_options = Options::named("origin")
+        .with_node("10.100.0.0/16", &["local-agent"])
+        .expect("origin node images");
+    let provider_options = Options::named("provider")
+        .with_node("10.200.0.0/16", &["remote-agent"])
+        .expect("provider node images");
+    let (origin, provider) = tokio::try_join!(
+        ControlPlane::start(origin_options),
+        ControlPlane::start(provider_options)
+    )
+    .expect("control planes with real nodes");
+    let okc = origin.kubeconfig.display().to_string();
+    let pkc = provider.kubeconfig.display().to_string();
+    let ports: Vec<String> = (0..5).map(|_| free_port().to_string()).collect();
+
+    // peer: everything installed, certificates minted, both agents in-cluster, node Ready.
+    let started = Instant::now();
+    let peered = ok(&refractctl(&[
+        "peer",
+        "--origin-kubeconfig",
+        &okc,
+        "--provider-kubeconfig",
+        &pkc,
+        "--origin-id",
+        "origin",
+        "--provider-id",
+        "provider",
+        "--single-host",
+        "--grpc-port",
+        &ports[0],
+        "--remote-admin-port",
+        &ports[1],
+        "--webhook-port",
+        &ports[2],
+        "--local-admin-port",
+        &ports[3],
+        "--kubelet-port",
+        &ports[4],
+        "--timeout",
+        "4m",
+    ]));
+    println!("peer took {:.1?}", started.elapsed());
+    for step in [
+        "Deployment refract-system/refract-remote-agent created",
+        "Deployment refract-system/refract-local-agent-provider created",
+        "CustomResourceDefinition namespaceoffloadings.offloading.refract.io created",
+        "tenant origin connected to provider provider",
+        "virtual node refract-provider Ready",
+        "peered: origin origin offloads to provider provider",
+    ] {
+        assert!(peered.contains(step), "peer did not say {step:?}");
+    }
+    let node = kubectl(
+        &origin,
+        &[
+            "get",
+            "node",
+            "refract-provider",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+    );
+    assert_eq!(node, "True");
+
+    // The provider's CA key exists on the provider only; the origin holds no provider secret.
+    let provider_secrets = secret_values(&provider);
+    let ca_key = provider_secrets
+        .iter()
+        .find(|(k, _)| k == "refract-peering-ca/tls.key")
+        .map(|(_, v)| v.clone())
+        .expect("the provider's peering CA");
+    let origin_secrets = secret_values(&origin);
+    assert!(
+        origin_secrets
+            .iter()
+            .all(|(_, v)| !v.contains(ca_key.trim())),
+        "the provider's CA key is in the origin"
+    );
+    assert!(origin_secrets.iter().all(
+        |(k, _)| !k.starts_with("refract-peering-ca") && !k.starts_with("refract-remote-agent")
+    ));
+
+    // peer again: nothing is issued again, nothing restarts.
+    let again = ok(&refractctl(&[
+        "peer",
+        "--origin-kubeconfig",
+        &okc,
+        "--provider-kubeconfig",
+        &pkc,
+        "--origin-id",
+        "origin",
+        "--provider-id",
+        "provider",
+        "--single-host",
+        "--grpc-port",
+        &ports[0],
+        "--remote-admin-port",
+        &ports[1],
+        "--webhook-port",
+        &ports[2],
+        "--local-admin-port",
+        &ports[3],
+        "--kubelet-port",
+        &ports[4],
+    ]));
+    assert!(again.contains("a peering with provider exists"));
+    assert!(again.contains(
+        "client certificate in Secret refract-system/refract-local-agent-provider-tls kept"
+    ));
+    assert!(again.contains("Deployment refract-system/refract-local-agent-provider unchanged"));
+    assert!(
+        !again.contains(" issued "),
+        "a second peer issued a certificate again"
+    );
+
+    // A namespace offloaded with a ConfigMap and a pod, so status and tap have something.
+    kubectl_stdin(
+        &origin,
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: offloading.refract.io/v1alpha1
+kind: NamespaceOffloading
+metadata: {name: offloading, namespace: apps}
+spec: {podOffloadingStrategy: Remote}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: apps}
+data: {greeting: hello}
+"#,
+    );
+    eventually(
+        WAIT,
+        "ConfigMap settings on the provider",
+        || {
+            let v = kubectl_get(
+                &provider,
+                &[
+                    "-n",
+                    "apps-origin",
+                    "configmap",
+                    "settings",
+                    "-o",
+                    "jsonpath={.data.greeting}",
+                ],
+            )?;
+            (v == "hello").then_some(())
+        },
+        String::new,
+    )
+    .await;
+    kubectl(
+        &origin,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "nso/offloading",
+            "-n",
+            "apps",
+            "--timeout=60s",
+        ],
+    );
+
+    // status: connected, Ready, the namespace, the queue.
+    let status = ok(&refractctl(&["status", "--origin-kubeconfig", &okc]));
+    for part in [
+        "PEERING origin -> provider",
+        "local agent:   refract-system/refract-local-agent-provider 1/1 available",
+        "link:          connected since",
+        "last errors:   none",
+        "virtual node:  refract-provider Ready=True",
+        "apps -> apps-origin Ready Ready=True",
+    ] {
+        assert!(status.contains(part), "status lacks {part:?}");
+    }
+    assert!(
+        status.contains("queue:         0 unacknowledged"),
+        "status shows no queue"
+    );
+
+    // tap: a change made while tapping shows up, as a line, without its data.
+    let tap = tokio::task::spawn_blocking({
+        let okc = okc.clone();
+        move || {
+            refractctl(&[
+                "tap",
+                "--origin-kubeconfig",
+                &okc,
+                "--provider-id",
+                "provider",
+                "--for",
+                "8s",
+            ])
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    kubectl(
+        &origin,
+        &[
+            "-n",
+            "apps",
+            "create",
+            "secret",
+            "generic",
+            "db",
+            "--from-literal=password=s3cr3t-value",
+        ],
+    );
+    let tapped = ok(&tap.await.unwrap());
+    // The stream names the provider's twin namespace.
+    assert!(
+        tapped.contains("→ Upsert Secret apps-origin/db"),
+        "the tap did not show the Secret"
+    );
+    assert!(
+        tapped.contains("← Ack Secret apps-origin/db"),
+        "the tap did not show its answer"
+    );
+    assert!(!tapped.contains("s3cr3t"), "the tap shows Secret data");
+
+    // rotate: a new serial in the Secret; the agent's pod is not restarted and loads it.
+    let pod_before = kubectl(&origin, &["-n", "refract-system", "get", "pods", "-l", "refract.io/peering=provider", "-o", "jsonpath={.items[0].metadata.uid} {.items[0].status.containerStatuses[0].restartCount}"]);
+    let rotated = ok(&refractctl(&[
+        "rotate",
+        "--origin-kubeconfig",
+        &okc,
+        "--provider-kubeconfig",
+        &pkc,
+        "--provider-id",
+        "provider",
+    ]));
+    assert!(rotated.contains("replaced by serial"));
+    eventually(
+        Duration::from_secs(150),
+        "the local agent to load the rotated certificate",
+        || {
+            let log = kubectl(
+                &origin,
+                &[
+                    "-n",
+                    "refract-system",
+                    "logs",
+                    "deployment/refract-local-agent-provider",
+                ],
+            );
+            log.contains("reloaded TLS certificate").then_some(())
+        },
+        String::new,
+    )
+    .await;
+    let pod_after = kubectl(&origin, &["-n", "refract-system", "get", "pods", "-l", "refract.io/peering=provider", "-o", "jsonpath={.items[0].metadata.uid} {.items[0].status.containerStatuses[0].restartCount}"]);
+    assert_eq!(pod_before, pod_after, "the local agent was restarted");
+
+    // unpeer: graceful; nothing labelled for the tenant is left on either side.
+    let started = Instant::now();
+    let unpeered = ok(&refractctl(&[
+        "unpeer",
+        "--origin-kubeconfig",
+        &okc,
+        "--provider-kubeconfig",
+        &pkc,
+        "--provider-id",
+        "provider",
+        "--timeout",
+        "3m",
+    ]));
+    println!("unpeer took {:.1?}", started.elapsed());
+    assert!(unpeered.contains("unpeered: virtual node refract-provider removed"));
+    assert!(unpeered.contains("provider: no namespace of tenant origin is left"));
+    assert!(unpeered.contains("the local agent's pods ended"));
+    assert!(
+        unpeered.contains("nothing labelled for the peering with provider is left on the origin")
+    );
+    let kinds = "namespaces,configmaps,secrets,pods,services,shadowpods.offloading.refract.io";
+    for selector in [
+        "refract.io/tenant=origin",
+        "offloading.refract.io/origin=origin",
+    ] {
+        let left = labelled(&provider, kinds, selector);
+        assert!(
+            left.is_empty(),
+            "left on the provider ({selector}): {left:?}"
+        );
+    }
+    for selector in [
+        "refract.io/peering=provider",
+        "liqo.io/remote-cluster-id=provider",
+    ] {
+        let left = labelled(&origin, "nodes,deployments,secrets,pods,leases", selector);
+        assert!(left.is_empty(), "left on the origin ({selector}): {left:?}");
+    }
+    let status = ok(&refractctl(&["status", "--origin-kubeconfig", &okc]));
+    assert!(status.contains("no peerings"));
+}
