@@ -25,6 +25,7 @@ pub mod pods;
 pub mod preview;
 pub mod reflect;
 pub mod resume;
+pub mod scheduling_gate;
 mod throttle;
 pub mod tokens;
 pub mod unpeer;
@@ -104,6 +105,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let options = Arc::new(options);
 
     let offloadings = extension::watch_offloadings(origin.clone(), token.clone());
+    let offloadings_cache = offloadings.store.clone();
     if let (Some(listen), Some(cert), Some(key)) =
         (args.webhook_listen, &args.webhook_cert, &args.webhook_key)
     {
@@ -182,6 +184,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             instance: Some(format!("{}-{}", args.cluster_id, args.remote_cluster_id)),
         },
     );
+    tokio::spawn(scheduling_gate::run(
+        origin.clone(),
+        offloadings_cache,
+        recorder.clone(),
+        token.clone(),
+    ));
     let (capacity_tx, capacity_rx) = watch::channel(None);
     let (readiness_tx, readiness_rx) = watch::channel(None);
     let kubelet_port = args.kubelet_listen.map(|a| a.port());

@@ -7,7 +7,7 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use refract_e2e::{bin, eventually, free_port, kubectl, kubectl_get, kubectl_stdin, run};
+use refract_e2e::{bin, busybox, eventually, free_port, kubectl, kubectl_get, kubectl_stdin, run};
 use refract_testkit::{ControlPlane, Options};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -69,6 +69,20 @@ fn labelled(cp: &ControlPlane, kinds: &str, selector: &str) -> Vec<String> {
     .lines()
     .map(str::to_string)
     .collect()
+}
+
+/// The local agent's log, for a failure's context.
+fn agent_log(origin: &ControlPlane) -> String {
+    kubectl(
+        origin,
+        &[
+            "-n",
+            "refract-system",
+            "logs",
+            "deployment/refract-local-agent-provider",
+            "--tail=80",
+        ],
+    )
 }
 
 #[tokio::test]
@@ -240,6 +254,104 @@ data: {greeting: hello}
         ],
     );
 
+    // The webhook is called for offloaded namespaces only: `apps` carries the gate label, and
+    // a pod created there is placed on the virtual node and runs on the provider.
+    eventually(
+        WAIT,
+        "namespace apps labelled liqo.io/scheduling-enabled=true",
+        || {
+            let ns = kubectl_get(&origin, &["namespace", "apps", "-o", "json"])?;
+            let ns: serde_json::Value = serde_json::from_str(&ns).ok()?;
+            (ns["metadata"]["labels"]["liqo.io/scheduling-enabled"] == "true").then_some(())
+        },
+        || agent_log(&origin),
+    )
+    .await;
+    let selector = kubectl(
+        &origin,
+        &[
+            "get",
+            "mutatingwebhookconfiguration",
+            "refract-local-agent",
+            "-o",
+            "jsonpath={.webhooks[0].namespaceSelector.matchLabels}",
+        ],
+    );
+    assert!(
+        selector.contains("liqo.io/scheduling-enabled"),
+        "{selector}"
+    );
+    let pod = |ns: &str, name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: \"{}\", command: [sleep, \"3600\"], resources: {{requests: {{cpu: 10m, memory: 8Mi}}}}}}\n",
+            busybox()
+        )
+    };
+    kubectl_stdin(&origin, &["apply", "-f", "-"], &pod("apps", "probe"));
+    eventually(
+        WAIT,
+        "pod apps/probe Running on the virtual node",
+        || {
+            let v = kubectl_get(
+                &origin,
+                &[
+                    "-n",
+                    "apps",
+                    "pod",
+                    "probe",
+                    "-o",
+                    "jsonpath={.spec.nodeName} {.status.phase}",
+                ],
+            )?;
+            (v == "refract-provider Running").then_some(())
+        },
+        String::new,
+    )
+    .await;
+
+    // A pod created before its namespace is offloaded never saw the webhook: the
+    // NamespaceOffloading gets a Warning event naming it.
+    kubectl(&origin, &["create", "namespace", "late"]);
+    kubectl_stdin(&origin, &["apply", "-f", "-"], &pod("late", "early"));
+    kubectl_stdin(
+        &origin,
+        &["apply", "-f", "-"],
+        "apiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {name: offloading, namespace: late}\nspec: {podOffloadingStrategy: Remote}\n",
+    );
+    let warning = eventually(
+        WAIT,
+        "a Warning event on nso/offloading in late",
+        || {
+            let v = kubectl_get(
+                &origin,
+                &[
+                    "-n",
+                    "late",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.kind=NamespaceOffloading,reason=PodsCreatedBeforeOffloading",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+            )?;
+            v.contains("early").then_some(v)
+        },
+        String::new,
+    )
+    .await;
+    println!("event on late/offloading: {warning}");
+    kubectl(
+        &origin,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "nso/offloading",
+            "-n",
+            "late",
+            "--timeout=60s",
+        ],
+    );
+
     // status: connected, Ready, the namespace, the queue.
     let status = ok(&refractctl(&["status", "--origin-kubeconfig", &okc]));
     for part in [
@@ -249,6 +361,7 @@ data: {greeting: hello}
         "last errors:   none",
         "virtual node:  refract-provider Ready=True",
         "apps -> apps-origin Ready Ready=True",
+        "late -> late-origin Ready Ready=True",
     ] {
         assert!(status.contains(part), "status lacks {part:?}");
     }
