@@ -223,6 +223,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             pod_addresses: pod_addresses.clone(),
             workers: args.pod_reflection_workers,
             refused: metrics.refused_counter("pod_status"),
+            running_latency: metrics.pod_running_latency.clone(),
         },
         options.clone(),
         extension_rx.clone(),

@@ -36,6 +36,21 @@ pub struct Metrics {
     pub relists: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// From an Upsert sent to the provider's answer, by kind and outcome.
     pub answer_latency: AnswerLatency,
+    /// From an offloaded pod's creation at the origin to Running written at the origin.
+    pub pod_running_latency: PodRunningLatency,
+}
+
+/// Seconds from an offloaded pod's creation at the origin to the first time the local agent
+/// writes it Running there: what a user waits for, scheduling, the stream, the provider's
+/// image pull and start, and the status back included. One series.
+#[derive(Clone)]
+pub struct PodRunningLatency(pub Histogram);
+
+impl Default for PodRunningLatency {
+    fn default() -> Self {
+        // 0.25 s to about 17 min.
+        Self(Histogram::new(exponential_buckets(0.25, 2.0, 13)))
+    }
 }
 
 /// Seconds from an Upsert sent to the provider's answer (applied, or why not), by the
@@ -178,6 +193,11 @@ impl Metrics {
                 "answer_seconds",
                 "Seconds from an Upsert sent to the provider's answer, by kind and outcome",
                 m.answer_latency.0.clone(),
+            );
+            r.register(
+                "pod_running_seconds",
+                "Seconds from an offloaded pod's creation at the origin to Running written at the origin",
+                m.pod_running_latency.0.clone(),
             );
         });
         m

@@ -59,6 +59,8 @@ pub struct PodConfig {
     pub workers: u32,
     /// Counts provider statuses (or parts of them) refused.
     pub refused: prometheus_client::metrics::counter::Counter,
+    /// Observes creation to Running at the origin.
+    pub running_latency: crate::metrics::PodRunningLatency,
 }
 
 #[derive(Default)]
@@ -553,6 +555,18 @@ impl PodOffloader {
         let status = out.status;
         if pod.status.as_ref() == Some(&status) {
             return;
+        }
+        let running = |s: Option<&k8s_openapi::api::core::v1::PodStatus>| {
+            s.and_then(|s| s.phase.as_deref()) == Some("Running")
+        };
+        if running(Some(&status)) && !running(pod.status.as_ref()) {
+            if let Some(created) = &pod.metadata.creation_timestamp {
+                let waited = k8s_openapi::jiff::Timestamp::now().duration_since(created.0);
+                self.config
+                    .running_latency
+                    .0
+                    .observe(waited.as_secs_f64().max(0.0));
+            }
         }
         let mut value = serde_json::to_value(&status).expect("serializes");
         // A merge patch keeps keys it does not mention: clear what the provider does not set.

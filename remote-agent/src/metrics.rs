@@ -7,13 +7,40 @@ use refract_shared::telemetry::Admin;
 
 use crate::tls_listener::HandshakeCounter;
 
-/// Why a Sync stream is refused after the handshake (the `reason` label).
-pub const STREAM_REFUSALS: [&str; 4] = [
-    "hello_timeout",
-    "no_hello",
-    "identity_mismatch",
-    "protocol_version",
+/// Every reason a Sync stream is refused after the handshake; each series exists from the start
+/// (at 0), so alerts and dashboards see it before the first refusal.
+pub const STREAM_REFUSALS: [StreamRefusal; 4] = [
+    StreamRefusal::HelloTimeout,
+    StreamRefusal::NoHello,
+    StreamRefusal::IdentityMismatch,
+    StreamRefusal::ProtocolVersion,
 ];
+
+/// Why a Sync stream was refused after the handshake: the `reason` label of
+/// `refract_remote_streams_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamRefusal {
+    /// No Hello within the time allowed.
+    HelloTimeout,
+    /// The first message was not a Hello.
+    NoHello,
+    /// The Hello names another cluster than the client certificate.
+    IdentityMismatch,
+    /// The Hello's protocol version is not this agent's.
+    ProtocolVersion,
+}
+
+impl StreamRefusal {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamRefusal::HelloTimeout => "hello_timeout",
+            StreamRefusal::NoHello => "no_hello",
+            StreamRefusal::IdentityMismatch => "identity_mismatch",
+            StreamRefusal::ProtocolVersion => "protocol_version",
+        }
+    }
+}
 
 /// Labels of per-message counters.
 pub type Labels = Vec<(String, String)>;
@@ -39,7 +66,9 @@ impl Metrics {
         let m = Self::default();
         // Every reason exported from the start at 0, so `increase()` sees the first refusal.
         for reason in STREAM_REFUSALS {
-            let _ = m.streams_refused.get_or_create(&label("reason", reason));
+            let _ = m
+                .streams_refused
+                .get_or_create(&label("reason", reason.as_str()));
         }
         admin.register("refract_remote", |r| {
             r.register(

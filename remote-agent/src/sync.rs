@@ -20,7 +20,7 @@ pub(crate) mod in_flight;
 use crate::apply::{answer, Applier};
 use crate::inventory::{Bucket, Inventory};
 use crate::kinds::Allowed;
-use crate::metrics::{label, Metrics};
+use crate::metrics::{label, Metrics, StreamRefusal};
 use crate::peer::Peer;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
 use in_flight::InFlight;
@@ -77,7 +77,7 @@ impl Reflection for ReflectionService {
         let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
             Err(_) => {
                 return Err(self.refuse(
-                    "hello_timeout",
+                    StreamRefusal::HelloTimeout,
                     Status::deadline_exceeded("no Hello within 10s"),
                 ))
             }
@@ -88,7 +88,7 @@ impl Reflection for ReflectionService {
             }))) => hello,
             Ok(Ok(Some(other))) => {
                 return Err(self.refuse(
-                    "no_hello",
+                    StreamRefusal::NoHello,
                     Status::failed_precondition(format!(
                         "first message must be Hello, got {}",
                         local_kind(&other)
@@ -98,7 +98,7 @@ impl Reflection for ReflectionService {
         };
         if hello.cluster_id != peer.cluster_id.as_str() {
             return Err(self.refuse(
-                "identity_mismatch",
+                StreamRefusal::IdentityMismatch,
                 Status::permission_denied(format!(
                     "Hello names cluster {:?} but the client certificate identifies {:?}",
                     hello.cluster_id,
@@ -108,7 +108,7 @@ impl Reflection for ReflectionService {
         }
         if hello.protocol_version != refract_shared::proto::PROTOCOL_VERSION {
             return Err(self.refuse(
-                "protocol_version",
+                StreamRefusal::ProtocolVersion,
                 Status::failed_precondition(format!(
                     "protocol version {} is not supported (this remote agent speaks {})",
                     hello.protocol_version,
@@ -233,11 +233,11 @@ impl ReflectionService {
         Some(inventory)
     }
 
-    fn refuse(&self, reason: &str, status: Status) -> Status {
-        tracing::warn!(reason, message = status.message(), "refused stream");
+    fn refuse(&self, reason: StreamRefusal, status: Status) -> Status {
+        tracing::warn!(reason = reason.as_str(), message = status.message(), "refused stream");
         self.metrics
             .streams_refused
-            .get_or_create(&label("reason", reason))
+            .get_or_create(&label("reason", reason.as_str()))
             .inc();
         status
     }
