@@ -81,13 +81,15 @@ enum Failure {
 }
 
 /// The NamespaceOffloadings of the origin, watched once for the agent: the store, and a signal
-/// after every change (coalesced) for the extension controller. The webhook reads the same
-/// store.
+/// after every change (coalesced) for the extension controller and for the scheduling gate.
+/// The webhook reads the same store.
 pub struct Offloadings {
     /// Every NamespaceOffloading, as the watch sees them.
     pub store: Store<NamespaceOffloading>,
     /// Gets a message after changes.
     pub changed: mpsc::Receiver<()>,
+    /// Notified after changes, for the scheduling gate ([`crate::scheduling_gate`]).
+    pub gate: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// Starts the watch of NamespaceOffloadings; it runs until `shutdown`.
@@ -95,6 +97,8 @@ pub fn watch_offloadings(client: kube::Client, shutdown: CancellationToken) -> O
     let api: Api<NamespaceOffloading> = Api::all(client);
     let (store, writer) = reflector::store();
     let (changed_tx, changed) = mpsc::channel::<()>(1);
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let notify_gate = gate.clone();
     tokio::spawn(async move {
         let mut events = watcher(api, watcher::Config::default())
             .backoff(crate::watch_backoff::watch_backoff())
@@ -105,14 +109,21 @@ pub fn watch_offloadings(client: kube::Client, shutdown: CancellationToken) -> O
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 event = events.next() => match event {
-                    Some(Ok(_)) => { let _ = changed_tx.try_send(()); }
+                    Some(Ok(_)) => {
+                        let _ = changed_tx.try_send(());
+                        notify_gate.notify_one();
+                    }
                     Some(Err(error)) => tracing::warn!(%error, "NamespaceOffloading watch error"),
                     None => return,
                 },
             }
         }
     });
-    Offloadings { store, changed }
+    Offloadings {
+        store,
+        changed,
+        gate,
+    }
 }
 
 /// Runs the controller until `shutdown`.
@@ -128,6 +139,7 @@ pub async fn run(
     let Offloadings {
         store,
         changed: mut changed_rx,
+        ..
     } = offloadings;
     let mut labels = config.virtual_node_labels.clone();
     let mut state = State {

@@ -106,6 +106,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 
     let offloadings = extension::watch_offloadings(origin.clone(), token.clone());
     let offloadings_cache = offloadings.store.clone();
+    let offloadings_changed = offloadings.gate.clone();
     if let (Some(listen), Some(cert), Some(key)) =
         (args.webhook_listen, &args.webhook_cert, &args.webhook_key)
     {
@@ -187,6 +188,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     tokio::spawn(scheduling_gate::run(
         origin.clone(),
         offloadings_cache,
+        offloadings_changed,
         recorder.clone(),
         token.clone(),
     ));

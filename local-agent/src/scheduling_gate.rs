@@ -26,8 +26,9 @@ use crate::reflect::publish_event;
 /// The namespace label the pod webhook's `namespaceSelector` matches.
 pub const SCHEDULING_LABEL: &str = "liqo.io/scheduling-enabled";
 
-/// How often the NamespaceOffloading cache is compared with the labels (in memory).
-const TICK: Duration = Duration::from_millis(250);
+/// How often the NamespaceOffloading cache is compared with the labels (in memory) without a
+/// change notified: retries after a failed patch.
+const TICK: Duration = Duration::from_secs(1);
 /// How often the labelled namespaces are listed again, to repair changes made by others.
 const RELIST: Duration = Duration::from_secs(30);
 
@@ -74,6 +75,7 @@ pub fn unplaced(pods: &[Pod], strategy: PodOffloadingStrategy) -> Vec<String> {
 pub async fn run(
     client: kube::Client,
     store: Store<NamespaceOffloading>,
+    changed: std::sync::Arc<tokio::sync::Notify>,
     recorder: Recorder,
     shutdown: CancellationToken,
 ) {
@@ -85,6 +87,8 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
+            // At once after a change: the label should be on before the first pods come.
+            _ = changed.notified() => {}
             _ = tick.tick() => {}
         }
         if labelled.is_none() || listed_at.elapsed() > RELIST {

@@ -234,7 +234,11 @@ impl ReflectionService {
     }
 
     fn refuse(&self, reason: StreamRefusal, status: Status) -> Status {
-        tracing::warn!(reason = reason.as_str(), message = status.message(), "refused stream");
+        tracing::warn!(
+            reason = reason.as_str(),
+            message = status.message(),
+            "refused stream"
+        );
         self.metrics
             .streams_refused
             .get_or_create(&label("reason", reason.as_str()))

@@ -308,6 +308,13 @@ data: {greeting: hello}
         String::new,
     )
     .await;
+    // The wait a user sees, measured by the local agent.
+    let running = refract_e2e::metric(
+        &format!("127.0.0.1:{}", ports[3]),
+        "refract_local_pod_running_seconds_count",
+    )
+    .await;
+    assert!(running >= 1.0, "pod_running_seconds observed nothing");
 
     // A pod created before its namespace is offloaded never saw the webhook: the
     // NamespaceOffloading gets a Warning event naming it.
