@@ -2,6 +2,7 @@
 
 mod apply;
 mod cli;
+mod display;
 mod manifests;
 mod peer;
 mod peering;

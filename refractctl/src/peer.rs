@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::apply;
 use crate::cli::PeerArgs;
+use crate::display;
 use crate::manifests::{Agent, NAMESPACE};
 use crate::peering::{self, connect_cluster};
 use crate::pki::{self, TlsSecret};
@@ -80,14 +81,15 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
         &say,
     )
     .await?;
-    ensure_leaf(
+    ensure_serving(
         &provider,
-        plan::REMOTE_TLS_SECRET,
         &ca,
-        &plan.provider,
-        Role::Server,
-        &plan.server_names(),
-        &[],
+        &ServingLeaf {
+            secret: plan::REMOTE_TLS_SECRET,
+            id: &plan.provider,
+            names: plan.server_names(),
+            labels: &[],
+        },
         &say,
     )
     .await?;
@@ -112,28 +114,30 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
     .await?;
     let webhook_id = ClusterId::parse(&format!("{}-webhook", plan.origin))
         .context("the origin id is too long")?;
-    ensure_leaf(
+    ensure_serving(
         &origin,
-        plan::WEBHOOK_TLS_SECRET,
         &origin_ca,
-        &webhook_id,
-        Role::Server,
-        &plan.webhook_names(),
-        &[],
+        &ServingLeaf {
+            secret: plan::WEBHOOK_TLS_SECRET,
+            id: &webhook_id,
+            names: plan.webhook_names(),
+            labels: &[],
+        },
         &say,
     )
     .await?;
     let kubelet_id = ClusterId::parse(&format!("{}-kubelet", plan.origin))
         .context("the origin id is too long")?;
     let peering_label = [(PEERING_LABEL, plan.provider.as_str())];
-    ensure_leaf(
+    ensure_serving(
         &origin,
-        &plan::kubelet_tls_secret(&plan.provider),
         &origin_ca,
-        &kubelet_id,
-        Role::Server,
-        &plan.kubelet_names(),
-        &peering_label,
+        &ServingLeaf {
+            secret: &plan::kubelet_tls_secret(&plan.provider),
+            id: &kubelet_id,
+            names: plan.kubelet_names(),
+            labels: &peering_label,
+        },
         &say,
     )
     .await?;
@@ -162,12 +166,12 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
     )
     .await?;
     say("local agent available");
-    let peering = peering::get(&origin, &plan.provider).await?;
-    match wait::until(
+    let made = peering::get(&origin, &plan.provider).await?;
+    let tenant = wait::until(
         deadline,
         "the provider to show the tenant connected",
         || async {
-            let mut inspect = peering.inspect(&origin).await?;
+            let mut inspect = made.inspect(&origin, peering::Calls::Bounded).await?;
             let tenants = inspect
                 .list_tenants(ListTenantsRequest {})
                 .await?
@@ -179,14 +183,14 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
         },
         || async { wait::pods_state(&origin, &local_selector).await },
     )
-    .await
-    {
-        Ok(t) => say(&format!(
-            "tenant {} connected to provider {} since {} (agent {})",
-            t.cluster_id, plan.provider, t.connected_since, t.agent_version
-        )),
-        Err(e) => return Err(e),
-    }
+    .await?;
+    say(&format!(
+        "tenant {} connected to provider {} since {} (agent {})",
+        plan.origin,
+        plan.provider,
+        display::printable(&tenant.connected_since),
+        display::printable(&tenant.agent_version)
+    ));
     let node = plan::virtual_node(&plan.provider);
     wait::until(
         deadline,
@@ -270,20 +274,28 @@ async fn apply_namespace(
     apply::apply_all(client, &namespace, say).await
 }
 
-/// Keeps the leaf in Secret `name` if it still fits, else issues one from `ca`.
-#[allow(clippy::too_many_arguments)]
-async fn ensure_leaf(
+/// A serving certificate `peer` keeps in a Secret.
+struct ServingLeaf<'a> {
+    /// The Secret in refract-system.
+    secret: &'a str,
+    /// The identity it carries.
+    id: &'a ClusterId,
+    /// Its DNS names and IP addresses.
+    names: Vec<String>,
+    /// Labels of the Secret.
+    labels: &'a [(&'a str, &'a str)],
+}
+
+/// Keeps the certificate in `leaf.secret` if it still fits, else issues one from `ca`.
+async fn ensure_serving(
     client: &kube::Client,
-    name: &str,
     ca: &Issued,
-    id: &ClusterId,
-    role: Role,
-    names: &[String],
-    labels: &[(&str, &str)],
+    leaf: &ServingLeaf<'_>,
     say: &impl Fn(&str),
 ) -> anyhow::Result<()> {
+    let name = leaf.secret;
     let why = match pki::read(client, name).await? {
-        Some(existing) => match pki::reissue_reason(&existing, ca, id, names)? {
+        Some(existing) => match pki::reissue_reason(&existing, ca, leaf.id, &leaf.names)? {
             None => {
                 say(&format!("certificate in Secret {NAMESPACE}/{name} kept"));
                 return Ok(());
@@ -292,10 +304,15 @@ async fn ensure_leaf(
         },
         None => "it does not exist".into(),
     };
-    let leaf = pki::issue(ca, id, role, names)?;
-    apply::apply(client, &pki::secret(name, labels, &leaf, &ca.cert_pem)).await?;
+    let issued = pki::issue(ca, leaf.id, Role::Server, &leaf.names)?;
+    apply::apply(
+        client,
+        &pki::secret(name, leaf.labels, &issued, &ca.cert_pem),
+    )
+    .await?;
     say(&format!(
-        "certificate in Secret {NAMESPACE}/{name} issued for {names:?} ({why})"
+        "certificate in Secret {NAMESPACE}/{name} issued for {:?} ({why})",
+        leaf.names
     ));
     Ok(())
 }

@@ -68,27 +68,47 @@ impl Peering {
     }
 
     /// An Inspect client to the provider's agent, authenticated as this origin.
-    pub async fn inspect(&self, origin: &kube::Client) -> anyhow::Result<InspectClient<Channel>> {
+    pub async fn inspect(
+        &self,
+        origin: &kube::Client,
+        calls: Calls,
+    ) -> anyhow::Result<InspectClient<Channel>> {
         let endpoint = self
             .endpoint
             .clone()
             .context("the local agent has no --remote=HOST:PORT")?;
         let tls = self.credentials(origin).await?;
-        let channel = channel(&endpoint, &tls).await?;
+        let channel = channel(&endpoint, &tls, calls).await?;
         Ok(InspectClient::new(channel))
     }
 }
 
+/// How long a call on a channel may take.
+#[derive(Debug, Clone, Copy)]
+pub enum Calls {
+    /// Short calls (ListTenants, ListObjects).
+    Bounded,
+    /// A stream that stays open (Tap).
+    Open,
+}
+
 /// A mutual-TLS channel to the remote agent at `endpoint` with `tls`.
-pub async fn channel(endpoint: &HostPort, tls: &TlsSecret) -> anyhow::Result<Channel> {
+pub async fn channel(
+    endpoint: &HostPort,
+    tls: &TlsSecret,
+    calls: Calls,
+) -> anyhow::Result<Channel> {
     let config = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&tls.ca_pem))
         .identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem))
         .domain_name(endpoint.host.clone());
-    Endpoint::from_shared(format!("https://{endpoint}"))?
+    let mut channel = Endpoint::from_shared(format!("https://{endpoint}"))?
         .tls_config(config)?
-        .connect_timeout(CALL_TIMEOUT)
-        .timeout(CALL_TIMEOUT)
+        .connect_timeout(CALL_TIMEOUT);
+    if let Calls::Bounded = calls {
+        channel = channel.timeout(CALL_TIMEOUT);
+    }
+    channel
         .connect()
         .await
         .with_context(|| format!("failed to reach the provider's agent at {endpoint}"))

@@ -91,7 +91,7 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
     let Some(origin_id) = p.origin.clone() else {
         return "unknown: the local agent has no --cluster-id".into();
     };
-    let mut inspect = match p.inspect(origin).await {
+    let mut inspect = match p.inspect(origin, peering::Calls::Bounded).await {
         Ok(i) => i,
         Err(e) => return format!("provider not reachable from here: {e:#}"),
     };
@@ -101,15 +101,27 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
             .tenants
             .into_iter()
             .find(|t| t.cluster_id == origin_id.as_str()),
-        Err(e) => return format!("Inspect refused: {} {}", e.code(), e.message()),
+        Err(e) => {
+            return format!(
+                "Inspect refused: {} {}",
+                e.code(),
+                crate::display::printable(e.message())
+            )
+        }
     };
     let Some(t) = tenant else {
         return format!("the provider does not know tenant {origin_id} (never connected)");
     };
+    let p = crate::display::printable;
     let mut line = if t.connected {
         format!(
             "connected since {} from {} (agent {}, {} connections, {} objects; connection certificate valid until {})",
-            t.connected_since, t.peer_address, t.agent_version, t.connections, t.objects, t.certificate_not_after
+            p(&t.connected_since),
+            p(&t.peer_address),
+            p(&t.agent_version),
+            t.connections,
+            t.objects,
+            p(&t.certificate_not_after)
         )
     } else {
         format!(
@@ -151,13 +163,15 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
                         .map(|x| x.as_str_name().trim_start_matches("OUTCOME_").to_string())
                         .unwrap_or_else(|_| o.outcome.to_string());
                     line.push_str(&format!(
-                        "\n    {} {what} {outcome}: {}",
-                        o.updated_at, o.message
+                        "\n    {} {} {outcome}: {}",
+                        p(&o.updated_at),
+                        p(&what),
+                        p(&o.message)
                     ));
                 }
             }
         }
-        Err(e) => line.push_str(&format!("\n  last errors:   unknown ({})", e.message())),
+        Err(e) => line.push_str(&format!("\n  last errors:   unknown ({})", p(e.message()))),
     }
     line
 }

@@ -24,28 +24,20 @@ pub async fn run(args: TapArgs) -> anyhow::Result<()> {
         .endpoint
         .clone()
         .context("the local agent has no --remote")?;
-    let tls = peering.credentials(&origin).await?;
-    // A tap stays open: no per-call timeout on this channel.
-    let channel = tonic::transport::Endpoint::from_shared(format!("https://{endpoint}"))?
-        .tls_config(
-            tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(&tls.ca_pem))
-                .identity(tonic::transport::Identity::from_pem(
-                    &tls.cert_pem,
-                    &tls.key_pem,
-                ))
-                .domain_name(endpoint.host.clone()),
-        )?
-        .connect()
-        .await
-        .with_context(|| format!("failed to reach the provider's agent at {endpoint}"))?;
-    let mut client = refract_shared::proto::inspect_client::InspectClient::new(channel);
+    // A tap stays open: no per-call timeout on its channel.
+    let mut client = peering.inspect(&origin, peering::Calls::Open).await?;
     let mut stream = client
         .tap(TapRequest {
             cluster_id: tenant.to_string(),
         })
         .await
-        .map_err(|s| anyhow::anyhow!("the provider refused the tap: {} {}", s.code(), s.message()))?
+        .map_err(|s| {
+            anyhow::anyhow!(
+                "the provider refused the tap: {} {}",
+                s.code(),
+                crate::display::printable(s.message())
+            )
+        })?
         .into_inner();
     eprintln!("tapping tenant {tenant} at {endpoint} (→ origin to provider, ← provider to origin)");
     let until = args.duration.map(|d| tokio::time::Instant::now() + d);
@@ -60,13 +52,18 @@ pub async fn run(args: TapArgs) -> anyhow::Result<()> {
         };
         match next {
             Some(Ok(event)) => {
-                println!("{}", line(&event));
+                // Everything in a line came through the provider.
+                println!("{}", crate::display::printable(&line(&event)));
                 seen += 1;
                 if args.count.is_some_and(|c| seen >= c) {
                     break;
                 }
             }
-            Some(Err(s)) => anyhow::bail!("the tap ended: {} {}", s.code(), s.message()),
+            Some(Err(s)) => anyhow::bail!(
+                "the tap ended: {} {}",
+                s.code(),
+                crate::display::printable(s.message())
+            ),
             None => break,
         }
     }

@@ -103,8 +103,7 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
     let ports: Vec<String> = (0..5).map(|_| free_port().to_string()).collect();
 
     // peer: everything installed, certificates minted, both agents in-cluster, node Ready.
-    let started = Instant::now();
-    let peered = ok(&refractctl(&[
+    let peer: Vec<&str> = vec![
         "peer",
         "--origin-kubeconfig",
         &okc,
@@ -125,9 +124,11 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         &ports[3],
         "--kubelet-port",
         &ports[4],
-        "--timeout",
-        "4m",
-    ]));
+    ];
+    let started = Instant::now();
+    let peered = ok(&refractctl(
+        &[peer.as_slice(), &["--timeout", "4m"]].concat(),
+    ));
     println!("peer took {:.1?}", started.elapsed());
     for step in [
         "Deployment refract-system/refract-remote-agent created",
@@ -170,28 +171,7 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
     ));
 
     // peer again: nothing is issued again, nothing restarts.
-    let again = ok(&refractctl(&[
-        "peer",
-        "--origin-kubeconfig",
-        &okc,
-        "--provider-kubeconfig",
-        &pkc,
-        "--origin-id",
-        "origin",
-        "--provider-id",
-        "provider",
-        "--single-host",
-        "--grpc-port",
-        &ports[0],
-        "--remote-admin-port",
-        &ports[1],
-        "--webhook-port",
-        &ports[2],
-        "--local-admin-port",
-        &ports[3],
-        "--kubelet-port",
-        &ports[4],
-    ]));
+    let again = ok(&refractctl(&peer));
     assert!(again.contains("a peering with provider exists"));
     assert!(again.contains(
         "client certificate in Secret refract-system/refract-local-agent-provider-tls kept"
