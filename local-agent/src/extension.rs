@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
 use refract_shared::offloading;
 use refract_shared::proto::{ObjectRef, Outcome, Upsert};
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::crd::{self, NamespaceOffloading, NamespaceOffloadingStatus, RemoteNamespaceCondition};
 use crate::link::SessionTx;
 use crate::outbox::{Origin, Outbox, Producer};
+use crate::reflect::publish_event;
 use crate::reflect::Key;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -69,6 +71,8 @@ pub struct ExtensionConfig {
     /// The peer's virtual node labels as the node shows them (the provider's suggestions
     /// included), matched by cluster selectors.
     pub virtual_node_labels: watch::Receiver<BTreeMap<String, String>>,
+    /// Records the NamespaceOffloadings' events (extended, refused).
+    pub recorder: Recorder,
 }
 
 /// Why a namespace is not (yet) extended.
@@ -353,11 +357,28 @@ impl State {
                 self.config.remote_cluster_id
             );
             let params = PatchParams::apply(&manager).force();
-            if let Err(error) = api
+            match api
                 .patch_status(crd::NAME, &params, &Patch::Apply(&patch))
                 .await
             {
-                tracing::warn!(namespace = %ns, %error, "failed to update NamespaceOffloading status");
+                Ok(_) => {
+                    let peer = &self.config.remote_cluster_id;
+                    if let Some((type_, reason, note)) =
+                        ready_change(nso.status.as_ref(), &mine, peer)
+                    {
+                        publish_event(
+                            &self.config.recorder,
+                            nso.object_ref(&()),
+                            type_,
+                            reason,
+                            note,
+                        )
+                        .await;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(namespace = %ns, %error, "failed to update NamespaceOffloading status")
+                }
             }
         }
     }
@@ -428,6 +449,45 @@ impl State {
     }
 }
 
+/// The event a change of this peer's Ready condition deserves: its namespace became ready on
+/// the provider, or the provider refused it. Waiting states make no event (they change with
+/// every retry).
+fn ready_change(
+    before: Option<&NamespaceOffloadingStatus>,
+    after: &NamespaceOffloadingStatus,
+    peer: &str,
+) -> Option<(EventType, &'static str, String)> {
+    let ready = |s: Option<&NamespaceOffloadingStatus>| {
+        s.and_then(|s| s.remote_namespaces_conditions.get(peer))
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .cloned()
+    };
+    let now = ready(Some(after))?;
+    let was = ready(before);
+    let same = was
+        .as_ref()
+        .is_some_and(|w| w.status == now.status && w.reason == now.reason);
+    if same {
+        return None;
+    }
+    match (now.status.as_str(), now.reason.as_str()) {
+        ("True", _) => Some((
+            EventType::Normal,
+            "NamespaceExtended",
+            format!(
+                "extended to provider {peer} as namespace {}",
+                after.remote_namespace_name.clone().unwrap_or_default()
+            ),
+        )),
+        (_, "CreationLoopBackOff") => Some((
+            EventType::Warning,
+            "ExtensionRefused",
+            format!("provider {peer}: {}", now.message),
+        )),
+        _ => None,
+    }
+}
+
 fn namespace_ref(name: &str) -> ObjectRef {
     ObjectRef {
         api_version: "v1".into(),
@@ -483,5 +543,34 @@ mod tests {
         let reconnected = mk_extension(2, &[("a", "a-o"), ("b", "b-o")]);
         assert_eq!(names(reconnected.to_resend(&last)), vec!["a", "b"]);
         assert!(last.to_resend(&last).is_empty());
+    }
+
+    #[test]
+    fn only_reaching_ready_or_being_refused_makes_an_event() {
+        let status = |status: &str, reason: &str| NamespaceOffloadingStatus {
+            remote_namespace_name: Some("apps-origin".into()),
+            remote_namespaces_conditions: BTreeMap::from([(
+                "provider".to_string(),
+                vec![RemoteNamespaceCondition {
+                    type_: "Ready".into(),
+                    status: status.into(),
+                    reason: reason.into(),
+                    message: "taken".into(),
+                }],
+            )]),
+            ..Default::default()
+        };
+        let creating = status("False", "Creating");
+        let ready = status("True", "NamespaceCreated");
+        let refused = status("False", "CreationLoopBackOff");
+        let (kind, reason, note) = ready_change(Some(&creating), &ready, "provider").unwrap();
+        assert_eq!((kind, reason), (EventType::Normal, "NamespaceExtended"));
+        assert!(note.contains("apps-origin"));
+        assert_eq!(ready_change(Some(&ready), &ready, "provider"), None);
+        assert_eq!(ready_change(None, &creating, "provider"), None);
+        let (kind, reason, note) = ready_change(Some(&creating), &refused, "provider").unwrap();
+        assert_eq!((kind, reason), (EventType::Warning, "ExtensionRefused"));
+        assert!(note.contains("taken"));
+        assert_eq!(ready_change(Some(&ready), &ready, "other"), None);
     }
 }

@@ -164,20 +164,6 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let outbox = outbox::Outbox::default();
     outbox.spawn_gauges(metrics.outbox.clone(), token.clone());
     outbox.observe_answers(metrics.answer_latency.clone());
-    let (extension_tx, extension_rx) = watch::channel(extension::Extension::default());
-    tokio::spawn(extension::run(
-        origin.clone(),
-        extension::ExtensionConfig {
-            local_cluster_id: args.cluster_id.to_string(),
-            remote_cluster_id: args.remote_cluster_id.to_string(),
-            virtual_node_labels: labels_rx,
-        },
-        offloadings,
-        sessions.clone(),
-        outbox.clone(),
-        extension_tx,
-        token.clone(),
-    ));
     let recorder = Recorder::new(
         origin.clone(),
         Reporter {
@@ -185,6 +171,21 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             instance: Some(format!("{}-{}", args.cluster_id, args.remote_cluster_id)),
         },
     );
+    let (extension_tx, extension_rx) = watch::channel(extension::Extension::default());
+    tokio::spawn(extension::run(
+        origin.clone(),
+        extension::ExtensionConfig {
+            local_cluster_id: args.cluster_id.to_string(),
+            remote_cluster_id: args.remote_cluster_id.to_string(),
+            virtual_node_labels: labels_rx,
+            recorder: recorder.clone(),
+        },
+        offloadings,
+        sessions.clone(),
+        outbox.clone(),
+        extension_tx,
+        token.clone(),
+    ));
     tokio::spawn(scheduling_gate::run(
         origin.clone(),
         offloadings_cache,

@@ -234,6 +234,30 @@ data: {greeting: hello}
         ],
     );
 
+    // The NamespaceOffloading tells in an event that its namespace was extended.
+    let extended = eventually(
+        WAIT,
+        "a NamespaceExtended event on nso/offloading in apps",
+        || {
+            let v = kubectl_get(
+                &origin,
+                &[
+                    "-n",
+                    "apps",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.kind=NamespaceOffloading,reason=NamespaceExtended",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+            )?;
+            v.contains("apps-origin").then_some(v)
+        },
+        || agent_log(&origin),
+    )
+    .await;
+    println!("event on apps/offloading: {extended}");
+
     // The webhook is called for offloaded namespaces only: `apps` carries the gate label, and
     // a pod created there is placed on the virtual node and runs on the provider.
     eventually(
