@@ -227,6 +227,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             workers: args.pod_reflection_workers,
             refused: metrics.refused_counter("pod_status"),
             running_latency: metrics.pod_running_latency.clone(),
+            status_latency: metrics.pod_status_latency.clone(),
         },
         options.clone(),
         extension_rx.clone(),

@@ -38,6 +38,40 @@ pub struct Metrics {
     pub answer_latency: AnswerLatency,
     /// From an offloaded pod's creation at the origin to Running written at the origin.
     pub pod_running_latency: PodRunningLatency,
+    /// From the remote agent sending a pod status to the local agent writing it.
+    pub pod_status_latency: PodStatusLatency,
+}
+
+/// Seconds from the remote agent sending a pod status to the local agent writing it at the
+/// origin, by the two clusters' clocks: a status the provider claims was sent in the future
+/// counts as 0, and one claimed over an hour old is not counted (a wrong clock, or a lie).
+#[derive(Clone)]
+pub struct PodStatusLatency(pub Histogram);
+
+impl Default for PodStatusLatency {
+    fn default() -> Self {
+        // 5 ms to about 41 s.
+        Self(Histogram::new(exponential_buckets(0.005, 2.0, 14)))
+    }
+}
+
+impl PodStatusLatency {
+    /// Observes a status sent at `sent_unix_millis` (provider's clock) written at `now_millis`.
+    pub fn observe(&self, sent_unix_millis: i64, now_millis: i64) {
+        if let Some(seconds) = status_delay(sent_unix_millis, now_millis) {
+            self.0.observe(seconds);
+        }
+    }
+}
+
+/// The delay to count, if any (see [`PodStatusLatency`]).
+pub fn status_delay(sent_unix_millis: i64, now_millis: i64) -> Option<f64> {
+    const HOUR_MILLIS: i64 = 3_600_000;
+    if sent_unix_millis <= 0 {
+        return None; // not set (an older remote agent) or nonsense
+    }
+    let delay = now_millis.saturating_sub(sent_unix_millis).max(0);
+    (delay <= HOUR_MILLIS).then(|| delay as f64 / 1000.0)
 }
 
 /// Seconds from an offloaded pod's creation at the origin to the first time the local agent
@@ -199,7 +233,29 @@ impl Metrics {
                 "Seconds from an offloaded pod's creation at the origin to Running written at the origin",
                 m.pod_running_latency.0.clone(),
             );
+            r.register(
+                "pod_status_seconds",
+                "Seconds from the remote agent sending a pod status to its write at the origin (both clusters' clocks)",
+                m.pod_status_latency.0.clone(),
+            );
         });
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_delay;
+
+    #[test]
+    fn a_provider_timestamp_is_counted_only_when_plausible() {
+        assert_eq!(status_delay(1_000, 1_250), Some(0.25));
+        // Sent "in the future" (clock skew): counted as no delay.
+        assert_eq!(status_delay(2_000, 1_000), Some(0.0));
+        // Unset, negative, or over an hour old: not counted.
+        assert_eq!(status_delay(0, 1_000), None);
+        assert_eq!(status_delay(i64::MIN, 1_000), None);
+        assert_eq!(status_delay(1, 3_600_002), None);
+        assert_eq!(status_delay(i64::MAX, 1_000), Some(0.0));
     }
 }

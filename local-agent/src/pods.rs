@@ -61,6 +61,8 @@ pub struct PodConfig {
     pub refused: prometheus_client::metrics::counter::Counter,
     /// Observes creation to Running at the origin.
     pub running_latency: crate::metrics::PodRunningLatency,
+    /// Observes a provider status's send to its write at the origin.
+    pub status_latency: crate::metrics::PodStatusLatency,
 }
 
 #[derive(Default)]
@@ -568,6 +570,10 @@ impl PodOffloader {
                     .observe(waited.as_secs_f64().max(0.0));
             }
         }
+        self.config.status_latency.observe(
+            message.sent_unix_millis,
+            k8s_openapi::jiff::Timestamp::now().as_millisecond(),
+        );
         let mut value = serde_json::to_value(&status).expect("serializes");
         // A merge patch keeps keys it does not mention: clear what the provider does not set.
         for k in ["reason", "message", "nominatedNodeName", "podIP", "podIPs"] {

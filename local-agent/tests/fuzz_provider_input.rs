@@ -24,6 +24,7 @@ fn valid_messages() -> Vec<Vec<u8>> {
             name: "web".into(),
             status_json: serde_json::to_vec(&status).unwrap(),
             recreations: 1,
+            sent_unix_millis: i64::MAX,
         }),
         remote_message::Kind::Capacity(proto::Capacity {
             free: [("cpu".to_string(), "8".to_string())].into_iter().collect(),

@@ -86,11 +86,18 @@ fn offer(registry: &Registry, delivered: &mut Delivered, report: Report<'_>) {
             name: report.name,
             status_json: serde_json::to_vec(&report.status).unwrap_or_default(),
             recreations: report.recreations,
+            sent_unix_millis: unix_millis_now(),
         })),
     };
     if registry.send_to(&tenant, message) {
         delivered.record(report.uid, session, hash);
     }
+}
+
+fn unix_millis_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Offers the status of one provider pod.

@@ -192,6 +192,7 @@ fn status(origin_uid: &str, pod_ip: &str, containers: &[&str]) -> remote_message
         name: "web".into(),
         status_json: serde_json::to_vec(&json).unwrap(),
         recreations: u32::MAX,
+        sent_unix_millis: i64::MIN,
     })
 }
 

@@ -319,6 +319,12 @@ data: {greeting: hello}
     )
     .await;
     assert!(running >= 1.0, "pod_running_seconds observed nothing");
+    let statuses = refract_e2e::metric(
+        &format!("127.0.0.1:{}", ports[3]),
+        "refract_local_pod_status_seconds_count",
+    )
+    .await;
+    assert!(statuses >= 1.0, "pod_status_seconds observed nothing");
 
     // A pod created before its namespace is offloaded never saw the webhook: the
     // NamespaceOffloading gets a Warning event naming it.
