@@ -204,8 +204,8 @@ impl Plan {
             ]);
             single_host(deployment, origin_api, ports.local_admin);
         }
-        args.extend(self.local_args.iter().cloned());
         set_args(deployment, &args);
+        add_operator_args(deployment, &self.local_args);
         self.relax_pod_security(&mut objects);
 
         let webhook =
@@ -326,6 +326,27 @@ fn set_args(deployment: &mut Value, args: &[String]) {
     *current = json!(list);
 }
 
+/// The operator's own flags: one the manifest or the plan already sets replaces it (the agent
+/// refuses a single-valued flag given twice); the others are appended as given, so a
+/// repeatable flag (`--remote-pod-cidr`) may come several times.
+fn add_operator_args(deployment: &mut Value, args: &[String]) {
+    let flag = |a: &str| a.split('=').next().unwrap_or(a).to_string();
+    let Some(list) = container(deployment)["args"].as_array_mut() else {
+        return;
+    };
+    let preset: Vec<String> = list.iter().filter_map(|a| a.as_str()).map(flag).collect();
+    for arg in args {
+        let name = flag(arg);
+        match list
+            .iter_mut()
+            .find(|a| preset.contains(&name) && a.as_str().map(flag) == Some(name.clone()))
+        {
+            Some(existing) => *existing = Value::from(arg.as_str()),
+            None => list.push(Value::from(arg.as_str())),
+        }
+    }
+}
+
 /// Host networking, the API server at the kubeconfig's address, probes on 127.0.0.1.
 fn single_host(deployment: &mut Value, api: &HostPort, admin_port: u16) {
     let spec = deployment
@@ -366,7 +387,11 @@ mod tests {
             local_image: "l:1".into(),
             remote_image: "r:1".into(),
             network,
-            local_args: vec!["--remote-pod-remap=10.0.0.0/16=10.1.0.0/16".into()],
+            local_args: vec![
+                "--remote-pod-cidr=10.0.0.0/16".into(),
+                "--remote-pod-cidr=10.1.0.0/16".into(),
+                "--log-format=plain".into(),
+            ],
         }
     }
 
@@ -386,14 +411,28 @@ mod tests {
         assert!(a.contains(&"--remote=https://agent.provider.example:6443".to_string()));
         assert!(a.contains(&"--remote-cluster-id=provider".to_string()));
         assert!(a.contains(&"--home-api-server-host=api.origin.example".to_string()));
-        assert!(a.contains(&"--log-format=json".to_string()), "{a:?}");
+        assert!(
+            a.contains(&"--webhook-cert=/etc/refract/webhook/tls.crt".to_string()),
+            "{a:?}"
+        );
         assert_eq!(
             a.iter().filter(|x| x.starts_with("--cluster-id=")).count(),
             1
         );
+        // Repeatable operator flags are all kept, in order, at the end; one deploy/ sets is
+        // replaced in place.
         assert_eq!(
-            a.last().unwrap(),
-            "--remote-pod-remap=10.0.0.0/16=10.1.0.0/16"
+            a[a.len() - 2..],
+            [
+                "--remote-pod-cidr=10.0.0.0/16",
+                "--remote-pod-cidr=10.1.0.0/16"
+            ]
+        );
+        assert_eq!(
+            a.iter()
+                .filter(|x| x.starts_with("--log-format"))
+                .collect::<Vec<_>>(),
+            ["--log-format=plain"]
         );
         let d = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
         assert_eq!(
