@@ -71,6 +71,23 @@ fn labelled(cp: &ControlPlane, kinds: &str, selector: &str) -> Vec<String> {
     .collect()
 }
 
+/// The messages of events with `reason` on the NamespaceOffloading of `ns`.
+fn nso_event_messages(origin: &ControlPlane, ns: &str, reason: &str) -> Option<String> {
+    let selector = format!("involvedObject.kind=NamespaceOffloading,reason={reason}");
+    kubectl_get(
+        origin,
+        &[
+            "-n",
+            ns,
+            "events",
+            "--field-selector",
+            &selector,
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    )
+}
+
 /// The local agent's log, for a failure's context.
 fn agent_log(origin: &ControlPlane) -> String {
     kubectl(
@@ -239,18 +256,7 @@ data: {greeting: hello}
         WAIT,
         "a NamespaceExtended event on nso/offloading in apps",
         || {
-            let v = kubectl_get(
-                &origin,
-                &[
-                    "-n",
-                    "apps",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.kind=NamespaceOffloading,reason=NamespaceExtended",
-                    "-o",
-                    "jsonpath={.items[*].message}",
-                ],
-            )?;
+            let v = nso_event_messages(&origin, "apps", "NamespaceExtended")?;
             v.contains("apps-origin").then_some(v)
         },
         || agent_log(&origin),
@@ -339,18 +345,7 @@ data: {greeting: hello}
         WAIT,
         "a Warning event on nso/offloading in late",
         || {
-            let v = kubectl_get(
-                &origin,
-                &[
-                    "-n",
-                    "late",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.kind=NamespaceOffloading,reason=PodsCreatedBeforeOffloading",
-                    "-o",
-                    "jsonpath={.items[*].message}",
-                ],
-            )?;
+            let v = nso_event_messages(&origin, "late", "PodsCreatedBeforeOffloading")?;
             v.contains("early").then_some(v)
         },
         String::new,
