@@ -1,5 +1,7 @@
 //! The local agent's Prometheus metrics.
 
+use std::time::Instant;
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -8,6 +10,7 @@ use refract_shared::proto::Outcome;
 use refract_shared::telemetry::Admin;
 
 use crate::events::EventCounters;
+use crate::outbox::Times;
 
 /// Labels of the counter of refused provider input: `what` was refused (bounded set).
 pub type Refused = Vec<(&'static str, &'static str)>;
@@ -34,7 +37,7 @@ pub struct Metrics {
     pub outbox: OutboxGauges,
     /// Relists of origin watches (after `410 Gone`), by kind.
     pub relists: Family<Vec<(&'static str, &'static str)>, Counter>,
-    /// From an Upsert sent to the provider's answer, by kind and outcome.
+    /// From a change queued, and from its Upsert sent, to the provider's answer.
     pub answer_latency: AnswerLatency,
     /// From an offloaded pod's creation at the origin to Running written at the origin.
     pub pod_running_latency: PodRunningLatency,
@@ -87,33 +90,48 @@ impl Default for PodRunningLatency {
     }
 }
 
-/// Seconds from an Upsert sent to the provider's answer (applied, or why not), by the
-/// provider kind and the outcome: the latency of a change once it leaves the origin.
+/// The latency of a change to the provider's answer, two ways: from its Upsert sent (the
+/// link and the provider, by kind and outcome), and from the change first queued at the origin
+/// to an answer that it is applied (the whole path an operator waits on, by kind).
 #[derive(Clone)]
-pub struct AnswerLatency(Family<Vec<(&'static str, &'static str)>, Histogram>);
+pub struct AnswerLatency {
+    answered: Family<Vec<(&'static str, &'static str)>, Histogram>,
+    applied: Family<Vec<(&'static str, &'static str)>, Histogram>,
+}
 
 impl Default for AnswerLatency {
     fn default() -> Self {
         // 5 ms to about 41 s.
-        Self(Family::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.005, 2.0, 14))
-        }))
+        let buckets = || Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        Self {
+            answered: Family::new_with_constructor(buckets),
+            applied: Family::new_with_constructor(buckets),
+        }
     }
 }
 
 impl AnswerLatency {
-    /// Observes one answer of `outcome` about a `kind` object, `waited` after it was sent.
-    pub fn observe(&self, kind: &'static str, outcome: Outcome, waited: std::time::Duration) {
-        let outcome = match outcome {
+    /// Observes one answer of `outcome` about a `kind` object whose change was queued and
+    /// sent at `times`.
+    pub fn observe(&self, kind: &'static str, outcome: Outcome, times: Times) {
+        let now = Instant::now();
+        let class = match outcome {
             Outcome::Applied => "applied",
             Outcome::Unchanged => "unchanged",
             Outcome::Transient => "transient",
             Outcome::Denied | Outcome::Invalid | Outcome::Conflict => "refused",
             Outcome::Unspecified => "unspecified",
         };
-        self.0
-            .get_or_create(&vec![("kind", kind), ("outcome", outcome)])
-            .observe(waited.as_secs_f64());
+        // Applied first: a scrape between the two never shows an applied answer without
+        // its change-to-applied time.
+        if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
+            self.applied
+                .get_or_create(&vec![("kind", kind)])
+                .observe(now.saturating_duration_since(times.noticed).as_secs_f64());
+        }
+        self.answered
+            .get_or_create(&vec![("kind", kind), ("outcome", class)])
+            .observe(now.saturating_duration_since(times.sent).as_secs_f64());
     }
 }
 
@@ -226,7 +244,12 @@ impl Metrics {
             r.register(
                 "answer_seconds",
                 "Seconds from an Upsert sent to the provider's answer, by kind and outcome",
-                m.answer_latency.0.clone(),
+                m.answer_latency.answered.clone(),
+            );
+            r.register(
+                "change_applied_seconds",
+                "Seconds from an origin change queued at the local agent to the provider's answer that it is applied, by kind",
+                m.answer_latency.applied.clone(),
             );
             r.register(
                 "pod_running_seconds",

@@ -24,7 +24,9 @@ use refract_shared::proto::{
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-pub use ledger::{AckState, Admit, Answer, Ledger, Origin, Producer, RemoteKey, Request, Sent};
+pub use ledger::{
+    AckState, Admit, Answer, Ledger, Origin, Producer, RemoteKey, Request, Sent, Times,
+};
 
 use crate::link::SessionTx;
 use crate::reflect::Key;
@@ -50,7 +52,8 @@ struct Inner {
     recipients: Mutex<HashMap<Producer, Arc<dyn Recipient>>>,
     /// Requests whose answer someone awaits (twin namespaces), by provider object.
     waiters: Mutex<HashMap<RemoteKey, oneshot::Sender<Ack>>>,
-    /// Where the time from an Upsert sent to its answer is observed, once set.
+    /// Where the times from a change queued, and from its Upsert sent, to the answer are
+    /// observed, once set.
     answer_latency: std::sync::OnceLock<crate::metrics::AnswerLatency>,
 }
 
@@ -69,13 +72,24 @@ impl Outbox {
     }
 
     /// Sends `upsert` for `origin` unless `session` has had these bytes for it already;
-    /// returns whether it went.
-    pub async fn upsert(&self, session: &SessionTx, origin: Origin, upsert: Upsert) -> bool {
+    /// returns whether it went. `noticed` is when the change it carries was first queued at
+    /// the origin, where its latency to the provider's answer starts.
+    pub async fn upsert(
+        &self,
+        session: &SessionTx,
+        origin: Origin,
+        upsert: Upsert,
+        noticed: Instant,
+    ) -> bool {
         let producer = origin.producer;
         let hash = bytes_hash(&upsert.object_json);
-        let admit = self
-            .ledger()
-            .upsert(session.generation, origin, &upsert, hash, Instant::now());
+        let admit = self.ledger().upsert(
+            session.generation,
+            origin,
+            &upsert,
+            hash,
+            Times::sent_now(noticed),
+        );
         if admit != Admit::Send {
             return false;
         }
@@ -101,7 +115,14 @@ impl Outbox {
         {
             let mut ledger = self.ledger();
             ledger.forget(&origin);
-            ledger.upsert(session.generation, origin, &upsert, hash, Instant::now());
+            let now = Instant::now();
+            ledger.upsert(
+                session.generation,
+                origin,
+                &upsert,
+                hash,
+                Times::sent_now(now),
+            );
         }
         self.inner
             .waiters
@@ -224,7 +245,8 @@ impl Outbox {
         (origin.producer == producer).then(|| (origin.key.clone(), sent.origin_uid.clone()))
     }
 
-    /// Observes the time from each Upsert sent to the provider's answer in `latency`.
+    /// Observes the times from each change queued, and from its Upsert sent, to the
+    /// provider's answer in `latency`.
     pub fn observe_answers(&self, latency: crate::metrics::AnswerLatency) {
         let _ = self.inner.answer_latency.set(latency);
     }
@@ -234,12 +256,8 @@ impl Outbox {
     pub fn dispatch(&self, ack: Ack) {
         let answer = self.ledger().answer(&ack);
         if let (Some(answer), Some(latency)) = (&answer, self.inner.answer_latency.get()) {
-            if let Some(at) = answer.sent_at {
-                latency.observe(
-                    answer.origin.producer.remote_kind(),
-                    answer.outcome,
-                    at.elapsed(),
-                );
+            if let Some(times) = answer.times {
+                latency.observe(answer.origin.producer.remote_kind(), answer.outcome, times);
             }
         }
         if let Some(object) = &ack.object {

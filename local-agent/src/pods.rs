@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::extension::Extension;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use crate::reflect::followers::Followers;
-use crate::reflect::queue::{Latest, WorkQueue};
+use crate::reflect::queue::{Claimed, Latest, WorkQueue};
 use crate::reflect::{publish_event, Key};
 use crate::throttle::Throttle;
 
@@ -258,7 +258,8 @@ impl PodOffloader {
         }
     }
 
-    async fn reconcile(&self, key: &Key) {
+    async fn reconcile(&self, claim: &Claimed<Key>) {
+        let key: &Key = claim;
         let extension = self.extension.borrow().clone();
         let pod = self
             .store
@@ -310,7 +311,9 @@ impl PodOffloader {
             object_json: serde_json::to_vec(&shadow).expect("JSON serializes"),
             origin_uid: pod.uid().unwrap_or_default(),
         };
-        self.outbox.upsert(session, origin(key), upsert).await;
+        self.outbox
+            .upsert(session, origin(key), upsert, claim.noticed())
+            .await;
     }
 
     fn remote_ref(&self, remote_ns: &str, name: &str) -> ObjectRef {

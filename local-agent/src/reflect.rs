@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use crate::extension::Extension;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use followers::Followers;
-use queue::WorkQueue;
+use queue::{Claimed, WorkQueue};
 
 /// kubectl's copy of the whole object, never reflected (see the default skip list): often as
 /// large as the object itself.
@@ -359,7 +359,8 @@ impl<K: Reflectable> Reflector<K> {
     }
 
     /// Brings the provider in line with the current state of one object.
-    async fn reconcile(&self, key: &Key) {
+    async fn reconcile(&self, claim: &Claimed<Key>) {
+        let key: &Key = claim;
         let extension = self.shared.extension.borrow().clone();
         let Some(session) = extension.session.as_ref() else {
             return;
@@ -421,7 +422,11 @@ impl<K: Reflectable> Reflector<K> {
                     object_json: json,
                     origin_uid: obj.uid().unwrap_or_default(),
                 };
-                if !self.outbox.upsert(session, self.origin(key), upsert).await {
+                if !self
+                    .outbox
+                    .upsert(session, self.origin(key), upsert, claim.noticed())
+                    .await
+                {
                     return;
                 }
                 tracing::debug!(target: "refract::trace", name = %key.name, "sent");

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::extension::Extension;
 use crate::link::SessionTx;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
-use crate::reflect::queue::WorkQueue;
+use crate::reflect::queue::{Claimed, WorkQueue};
 use crate::reflect::{publish_event, Key};
 
 /// Longest wait before a refused or failed token Secret is tried again.
@@ -174,7 +174,8 @@ impl TokenReflector {
         }
     }
 
-    async fn reconcile(&self, key: &Key) {
+    async fn reconcile(&self, claim: &Claimed<Key>) {
+        let key: &Key = claim;
         let extension = self.extension.borrow().clone();
         let Some(session) = extension.session.as_ref() else {
             return;
@@ -235,7 +236,9 @@ impl TokenReflector {
             object_json: serde_json::to_vec(&secret).expect("JSON serializes"),
             origin_uid: pod.uid().unwrap_or_default(),
         };
-        self.outbox.upsert(session, origin(key), upsert).await;
+        self.outbox
+            .upsert(session, origin(key), upsert, claim.noticed())
+            .await;
         self.warn_without_home_api_server(key, &pod).await;
         if let Some(at) = refresh {
             let wait = at.duration_since(SystemTime::now()).unwrap_or_default();

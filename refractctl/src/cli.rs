@@ -169,6 +169,12 @@ pub struct UnpeerArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// The origin's cluster id. Read from the peering's local agent; needed only to clean the
+    /// provider once that agent is gone (after a forced unpeer, with --provider-kubeconfig
+    /// when the provider is back).
+    #[arg(long)]
+    pub origin_id: Option<ClusterId>,
+
     /// How long a graceful unpeer may take.
     #[arg(long, default_value = "10m", value_parser = refract_shared::duration::parse)]
     pub timeout: Duration,

@@ -1,21 +1,22 @@
 //! `refractctl peer`: both clusters' halves of one peering, then waiting until it works.
 
+mod certs;
+mod ready;
+
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use refract_certs::{Issued, Role};
-use refract_shared::proto::ListTenantsRequest;
 use refract_shared::tls::ClusterId;
 use serde_json::Value;
 
 use crate::apply;
 use crate::cli::PeerArgs;
-use crate::display;
-use crate::manifests::{Agent, NAMESPACE};
+use crate::manifests::Agent;
 use crate::peering::{self, connect_cluster};
-use crate::pki::{self, TlsSecret};
-use crate::plan::{self, HostPort, HostPorts, Network, Plan, PEERING_LABEL, TENANT_LABEL};
-use crate::wait;
+use crate::pki;
+use crate::plan::{self, HostPort, HostPorts, Network, Plan, PEERING_LABEL};
+pub use certs::record_tenant;
+use certs::{ensure_client, ensure_serving, ServingLeaf};
 
 /// Runs `peer`, printing each step.
 pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
@@ -28,196 +29,153 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
             args.origin_id
         );
     }
-    let (origin, origin_api) =
-        connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
-    let (provider, provider_api) =
-        connect_cluster(Some(&args.provider_kubeconfig), "provider").await?;
-    for (client, which, api) in [
-        (&origin, "origin", &origin_api),
-        (&provider, "provider", &provider_api),
-    ] {
-        let version = client
-            .apiserver_version()
-            .await
-            .with_context(|| format!("the {which} API server at {api} does not answer"))?;
-        say(&format!(
-            "{which} cluster: API server {api}, Kubernetes {}",
-            version.git_version
-        ));
-    }
-    if let Some(existing) = peering::list(&origin, Some(&args.provider_id))
-        .await?
-        .first()
-    {
-        if existing
-            .origin
-            .as_ref()
-            .is_some_and(|o| *o != args.origin_id)
-        {
-            bail!(
-                "this origin already peers with {} as {}; unpeer it first, or peer again with --origin-id {}",
-                args.provider_id,
-                existing.origin.as_ref().unwrap(),
-                existing.origin.as_ref().unwrap()
-            );
-        }
-        say(&format!(
-            "a peering with {} exists; bringing it to what was asked",
-            args.provider_id
-        ));
-    }
-    let plan = plan_of(&args, origin_api, provider_api)?;
+    let clusters = Clusters::connect(&args, &say).await?;
+    refuse_another_origin(&clusters.origin, &args, &say).await?;
+    let plan = plan_of(
+        &args,
+        clusters.origin_api.clone(),
+        clusters.provider_api.clone(),
+    )?;
+    install(&clusters, &plan, &say).await?;
+    ready::wait_until_peered(&clusters.origin, &clusters.provider, &plan, deadline, &say).await?;
+    say(&format!(
+        "peered: origin {} offloads to provider {} through {}. Offload a namespace with a NamespaceOffloading; `refractctl status` shows the peering",
+        plan.origin, plan.provider, plan.endpoint
+    ));
+    Ok(())
+}
 
+/// The two clusters, reached with the operator's kubeconfigs.
+struct Clusters {
+    origin: kube::Client,
+    origin_api: HostPort,
+    provider: kube::Client,
+    provider_api: HostPort,
+}
+
+impl Clusters {
+    /// Connects to both and says which Kubernetes each runs.
+    async fn connect(args: &PeerArgs, say: &impl Fn(&str)) -> anyhow::Result<Self> {
+        let (origin, origin_api) =
+            connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
+        let (provider, provider_api) =
+            connect_cluster(Some(&args.provider_kubeconfig), "provider").await?;
+        for (client, which, api) in [
+            (&origin, "origin", &origin_api),
+            (&provider, "provider", &provider_api),
+        ] {
+            let version = client
+                .apiserver_version()
+                .await
+                .with_context(|| format!("the {which} API server at {api} does not answer"))?;
+            say(&format!(
+                "{which} cluster: API server {api}, Kubernetes {}",
+                version.git_version
+            ));
+        }
+        Ok(Self {
+            origin,
+            origin_api,
+            provider,
+            provider_api,
+        })
+    }
+}
+
+/// A peering with this provider may exist already (peering again brings it to what was
+/// asked), but not under another origin id: the provider would see a second tenant.
+async fn refuse_another_origin(
+    origin: &kube::Client,
+    args: &PeerArgs,
+    say: &impl Fn(&str),
+) -> anyhow::Result<()> {
+    let existing = peering::list(origin, Some(&args.provider_id)).await?;
+    let Some(existing) = existing.first() else {
+        return Ok(());
+    };
+    if let Some(other) = existing.origin.as_ref().filter(|o| **o != args.origin_id) {
+        bail!(
+            "this origin already peers with {} as {other}; unpeer it first, or peer again with --origin-id {other}",
+            args.provider_id,
+        );
+    }
+    say(&format!(
+        "a peering with {} exists; bringing it to what was asked",
+        args.provider_id
+    ));
+    Ok(())
+}
+
+/// Certificates first (the provider's CA, the remote agent's serving certificate, the
+/// tenant's client certificate, the origin's CA and its serving certificates), then both
+/// agents, whose pods mount them.
+async fn install(clusters: &Clusters, plan: &Plan, say: &impl Fn(&str)) -> anyhow::Result<()> {
+    let Clusters {
+        origin, provider, ..
+    } = clusters;
     say(&format!(
         "provider {}: installing the remote agent",
         plan.provider
     ));
     let mut provider_objects = plan.provider_objects();
-    apply_namespace(&provider, &mut provider_objects, &say).await?;
+    apply_namespace(provider, &mut provider_objects, say).await?;
     let ca = pki::ensure_ca(
-        &provider,
+        provider,
         plan::PROVIDER_CA_SECRET,
         &format!("refract peering CA of {}", plan.provider),
-        &say,
+        say,
     )
     .await?;
-    ensure_serving(
-        &provider,
-        &ca,
-        &ServingLeaf {
-            secret: plan::REMOTE_TLS_SECRET,
-            id: &plan.provider,
-            names: plan.server_names(),
-            labels: &[],
-        },
-        &say,
-    )
-    .await?;
+    let remote_leaf = ServingLeaf {
+        secret: plan::REMOTE_TLS_SECRET,
+        id: &plan.provider,
+        names: plan.server_names(),
+        labels: &[],
+    };
+    ensure_serving(provider, &ca, &remote_leaf, say).await?;
 
     say(&format!(
         "origin {}: installing the local agent of this peering",
         plan.origin
     ));
     // The webhook's CA is not known yet; only the Namespace of these is applied now.
-    apply_namespace(&origin, &mut plan.origin_objects(""), &say).await?;
-    let client_cert = ensure_client(&origin, &provider, &plan, &ca, &say).await?;
+    apply_namespace(origin, &mut plan.origin_objects(""), say).await?;
+    let client_cert = ensure_client(origin, provider, plan, &ca, say).await?;
     say(&format!(
         "tenant {} certificate: serial {}, valid until {}",
         plan.origin, client_cert.serial, client_cert.not_after
     ));
     let origin_ca = pki::ensure_ca(
-        &origin,
+        origin,
         plan::ORIGIN_CA_SECRET,
         &format!("refract origin CA of {}", plan.origin),
-        &say,
+        say,
     )
     .await?;
     let webhook_id = ClusterId::parse(&format!("{}-webhook", plan.origin))
         .context("the origin id is too long")?;
-    ensure_serving(
-        &origin,
-        &origin_ca,
-        &ServingLeaf {
-            secret: plan::WEBHOOK_TLS_SECRET,
-            id: &webhook_id,
-            names: plan.webhook_names(),
-            labels: &[],
-        },
-        &say,
-    )
-    .await?;
+    let webhook_leaf = ServingLeaf {
+        secret: plan::WEBHOOK_TLS_SECRET,
+        id: &webhook_id,
+        names: plan.webhook_names(),
+        labels: &[],
+    };
+    ensure_serving(origin, &origin_ca, &webhook_leaf, say).await?;
     let kubelet_id = ClusterId::parse(&format!("{}-kubelet", plan.origin))
         .context("the origin id is too long")?;
-    let peering_label = [(PEERING_LABEL, plan.provider.as_str())];
-    ensure_serving(
-        &origin,
-        &origin_ca,
-        &ServingLeaf {
-            secret: &plan::kubelet_tls_secret(&plan.provider),
-            id: &kubelet_id,
-            names: plan.kubelet_names(),
-            labels: &peering_label,
-        },
-        &say,
-    )
-    .await?;
+    let kubelet_secret = plan::kubelet_tls_secret(&plan.provider);
+    let kubelet_leaf = ServingLeaf {
+        secret: &kubelet_secret,
+        id: &kubelet_id,
+        names: plan.kubelet_names(),
+        labels: &[(PEERING_LABEL, plan.provider.as_str())],
+    };
+    ensure_serving(origin, &origin_ca, &kubelet_leaf, say).await?;
 
-    apply::apply_all(&provider, &provider_objects, &say).await?;
+    apply::apply_all(provider, &provider_objects, say).await?;
     let mut origin_objects = plan.origin_objects(&origin_ca.cert_pem);
     origin_objects.retain(|o| o["kind"] != "Namespace");
-    apply::apply_all(&origin, &origin_objects, &say).await?;
-
-    let remote_selector = "app.kubernetes.io/name=refract-remote-agent";
-    wait::until(
-        deadline,
-        "the remote agent to become available",
-        || wait::deployment_available(&provider, plan::REMOTE_NAME),
-        || async { wait::pods_state(&provider, remote_selector).await },
-    )
-    .await?;
-    say("remote agent available");
-    let local_name = plan::local_agent_name(&plan.provider);
-    let local_selector = format!("{PEERING_LABEL}={}", plan.provider);
-    wait::until(
-        deadline,
-        "the local agent to become available",
-        || wait::deployment_available(&origin, &local_name),
-        || async { wait::pods_state(&origin, &local_selector).await },
-    )
-    .await?;
-    say("local agent available");
-    let made = peering::get(&origin, &plan.provider).await?;
-    let tenant = wait::until(
-        deadline,
-        "the provider to show the tenant connected",
-        || async {
-            let mut inspect = made.inspect(&origin, peering::Calls::Bounded).await?;
-            let tenants = inspect
-                .list_tenants(ListTenantsRequest {})
-                .await?
-                .into_inner();
-            Ok(tenants
-                .tenants
-                .into_iter()
-                .find(|t| t.cluster_id == plan.origin.as_str() && t.connected))
-        },
-        || async { wait::pods_state(&origin, &local_selector).await },
-    )
-    .await?;
-    say(&format!(
-        "tenant {} connected to provider {} since {} (agent {})",
-        plan.origin,
-        plan.provider,
-        display::printable(&tenant.connected_since),
-        display::printable(&tenant.agent_version)
-    ));
-    let node = plan::virtual_node(&plan.provider);
-    wait::until(
-        deadline,
-        &format!("virtual node {node} to become Ready"),
-        || async {
-            Ok(wait::node_ready(&origin, &node)
-                .await?
-                .filter(|(status, ..)| status == "True"))
-        },
-        || async {
-            match wait::node_ready(&origin, &node).await {
-                Ok(Some((s, r, m))) => format!("  node {node}: Ready={s} {r} {m}"),
-                Ok(None) => format!(
-                    "  node {node} does not exist yet\n{}",
-                    wait::pods_state(&origin, &local_selector).await
-                ),
-                Err(e) => format!("  could not read node {node}: {e}"),
-            }
-        },
-    )
-    .await?;
-    say(&format!("virtual node {node} Ready"));
-    say(&format!(
-        "peered: origin {} offloads to provider {} through {}. Offload a namespace with a NamespaceOffloading; `refractctl status` shows the peering",
-        plan.origin, plan.provider, plan.endpoint
-    ));
-    Ok(())
+    apply::apply_all(origin, &origin_objects, say).await
 }
 
 fn plan_of(args: &PeerArgs, origin_api: HostPort, provider_api: HostPort) -> anyhow::Result<Plan> {
@@ -272,117 +230,4 @@ async fn apply_namespace(
         objects.drain(..).partition(|o| o["kind"] == "Namespace");
     *objects = rest;
     apply::apply_all(client, &namespace, say).await
-}
-
-/// A serving certificate `peer` keeps in a Secret.
-struct ServingLeaf<'a> {
-    /// The Secret in refract-system.
-    secret: &'a str,
-    /// The identity it carries.
-    id: &'a ClusterId,
-    /// Its DNS names and IP addresses.
-    names: Vec<String>,
-    /// Labels of the Secret.
-    labels: &'a [(&'a str, &'a str)],
-}
-
-/// Keeps the certificate in `leaf.secret` if it still fits, else issues one from `ca`.
-async fn ensure_serving(
-    client: &kube::Client,
-    ca: &Issued,
-    leaf: &ServingLeaf<'_>,
-    say: &impl Fn(&str),
-) -> anyhow::Result<()> {
-    let name = leaf.secret;
-    let why = match pki::read(client, name).await? {
-        Some(existing) => match pki::reissue_reason(&existing, ca, leaf.id, &leaf.names)? {
-            None => {
-                say(&format!("certificate in Secret {NAMESPACE}/{name} kept"));
-                return Ok(());
-            }
-            Some(reason) => reason,
-        },
-        None => "it does not exist".into(),
-    };
-    let issued = pki::issue(ca, leaf.id, Role::Server, &leaf.names)?;
-    apply::apply(
-        client,
-        &pki::secret(name, leaf.labels, &issued, &ca.cert_pem),
-    )
-    .await?;
-    say(&format!(
-        "certificate in Secret {NAMESPACE}/{name} issued for {:?} ({why})",
-        leaf.names
-    ));
-    Ok(())
-}
-
-/// The tenant's client certificate: kept in the origin when it still fits, else issued by the
-/// provider's CA; recorded on the provider either way.
-async fn ensure_client(
-    origin: &kube::Client,
-    provider: &kube::Client,
-    plan: &Plan,
-    ca: &Issued,
-    say: &impl Fn(&str),
-) -> anyhow::Result<refract_shared::tls::identity::CertSummary> {
-    let name = plan::local_tls_secret(&plan.provider);
-    let kept = match pki::read(origin, &name).await? {
-        Some(existing) => match pki::reissue_reason(&existing, ca, &plan.origin, &[])? {
-            None => Some(existing),
-            Some(reason) => {
-                say(&format!(
-                    "client certificate in Secret {NAMESPACE}/{name} replaced: {reason}"
-                ));
-                None
-            }
-        },
-        None => None,
-    };
-    let held = match kept {
-        Some(existing) => {
-            say(&format!(
-                "client certificate in Secret {NAMESPACE}/{name} kept"
-            ));
-            existing
-        }
-        None => {
-            let leaf = pki::issue(ca, &plan.origin, Role::Client, &[])?;
-            let labels = [(PEERING_LABEL, plan.provider.as_str())];
-            apply::apply(origin, &pki::secret(&name, &labels, &leaf, &ca.cert_pem)).await?;
-            say(&format!("client certificate for tenant {} issued into Secret {NAMESPACE}/{name} (the provider's CA key stays on the provider)", plan.origin));
-            TlsSecret {
-                cert_pem: leaf.cert_pem,
-                key_pem: leaf.key_pem,
-                ca_pem: ca.cert_pem.clone(),
-            }
-        }
-    };
-    record_tenant(provider, &plan.origin, &held.cert_pem).await
-}
-
-/// The provider's record of the certificate a tenant holds (public part only).
-pub async fn record_tenant(
-    provider: &kube::Client,
-    origin: &ClusterId,
-    cert_pem: &str,
-) -> anyhow::Result<refract_shared::tls::identity::CertSummary> {
-    let summary = pki::summary(cert_pem)?;
-    let record = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": plan::tenant_record(origin),
-            "namespace": NAMESPACE,
-            "labels": {"app.kubernetes.io/part-of": "refract", TENANT_LABEL: origin.as_str()},
-        },
-        "data": {
-            "cluster-id": origin.as_str(),
-            "serial": summary.serial,
-            "not-after": summary.not_after.to_string(),
-            "tls.crt": cert_pem,
-        },
-    });
-    apply::apply(provider, &record).await?;
-    Ok(summary)
 }

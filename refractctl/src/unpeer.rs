@@ -27,7 +27,15 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
     let (origin, _) =
         peering::connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
     let found = peering::list(&origin, Some(&args.provider_id)).await?;
-    let origin_id = found.first().and_then(|p| p.origin.clone());
+    let origin_id = match (
+        found.first().and_then(|p| p.origin.clone()),
+        &args.origin_id,
+    ) {
+        (Some(deployed), Some(given)) if deployed != *given => {
+            anyhow::bail!("--origin-id is {given} but the peering's local agent runs as {deployed}")
+        }
+        (deployed, given) => deployed.or_else(|| given.clone()),
+    };
     if found.is_empty() {
         say(&format!(
             "no local agent of a peering with {} on this origin; removing what may be left",
@@ -48,7 +56,7 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
     if let Some(kubeconfig) = &args.provider_kubeconfig {
         match &origin_id {
             Some(tenant) => clean_provider(kubeconfig, tenant, args.force, deadline, &say).await?,
-            None => say("the origin's cluster id is unknown (no local agent left); nothing removed on the provider"),
+            None => say("the origin's cluster id is unknown (no local agent left): nothing removed on the provider; run again with --origin-id"),
         }
     } else if args.force {
         say("the provider was not touched: it removes the tenant's namespaces after its --tenant-expiry, or run `refractctl unpeer --force --provider-kubeconfig ...` when it is back");

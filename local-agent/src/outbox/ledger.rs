@@ -80,8 +80,28 @@ pub struct Sent {
     pub origin_uid: String,
     /// What the provider answered.
     pub state: AckState,
-    /// When it was sent.
-    pub at: Instant,
+    /// When the change was queued, and when it was sent.
+    pub times: Times,
+}
+
+/// When a change was first queued at the origin, and when the Upsert carrying it was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Times {
+    /// Queued (at most `sent`).
+    pub noticed: Instant,
+    /// Sent.
+    pub sent: Instant,
+}
+
+impl Times {
+    /// A change `noticed` then, sent now.
+    pub fn sent_now(noticed: Instant) -> Self {
+        let sent = Instant::now();
+        Self {
+            noticed: noticed.min(sent),
+            sent,
+        }
+    }
 }
 
 /// A provider object, the way acks and events name it.
@@ -141,8 +161,8 @@ pub struct Answer {
     pub outcome: Outcome,
     /// The provider's explanation.
     pub message: String,
-    /// When the Upsert it answers was sent (none for a Delete).
-    pub sent_at: Option<Instant>,
+    /// When the change the answered Upsert carries was queued and sent (none for a Delete).
+    pub times: Option<Times>,
 }
 
 /// A Delete sent and not yet confirmed.
@@ -188,7 +208,7 @@ impl Ledger {
         origin: Origin,
         upsert: &Upsert,
         hash: String,
-        now: Instant,
+        times: Times,
     ) -> Admit {
         if !self.enter(generation) {
             return Admit::Stale;
@@ -203,7 +223,7 @@ impl Ledger {
             revision: upsert.revision.clone(),
             origin_uid: upsert.origin_uid.clone(),
             state: AckState::Pending,
-            at: now,
+            times,
         };
         self.by_remote
             .insert(RemoteKey::of(&sent.remote), origin.clone());
@@ -319,7 +339,7 @@ impl Ledger {
                 request: Request::Delete,
                 outcome,
                 message: ack.message.clone(),
-                sent_at: None,
+                times: None,
             });
         }
         let origin = self.by_remote.get(&remote)?.clone();
@@ -328,7 +348,7 @@ impl Ledger {
             return None; // a newer Upsert is on its way; its ack decides
         }
         let origin_uid = sent.origin_uid.clone();
-        let sent_at = Some(sent.at);
+        let times = Some(sent.times);
         match outcome {
             Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
                 sent.state = AckState::Applied
@@ -346,7 +366,7 @@ impl Ledger {
             request: Request::Upsert,
             outcome,
             message: ack.message.clone(),
-            sent_at,
+            times,
         })
     }
 
@@ -356,7 +376,10 @@ impl Ledger {
             .values()
             .filter(|s| s.state == AckState::Pending)
             .fold((0, Duration::ZERO), |(n, oldest), s| {
-                (n + 1, oldest.max(now.saturating_duration_since(s.at)))
+                (
+                    n + 1,
+                    oldest.max(now.saturating_duration_since(s.times.sent)),
+                )
             })
     }
 }

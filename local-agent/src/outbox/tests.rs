@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use refract_shared::options::Kind;
 use refract_shared::proto::{Ack, ObjectRef, Outcome, Upsert};
 
-use super::ledger::{AckState, Admit, Ledger, Origin, Producer, RemoteKey, Request};
+use super::ledger::{AckState, Admit, Ledger, Origin, Producer, RemoteKey, Request, Times};
 use crate::reflect::Key;
 
 fn mk_key(ns: &str, name: &str) -> Key {
@@ -70,7 +70,11 @@ fn offload_web(l: &mut Ledger, now: Instant) -> Origin {
 /// Records `upsert` as the outbox does, hashing it first.
 fn record(l: &mut Ledger, generation: u64, origin: Origin, upsert: &Upsert, now: Instant) -> Admit {
     let hash = refract_shared::hash::bytes_hash(&upsert.object_json);
-    l.upsert(generation, origin, upsert, hash, now)
+    let times = Times {
+        noticed: now,
+        sent: now,
+    };
+    l.upsert(generation, origin, upsert, hash, times)
 }
 
 const CONFIGMAPS: Producer = Producer::Objects(Kind::ConfigMap);
@@ -311,4 +315,17 @@ fn unacked_counts_pending_upserts_and_the_oldest_age() {
     answer(&mut l, "ConfigMap", "shop-o", "c", "1", Outcome::Conflict);
     let (count, oldest) = l.unacked(t0 + Duration::from_secs(10));
     assert_eq!((count, oldest), (1, Duration::from_secs(9)));
+}
+
+#[test]
+fn an_answer_carries_when_its_change_was_queued_and_sent() {
+    let mut l = Ledger::default();
+    let noticed = Instant::now();
+    let sent = noticed + Duration::from_secs(3);
+    let up = mk_upsert("ConfigMap", "shop-o", "a", "{}", "1", "u");
+    let hash = refract_shared::hash::bytes_hash(&up.object_json);
+    let times = Times { noticed, sent };
+    l.upsert(1, mk_origin(CONFIGMAPS, "shop", "a"), &up, hash, times);
+    let answer = answer(&mut l, "ConfigMap", "shop-o", "a", "1", Outcome::Applied);
+    assert_eq!(answer.and_then(|a| a.times), Some(times));
 }

@@ -6,11 +6,15 @@
 //! adding it again only marks it dirty, and it is queued once more when the claim ends. Two
 //! workers reconciling one object at once could otherwise send an older version after a newer
 //! one. A resync that reconciles a key outside the queue takes the same claim ([`WorkQueue::claim`]).
+//!
+//! A claim says when the oldest change it covers was queued ([`Claimed::noticed`]): the start
+//! of the origin-change-to-applied latency, which a burst coalesced into one reconcile must not
+//! shorten to its last change.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -43,6 +47,8 @@ struct State<K> {
     dirty: HashSet<K>,
     /// Keys a worker or a resync holds now.
     processing: HashSet<K>,
+    /// When each dirty key was first queued since it was last handed out.
+    noticed: HashMap<K, Instant>,
 }
 
 impl<K> State<K> {
@@ -55,7 +61,16 @@ impl<K> State<K> {
 /// A key held by one worker; dropping it ends the claim.
 pub struct Claimed<K: Clone + Eq + Hash> {
     key: K,
+    noticed: Instant,
     inner: Arc<Inner<K>>,
+}
+
+impl<K: Clone + Eq + Hash> Claimed<K> {
+    /// When the oldest change this claim covers was queued; for a resync's claim, when it
+    /// was taken.
+    pub fn noticed(&self) -> Instant {
+        self.noticed
+    }
 }
 
 impl<K: Clone + Eq + Hash> std::ops::Deref for Claimed<K> {
@@ -96,6 +111,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     order: VecDeque::new(),
                     dirty: HashSet::new(),
                     processing: HashSet::new(),
+                    noticed: HashMap::new(),
                 }),
                 queued: Notify::new(),
                 released: Notify::new(),
@@ -107,6 +123,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// its claim ends.
     pub fn add(&self, key: K) {
         let mut s = State::lock(&self.inner.state);
+        s.noticed.entry(key.clone()).or_insert_with(Instant::now);
         if !s.dirty.insert(key.clone()) || s.processing.contains(&key) {
             return;
         }
@@ -137,11 +154,12 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     }
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
+                    let noticed = s.noticed.remove(&key).unwrap_or_else(Instant::now);
                     if !s.order.is_empty() {
                         // Wake another worker for the rest.
                         self.inner.queued.notify_one();
                     }
-                    return self.claimed(key);
+                    return self.claimed(key, noticed);
                 }
             }
             notified.await;
@@ -156,16 +174,18 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             {
                 let mut s = State::lock(&self.inner.state);
                 if s.processing.insert(key.clone()) {
-                    return self.claimed(key);
+                    // A change waiting in the queue keeps its own time for its own reconcile.
+                    return self.claimed(key, Instant::now());
                 }
             }
             released.await;
         }
     }
 
-    fn claimed(&self, key: K) -> Claimed<K> {
+    fn claimed(&self, key: K, noticed: Instant) -> Claimed<K> {
         Claimed {
             key,
+            noticed,
             inner: self.inner.clone(),
         }
     }
@@ -277,6 +297,27 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(again, "a", "the change seen while held is reconciled after");
+    }
+
+    #[tokio::test]
+    async fn a_claim_counts_from_the_oldest_change_it_covers() {
+        let q = WorkQueue::new();
+        let before = Instant::now();
+        q.add("a");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        q.add("a");
+        let first = q.next().await;
+        assert!(
+            first.noticed() < before + Duration::from_millis(20),
+            "the burst is timed from its first change"
+        );
+        // Changed while held: the next round is timed from that change, not the first.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let changed = Instant::now();
+        q.add("a");
+        drop(first);
+        let second = q.next().await;
+        assert!(second.noticed() >= changed);
     }
 
     #[tokio::test]

@@ -102,6 +102,22 @@ async fn every_metric_the_rules_and_dashboard_name_is_exported_with_live_values(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // From the change queued to applied includes the time from sent to answered: it is
+    // observed first, for every applied answer, and starts no later.
+    let applied_count = r#"refract_local_change_applied_seconds_count{kind="ConfigMap"}"#;
+    let applied_sum = r#"refract_local_change_applied_seconds_sum{kind="ConfigMap"}"#;
+    let answered_sum = r#"refract_local_answer_seconds_sum{kind="ConfigMap",outcome="applied"}"#;
+    // Read in this order, a later answer can only add to the first.
+    let from_sent = metric(&p.local_admin, answered_sum).await;
+    let from_queued = metric(&p.local_admin, applied_sum).await;
+    assert!(
+        metric(&p.local_admin, applied_count).await >= 1.0,
+        "{applied_count}"
+    );
+    assert!(
+        from_queued >= from_sent && from_queued > 0.0,
+        "change queued to applied {from_queued}s, sent to answered {from_sent}s"
+    );
 
     let exported: BTreeSet<String> = families(&p.local_admin)
         .await

@@ -1,8 +1,9 @@
 //! `refractctl` as an operator runs it: `peer` joins two real clusters (both agents in-cluster
 //! from their images, on real nodes), `status` shows the link connected and the virtual node
 //! Ready, `tap` shows the stream, `rotate` replaces the tenant's certificate without a restart,
-//! and `unpeer` leaves nothing labelled for the tenant on either side. Both clusters run on this
-//! machine without kube-proxy, hence `--single-host`.
+//! and `unpeer` leaves nothing labelled for the tenant on either side: graceful, and forced
+//! for a dead provider (the origin at once, the provider once it is back). Both clusters run
+//! on this machine without kube-proxy, hence `--single-host`.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -495,4 +496,150 @@ data: {greeting: hello}
     }
     let status = ok(&refractctl(&["status", "--origin-kubeconfig", &okc]));
     assert!(status.contains("no peerings"));
+
+    // A dead provider: peered again, a pod offloaded, then the remote agent stops. A forced
+    // unpeer cleans the origin at once and deletes nothing on the provider; once the provider
+    // is reachable again, a forced unpeer with its kubeconfig removes the tenant there.
+    ok(&refractctl(
+        &[peer.as_slice(), &["--timeout", "4m"]].concat(),
+    ));
+    eventually(
+        WAIT,
+        "apps extended to the provider again, and its gate label set",
+        || {
+            let cm = kubectl_get(
+                &provider,
+                &["-n", "apps-origin", "configmap", "settings", "-o", "name"],
+            )?;
+            let ns = kubectl_get(&origin, &["namespace", "apps", "-o", "json"])?;
+            let ns: serde_json::Value = serde_json::from_str(&ns).ok()?;
+            (!cm.is_empty() && ns["metadata"]["labels"]["liqo.io/scheduling-enabled"] == "true")
+                .then_some(())
+        },
+        || agent_log(&origin),
+    )
+    .await;
+    kubectl_stdin(&origin, &["apply", "-f", "-"], &pod("apps", "survivor"));
+    eventually(
+        WAIT,
+        "pod apps/survivor Running on the provider",
+        || {
+            let v = kubectl_get(
+                &provider,
+                &[
+                    "-n",
+                    "apps-origin",
+                    "pod",
+                    "survivor",
+                    "-o",
+                    "jsonpath={.status.phase}",
+                ],
+            )?;
+            (v == "Running").then_some(())
+        },
+        || agent_log(&origin),
+    )
+    .await;
+    kubectl(
+        &provider,
+        &[
+            "-n",
+            "refract-system",
+            "scale",
+            "deployment/refract-remote-agent",
+            "--replicas=0",
+        ],
+    );
+    eventually(
+        WAIT,
+        "the remote agent's pods gone",
+        || {
+            let v = kubectl_get(
+                &provider,
+                &[
+                    "-n",
+                    "refract-system",
+                    "pods",
+                    "-l",
+                    "app.kubernetes.io/name=refract-remote-agent",
+                    "-o",
+                    "name",
+                ],
+            )?;
+            v.trim().is_empty().then_some(())
+        },
+        String::new,
+    )
+    .await;
+    let started = Instant::now();
+    let forced = ok(&refractctl(&[
+        "unpeer",
+        "--origin-kubeconfig",
+        &okc,
+        "--provider-id",
+        "provider",
+        "--force",
+        "--timeout",
+        "2m",
+    ]));
+    println!("forced unpeer took {:.1?}", started.elapsed());
+    assert!(forced.contains("the provider was not touched"), "{forced}");
+    assert!(
+        forced.contains("nothing labelled for the peering with provider is left on the origin"),
+        "{forced}"
+    );
+    let left = labelled(
+        &origin,
+        "nodes,deployments,secrets,pods,leases",
+        "refract.io/peering=provider",
+    );
+    assert!(
+        left.is_empty(),
+        "left on the origin after --force: {left:?}"
+    );
+    let phase = kubectl(
+        &provider,
+        &[
+            "-n",
+            "apps-origin",
+            "get",
+            "pod",
+            "survivor",
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+    );
+    assert_eq!(
+        phase, "Running",
+        "the provider's pod must outlive a forced unpeer of the origin"
+    );
+
+    let cleaned = ok(&refractctl(&[
+        "unpeer",
+        "--origin-kubeconfig",
+        &okc,
+        "--provider-kubeconfig",
+        &pkc,
+        "--provider-id",
+        "provider",
+        "--origin-id",
+        "origin",
+        "--force",
+        "--timeout",
+        "2m",
+    ]));
+    assert!(
+        cleaned.contains("provider: no namespace of tenant origin is left"),
+        "{cleaned}"
+    );
+    for selector in [
+        "refract.io/tenant=origin",
+        "offloading.refract.io/origin=origin",
+    ] {
+        let left = labelled(&provider, kinds, selector);
+        assert!(
+            left.is_empty(),
+            "left on the provider ({selector}): {left:?}"
+        );
+    }
 }
