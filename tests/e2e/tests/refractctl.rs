@@ -72,6 +72,35 @@ fn labelled(cp: &ControlPlane, kinds: &str, selector: &str) -> Vec<String> {
     .collect()
 }
 
+/// Fails if the provider holds anything labelled for tenant `origin`.
+fn nothing_left_on_provider(provider: &ControlPlane, when: &str) {
+    let kinds = "namespaces,configmaps,secrets,pods,services,shadowpods.offloading.refract.io";
+    for selector in [
+        "refract.io/tenant=origin",
+        "offloading.refract.io/origin=origin",
+    ] {
+        let left = labelled(provider, kinds, selector);
+        assert!(
+            left.is_empty(),
+            "left on the provider {when} ({selector}): {left:?}"
+        );
+    }
+}
+
+/// Fails if the origin holds anything labelled for the peering with `provider`.
+fn nothing_left_on_origin(origin: &ControlPlane, when: &str) {
+    for selector in [
+        "refract.io/peering=provider",
+        "liqo.io/remote-cluster-id=provider",
+    ] {
+        let left = labelled(origin, "nodes,deployments,secrets,pods,leases", selector);
+        assert!(
+            left.is_empty(),
+            "left on the origin {when} ({selector}): {left:?}"
+        );
+    }
+}
+
 /// The messages of events with `reason` on the NamespaceOffloading of `ns`.
 fn nso_event_messages(origin: &ControlPlane, ns: &str, reason: &str) -> Option<String> {
     let selector = format!("involvedObject.kind=NamespaceOffloading,reason={reason}");
@@ -458,17 +487,17 @@ data: {greeting: hello}
 
     // unpeer: graceful; nothing labelled for the tenant is left on either side.
     let started = Instant::now();
-    let unpeered = ok(&refractctl(&[
+    let unpeer = [
         "unpeer",
         "--origin-kubeconfig",
         &okc,
-        "--provider-kubeconfig",
-        &pkc,
         "--provider-id",
         "provider",
-        "--timeout",
-        "3m",
-    ]));
+    ];
+    let with_provider = ["--provider-kubeconfig", &pkc];
+    let unpeered = ok(&refractctl(
+        &[&unpeer[..], &with_provider, &["--timeout", "3m"]].concat(),
+    ));
     println!("unpeer took {:.1?}", started.elapsed());
     assert!(unpeered.contains("unpeered: virtual node refract-provider removed"));
     assert!(unpeered.contains("provider: no namespace of tenant origin is left"));
@@ -476,24 +505,8 @@ data: {greeting: hello}
     assert!(
         unpeered.contains("nothing labelled for the peering with provider is left on the origin")
     );
-    let kinds = "namespaces,configmaps,secrets,pods,services,shadowpods.offloading.refract.io";
-    for selector in [
-        "refract.io/tenant=origin",
-        "offloading.refract.io/origin=origin",
-    ] {
-        let left = labelled(&provider, kinds, selector);
-        assert!(
-            left.is_empty(),
-            "left on the provider ({selector}): {left:?}"
-        );
-    }
-    for selector in [
-        "refract.io/peering=provider",
-        "liqo.io/remote-cluster-id=provider",
-    ] {
-        let left = labelled(&origin, "nodes,deployments,secrets,pods,leases", selector);
-        assert!(left.is_empty(), "left on the origin ({selector}): {left:?}");
-    }
+    nothing_left_on_provider(&provider, "after unpeer");
+    nothing_left_on_origin(&origin, "after unpeer");
     let status = ok(&refractctl(&["status", "--origin-kubeconfig", &okc]));
     assert!(status.contains("no peerings"));
 
@@ -572,31 +585,16 @@ data: {greeting: hello}
     )
     .await;
     let started = Instant::now();
-    let forced = ok(&refractctl(&[
-        "unpeer",
-        "--origin-kubeconfig",
-        &okc,
-        "--provider-id",
-        "provider",
-        "--force",
-        "--timeout",
-        "2m",
-    ]));
+    let forced = ok(&refractctl(
+        &[&unpeer[..], &["--force", "--timeout", "2m"]].concat(),
+    ));
     println!("forced unpeer took {:.1?}", started.elapsed());
     assert!(forced.contains("the provider was not touched"), "{forced}");
     assert!(
         forced.contains("nothing labelled for the peering with provider is left on the origin"),
         "{forced}"
     );
-    let left = labelled(
-        &origin,
-        "nodes,deployments,secrets,pods,leases",
-        "refract.io/peering=provider",
-    );
-    assert!(
-        left.is_empty(),
-        "left on the origin after --force: {left:?}"
-    );
+    nothing_left_on_origin(&origin, "after the forced unpeer");
     let phase = kubectl(
         &provider,
         &[
@@ -614,32 +612,17 @@ data: {greeting: hello}
         "the provider's pod must outlive a forced unpeer of the origin"
     );
 
-    let cleaned = ok(&refractctl(&[
-        "unpeer",
-        "--origin-kubeconfig",
-        &okc,
-        "--provider-kubeconfig",
-        &pkc,
-        "--provider-id",
-        "provider",
-        "--origin-id",
-        "origin",
-        "--force",
-        "--timeout",
-        "2m",
-    ]));
+    let cleaned = ok(&refractctl(
+        &[
+            &unpeer[..],
+            &with_provider,
+            &["--origin-id", "origin", "--force", "--timeout", "2m"],
+        ]
+        .concat(),
+    ));
     assert!(
         cleaned.contains("provider: no namespace of tenant origin is left"),
         "{cleaned}"
     );
-    for selector in [
-        "refract.io/tenant=origin",
-        "offloading.refract.io/origin=origin",
-    ] {
-        let left = labelled(&provider, kinds, selector);
-        assert!(
-            left.is_empty(),
-            "left on the provider ({selector}): {left:?}"
-        );
-    }
+    nothing_left_on_provider(&provider, "after the forced unpeer with its kubeconfig");
 }
