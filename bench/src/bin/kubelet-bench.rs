@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
+use refract_bench::stats::{ms, percentile};
 use refract_e2e::{busybox, kubectl_stdin, origin_get, Peering};
 
 /// Measures logs, exec and reflection latency under log streams, through Refract and directly.
@@ -73,18 +74,6 @@ fn time_to_exit(mut cmd: Command) -> anyhow::Result<Duration> {
     let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
     anyhow::ensure!(status.success(), "the command failed: {status}");
     Ok(started.elapsed())
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// Runs `measure` alternately through the origin and directly on the provider; medians.

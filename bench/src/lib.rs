@@ -1,0 +1,3 @@
+//! What the benchmark binaries share: percentiles over measured durations.
+
+pub mod stats;
