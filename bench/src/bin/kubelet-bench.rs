@@ -10,18 +10,14 @@
 //!
 //! It starts and stops everything itself (about five minutes).
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::{watcher, WatchStreamExt};
-use kube::ResourceExt;
+use refract_bench::sightings::FirstSeen;
 use refract_bench::stats::{ms, percentile};
 use refract_e2e::{busybox, kubectl_stdin, origin_get, Peering};
 
@@ -98,48 +94,10 @@ fn compare(
     Ok((percentile(&refract, 50.0), percentile(&direct, 50.0)))
 }
 
-/// First sightings of ConfigMaps on the provider, by name.
-#[derive(Clone, Default)]
-struct Sightings(Arc<Mutex<HashMap<String, Instant>>>);
-
-impl Sightings {
-    async fn watch(client: kube::Client) -> Self {
-        let seen = Self::default();
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let map = seen.0.clone();
-        tokio::spawn(async move {
-            let mut ready = Some(ready_tx);
-            let api: Api<ConfigMap> = Api::namespaced(client, TWIN);
-            let mut events = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            while let Some(event) = events.next().await {
-                let now = Instant::now();
-                match event {
-                    Ok(watcher::Event::Apply(o)) => {
-                        map.lock()
-                            .expect("sightings")
-                            .entry(o.name_any())
-                            .or_insert(now);
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = ready.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        });
-        let _ = ready_rx.await;
-        seen
-    }
-}
-
 /// Creates ConfigMaps at `rate` per second for `seconds`; returns each one's latency.
 async fn latency_window(
     origin: &kube::Client,
-    seen: &Sightings,
+    seen: &FirstSeen,
     prefix: &str,
     rate: u32,
     seconds: u64,
@@ -166,10 +124,7 @@ async fn latency_window(
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let all = {
-            let map = seen.0.lock().expect("sightings");
-            created.iter().all(|(n, _)| map.contains_key(n))
-        };
+        let all = { created.iter().all(|(n, _)| seen.of(n).is_some()) };
         if all {
             break;
         }
@@ -179,10 +134,13 @@ async fn latency_window(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let map = seen.0.lock().expect("sightings");
     Ok(created
         .iter()
-        .map(|(n, at)| map[n].saturating_duration_since(*at))
+        .map(|(n, at)| {
+            seen.of(n)
+                .expect("every one seen")
+                .saturating_duration_since(*at)
+        })
         .collect())
 }
 
@@ -283,7 +241,11 @@ spec:
         args.rate, args.windows, args.window_seconds, args.streams
     );
     let origin = p.origin.client().await?;
-    let seen = Sightings::watch(p.provider.client().await?).await;
+    let seen = FirstSeen::watch(
+        Api::<ConfigMap>::namespaced(p.provider.client().await?, TWIN),
+        |_| true,
+    )
+    .await;
     let (mut quiet, mut loaded) = (Vec::new(), Vec::new());
     for window in 0..args.windows * 2 {
         let with_streams = window % 2 == 1;

@@ -5,23 +5,20 @@
 //!   before the create call until a watch sees the pod `Running`, at the origin for an offloaded
 //!   pod and on the provider for a direct one; p50, p99 and their ratio. For offloaded pods, also where the time went: origin create → the
 //!   provider's twin pod `Running`, and that → the origin pod `Running` (status written back).
-//! - A Deployment of many replicas at the origin, then the same Deployment on the provider: the
-//!   time from creating it until every replica is `Running` where it was created.
+//! - A Deployment of many replicas at the origin and the same Deployment on the provider, in
+//!   rounds taking turns: the time from creating it until every replica is `Running` where it
+//!   was created.
 //!
 //! It starts and stops everything itself (about ten minutes with the defaults).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::runtime::{watcher, WatchStreamExt};
-use kube::ResourceExt;
+use refract_bench::sightings::FirstSeen;
 use refract_bench::stats::{ms, percentile};
 use refract_e2e::{busybox, kubectl_stdin, Peering};
 use serde_json::json;
@@ -36,6 +33,9 @@ struct Args {
     /// Replicas of the Deployment timed per side.
     #[arg(long, default_value_t = 100)]
     replicas: u32,
+    /// Deployments timed per side, taking turns (Refract first in odd rounds).
+    #[arg(long, default_value_t = 2)]
+    deployment_rounds: usize,
     /// Longest wait for one pod, or for a Deployment, to be Running, seconds.
     #[arg(long, default_value_t = 300)]
     timeout_seconds: u64,
@@ -47,61 +47,6 @@ const OFFLOADED: &str = "bench";
 const TWIN: &str = "bench-origin";
 /// A provider namespace of its own for the pods created directly there.
 const DIRECT: &str = "direct";
-
-/// When a watch first saw each pod of one namespace `Running`, by name.
-#[derive(Clone, Default)]
-struct RunningSince(Arc<Mutex<HashMap<String, Instant>>>);
-
-impl RunningSince {
-    /// Watches `namespace`; returns once the watch has listed what is there.
-    async fn watch(client: kube::Client, namespace: &str) -> Self {
-        let seen = Self::default();
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let map = seen.0.clone();
-        let api: Api<Pod> = Api::namespaced(client, namespace);
-        tokio::spawn(async move {
-            let mut ready = Some(ready_tx);
-            let mut events = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            while let Some(event) = events.next().await {
-                let now = Instant::now();
-                match event {
-                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))
-                        if is_running(&pod) =>
-                    {
-                        map.lock()
-                            .expect("sightings")
-                            .entry(pod.name_any())
-                            .or_insert(now);
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = ready.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        });
-        let _ = ready_rx.await;
-        seen
-    }
-
-    fn of(&self, name: &str) -> Option<Instant> {
-        self.0.lock().expect("sightings").get(name).copied()
-    }
-
-    /// Pods seen Running whose names start with `prefix`, and the latest time one was first seen.
-    fn with_prefix(&self, prefix: &str) -> (usize, Option<Instant>) {
-        let map = self.0.lock().expect("sightings");
-        let times = map
-            .iter()
-            .filter(|(name, _)| name.starts_with(prefix))
-            .map(|(_, at)| *at);
-        (times.clone().count(), times.max())
-    }
-}
 
 fn is_running(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
@@ -140,7 +85,7 @@ async fn wait_until(
 struct Side {
     pods: Api<Pod>,
     deployments: Api<Deployment>,
-    running: RunningSince,
+    running: FirstSeen,
 }
 
 impl Side {
@@ -184,16 +129,52 @@ impl Side {
             .create(&PostParams::default(), &deployment)
             .await?;
         let prefix = format!("{name}-");
-        wait_until(
+        let waited = wait_until(
             &format!("Deployment {name}: {replicas} Running"),
             timeout,
             || self.running.with_prefix(&prefix).0 >= replicas as usize,
         )
-        .await?;
+        .await;
+        if let Err(e) = waited {
+            return Err(e.context(self.why_not_running().await));
+        }
         let (_, last) = self.running.with_prefix(&prefix);
         Ok(last
             .expect("replicas seen")
             .saturating_duration_since(created))
+    }
+}
+
+impl Side {
+    /// What the pods not Running here are waiting for, counted by phase and reason.
+    async fn why_not_running(&self) -> String {
+        let pods = match self.pods.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(e) => return format!("pods could not be listed: {e}"),
+        };
+        let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
+        for pod in pods.iter().filter(|p| !is_running(p)) {
+            let status = pod.status.clone().unwrap_or_default();
+            let waiting = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+                .next();
+            let condition = status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.status == "False")
+                .map(|c| format!("{}: {}", c.type_, c.message.clone().unwrap_or_default()));
+            let why = format!(
+                "{} {}",
+                status.phase.unwrap_or_else(|| "no phase".into()),
+                waiting.or(condition).unwrap_or_default()
+            );
+            *reasons.entry(why).or_default() += 1;
+        }
+        format!("{} pods, not Running: {reasons:?}", pods.len())
     }
 }
 
@@ -248,12 +229,84 @@ fn p50_p99(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (percentile(&samples, 50.0), percentile(&samples, 99.0))
 }
 
+/// The single pods' tables: both sides' percentiles, and where an offloaded pod's time went.
+fn print_singles(
+    pods: usize,
+    refract: Vec<Duration>,
+    provider: Vec<Duration>,
+    forward: Vec<Duration>,
+    back: Vec<Duration>,
+) {
+    let (r50, r99) = p50_p99(refract);
+    let (d50, d99) = p50_p99(provider);
+    let (f50, f99) = p50_p99(forward);
+    let (b50, b99) = p50_p99(back);
+    println!();
+    println!(
+        "| pod created → Running ({} pods each) | through Refract, at the origin | direct on the provider | ratio |",
+        pods
+    );
+    println!("|---|---|---|---|");
+    for (name, a, b) in [("p50", r50, d50), ("p99", r99, d99)] {
+        println!(
+            "| {name} | {:.0} ms | {:.0} ms | {:.2}x |",
+            ms(a),
+            ms(b),
+            ms(a) / ms(b)
+        );
+    }
+    println!();
+    println!("| where an offloaded pod's time went | p50 | p99 |");
+    println!("|---|---|---|");
+    println!(
+        "| origin create → its twin Running on the provider | {:.0} ms | {:.0} ms |",
+        ms(f50),
+        ms(f99)
+    );
+    println!(
+        "| twin Running → origin pod Running (status written back) | {:.0} ms | {:.0} ms |",
+        ms(b50),
+        ms(b99)
+    );
+}
+
+/// The Deployment table: each round's times (Refract, direct) and their mean.
+fn print_deployments(replicas: u32, rounds: &[[Duration; 2]]) {
+    println!();
+    println!(
+        "| Deployment of {replicas} replicas, created → all Running | through Refract, at the origin | direct on the provider | ratio |"
+    );
+    println!("|---|---|---|---|");
+    let row = |name: &str, refract: f64, direct: f64| {
+        println!(
+            "| {name} | {refract:.1} s | {direct:.1} s | {:.2}x |",
+            refract / direct
+        )
+    };
+    for (i, [refract, direct]) in rounds.iter().enumerate() {
+        let first = if i % 2 == 0 { "Refract" } else { "direct" };
+        row(
+            &format!("round {} ({first} first)", i + 1),
+            refract.as_secs_f64(),
+            direct.as_secs_f64(),
+        );
+    }
+    if rounds.len() > 1 {
+        let mean = |side: usize| {
+            rounds.iter().map(|r| r[side].as_secs_f64()).sum::<f64>() / rounds.len() as f64
+        };
+        row("mean", mean(0), mean(1));
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let timeout = Duration::from_secs(args.timeout_seconds);
     eprintln!("[pod-bench] starting two control planes, a real provider node and the agents");
-    let p = Peering::start_offloading().await?;
+    // The provider is one node of 110 pods; the default 90 % share would offer 99, and a
+    // Deployment of 100 must fit on the virtual node as on the provider.
+    let p = Peering::start_offloading_with(&["--sharing-percentage=100"]).await?;
     let image = busybox();
     kubectl_stdin(
         &p.origin,
@@ -276,15 +329,21 @@ async fn main() -> anyhow::Result<()> {
     let origin = Side {
         pods: Api::namespaced(origin_client.clone(), OFFLOADED),
         deployments: Api::namespaced(origin_client.clone(), OFFLOADED),
-        running: RunningSince::watch(origin_client.clone(), OFFLOADED).await,
+        running: FirstSeen::watch(
+            Api::namespaced(origin_client.clone(), OFFLOADED),
+            is_running,
+        )
+        .await,
     };
     let direct = Side {
         pods: Api::namespaced(provider_client.clone(), DIRECT),
         deployments: Api::namespaced(provider_client.clone(), DIRECT),
-        running: RunningSince::watch(provider_client.clone(), DIRECT).await,
+        running: FirstSeen::watch(Api::namespaced(provider_client.clone(), DIRECT), is_running)
+            .await,
     };
     let twin_pods: Api<Pod> = Api::namespaced(provider_client.clone(), TWIN);
-    let twin_running = RunningSince::watch(provider_client.clone(), TWIN).await;
+    let twin_running =
+        FirstSeen::watch(Api::namespaced(provider_client.clone(), TWIN), is_running).await;
 
     eprintln!("[pod-bench] warm-up: one pod on each side");
     origin.time_pod("warm-up", &image, timeout).await?;
@@ -314,66 +373,37 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
+    if args.pods > 0 {
+        print_singles(args.pods, refract, provider, forward, back);
+    }
     eprintln!("[pod-bench] removing the single pods");
     clear(&origin, &direct, &twin_pods, timeout).await?;
-    eprintln!(
-        "[pod-bench] a Deployment of {} replicas at the origin",
-        args.replicas
-    );
-    let fleet_refract = origin
-        .time_deployment("fleet", args.replicas, &image, timeout)
-        .await?;
-    eprintln!("[pod-bench] removing it");
-    clear(&origin, &direct, &twin_pods, timeout).await?;
-    eprintln!("[pod-bench] the same Deployment directly on the provider");
-    let fleet_direct = direct
-        .time_deployment("fleet", args.replicas, &image, timeout)
-        .await?;
-    clear(&origin, &direct, &twin_pods, timeout).await?;
 
-    let (r50, r99) = p50_p99(refract);
-    let (d50, d99) = p50_p99(provider);
-    let (f50, f99) = p50_p99(forward);
-    let (b50, b99) = p50_p99(back);
-    println!();
-    println!(
-        "| pod created → Running ({} pods each) | through Refract, at the origin | direct on the provider | ratio |",
-        args.pods
-    );
-    println!("|---|---|---|---|");
-    for (name, a, b) in [("p50", r50, d50), ("p99", r99, d99)] {
-        println!(
-            "| {name} | {:.0} ms | {:.0} ms | {:.2}x |",
-            ms(a),
-            ms(b),
-            ms(a) / ms(b)
-        );
+    let mut fleets = Vec::new();
+    for round in 0..args.deployment_rounds {
+        // Alternate which goes first: a node that has just removed 100 pods may still be
+        // tearing their sandboxes down.
+        let mut times = [Duration::ZERO; 2];
+        for through_refract in [round % 2 == 0, round % 2 == 1] {
+            let (side, where_) = if through_refract {
+                (&origin, "at the origin")
+            } else {
+                (&direct, "directly on the provider")
+            };
+            eprintln!(
+                "[pod-bench] deployment round {}: {} replicas {where_}",
+                round + 1,
+                args.replicas
+            );
+            let name = format!("fleet{round}");
+            times[usize::from(!through_refract)] = side
+                .time_deployment(&name, args.replicas, &image, timeout)
+                .await?;
+            clear(&origin, &direct, &twin_pods, timeout).await?;
+        }
+        fleets.push(times);
     }
-    println!();
-    println!("| where an offloaded pod's time went | p50 | p99 |");
-    println!("|---|---|---|");
-    println!(
-        "| origin create → its twin Running on the provider | {:.0} ms | {:.0} ms |",
-        ms(f50),
-        ms(f99)
-    );
-    println!(
-        "| twin Running → origin pod Running (status written back) | {:.0} ms | {:.0} ms |",
-        ms(b50),
-        ms(b99)
-    );
-    println!();
-    println!(
-        "| Deployment of {} replicas, created → all Running | through Refract, at the origin | direct on the provider | ratio |",
-        args.replicas
-    );
-    println!("|---|---|---|---|");
-    println!(
-        "| time | {:.1} s | {:.1} s | {:.2}x |",
-        fleet_refract.as_secs_f64(),
-        fleet_direct.as_secs_f64(),
-        fleet_refract.as_secs_f64() / fleet_direct.as_secs_f64()
-    );
+    print_deployments(args.replicas, &fleets);
     drop(p);
     Ok(())
 }
