@@ -3,8 +3,9 @@
 //!
 //! - Single pods, one at a time, taking turns (Refract first in even turns): the time from just
 //!   before the create call until a watch sees the pod `Running`, at the origin for an offloaded
-//!   pod and on the provider for a direct one; p50, p99 and their ratio. For offloaded pods, also where the time went: origin create → the
-//!   provider's twin pod `Running`, and that → the origin pod `Running` (status written back).
+//!   pod and on the provider for a direct one; p50, p99 and their ratio. For offloaded pods,
+//!   also where the time went: origin create → the provider's twin pod `Running`, and that →
+//!   the origin pod `Running` (status written back).
 //! - A Deployment of many replicas at the origin and the same Deployment on the provider, in
 //!   rounds taking turns: the time from creating it until every replica is `Running` where it
 //!   was created.
@@ -143,9 +144,7 @@ impl Side {
             .expect("replicas seen")
             .saturating_duration_since(created))
     }
-}
 
-impl Side {
     /// What the pods not Running here are waiting for, counted by phase and reason.
     async fn why_not_running(&self) -> String {
         let pods = match self.pods.list(&ListParams::default()).await {
