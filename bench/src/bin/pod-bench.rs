@@ -90,13 +90,14 @@ struct Side {
 }
 
 impl Side {
-    /// Creates pod `name` and waits until it is Running; the time from the create call.
+    /// Creates pod `name` and waits until it is Running; when the create call started and when
+    /// the pod was first seen Running.
     async fn time_pod(
         &self,
         name: &str,
         image: &str,
         timeout: Duration,
-    ) -> anyhow::Result<(Instant, Duration)> {
+    ) -> anyhow::Result<(Instant, Instant)> {
         let mut pod: Pod = serde_json::from_value(sleeper(image, json!({"bench": "single"})))?;
         pod.metadata.name = Some(name.to_string());
         let created = Instant::now();
@@ -105,8 +106,7 @@ impl Side {
             self.running.of(name).is_some()
         })
         .await?;
-        let running = self.running.of(name).expect("seen");
-        Ok((created, running.saturating_duration_since(created)))
+        Ok((created, self.running.of(name).expect("seen")))
     }
 
     /// Creates Deployment `name` of `replicas` and waits until every replica is Running.
@@ -359,15 +359,16 @@ async fn main() -> anyhow::Result<()> {
         for through_refract in [turn % 2 == 0, turn % 2 == 1] {
             let name = format!("single-{turn}");
             if through_refract {
-                let (created, latency) = origin.time_pod(&name, &image, timeout).await?;
+                let (created, running) = origin.time_pod(&name, &image, timeout).await?;
                 let twin = twin_running.of(&name).with_context(|| {
                     format!("{name} Running at the origin before its twin on the provider")
                 })?;
                 forward.push(twin.saturating_duration_since(created));
-                back.push((created + latency).saturating_duration_since(twin));
-                refract.push(latency);
+                back.push(running.saturating_duration_since(twin));
+                refract.push(running.saturating_duration_since(created));
             } else {
-                provider.push(direct.time_pod(&name, &image, timeout).await?.1);
+                let (created, running) = direct.time_pod(&name, &image, timeout).await?;
+                provider.push(running.saturating_duration_since(created));
             }
         }
     }
