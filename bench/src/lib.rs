@@ -1,5 +1,6 @@
-//! What the benchmark binaries share: percentiles over measured durations, and first sightings
-//! of objects by a watch.
+//! What the benchmark binaries share: percentiles over measured durations, first sightings of
+//! objects by a watch, and processes' memory and CPU time.
 
+pub mod procfs;
 pub mod sightings;
 pub mod stats;

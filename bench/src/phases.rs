@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::load;
-use crate::measure::{cpu_seconds, rss_bytes};
 use crate::report::SystemResult;
 use crate::say;
 use crate::sides::Side;
+use refract_bench::procfs::{cpu_seconds, rss_bytes};
 
 /// How long any one wait may take before the run fails.
 pub const PATIENCE: Duration = Duration::from_secs(900);

@@ -38,7 +38,7 @@ pub trait Side {
     fn cpu_seconds(&self) -> f64 {
         self.processes()
             .iter()
-            .map(|(_, pid)| crate::measure::cpu_seconds(*pid))
+            .map(|(_, pid)| refract_bench::procfs::cpu_seconds(*pid))
             .sum()
     }
 }

@@ -385,7 +385,7 @@ impl Applier {
         resource_version: Option<String>,
     ) -> ApplyResult {
         if result == Ok(Applied::Unchanged) {
-            self.desired.remember(key, desired, resource_version);
+            self.desired.remember(key, &desired, resource_version);
         }
         result
     }
@@ -417,8 +417,9 @@ impl Applier {
         if let Some(previous) = self.desired.keys_of(&key) {
             owned.extend(previous);
         }
-        let patch = merge_patch(desired.clone(), &owned);
-        self.write_body(api, key, desired, patch, Mode::Merge).await
+        self.desired.begin_write(key.clone(), &desired);
+        let patch = merge_patch(desired, &owned);
+        self.send(api, key, patch, Mode::Merge).await
     }
 
     /// Writes `desired`, recording it as the agent's own write while it is under way (so its
@@ -430,20 +431,19 @@ impl Applier {
         desired: serde_json::Value,
         mode: Mode,
     ) -> Result<Applied, Refused> {
-        self.write_body(api, key, desired.clone(), desired, mode)
-            .await
+        self.desired.begin_write(key.clone(), &desired);
+        self.send(api, key, desired, mode).await
     }
 
-    /// Sends `body` to make the object `desired` (they differ for a merge patch only).
-    async fn write_body(
+    /// Sends `body`, which makes the object what [`DesiredStore::begin_write`] just recorded
+    /// for `key`, and records how the write ended.
+    async fn send(
         &self,
         api: &Api<DynamicObject>,
         key: ObjectKey,
-        desired: serde_json::Value,
         body: serde_json::Value,
         mode: Mode,
     ) -> Result<Applied, Refused> {
-        self.desired.begin_write(key.clone(), desired);
         match write::write(api, &self.client, &key.name, body, mode).await {
             Ok(rv) => {
                 self.desired.set_written(&key, rv);

@@ -22,7 +22,7 @@ use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::merge::writes_without_apply;
+use crate::apply::merge::{compact_fields, writes_without_apply};
 use crate::kinds::Allowed;
 use whole::{OwnEvents, WATCHED_WHOLE};
 
@@ -126,6 +126,7 @@ pub fn spawn(
                     let managed = obj.managed_fields_mut();
                     if keeps_own_fields {
                         managed.retain(|e| e.manager.as_deref() == Some(REMOTE_FIELD_MANAGER));
+                        managed.iter_mut().for_each(compact_fields);
                     } else {
                         managed.clear();
                     }

@@ -1,0 +1,546 @@
+//! `tenants-bench`: one remote agent serving many origin tenants at once.
+//!
+//! Two control planes (origin and provider) and one remote agent in release builds; then as
+//! many local agents as tenants, each with a client certificate of its own cluster id, all on
+//! the one origin. Every tenant extends a namespace of its own: its NamespaceOffloading selects
+//! that tenant's virtual node only, so each local agent reflects one namespace. Then:
+//!
+//! - **Burst**: every tenant's ConfigMaps are created at once, interleaved across tenants, as
+//!   fast as the origin takes them. Aggregate throughput (all objects / time until a watch on
+//!   the provider has seen the last one), each tenant's completion time and latencies, and
+//!   fairness: the slowest tenant's completion against the median tenant's.
+//! - **Steady**: new ConfigMaps at a fixed rate, spread evenly over the tenants; each tenant's
+//!   p50 and p99 from its create call to the provider watch's first sight, and fairness: the
+//!   worst tenant p99 against the median tenant p99.
+//! - The remote agent's resident memory (no tenant, every tenant connected with nothing
+//!   reflected, every tenant's objects reflected) and CPU time, per tenant.
+//!
+//! It starts and stops everything itself.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use futures::{stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ObjectMeta, PostParams};
+use refract_bench::procfs::{cpu_seconds, rss_bytes};
+use refract_bench::sightings::FirstSeen;
+use refract_bench::stats::{ms, percentile};
+use refract_e2e::{free_port, kubectl_stdin, Agent, Peering};
+use serde_json::json;
+
+/// Measures one remote agent serving many origin tenants at once.
+#[derive(Debug, Parser)]
+#[command(name = "tenants-bench", version, about, long_about)]
+struct Args {
+    /// Origin tenants: local agents with distinct cluster ids, one namespace each.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=99))]
+    tenants: u16,
+    /// ConfigMaps each tenant creates in the burst.
+    #[arg(long, default_value_t = 1000)]
+    objects: usize,
+    /// ConfigMap payload, bytes.
+    #[arg(long, default_value_t = 1024)]
+    data_bytes: usize,
+    /// Aggregate rate of the steady phase, objects per second over all tenants (default: half
+    /// the burst's aggregate throughput).
+    #[arg(long)]
+    steady_rate: Option<f64>,
+    /// Length of the steady phase, seconds.
+    #[arg(long, default_value_t = 30)]
+    steady_seconds: u64,
+    /// Longest wait for a phase's objects to reach the provider, seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_seconds: u64,
+    /// Where etcd keeps its data (a tmpfs by default, so disk stalls do not decide the tail).
+    #[arg(long, default_value = "/dev/shm")]
+    etcd_parent: PathBuf,
+    /// Where the JSON of the run is written.
+    #[arg(long, default_value = "target/bench/tenants.json")]
+    json: PathBuf,
+}
+
+/// Origin requests in flight while loading.
+const WRITERS: usize = 32;
+
+fn say(message: &str) {
+    eprintln!("\x1b[1m[tenants-bench]\x1b[0m {message}");
+}
+
+/// One origin tenant: its local agent, namespaces and the provider watch of its twin.
+struct Tenant {
+    id: String,
+    origin_ns: String,
+    agent: Agent,
+    seen: FirstSeen,
+}
+
+impl Tenant {
+    fn twin_ns(id: &str, origin_ns: &str) -> String {
+        format!("{origin_ns}-{id}")
+    }
+}
+
+/// Starts tenant `n`'s local agent and extends its namespace to its own virtual node only.
+async fn start_tenant(
+    peering: &Peering,
+    provider: &kube::Client,
+    n: u16,
+) -> anyhow::Result<Tenant> {
+    let id = format!("tenant-{n:02}");
+    let origin_ns = format!("t{n:02}");
+    let node = format!("refract-{id}");
+    let certs = peering.certs.issue(&id, &id, "client", &[]);
+    let args = vec![
+        format!("--remote={}", peering.remote_addr),
+        format!("--tls-cert={}", certs.join("tls.crt").display()),
+        format!("--tls-key={}", certs.join("tls.key").display()),
+        format!("--server-ca={}", certs.join("ca.crt").display()),
+        format!("--cluster-id={id}"),
+        "--remote-cluster-id=provider".into(),
+        format!("--node-name={node}"),
+        format!("--kubeconfig={}", peering.origin.kubeconfig.display()),
+        format!("--admin-listen=127.0.0.1:{}", free_port()),
+    ];
+    let agent = Agent::spawn(
+        "local-agent",
+        &args,
+        peering.dir.path().join(format!("local-agent-{id}.log")),
+    );
+    kubectl_stdin(
+        &peering.origin,
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {origin_ns}}}\n---\n\
+             apiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\n\
+             metadata: {{name: offloading, namespace: {origin_ns}}}\n\
+             spec: {{clusterSelector: {{nodeSelectorTerms: [{{matchExpressions: \
+             [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]}}]}}}}\n"
+        ),
+    );
+    let twin = Tenant::twin_ns(&id, &origin_ns);
+    let namespaces: Api<Namespace> = Api::all(provider.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while namespaces.get_opt(&twin).await?.is_none() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "tenant {id}: twin namespace {twin} not created within 120 s; its log: {}",
+            agent.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = FirstSeen::watch(
+        Api::<ConfigMap>::namespaced(provider.clone(), &twin),
+        |_| true,
+    )
+    .await;
+    Ok(Tenant {
+        id,
+        origin_ns,
+        agent,
+        seen,
+    })
+}
+
+fn config_map(name: &str, bytes: usize) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("payload".into(), "x".repeat(bytes))])),
+        ..Default::default()
+    }
+}
+
+/// One created object: its tenant's index, name, and when its create call started.
+type Sent = (usize, String, Instant);
+
+/// Creates `per_tenant` ConfigMaps `<prefix><j>` in every tenant's namespace, interleaved
+/// across tenants, as fast as the origin takes them.
+async fn burst(
+    origin: &kube::Client,
+    tenants: &[Tenant],
+    prefix: &str,
+    per_tenant: usize,
+    bytes: usize,
+) -> anyhow::Result<Vec<Sent>> {
+    let n = tenants.len();
+    stream::iter(0..n * per_tenant)
+        .map(|k| {
+            let (t, j) = (k % n, k / n);
+            let api: Api<ConfigMap> = Api::namespaced(origin.clone(), &tenants[t].origin_ns);
+            let name = format!("{prefix}{j}");
+            async move {
+                let sent = Instant::now();
+                api.create(&PostParams::default(), &config_map(&name, bytes))
+                    .await
+                    .map(|_| (t, name, sent))
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .try_collect()
+        .await
+        .context("origin create failed")
+}
+
+/// Creates ConfigMaps `<prefix><i>` at `rate` per second over all tenants for `duration`,
+/// object `i` in tenant `i % tenants`.
+async fn steady(
+    origin: &kube::Client,
+    tenants: &[Tenant],
+    prefix: &str,
+    rate: f64,
+    duration: Duration,
+    bytes: usize,
+) -> anyhow::Result<Vec<Sent>> {
+    let count = (rate * duration.as_secs_f64()).ceil().max(1.0) as usize;
+    let start = tokio::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..count {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+        let t = i % tenants.len();
+        let api: Api<ConfigMap> = Api::namespaced(origin.clone(), &tenants[t].origin_ns);
+        let name = format!("{prefix}{i}");
+        tasks.spawn(async move {
+            let sent = Instant::now();
+            api.create(&PostParams::default(), &config_map(&name, bytes))
+                .await
+                .map(|_| (t, name, sent))
+        });
+    }
+    let mut sent = Vec::with_capacity(count);
+    while let Some(r) = tasks.join_next().await {
+        sent.push(r?.context("origin create failed")?);
+    }
+    Ok(sent)
+}
+
+/// Waits until every sent object was seen on the provider.
+async fn until_seen(tenants: &[Tenant], sent: &[Sent], timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let missing = sent
+            .iter()
+            .filter(|(t, name, _)| tenants[*t].seen.of(name).is_none())
+            .count();
+        if missing == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{missing} of {} objects not on the provider after {timeout:?}",
+            sent.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One tenant's figures in a phase.
+#[derive(Debug, Clone, serde::Serialize)]
+struct TenantFigures {
+    tenant: String,
+    /// First create of the phase (any tenant) until this tenant's last object was seen, ms.
+    done_ms: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn figures(tenants: &[Tenant], sent: &[Sent], start: Instant) -> Vec<TenantFigures> {
+    tenants
+        .iter()
+        .enumerate()
+        .map(|(i, tenant)| {
+            let mut latencies = Vec::new();
+            let mut last = start;
+            for (_, name, at) in sent.iter().filter(|(t, _, _)| *t == i) {
+                let seen = tenant.seen.of(name).expect("every object was seen");
+                last = last.max(seen);
+                latencies.push(seen.saturating_duration_since(*at));
+            }
+            latencies.sort();
+            TenantFigures {
+                tenant: tenant.id.clone(),
+                done_ms: ms(last - start),
+                p50_ms: ms(percentile(&latencies, 50.0)),
+                p99_ms: ms(percentile(&latencies, 99.0)),
+            }
+        })
+        .collect()
+}
+
+/// The median of `values` (the lower middle for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[(values.len() - 1) / 2]
+}
+
+/// Every sent object's latency, sorted.
+fn pooled(tenants: &[Tenant], sent: &[Sent]) -> Vec<Duration> {
+    let mut all: Vec<Duration> = sent
+        .iter()
+        .map(|(t, name, at)| {
+            let seen = tenants[*t].seen.of(name).expect("every object was seen");
+            seen.saturating_duration_since(*at)
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+/// CPU seconds so far of each group of processes the run watches: the remote agent, the local
+/// agents, and each cluster's etcd and API server.
+fn cpu_by_group(remote: u32, tenants: &[Tenant], peering: &Peering) -> BTreeMap<&'static str, f64> {
+    let cluster = |cp: &refract_testkit::ControlPlane| -> f64 {
+        cp.processes()
+            .into_iter()
+            .map(|(_, pid)| cpu_seconds(pid))
+            .sum()
+    };
+    BTreeMap::from([
+        ("remote agent", cpu_seconds(remote)),
+        (
+            "local agents",
+            tenants
+                .iter()
+                .filter_map(|t| t.agent.pid())
+                .map(cpu_seconds)
+                .sum(),
+        ),
+        ("origin etcd + kube-apiserver", cluster(&peering.origin)),
+        ("provider etcd + kube-apiserver", cluster(&peering.provider)),
+    ])
+}
+
+/// What each group spent between two [`cpu_by_group`] readings.
+fn spent(
+    before: &BTreeMap<&'static str, f64>,
+    after: &BTreeMap<&'static str, f64>,
+) -> BTreeMap<&'static str, f64> {
+    after
+        .iter()
+        .map(|(group, cpu)| (*group, cpu - before.get(group).copied().unwrap_or(0.0)))
+        .collect()
+}
+
+/// Resident memory in MiB.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,kube_client::client::builder=off".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if std::env::var_os("REFRACT_BIN_DIR").is_none() {
+        let exe = std::env::current_exe()?;
+        std::env::set_var("REFRACT_BIN_DIR", exe.parent().context("binary folder")?);
+    }
+    // Read by the testkit when it starts etcd.
+    std::env::set_var("REFRACT_ETCD_PARENT", &args.etcd_parent);
+    let timeout = Duration::from_secs(args.timeout_seconds);
+
+    say("starting two control planes (etcd + kube-apiserver 1.20.2) and the remote agent");
+    let mut peering = Peering::start(false).await?;
+    // The peering's own local agent is not one of the measured tenants.
+    if let Some(local) = peering.local.take() {
+        local.stop().await;
+    }
+    let origin = peering.origin.client().await?;
+    let provider = peering.provider.client().await?;
+    let remote_pid = peering
+        .remote
+        .as_ref()
+        .and_then(Agent::pid)
+        .context("remote agent not running")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_empty = rss_bytes(remote_pid);
+
+    say(&format!(
+        "starting {} local agents, one tenant each, and extending one namespace per tenant",
+        args.tenants
+    ));
+    let mut tenants = Vec::new();
+    for n in 1..=args.tenants {
+        tenants.push(start_tenant(&peering, &provider, n).await?);
+    }
+    // Let every reflector see its extension, and the connections settle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_connected = rss_bytes(remote_pid);
+
+    let total = tenants.len() * args.objects;
+    say(&format!(
+        "burst: {} ConfigMaps of {} bytes in each of {} namespaces ({total} in all)",
+        args.objects,
+        args.data_bytes,
+        tenants.len()
+    ));
+    let cpu0 = cpu_by_group(remote_pid, &tenants, &peering);
+    let start = Instant::now();
+    let sent = burst(&origin, &tenants, "b-", args.objects, args.data_bytes).await?;
+    until_seen(&tenants, &sent, timeout).await?;
+    let burst_secs = start.elapsed().as_secs_f64();
+    let burst_cpu = spent(&cpu0, &cpu_by_group(remote_pid, &tenants, &peering));
+    let burst_remote_cpu = burst_cpu["remote agent"];
+    let burst_tenants = figures(&tenants, &sent, start);
+    // Until the remote agent's store and buffers settle after the burst.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_full = rss_bytes(remote_pid);
+    let throughput = total as f64 / burst_secs;
+    let burst_done: Vec<f64> = burst_tenants.iter().map(|f| f.done_ms).collect();
+    let mut done_sorted = burst_done.clone();
+    done_sorted.sort_by(f64::total_cmp);
+    let (fastest, median_done, slowest) = (
+        done_sorted[0],
+        median(burst_done),
+        done_sorted[done_sorted.len() - 1],
+    );
+    let burst_fairness = slowest / median_done;
+
+    let rate = args.steady_rate.unwrap_or(throughput / 2.0);
+    let window = Duration::from_secs(args.steady_seconds);
+    say(&format!(
+        "steady: {rate:.0} ConfigMaps/s over all tenants ({:.1}/s each) for {} s",
+        rate / tenants.len() as f64,
+        args.steady_seconds
+    ));
+    let cpu0 = cpu_by_group(remote_pid, &tenants, &peering);
+    let start = Instant::now();
+    let sent = steady(&origin, &tenants, "s-", rate, window, args.data_bytes).await?;
+    until_seen(&tenants, &sent, timeout).await?;
+    let steady_secs = start.elapsed().as_secs_f64();
+    let steady_cpu = spent(&cpu0, &cpu_by_group(remote_pid, &tenants, &peering));
+    let steady_remote_cpu = steady_cpu["remote agent"];
+    let steady_tenants = figures(&tenants, &sent, start);
+    let steady_all = pooled(&tenants, &sent);
+    let p99s: Vec<f64> = steady_tenants.iter().map(|f| f.p99_ms).collect();
+    let worst_p99 = p99s.iter().copied().fold(0.0, f64::max);
+    let median_p99 = median(p99s);
+    let steady_fairness = worst_p99 / median_p99;
+
+    let n = tenants.len() as f64;
+    let per_tenant_rss = (rss_full.saturating_sub(rss_empty)) as f64 / n;
+    let report = json!({
+        "tenants": tenants.len(),
+        "objects_per_tenant": args.objects,
+        "data_bytes": args.data_bytes,
+        "burst": {
+            "seconds": burst_secs,
+            "aggregate_objects_per_second": throughput,
+            "fairness_slowest_over_median_done": burst_fairness,
+            "cpu_seconds": burst_cpu,
+            "by_tenant": burst_tenants,
+        },
+        "steady": {
+            "rate": rate,
+            "seconds": steady_secs,
+            "objects": sent.len(),
+            "p50_ms": ms(percentile(&steady_all, 50.0)),
+            "p99_ms": ms(percentile(&steady_all, 99.0)),
+            "median_tenant_p99_ms": median_p99,
+            "worst_tenant_p99_ms": worst_p99,
+            "fairness_worst_over_median_p99": steady_fairness,
+            "cpu_seconds": steady_cpu,
+            "by_tenant": steady_tenants,
+        },
+        "remote_agent_rss_bytes": {
+            "no_tenant": rss_empty,
+            "tenants_connected_nothing_reflected": rss_connected,
+            "tenants_objects_reflected": rss_full,
+            "after_steady": rss_bytes(remote_pid),
+        },
+    });
+    if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)?;
+
+    println!("| figure | measured |");
+    println!("|---|---|");
+    println!(
+        "| tenants × objects | {} × {} ConfigMaps of {} bytes, one remote agent |",
+        tenants.len(),
+        args.objects,
+        args.data_bytes
+    );
+    println!(
+        "| burst: aggregate throughput | {throughput:.0} objects/s ({total} in {burst_secs:.1} s) |"
+    );
+    println!(
+        "| burst: each tenant done after (fastest / median / slowest) | {:.1} / {:.1} / {:.1} s; fairness slowest / median = **{burst_fairness:.2}** |",
+        fastest / 1000.0,
+        median_done / 1000.0,
+        slowest / 1000.0
+    );
+    println!(
+        "| steady {rate:.0}/s ({:.1}/s per tenant): p50 / p99 over all tenants | {:.1} / {:.1} ms |",
+        rate / n,
+        ms(percentile(&steady_all, 50.0)),
+        ms(percentile(&steady_all, 99.0))
+    );
+    println!(
+        "| steady: p99 per tenant, median / worst | {median_p99:.1} / {worst_p99:.1} ms; fairness worst / median = **{steady_fairness:.2}** |"
+    );
+    println!(
+        "| steady: p99 of each tenant (ms) | {} |",
+        steady_tenants
+            .iter()
+            .map(|f| format!("{:.0}", f.p99_ms))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "| remote agent memory: no tenant / {} connected, nothing reflected / {total} objects reflected | {:.1} / {:.1} / {:.1} MiB |",
+        tenants.len(),
+        mib(rss_empty),
+        mib(rss_connected),
+        mib(rss_full)
+    );
+    println!(
+        "| remote agent memory per tenant (connected, and with its {} objects) | {:.0} KiB / {:.2} MiB ({:.0} bytes per object) |",
+        args.objects,
+        (rss_connected.saturating_sub(rss_empty)) as f64 / n / 1024.0,
+        per_tenant_rss / (1024.0 * 1024.0),
+        per_tenant_rss / args.objects as f64
+    );
+    println!(
+        "| remote agent CPU: burst, per tenant ({} objects) / per object | {:.3} CPU-s / {:.3} ms |",
+        args.objects,
+        burst_remote_cpu / n,
+        burst_remote_cpu * 1000.0 / total as f64
+    );
+    println!(
+        "| remote agent CPU: steady, per tenant | {:.4} cores ({:.3} ms per object) |",
+        steady_remote_cpu / steady_secs / n,
+        steady_remote_cpu * 1000.0 / sent.len() as f64
+    );
+    let by_group = |cpu: &BTreeMap<&str, f64>| {
+        cpu.iter()
+            .map(|(group, s)| format!("{group} {s:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "| CPU-seconds in the burst, by process | {} |",
+        by_group(&burst_cpu)
+    );
+    println!(
+        "| CPU-seconds in the steady phase, by process | {} |",
+        by_group(&steady_cpu)
+    );
+    say(&format!("JSON written to {}", args.json.display()));
+
+    for t in tenants {
+        t.agent.stop().await;
+    }
+    Ok(())
+}
