@@ -32,6 +32,8 @@ use refract_bench::stats::{ms, percentile};
 use refract_e2e::{free_port, kubectl_stdin, Agent, Peering};
 use serde_json::json;
 
+mod churn;
+
 /// Measures one remote agent serving many origin tenants at once.
 #[derive(Debug, Parser)]
 #[command(name = "tenants-bench", version, about, long_about)]
@@ -52,6 +54,13 @@ struct Args {
     /// Length of the steady phase, seconds.
     #[arg(long, default_value_t = 30)]
     steady_seconds: u64,
+    /// Length of the churn phase, seconds: every tenant's objects replaced one at a time (the
+    /// oldest deleted, a new one created) while the agents' memory is sampled (0 skips it).
+    #[arg(long, default_value_t = 120)]
+    churn_seconds: u64,
+    /// Replacements per second over all tenants in the churn phase (default: the steady rate).
+    #[arg(long)]
+    churn_rate: Option<f64>,
     /// Longest wait for a phase's objects to reach the provider, seconds.
     #[arg(long, default_value_t = 600)]
     timeout_seconds: u64,
@@ -79,8 +88,9 @@ struct Tenant {
 }
 
 impl Tenant {
-    fn twin_ns(id: &str, origin_ns: &str) -> String {
-        format!("{origin_ns}-{id}")
+    /// Its origin namespace's twin on the provider (the default mapping).
+    fn twin_ns(&self) -> String {
+        format!("{}-{}", self.origin_ns, self.id)
     }
 }
 
@@ -121,7 +131,7 @@ async fn start_tenant(
              [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]}}]}}}}\n"
         ),
     );
-    let twin = Tenant::twin_ns(&id, &origin_ns);
+    let twin = format!("{origin_ns}-{id}");
     let namespaces: Api<Namespace> = Api::all(provider.clone());
     let deadline = Instant::now() + Duration::from_secs(120);
     while namespaces.get_opt(&twin).await?.is_none() {
@@ -326,6 +336,55 @@ fn spent(
         .collect()
 }
 
+/// What the churn phase showed.
+#[derive(Debug, serde::Serialize)]
+struct Churn {
+    rate: f64,
+    /// Replacements each tenant made.
+    replaced_per_tenant: usize,
+    samples: Vec<churn::Sample>,
+    /// Growth over the second half of the samples (the first half lets the allocator settle),
+    /// bytes per 10,000 changes.
+    remote_agent_growth_per_10k_changes: f64,
+    local_agents_growth_per_10k_changes: f64,
+}
+
+impl Churn {
+    fn of(samples: Vec<churn::Sample>, rate: f64, replaced_per_tenant: usize) -> Self {
+        let second_half = &samples[samples.len() / 2..];
+        let growth = |value| churn::growth_per_change(second_half, value) * 10_000.0;
+        Self {
+            rate,
+            replaced_per_tenant,
+            remote_agent_growth_per_10k_changes: growth(|s| s.remote_agent),
+            local_agents_growth_per_10k_changes: growth(|s| s.local_agents),
+            samples,
+        }
+    }
+
+    fn print(&self, objects: usize) {
+        let (first, last) = (&self.samples[0], &self.samples[self.samples.len() - 1]);
+        println!(
+            "| churn: {:.0} replacements/s, {} changes, each tenant's objects replaced {:.1} times | provider converged: every deleted object gone, every created one there |",
+            self.rate,
+            last.changes,
+            self.replaced_per_tenant as f64 / objects as f64
+        );
+        println!(
+            "| churn: remote agent memory first / last / growth per 10,000 changes (second half) | {:.1} / {:.1} MiB / {:.0} KiB |",
+            mib(first.remote_agent),
+            mib(last.remote_agent),
+            self.remote_agent_growth_per_10k_changes / 1024.0
+        );
+        println!(
+            "| churn: local agents' memory (all) first / last / growth per 10,000 changes (second half) | {:.1} / {:.1} MiB / {:.0} KiB |",
+            mib(first.local_agents),
+            mib(last.local_agents),
+            self.local_agents_growth_per_10k_changes / 1024.0
+        );
+    }
+}
+
 /// Resident memory in MiB.
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
@@ -427,6 +486,33 @@ async fn main() -> anyhow::Result<()> {
     let median_p99 = median(p99s);
     let steady_fairness = worst_p99 / median_p99;
 
+    let after_steady = rss_bytes(remote_pid);
+
+    let churn = if args.churn_seconds > 0 {
+        let churn_rate = args.churn_rate.unwrap_or(rate);
+        say(&format!(
+            "churn: {churn_rate:.0} replacements/s (a delete and a create each) over all tenants for {} s, memory sampled every 5 s",
+            args.churn_seconds
+        ));
+        let (samples, replaced) = churn::run(
+            &origin,
+            &provider,
+            &tenants,
+            args.objects,
+            (
+                churn_rate,
+                Duration::from_secs(args.churn_seconds),
+                args.data_bytes,
+            ),
+            remote_pid,
+            timeout,
+        )
+        .await?;
+        Some(Churn::of(samples, churn_rate, replaced))
+    } else {
+        None
+    };
+
     let n = tenants.len() as f64;
     let per_tenant_rss = (rss_full.saturating_sub(rss_empty)) as f64 / n;
     let report = json!({
@@ -456,8 +542,9 @@ async fn main() -> anyhow::Result<()> {
             "no_tenant": rss_empty,
             "tenants_connected_nothing_reflected": rss_connected,
             "tenants_objects_reflected": rss_full,
-            "after_steady": rss_bytes(remote_pid),
+            "after_steady": after_steady,
         },
+        "churn": churn,
     });
     if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
@@ -537,6 +624,9 @@ async fn main() -> anyhow::Result<()> {
         "| CPU-seconds in the steady phase, by process | {} |",
         by_group(&steady_cpu)
     );
+    if let Some(c) = &churn {
+        c.print(args.objects);
+    }
     say(&format!("JSON written to {}", args.json.display()));
 
     for t in tenants {
