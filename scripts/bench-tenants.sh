@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One remote agent serving many origin tenants: 20 local agents with distinct identities on one
 # origin, 1,000 ConfigMaps each. Prints aggregate throughput, each tenant's p99, fairness, and
-# the remote agent's memory and CPU per tenant. Builds what is missing first (release profile);
-# about five minutes. Extra arguments go to tenants-bench (see --help), e.g. --tenants 5.
+# the remote agent's memory and CPU per tenant, then both agents' memory under churn. Builds
+# what is missing first (release profile); about six minutes. Extra arguments go to
+# tenants-bench (see --help), e.g. --tenants 5 --churn-seconds 300.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '\033[1m[bench-tenants]\033[0m %s\n' "$*" >&2; }
