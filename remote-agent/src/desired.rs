@@ -50,7 +50,11 @@ struct Remembered {
 impl Remembered {
     fn new(object: &serde_json::Value, resource_version: Option<String>, in_flight: bool) -> Self {
         Self {
-            object: object.to_string().into_boxed_str(),
+            // Straight into a buffer: `Display` would go through `core::fmt`, which showed in
+            // a profile of the agent under steady load.
+            object: serde_json::to_string(object)
+                .expect("a JSON value serializes")
+                .into_boxed_str(),
             hash: object["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]
                 .as_str()
                 .map(Into::into),

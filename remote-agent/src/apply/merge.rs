@@ -129,7 +129,8 @@ impl OwnedKeys {
 pub(crate) fn compact_fields(entry: &mut ManagedFieldsEntry) {
     if let Some(fields) = entry.fields_v1.as_mut() {
         if !fields.0.is_string() {
-            fields.0 = Value::String(fields.0.to_string());
+            let text = serde_json::to_string(&fields.0).expect("a JSON value serializes");
+            fields.0 = Value::String(text);
         }
     }
 }
