@@ -7,7 +7,7 @@
 //! each new session it re-sends every twin namespace and then `SnapshotComplete`, so twin
 //! namespaces whose NamespaceOffloading disappeared while the link was down are removed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -40,6 +40,10 @@ pub struct Extension {
     pub session: Option<SessionTx>,
     /// Local namespace → twin namespace, confirmed by the remote agent on this session.
     pub namespaces: BTreeMap<String, String>,
+    /// The namespaces whose NamespaceOffloading selects this peer (with a valid twin name),
+    /// connected or not: what the reflectors watch at the origin. It holds every namespace of
+    /// `namespaces`, and keeps them while the link is down so a reconnect lists nothing again.
+    pub selected: BTreeSet<String>,
 }
 
 impl Extension {
@@ -169,14 +173,25 @@ pub async fn run(
             return;
         }
         let session = sessions.borrow().clone();
+        // The reflectors start watching a newly selected namespace before its twin is asked
+        // for, so its objects are listed by the time it is confirmed. Namespaces leave the set
+        // only below, together with their twin.
+        let selected = state.selected();
+        extension_tx.send_if_modified(|current| {
+            let before = current.selected.len();
+            current.selected.extend(selected.iter().cloned());
+            current.selected.len() != before
+        });
         state.reconcile(session.clone()).await;
         let next = Extension {
             session,
             namespaces: state.confirmed.clone(),
+            selected,
         };
         extension_tx.send_if_modified(|current| {
-            let changed =
-                current.generation() != next.generation() || current.namespaces != next.namespaces;
+            let changed = current.generation() != next.generation()
+                || current.namespaces != next.namespaces
+                || current.selected != next.selected;
             if changed {
                 *current = next;
             }
@@ -201,6 +216,15 @@ impl State {
         self.failures
             .values()
             .any(|f| matches!(f, Failure::Pending(_)))
+    }
+
+    /// The namespaces selecting this peer with a valid twin name.
+    fn selected(&self) -> BTreeSet<String> {
+        self.desired()
+            .into_iter()
+            .filter(|(_, twin)| twin.is_ok())
+            .map(|(ns, _)| ns)
+            .collect()
     }
 
     /// Local namespace → the twin name it should have (or why it has none), for the
@@ -528,6 +552,7 @@ mod tests {
                 .iter()
                 .map(|(l, r)| (l.to_string(), r.to_string()))
                 .collect(),
+            selected: namespaces.iter().map(|(l, _)| l.to_string()).collect(),
         }
     }
 

@@ -9,19 +9,18 @@
 
 pub mod followers;
 pub mod queue;
+pub mod scoped;
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -80,6 +79,8 @@ pub struct Shared {
 pub struct Reflector<K: Reflectable> {
     kind: Kind,
     store: Store<K>,
+    /// The namespaces whose objects are all in the store (see [`scoped`]).
+    listed: watch::Receiver<BTreeSet<String>>,
     /// Keys waiting for a worker.
     pub queue: WorkQueue<Key>,
     /// What the current session was sent, shared with every producer.
@@ -136,9 +137,14 @@ pub fn spawn<K: Reflectable>(
         return None;
     }
     let (store, writer) = store.unwrap_or_else(reflector::store);
+    let scoped::Scoped {
+        seen: mut events,
+        listed,
+    } = scoped::spawn(client, shared.extension.clone(), writer, shutdown.clone());
     let r = Arc::new(Reflector {
         kind,
         store,
+        listed,
         queue: WorkQueue::new(),
         outbox: outbox.clone(),
         shared,
@@ -149,36 +155,24 @@ pub fn spawn<K: Reflectable>(
 
     let watch_task = {
         let r = r.clone();
-        let api: Api<K> = Api::all(client);
         async move {
-            let mut events = watcher(api, watcher::Config::default())
-                .backoff(crate::watch_backoff::watch_backoff())
-                // What the forge never reads need not be kept for every object.
-                .modify(|obj| {
-                    obj.managed_fields_mut().clear();
-                    obj.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
-                })
-                .reflect(writer)
-                .boxed();
-            let mut listed = false;
-            while let Some(event) = events.next().await {
+            while let Some(event) = events.recv().await {
                 match event {
-                    Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                    scoped::Seen::Applied(obj) => {
                         tracing::debug!(target: "refract::trace", name = %obj.name_any(), "seen");
                         r.enqueue_object(&obj);
                         r.followers.tell(&obj);
                     }
-                    Ok(watcher::Event::Delete(obj)) => r.enqueue_object(&obj),
-                    // After a relist, objects deleted during the gap left no Delete event:
-                    // re-check everything that was sent.
-                    Ok(watcher::Event::InitDone) => {
-                        if std::mem::replace(&mut listed, true) {
-                            r.relisted();
+                    scoped::Seen::Deleted(obj) => r.enqueue_object(&obj),
+                    // After a relist, objects deleted during the gap are deletions the scoped
+                    // watch made up: re-check everything of the namespace that was sent too.
+                    scoped::Seen::Listed { namespace, again } => {
+                        if again {
+                            r.relisted(&namespace);
                         }
-                        r.enqueue_sent();
+                        r.enqueue_sent(&namespace);
                     }
-                    Ok(watcher::Event::Init) => {}
-                    Err(error) => {
+                    scoped::Seen::Error(error) => {
                         tracing::warn!(kind = r.kind.kind(), %error, "watch error; retrying")
                     }
                 }
@@ -265,17 +259,22 @@ impl<K: Reflectable> Reflector<K> {
         }
     }
 
-    fn enqueue_sent(&self) {
+    /// Queues every object of `namespace` the current session was sent.
+    fn enqueue_sent(&self, namespace: &str) {
         for key in self.outbox.keys(self.producer()) {
-            self.queue.add(key);
+            if key.namespace == namespace {
+                self.queue.add(key);
+            }
         }
     }
 
-    /// The watch listed everything again: its resourceVersion was too old for the API server
-    /// (`410 Gone`), so events in the gap are lost and only the relist tells what changed.
-    fn relisted(&self) {
+    /// A namespace's watch listed everything again: its resourceVersion was too old for the API
+    /// server (`410 Gone`), so events in the gap are lost and only the relist tells what
+    /// changed.
+    fn relisted(&self, namespace: &str) {
         tracing::info!(
             kind = self.kind.kind(),
+            %namespace,
             "origin watch relisted (its resourceVersion expired); re-checking every object"
         );
         self.shared
@@ -310,10 +309,28 @@ impl<K: Reflectable> Reflector<K> {
     async fn follow_extension(&self) {
         let mut rx = self.shared.extension.clone();
         let mut last = Extension::default();
+        let mut listed = self.listed.clone();
         loop {
-            let current = rx.borrow_and_update().clone();
-            if self.store.wait_until_ready().await.is_err() {
-                return;
+            let mut current = rx.borrow_and_update().clone();
+            // A namespace's snapshot is sent once its objects are all in the store: after it,
+            // the remote agent removes what the snapshot did not have.
+            loop {
+                let waiting = {
+                    let listed = listed.borrow_and_update();
+                    current.namespaces.keys().any(|ns| !listed.contains(ns))
+                };
+                if !waiting {
+                    break;
+                }
+                tokio::select! {
+                    changed = listed.changed() => if changed.is_err() { return },
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        current = rx.borrow_and_update().clone();
+                    }
+                }
             }
             // The twin namespace of a namespace no longer extended goes with everything in
             // it: forget what was sent there.
@@ -369,6 +386,11 @@ impl<K: Reflectable> Reflector<K> {
             self.outbox.forget(&self.origin(key));
             return;
         };
+        if !self.listed.borrow().contains(&key.namespace) {
+            // Not in the store yet is not deleted: the namespace's list queues every object
+            // of it, and every one that was sent, when it is in.
+            return;
+        }
         let obj = self
             .store
             .get(&StoreRef::new(&key.name).within(&key.namespace));
