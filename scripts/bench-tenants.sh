@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One remote agent serving many origin tenants: 20 local agents with distinct identities on one
-# origin, 1,000 ConfigMaps each. Prints aggregate throughput, each tenant's p99, fairness, and
+# One remote agent serving many origin tenants: 20 origin control planes, each with a local
+# agent of its own identity, 1,000 ConfigMaps each. Prints aggregate throughput, each tenant's p99, fairness, and
 # the remote agent's memory and CPU per tenant, then both agents' memory under churn. Builds
 # what is missing first (release profile); about six minutes. Extra arguments go to
 # tenants-bench (see --help), e.g. --tenants 5 --churn-seconds 300.

@@ -44,7 +44,6 @@ fn oldest(k: usize, per_tenant: usize) -> String {
 /// namespace holds exactly its tenant's live objects again. Returns the samples and how many
 /// replacements each tenant made.
 pub async fn run(
-    origin: &kube::Client,
     provider: &kube::Client,
     tenants: &[Tenant],
     per_tenant: usize,
@@ -74,7 +73,7 @@ pub async fn run(
         }
         tokio::time::sleep_until(due).await;
         let (t, k) = (i % n, i / n);
-        let api: Api<ConfigMap> = Api::namespaced(origin.clone(), &tenants[t].origin_ns);
+        let api: Api<ConfigMap> = Api::namespaced(tenants[t].origin.clone(), &tenants[t].origin_ns);
         let (gone, new) = (oldest(k, per_tenant), format!("r-{k}"));
         tasks.spawn(async move {
             api.delete(&gone, &DeleteParams::default())

@@ -1,9 +1,10 @@
 //! `tenants-bench`: one remote agent serving many origin tenants at once.
 //!
-//! Two control planes (origin and provider) and one remote agent in release builds; then as
-//! many local agents as tenants, each with a client certificate of its own cluster id, all on
-//! the one origin. Every tenant extends a namespace of its own: its NamespaceOffloading selects
-//! that tenant's virtual node only, so each local agent reflects one namespace. Then:
+//! A provider control plane and one remote agent in release builds; then, per tenant, an
+//! origin control plane (etcd and kube-apiserver) and a local agent with a client certificate
+//! of its own cluster id (`--shared-origin`: all local agents on one origin). Every tenant
+//! extends a namespace of its own: its NamespaceOffloading selects that tenant's virtual node
+//! only, so each local agent reflects one namespace. Then:
 //!
 //! - **Burst**: every tenant's ConfigMaps are created at once, interleaved across tenants, as
 //!   fast as the origin takes them. Aggregate throughput (all objects / time until a watch on
@@ -14,6 +15,8 @@
 //!   worst tenant p99 against the median tenant p99.
 //! - The remote agent's resident memory (no tenant, every tenant connected with nothing
 //!   reflected, every tenant's objects reflected) and CPU time, per tenant.
+//! - **Churn** ([`churn`]): objects replaced one at a time while both agents' memory is
+//!   sampled.
 //!
 //! It starts and stops everything itself.
 
@@ -29,7 +32,8 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use refract_bench::procfs::{cpu_seconds, rss_bytes};
 use refract_bench::sightings::FirstSeen;
 use refract_bench::stats::{ms, percentile};
-use refract_e2e::{free_port, kubectl_stdin, Agent, Peering};
+use refract_e2e::{free_port, kubectl, kubectl_stdin, Agent, Peering};
+use refract_testkit::{ControlPlane, Options};
 use serde_json::json;
 
 mod churn;
@@ -41,6 +45,13 @@ struct Args {
     /// Origin tenants: local agents with distinct cluster ids, one namespace each.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=99))]
     tenants: u16,
+    /// Run every tenant's local agent on one shared origin cluster instead of an origin
+    /// control plane of its own. All the agents then peer with the same provider from the same
+    /// origin, which no real deployment does: they fight over the one NamespaceOffloading
+    /// status entry of that provider (BENCHMARKS.md, run 21), and the origin's API server spends
+    /// its CPU on that.
+    #[arg(long)]
+    shared_origin: bool,
     /// ConfigMaps each tenant creates in the burst.
     #[arg(long, default_value_t = 1000)]
     objects: usize,
@@ -79,9 +90,14 @@ fn say(message: &str) {
     eprintln!("\x1b[1m[tenants-bench]\x1b[0m {message}");
 }
 
-/// One origin tenant: its local agent, namespaces and the provider watch of its twin.
+/// One origin tenant: its origin cluster, local agent, namespaces and the provider watch of its
+/// twin.
 struct Tenant {
     id: String,
+    /// Its origin cluster's client.
+    origin: kube::Client,
+    /// Its own origin control plane; `None` on the shared origin (`--shared-origin`).
+    cluster: Option<ControlPlane>,
     origin_ns: String,
     agent: Agent,
     seen: FirstSeen,
@@ -94,12 +110,25 @@ impl Tenant {
     }
 }
 
-/// Starts tenant `n`'s local agent and extends its namespace to its own virtual node only.
+/// The NamespaceOffloading CRD, installed in every origin.
+const OFFLOADING_CRD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../deploy/local-agent/namespaceoffloading-crd.yaml"
+);
+
+/// Starts tenant `n`'s local agent on `cluster` (its own origin; the peering's when `None`) and
+/// extends its namespace to its own virtual node only.
 async fn start_tenant(
     peering: &Peering,
     provider: &kube::Client,
     n: u16,
+    cluster: Option<ControlPlane>,
 ) -> anyhow::Result<Tenant> {
+    let origin_cp = cluster.as_ref().unwrap_or(&peering.origin);
+    if cluster.is_some() {
+        kubectl(origin_cp, &["apply", "-f", OFFLOADING_CRD]);
+    }
+    let origin = origin_cp.client().await?;
     let id = format!("tenant-{n:02}");
     let origin_ns = format!("t{n:02}");
     let node = format!("refract-{id}");
@@ -112,7 +141,7 @@ async fn start_tenant(
         format!("--cluster-id={id}"),
         "--remote-cluster-id=provider".into(),
         format!("--node-name={node}"),
-        format!("--kubeconfig={}", peering.origin.kubeconfig.display()),
+        format!("--kubeconfig={}", origin_cp.kubeconfig.display()),
         format!("--admin-listen=127.0.0.1:{}", free_port()),
     ];
     let agent = Agent::spawn(
@@ -121,7 +150,7 @@ async fn start_tenant(
         peering.dir.path().join(format!("local-agent-{id}.log")),
     );
     kubectl_stdin(
-        &peering.origin,
+        origin_cp,
         &["apply", "-f", "-"],
         &format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {origin_ns}}}\n---\n\
@@ -149,6 +178,8 @@ async fn start_tenant(
     .await;
     Ok(Tenant {
         id,
+        origin,
+        cluster,
         origin_ns,
         agent,
         seen,
@@ -172,7 +203,6 @@ type Sent = (usize, String, Instant);
 /// Creates `per_tenant` ConfigMaps `<prefix><j>` in every tenant's namespace, interleaved
 /// across tenants, as fast as the origin takes them.
 async fn burst(
-    origin: &kube::Client,
     tenants: &[Tenant],
     prefix: &str,
     per_tenant: usize,
@@ -182,7 +212,8 @@ async fn burst(
     stream::iter(0..n * per_tenant)
         .map(|k| {
             let (t, j) = (k % n, k / n);
-            let api: Api<ConfigMap> = Api::namespaced(origin.clone(), &tenants[t].origin_ns);
+            let api: Api<ConfigMap> =
+                Api::namespaced(tenants[t].origin.clone(), &tenants[t].origin_ns);
             let name = format!("{prefix}{j}");
             async move {
                 let sent = Instant::now();
@@ -200,7 +231,6 @@ async fn burst(
 /// Creates ConfigMaps `<prefix><i>` at `rate` per second over all tenants for `duration`,
 /// object `i` in tenant `i % tenants`.
 async fn steady(
-    origin: &kube::Client,
     tenants: &[Tenant],
     prefix: &str,
     rate: f64,
@@ -213,7 +243,7 @@ async fn steady(
     for i in 0..count {
         tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
         let t = i % tenants.len();
-        let api: Api<ConfigMap> = Api::namespaced(origin.clone(), &tenants[t].origin_ns);
+        let api: Api<ConfigMap> = Api::namespaced(tenants[t].origin.clone(), &tenants[t].origin_ns);
         let name = format!("{prefix}{i}");
         tasks.spawn(async move {
             let sent = Instant::now();
@@ -320,7 +350,15 @@ fn cpu_by_group(remote: u32, tenants: &[Tenant], peering: &Peering) -> BTreeMap<
                 .map(cpu_seconds)
                 .sum(),
         ),
-        ("origin etcd + kube-apiserver", cluster(&peering.origin)),
+        (
+            "origin etcd + kube-apiserver",
+            cluster(&peering.origin)
+                + tenants
+                    .iter()
+                    .filter_map(|t| t.cluster.as_ref())
+                    .map(cluster)
+                    .sum::<f64>(),
+        ),
         ("provider etcd + kube-apiserver", cluster(&peering.provider)),
     ])
 }
@@ -414,7 +452,6 @@ async fn main() -> anyhow::Result<()> {
     if let Some(local) = peering.local.take() {
         local.stop().await;
     }
-    let origin = peering.origin.client().await?;
     let provider = peering.provider.client().await?;
     let remote_pid = peering
         .remote
@@ -424,13 +461,29 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_empty = rss_bytes(remote_pid);
 
+    let mut clusters: Vec<Option<ControlPlane>> = Vec::new();
+    if args.shared_origin {
+        clusters.resize_with(args.tenants.into(), || None);
+    } else {
+        say(&format!(
+            "starting {} origin control planes (etcd + kube-apiserver), one per tenant",
+            args.tenants
+        ));
+        let started: Vec<ControlPlane> = stream::iter(1..=args.tenants)
+            .map(|n| ControlPlane::start(Options::named(&format!("origin-{n:02}"))))
+            .buffered(4)
+            .try_collect()
+            .await
+            .context("failed to start the tenants' origins")?;
+        clusters.extend(started.into_iter().map(Some));
+    }
     say(&format!(
         "starting {} local agents, one tenant each, and extending one namespace per tenant",
         args.tenants
     ));
     let mut tenants = Vec::new();
-    for n in 1..=args.tenants {
-        tenants.push(start_tenant(&peering, &provider, n).await?);
+    for (n, cluster) in (1..=args.tenants).zip(clusters) {
+        tenants.push(start_tenant(&peering, &provider, n, cluster).await?);
     }
     // Let every reflector see its extension, and the connections settle.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -445,7 +498,7 @@ async fn main() -> anyhow::Result<()> {
     ));
     let cpu0 = cpu_by_group(remote_pid, &tenants, &peering);
     let start = Instant::now();
-    let sent = burst(&origin, &tenants, "b-", args.objects, args.data_bytes).await?;
+    let sent = burst(&tenants, "b-", args.objects, args.data_bytes).await?;
     until_seen(&tenants, &sent, timeout).await?;
     let burst_secs = start.elapsed().as_secs_f64();
     let burst_cpu = spent(&cpu0, &cpu_by_group(remote_pid, &tenants, &peering));
@@ -474,7 +527,7 @@ async fn main() -> anyhow::Result<()> {
     ));
     let cpu0 = cpu_by_group(remote_pid, &tenants, &peering);
     let start = Instant::now();
-    let sent = steady(&origin, &tenants, "s-", rate, window, args.data_bytes).await?;
+    let sent = steady(&tenants, "s-", rate, window, args.data_bytes).await?;
     until_seen(&tenants, &sent, timeout).await?;
     let steady_secs = start.elapsed().as_secs_f64();
     let steady_cpu = spent(&cpu0, &cpu_by_group(remote_pid, &tenants, &peering));
@@ -495,7 +548,6 @@ async fn main() -> anyhow::Result<()> {
             args.churn_seconds
         ));
         let (samples, replaced) = churn::run(
-            &origin,
             &provider,
             &tenants,
             args.objects,
