@@ -20,7 +20,6 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
-
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -164,8 +163,8 @@ pub fn spawn<K: Reflectable>(
                         r.followers.tell(&obj);
                     }
                     scoped::Seen::Deleted(obj) => r.enqueue_object(&obj),
-                    // After a relist, objects deleted during the gap are deletions the scoped
-                    // watch made up: re-check everything of the namespace that was sent too.
+                    // The scoped watch has reported what the list no longer had as deleted;
+                    // everything of the namespace the session was sent is re-checked too.
                     scoped::Seen::Listed { namespace, again } => {
                         if again {
                             r.relisted(&namespace);
