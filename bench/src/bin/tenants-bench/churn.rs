@@ -117,7 +117,7 @@ async fn until_converged(
         let live: BTreeSet<String> = (made..made + per_tenant)
             .map(|k| oldest(k, per_tenant))
             .collect();
-        let api: Api<ConfigMap> = Api::namespaced(provider.clone(), &tenant.twin_ns());
+        let api: Api<ConfigMap> = Api::namespaced(provider.clone(), &tenant.twin_ns);
         loop {
             let names: BTreeSet<String> = api
                 .list_metadata(&ListParams::default())

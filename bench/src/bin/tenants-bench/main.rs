@@ -99,14 +99,16 @@ struct Tenant {
     /// Its own origin control plane; `None` on the shared origin (`--shared-origin`).
     cluster: Option<ControlPlane>,
     origin_ns: String,
+    /// Its origin namespace's twin on the provider (the default mapping).
+    twin_ns: String,
     agent: Agent,
     seen: FirstSeen,
 }
 
 impl Tenant {
-    /// Its origin namespace's twin on the provider (the default mapping).
-    fn twin_ns(&self) -> String {
-        format!("{}-{}", self.origin_ns, self.id)
+    /// When the provider watch first saw `name`, a sent object.
+    fn seen_at(&self, name: &str) -> Instant {
+        self.seen.of(name).expect("every object was seen")
     }
 }
 
@@ -181,6 +183,7 @@ async fn start_tenant(
         origin,
         cluster,
         origin_ns,
+        twin_ns: twin,
         agent,
         seen,
     })
@@ -297,7 +300,7 @@ fn figures(tenants: &[Tenant], sent: &[Sent], start: Instant) -> Vec<TenantFigur
             let mut latencies = Vec::new();
             let mut last = start;
             for (_, name, at) in sent.iter().filter(|(t, _, _)| *t == i) {
-                let seen = tenant.seen.of(name).expect("every object was seen");
+                let seen = tenant.seen_at(name);
                 last = last.max(seen);
                 latencies.push(seen.saturating_duration_since(*at));
             }
@@ -322,10 +325,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn pooled(tenants: &[Tenant], sent: &[Sent]) -> Vec<Duration> {
     let mut all: Vec<Duration> = sent
         .iter()
-        .map(|(t, name, at)| {
-            let seen = tenants[*t].seen.of(name).expect("every object was seen");
-            seen.saturating_duration_since(*at)
-        })
+        .map(|(t, name, at)| tenants[*t].seen_at(name).saturating_duration_since(*at))
         .collect();
     all.sort();
     all
@@ -334,7 +334,7 @@ fn pooled(tenants: &[Tenant], sent: &[Sent]) -> Vec<Duration> {
 /// CPU seconds so far of each group of processes the run watches: the remote agent, the local
 /// agents, and each cluster's etcd and API server.
 fn cpu_by_group(remote: u32, tenants: &[Tenant], peering: &Peering) -> BTreeMap<&'static str, f64> {
-    let cluster = |cp: &refract_testkit::ControlPlane| -> f64 {
+    let cluster = |cp: &ControlPlane| -> f64 {
         cp.processes()
             .into_iter()
             .map(|(_, pid)| cpu_seconds(pid))
