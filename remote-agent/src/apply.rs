@@ -36,7 +36,7 @@ use crate::policy::{self, Policies};
 pub use deletion::DeletionSafety;
 pub use error::{answer, Applied, ApplyError};
 use judge::decode_desired;
-use merge::{merge_patch, writes_without_apply, OwnedKeys};
+use merge::{has_node_ports, keep_node_ports, merge_patch, writes_without_apply, OwnedKeys};
 use tokens::{is_token_secret, token_kind};
 use write::{Mode, Refused};
 
@@ -73,8 +73,7 @@ pub struct Applier {
     /// The desired state of every tenant object this process has been sent.
     pub desired: DesiredStore,
     /// Kinds whose API refuses guarded creates (see [`write::Mode::CreateOnly`]): their new
-    /// objects are checked against a watch of every object of the kind where there is one
-    /// ([`TenantObjects::sees_every`]), read before being created otherwise.
+    /// objects are read before being created.
     unguarded: Arc<Mutex<BTreeSet<Allowed>>>,
 }
 
@@ -240,8 +239,7 @@ impl Applier {
         // The watch knows every object of ours: one it has is checked without a request, and
         // one it does not have is most likely new, so it is created in one request that cannot
         // take over an existing object. Only when that create finds the object there (someone
-        // else's, or one written a moment ago), or the API refuses it and the watch does not
-        // see foreign objects of the kind, is its metadata read.
+        // else's, or one written a moment ago), or the API refuses it, is its metadata read.
         let known = self.objects.get(kind, &object.namespace, &object.name);
         let mut consistent_read = false;
         match known {
@@ -272,21 +270,13 @@ impl Applier {
                         if new {
                             tracing::info!(
                                 kind = kind.kind(),
-                                "this API refuses guarded creates; checking new objects against the watch, or reading them first, instead"
+                                "this API refuses guarded creates; reading new objects before creating them instead"
                             );
                         }
                     }
                     Err(Refused::Failed(error)) => return Err(error),
                     Ok(applied) => return Ok(applied),
                 }
-            }
-            // No guarded create, but the watch sees foreign objects of this kind too: one it
-            // does not have is absent as far as a read from the API server's cache would tell.
-            None if self.objects.sees_every(kind) => {
-                return self
-                    .write(&api, key, desired, Mode::Apply)
-                    .await
-                    .map_err(Refused::into_error);
             }
             None => {}
         }
@@ -417,8 +407,20 @@ impl Applier {
         if let Some(previous) = self.desired.keys_of(&key) {
             owned.extend(previous);
         }
+        // The watch holds metadata only: a read, for the rare update of a Service with node
+        // ports, before anything is recorded.
+        let live = if key.kind == Allowed::Reflected(Kind::Service) && has_node_ports(&desired) {
+            api.get_opt(&key.name)
+                .await
+                .map_err(|e| Refused::Failed(e.into()))?
+        } else {
+            None
+        };
         self.desired.begin_write(key.clone(), &desired);
-        let patch = merge_patch(desired, &owned);
+        let mut patch = merge_patch(desired, &owned);
+        if let Some(live) = live {
+            keep_node_ports(&mut patch, &live.data);
+        }
         self.send(api, key, patch, Mode::Merge).await
     }
 

@@ -6,7 +6,6 @@
 //! apply), and forwards each change to [`crate::restore`], which repairs copies edited or
 //! deleted on the provider. Metadata is all either needs (labels, the desired-state hash,
 //! resourceVersion), and it keeps both the API server's work and the agent's memory small.
-//! Services are watched whole, foreign ones included ([`whole`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,9 +23,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apply::merge::{compact_fields, writes_without_apply};
 use crate::kinds::Allowed;
-use whole::{OwnEvents, WATCHED_WHOLE};
-
-mod whole;
 
 /// A tenant object's metadata.
 pub type Meta = PartialObjectMeta<DynamicObject>;
@@ -57,7 +53,7 @@ impl TenantObjects {
     /// listed within `within` (an agent just started, or a kind's CRD missing).
     pub async fn snapshot(&self, within: std::time::Duration) -> Option<Vec<(Allowed, Arc<Meta>)>> {
         // Polled, not awaited: kube-runtime wakes only the last task waiting for a store's first
-        // listing, and `sees_every` polls the same stores.
+        // listing.
         let deadline = tokio::time::Instant::now() + within;
         while !self.stores.values().all(listed) {
             if tokio::time::Instant::now() >= deadline {
@@ -78,12 +74,6 @@ impl TenantObjects {
         Self {
             stores: Arc::default(),
         }
-    }
-
-    /// Whether the store of `kind` holds every object of the kind in the cluster, foreign ones
-    /// included, as of the watch: one it does not have is absent (see [`whole`]).
-    pub fn sees_every(&self, kind: Allowed) -> bool {
-        WATCHED_WHOLE.contains(&kind) && self.stores.get(&kind).is_some_and(listed)
     }
 }
 
@@ -106,15 +96,8 @@ pub fn spawn(
         stores.insert(kind, writer.as_reader());
         // An Api of partial objects asks for metadata only.
         let api: Api<Meta> = Api::all_with(client.clone(), &resource);
-        let (config, mut own) = if WATCHED_WHOLE.contains(&kind) {
-            (
-                watcher::Config::default(),
-                Some(OwnEvents::new(provider.as_str())),
-            )
-        } else {
-            let selector = format!("{DESTINATION_LABEL}={provider}");
-            (watcher::Config::default().labels(&selector), None)
-        };
+        let selector = format!("{DESTINATION_LABEL}={provider}");
+        let config = watcher::Config::default().labels(&selector);
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
         // Field ownership is the API server's business, except the agent's own on the kinds it
         // writes without server-side apply (see `apply::merge`): it says which keys are its own.
@@ -140,13 +123,6 @@ pub fn spawn(
                         Some(e) => e,
                         None => return,
                     },
-                };
-                let event = match (event, own.as_mut()) {
-                    (Ok(event), Some(own)) => match own.pass(event) {
-                        Some(event) => Ok(event),
-                        None => continue,
-                    },
-                    (event, _) => event,
                 };
                 match event {
                     Ok(event) => {

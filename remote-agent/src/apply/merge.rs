@@ -1,13 +1,20 @@
-//! Creating and updating ConfigMaps and Secrets without server-side apply.
+//! Creating and updating ConfigMaps, Secrets and Services without server-side apply.
 //!
 //! A server-side apply costs the API server and etcd about half as much again as a plain
 //! create (measured on Kubernetes 1.20: 1.7 vs 1.15 ms of their CPU per 4 KiB ConfigMap): the
-//! patch path reads the absent object from etcd and merges the apply into it. ConfigMaps and
-//! Secrets are flat, so the remote agent can keep server-side apply's semantics itself: a new
-//! object is created with a POST (which, like the guarded apply, never takes over an existing
-//! one), and a change is a JSON merge patch that sets every desired key and removes the keys
-//! the agent set before and the origin no longer has. Keys other managers added on the
-//! provider survive, as they do under server-side apply.
+//! patch path reads the absent object from etcd and merges the apply into it. These kinds are
+//! shallow, so the remote agent can keep server-side apply's semantics itself: a new object is
+//! created with a POST (which, like the guarded apply, never takes over an existing one), and a
+//! change is a JSON merge patch that sets every desired field and removes the fields the agent
+//! set before and the origin no longer has. Keys other managers added on the provider survive,
+//! as they do under server-side apply.
+//!
+//! A Service's lists (ports, source ranges) are replaced whole by a merge patch, which is what
+//! the desired state means: a port the origin dropped goes. A port's node port, though, is the
+//! provider's allocation unless the origin chose it: replaced by a port without one, the API
+//! server (1.20) allocates another, where server-side apply's merge of ports by key keeps it.
+//! So a Service that has node ports gets them copied from the provider's copy into its patch
+//! ([`keep_node_ports`]). Its cluster IPs are the provider's too: never removed.
 //!
 //! The agent's keys are those its entries in the object's managedFields own (a POST or merge
 //! patch records them as an Update, older copies as an Apply), plus those of the last desired
@@ -29,7 +36,7 @@ struct Section {
     in_fields: &'static [&'static str],
 }
 
-const SECTIONS: [Section; 4] = [
+const SECTIONS: [Section; 6] = [
     Section {
         in_object: &["data"],
         in_fields: &["f:data"],
@@ -46,7 +53,21 @@ const SECTIONS: [Section; 4] = [
         in_object: &["metadata", "annotations"],
         in_fields: &["f:metadata", "f:annotations"],
     },
+    // A Service's spec, field by field, and its selector key by key. The selector comes after
+    // the spec, so that a selector the spec section removed whole is not patched key by key.
+    Section {
+        in_object: &["spec"],
+        in_fields: &["f:spec"],
+    },
+    Section {
+        in_object: &["spec", "selector"],
+        in_fields: &["f:spec", "f:selector"],
+    },
 ];
+
+/// Fields the API server allocates and then refuses to change: an owned one the desired
+/// state lacks is left as it is, as server-side apply leaves a field its owner dropped.
+const NEVER_REMOVED: [&str; 2] = ["clusterIP", "clusterIPs"];
 
 /// Whether objects of `kind` are written with a POST and merge patches rather than
 /// server-side apply. Token Secrets keep server-side apply: the provider's token controller
@@ -54,7 +75,9 @@ const SECTIONS: [Section; 4] = [
 pub(crate) fn writes_without_apply(kind: Allowed, token: bool) -> bool {
     matches!(
         kind,
-        Allowed::Reflected(Kind::ConfigMap) | Allowed::Reflected(Kind::Secret)
+        Allowed::Reflected(Kind::ConfigMap)
+            | Allowed::Reflected(Kind::Secret)
+            | Allowed::Reflected(Kind::Service)
     ) && !token
 }
 
@@ -135,6 +158,40 @@ pub(crate) fn compact_fields(entry: &mut ManagedFieldsEntry) {
     }
 }
 
+/// Whether a Service of this desired state has node ports the provider allocates.
+pub(crate) fn has_node_ports(desired: &Value) -> bool {
+    matches!(
+        desired["spec"]["type"].as_str(),
+        Some("NodePort") | Some("LoadBalancer")
+    )
+}
+
+/// Gives every port of the desired Service that names no node port the one the provider's
+/// copy `live` has for the same port and protocol, as server-side apply would keep it.
+pub(crate) fn keep_node_ports(desired: &mut Value, live: &Value) {
+    let key = |port: &Value| {
+        (
+            port["port"].as_i64(),
+            port["protocol"].as_str().unwrap_or("TCP").to_string(),
+        )
+    };
+    let Some(live_ports) = live["spec"]["ports"].as_array() else {
+        return;
+    };
+    let Some(ports) = desired["spec"]["ports"].as_array_mut() else {
+        return;
+    };
+    for port in ports.iter_mut().filter(|p| p.get("nodePort").is_none()) {
+        let allocated = live_ports
+            .iter()
+            .find(|l| key(l) == key(port))
+            .and_then(|l| l.get("nodePort"));
+        if let Some(node_port) = allocated {
+            port["nodePort"] = node_port.clone();
+        }
+    }
+}
+
 fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(value, |v, p| v.get(*p))
 }
@@ -144,17 +201,28 @@ fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
 pub(crate) fn merge_patch(mut desired: Value, owned: &OwnedKeys) -> Value {
     for (section, key) in &owned.0 {
         let path = SECTIONS[*section].in_object;
-        if at(&desired, path).is_some_and(|m| m.get(key).is_some()) {
+        if at(&desired, path).is_some_and(|m| m.get(key).is_some())
+            || NEVER_REMOVED.contains(&key.as_str())
+        {
             continue;
         }
         let mut map = &mut desired;
+        let mut removed_whole = false;
         for part in path {
-            if !map.get(*part).is_some_and(Value::is_object) {
-                map[*part] = Value::Object(Map::new());
+            match map.get(*part) {
+                Some(Value::Object(_)) => {}
+                // An earlier section removes this map whole.
+                Some(Value::Null) => {
+                    removed_whole = true;
+                    break;
+                }
+                _ => map[*part] = Value::Object(Map::new()),
             }
             map = &mut map[*part];
         }
-        map[key.as_str()] = Value::Null;
+        if !removed_whole {
+            map[key.as_str()] = Value::Null;
+        }
     }
     desired
 }
@@ -258,7 +326,75 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_configmaps_and_secrets_skip_server_side_apply() {
+    fn a_service_patch_removes_dropped_spec_fields_and_selector_keys_but_not_its_cluster_ip() {
+        let desired = json!({
+            "metadata": {"name": "web"},
+            "spec": {"type": "ClusterIP", "selector": {"app": "web"}, "ports": [{"port": 80}]},
+        });
+        let owned = OwnedKeys::of_managed_fields(&[entry(
+            REMOTE_FIELD_MANAGER,
+            "Update",
+            json!({"f:spec": {
+                "f:type": {}, "f:clusterIP": {}, "f:externalTrafficPolicy": {},
+                "f:ports": {".": {}, "k:{\"port\":80,\"protocol\":\"TCP\"}": {}},
+                "f:selector": {".": {}, "f:app": {}, "f:tier": {}},
+            }}),
+        )]);
+        assert_eq!(
+            merge_patch(desired, &owned),
+            json!({
+                "metadata": {"name": "web"},
+                "spec": {
+                    "type": "ClusterIP",
+                    "externalTrafficPolicy": null,
+                    "selector": {"app": "web", "tier": null},
+                    "ports": [{"port": 80}],
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn node_ports_the_provider_allocated_are_kept_unless_the_origin_chose_one() {
+        let mut desired = json!({"spec": {"type": "NodePort", "ports": [
+            {"port": 80, "targetPort": 9090},
+            {"port": 53, "protocol": "UDP"},
+            {"port": 443, "nodePort": 30443},
+            {"port": 8080},
+        ]}});
+        let live = json!({"spec": {"ports": [
+            {"port": 80, "protocol": "TCP", "nodePort": 31000},
+            {"port": 53, "protocol": "TCP", "nodePort": 31001},
+            {"port": 443, "protocol": "TCP", "nodePort": 31002},
+        ]}});
+        assert!(has_node_ports(&desired));
+        keep_node_ports(&mut desired, &live);
+        assert_eq!(
+            desired["spec"]["ports"],
+            json!([
+                {"port": 80, "targetPort": 9090, "nodePort": 31000},
+                {"port": 53, "protocol": "UDP"},
+                {"port": 443, "nodePort": 30443},
+                {"port": 8080},
+            ])
+        );
+        assert!(!has_node_ports(&json!({"spec": {"type": "ClusterIP"}})));
+    }
+
+    #[test]
+    fn a_selector_removed_whole_is_not_patched_key_by_key() {
+        let desired = json!({"spec": {"ports": [{"port": 80}]}});
+        let owned = OwnedKeys::of_object(&json!({
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+        }));
+        assert_eq!(
+            merge_patch(desired, &owned),
+            json!({"spec": {"selector": null, "ports": [{"port": 80}]}})
+        );
+    }
+
+    #[test]
+    fn only_plain_configmaps_secrets_and_services_skip_server_side_apply() {
         assert!(writes_without_apply(
             Allowed::Reflected(Kind::ConfigMap),
             false
@@ -271,8 +407,12 @@ mod tests {
             Allowed::Reflected(Kind::Secret),
             true
         ));
-        assert!(!writes_without_apply(
+        assert!(writes_without_apply(
             Allowed::Reflected(Kind::Service),
+            false
+        ));
+        assert!(!writes_without_apply(
+            Allowed::Reflected(Kind::EndpointSlice),
             false
         ));
         assert!(!writes_without_apply(Allowed::ShadowPod, false));

@@ -310,6 +310,43 @@ spec:
         Some("yes"),
         "the provider's own annotation was lost"
     );
+    // The same for a Service, whose node port stays the one the provider allocated.
+    let node_port = provider(&p, twin, "service/web", "{.spec.ports[0].nodePort}").unwrap();
+    p.provider_kubectl(&[
+        "-n",
+        twin,
+        "annotate",
+        "service",
+        "web",
+        "team.example/keep=yes",
+    ]);
+    p.origin_kubectl(&[
+        "-n",
+        "shop",
+        "patch",
+        "service",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"selector":{"app":null,"tier":"front"},"ports":[{"name":"http","port":80,"targetPort":9090,"nodePort":30080}]}}"#,
+    ]);
+    until_provider(&p, twin, "service/web", "{.spec.selector.tier}", "front").await;
+    let service = |path: &str| provider(&p, twin, "service/web", path);
+    assert_eq!(service("{.spec.selector.app}").as_deref(), Some(""));
+    assert_eq!(
+        service("{.spec.ports[0].targetPort}").as_deref(),
+        Some("9090")
+    );
+    assert_eq!(
+        service("{.spec.ports[0].nodePort}"),
+        Some(node_port),
+        "the provider's node port changed"
+    );
+    assert_eq!(
+        service("{.metadata.annotations.team\\.example/keep}").as_deref(),
+        Some("yes"),
+        "the provider's own annotation was lost"
+    );
     p.origin_kubectl(&[
         "-n",
         "shop",
@@ -567,9 +604,8 @@ stringData: {v: "1"}
         foreign_version
     );
 
-    // Services: Kubernetes 1.20 refuses the guarded create for them, so the remote agent tells
-    // a new Service from a foreign one by its watch of every Service. The first Service it
-    // creates teaches it that; the foreign one comes after.
+    // Services are created with a POST, as ConfigMaps are: one that finds a foreign Service
+    // there is refused without writing it.
     apply_origin_service(&p, "back");
     until_provider(&p, twin, "service/back", "{.spec.ports[0].port}", "80").await;
     p.provider_kubectl(&[
