@@ -29,6 +29,8 @@ use crate::reflect::publish_event;
 use crate::reflect::Key;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+mod rewrites;
+
 /// How long the remote agent has to answer a namespace request before it is retried.
 const ACK_TIMEOUT: Duration = Duration::from_secs(15);
 pub use refract_shared::keys::ORIGINAL_NAME_ANNOTATION;
@@ -159,6 +161,7 @@ pub async fn run(
         confirmed: BTreeMap::new(),
         failures: BTreeMap::new(),
         snapshot_sent: false,
+        rewrites: rewrites::Rewrites::default(),
     };
     let mut retry = tokio::time::interval(Duration::from_secs(2));
     loop {
@@ -209,6 +212,8 @@ struct State {
     confirmed: BTreeMap<String, String>,
     failures: BTreeMap<String, Failure>,
     snapshot_sent: bool,
+    /// This agent's status entries written again unchanged: another writer undoing them.
+    rewrites: rewrites::Rewrites,
 }
 
 impl State {
@@ -358,8 +363,14 @@ impl State {
         }
     }
 
-    async fn write_statuses(&self, desired: &BTreeMap<String, Result<String, String>>) {
-        for nso in self.store.state() {
+    async fn write_statuses(&mut self, desired: &BTreeMap<String, Result<String, String>>) {
+        let offloadings = self.store.state();
+        self.rewrites.retain(|ns| {
+            offloadings
+                .iter()
+                .any(|o| o.namespace().as_deref() == Some(ns))
+        });
+        for nso in offloadings {
             if nso.name_any() != crd::NAME || nso.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -387,6 +398,20 @@ impl State {
             {
                 Ok(_) => {
                     let peer = &self.config.remote_cluster_id;
+                    // Counted when written: a write that failed is retried, not undone.
+                    let entry = mine
+                        .remote_namespaces_conditions
+                        .get(peer)
+                        .map(Vec::as_slice)
+                        .unwrap_or_default();
+                    if let Some(count) = self.rewrites.record(&ns, entry, std::time::Instant::now())
+                    {
+                        tracing::warn!(
+                            namespace = %ns,
+                            peer = %peer,
+                            "this agent wrote its entry of the NamespaceOffloading status {count} times unchanged within a minute: another writer keeps changing it. Is a second local agent peered with the same provider from this origin? Run one agent pair per peering"
+                        );
+                    }
                     if let Some((type_, reason, note)) =
                         ready_change(nso.status.as_ref(), &mine, peer)
                     {
