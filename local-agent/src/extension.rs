@@ -365,11 +365,9 @@ impl State {
 
     async fn write_statuses(&mut self, desired: &BTreeMap<String, Result<String, String>>) {
         let offloadings = self.store.state();
-        self.rewrites.retain(|ns| {
-            offloadings
-                .iter()
-                .any(|o| o.namespace().as_deref() == Some(ns))
-        });
+        let namespaces: BTreeSet<String> =
+            offloadings.iter().filter_map(|o| o.namespace()).collect();
+        self.rewrites.retain(|ns| namespaces.contains(ns));
         for nso in offloadings {
             if nso.name_any() != crd::NAME || nso.metadata.deletion_timestamp.is_some() {
                 continue;
