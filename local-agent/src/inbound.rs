@@ -36,9 +36,14 @@ impl Inbound {
     pub fn dispatch(&self, message: RemoteMessage) {
         match message.kind {
             Some(remote_message::Kind::Ack(ack)) => {
-                let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
-                let object = ack.object.as_ref().map(|o| o.display()).unwrap_or_default();
-                tracing::debug!(%object, outcome = outcome.as_str_name(), message = %ack.message, "ack");
+                // Fields inside the macro are built only when debug logging is on: one ack per
+                // object, so nothing is formatted for nobody.
+                tracing::debug!(
+                    object = %ack.object.as_ref().map(|o| o.display()).unwrap_or_default(),
+                    outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified).as_str_name(),
+                    message = %ack.message,
+                    "ack"
+                );
                 self.outbox.dispatch(ack);
             }
             Some(remote_message::Kind::Capacity(capacity)) => {

@@ -10,10 +10,10 @@ use refract_shared::proto::{
 };
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+mod coalesce;
 mod dispatch;
 pub(crate) mod in_flight;
 
@@ -66,7 +66,7 @@ pub struct ReflectionService {
 
 #[tonic::async_trait]
 impl Reflection for ReflectionService {
-    type SyncStream = ReceiverStream<Result<RemoteMessage, Status>>;
+    type SyncStream = coalesce::Outbound;
 
     async fn sync(
         &self,
@@ -186,7 +186,7 @@ impl Reflection for ReflectionService {
             }
             .instrument(span),
         );
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(coalesce::Outbound::new(rx)))
     }
 
     async fn unpeer(
