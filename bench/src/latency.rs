@@ -75,12 +75,17 @@ pub struct KindLatency {
     /// CPU seconds of the system's own processes per object, over the windows and their
     /// warm-ups (milliseconds): what each object costs the system under this load.
     pub cpu_ms_per_object: f64,
+    /// The same by process: (name, milliseconds per object), to say which process the cost
+    /// is in.
+    pub cpu_ms_per_object_by_process: Vec<(String, f64)>,
     /// Per round: (second of the window, samples above 100 ms sent in it).
     pub slow_by_second: Vec<Vec<(u64, usize)>>,
     #[serde(skip)]
     all: Vec<f64>,
     #[serde(skip)]
     cpu_seconds: f64,
+    #[serde(skip)]
+    cpu_seconds_by_process: BTreeMap<String, f64>,
     #[serde(skip)]
     objects: usize,
 }
@@ -93,6 +98,14 @@ impl KindLatency {
         self.cpu_seconds += window.cpu_seconds;
         self.objects += window.objects;
         self.cpu_ms_per_object = self.cpu_seconds * 1000.0 / self.objects.max(1) as f64;
+        for (process, seconds) in window.cpu_seconds_by_process {
+            *self.cpu_seconds_by_process.entry(process).or_default() += seconds;
+        }
+        self.cpu_ms_per_object_by_process = self
+            .cpu_seconds_by_process
+            .iter()
+            .map(|(p, s)| (p.clone(), s * 1000.0 / self.objects.max(1) as f64))
+            .collect();
         self.slow_by_second.push(window.slow_by_second);
     }
 }
@@ -102,6 +115,7 @@ struct WindowResult {
     latencies: Vec<f64>,
     slow_by_second: Vec<(u64, usize)>,
     cpu_seconds: f64,
+    cpu_seconds_by_process: Vec<(String, f64)>,
     objects: usize,
 }
 
@@ -161,7 +175,7 @@ async fn window(
         w.warmup + w.steady,
         w.warmup
     ));
-    let cpu_before = side.cpu_seconds();
+    let cpu_before = side.cpu_seconds_by_process();
     // One continuous load; its first seconds only drain what the previous phase left behind
     // in the API servers, so they are not counted.
     let measured_from = Instant::now() + w.warmup;
@@ -181,7 +195,19 @@ async fn window(
             w.present(kind, &prefix) >= sent.len()
         })
         .await?;
-    let cpu_seconds = side.cpu_seconds() - cpu_before;
+    // Each process is matched by name: a system's processes are the same for the window.
+    let cpu_seconds_by_process: Vec<(String, f64)> = side
+        .cpu_seconds_by_process()
+        .into_iter()
+        .map(|(name, after)| {
+            let before = cpu_before
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(0.0, |(_, s)| *s);
+            (name, after - before)
+        })
+        .collect();
+    let cpu_seconds = cpu_seconds_by_process.iter().map(|(_, s)| s).sum::<f64>();
     let timed: Vec<(Instant, f64)> = sent
         .iter()
         .filter(|(_, at)| *at >= measured_from)
@@ -207,17 +233,23 @@ async fn window(
     let latencies: Vec<f64> = timed.into_iter().map(|(_, ms)| ms).collect();
     let l = Latency::of(latencies.clone());
     say(&format!(
-        "{name}, round {round}: {kind} latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.2} ms of CPU per object",
+        "{name}, round {round}: {kind} latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.2} ms of CPU per object ({})",
         l.p50_ms,
         l.p99_ms,
         l.max_ms,
-        cpu_seconds * 1000.0 / sent.len().max(1) as f64
+        cpu_seconds * 1000.0 / sent.len().max(1) as f64,
+        cpu_seconds_by_process
+            .iter()
+            .map(|(p, s)| format!("{p} {:.2}", s * 1000.0 / sent.len().max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     Ok(WindowResult {
         latency: l,
         latencies,
         slow_by_second: slow.into_iter().collect(),
         cpu_seconds,
+        cpu_seconds_by_process,
         objects: sent.len(),
     })
 }

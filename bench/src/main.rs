@@ -124,11 +124,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!args.sizes.is_empty(), "--sizes needs at least one size");
-    // The agents log at info unless told otherwise: debug logs of 10,000 objects would measure
-    // the logger. `REFRACT_AGENT_LOG_LEVEL=info,refract::trace=debug` logs each object's stages.
-    if std::env::var_os("REFRACT_AGENT_LOG_LEVEL").is_none() {
-        std::env::set_var("REFRACT_AGENT_LOG_LEVEL", "info");
-    }
+    refract_bench::agents_log_at_info();
     // The agents and the direct copier are built beside this binary.
     if std::env::var_os("REFRACT_BIN_DIR").is_none() {
         let exe = std::env::current_exe()?;

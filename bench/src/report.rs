@@ -251,6 +251,19 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
             format!("{:.2}", d.cpu_ms_per_object),
             ratio(r.cpu_ms_per_object, d.cpu_ms_per_object),
         );
+        let by_process = |k: &KindLatency| {
+            joined(
+                k.cpu_ms_per_object_by_process
+                    .iter()
+                    .map(|(p, ms)| format!("{p} {ms:.2}")),
+            )
+        };
+        row(
+            format!("the same by process, per steady {what} (ms)"),
+            by_process(&r),
+            by_process(&d),
+            String::new(),
+        );
     }
     row(
         "steady rate for ConfigMap latency, both systems (objects/s)".into(),

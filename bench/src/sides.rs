@@ -36,10 +36,14 @@ pub trait Side {
     async fn resume(&mut self) -> anyhow::Result<()>;
     /// CPU seconds its processes have used so far.
     fn cpu_seconds(&self) -> f64 {
+        self.cpu_seconds_by_process().iter().map(|(_, s)| s).sum()
+    }
+    /// CPU seconds each of its processes has used so far: (name, seconds).
+    fn cpu_seconds_by_process(&self) -> Vec<(String, f64)> {
         self.processes()
-            .iter()
-            .map(|(_, pid)| refract_bench::procfs::cpu_seconds(*pid))
-            .sum()
+            .into_iter()
+            .map(|(name, pid)| (name, refract_bench::procfs::cpu_seconds(pid)))
+            .collect()
     }
 }
 

@@ -160,6 +160,7 @@ fn follow_streams(p: &Peering, n: usize) -> anyhow::Result<Vec<Child>> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    refract_bench::agents_log_at_info();
     eprintln!("[kubelet-bench] starting two control planes, a real provider node and the agents");
     let p = Peering::start_offloading().await?;
     let image = busybox();

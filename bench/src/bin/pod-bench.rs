@@ -301,6 +301,7 @@ fn print_deployments(replicas: u32, rounds: &[[Duration; 2]]) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    refract_bench::agents_log_at_info();
     let timeout = Duration::from_secs(args.timeout_seconds);
     eprintln!("[pod-bench] starting two control planes, a real provider node and the agents");
     // The provider is one node of 110 pods; the default 90 % share would offer 99, and a

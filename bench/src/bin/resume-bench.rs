@@ -58,6 +58,7 @@ struct Reconnect {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    refract_bench::agents_log_at_info();
     say("starting two control planes and both agents");
     let mut p = Peering::start(false).await?;
     kubectl_stdin(

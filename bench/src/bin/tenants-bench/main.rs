@@ -438,6 +438,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    refract_bench::agents_log_at_info();
     if std::env::var_os("REFRACT_BIN_DIR").is_none() {
         let exe = std::env::current_exe()?;
         std::env::set_var("REFRACT_BIN_DIR", exe.parent().context("binary folder")?);
