@@ -407,9 +407,17 @@ data: {greeting: hello}
     ] {
         assert!(status.contains(part), "status lacks {part:?}");
     }
+    // An object may be on its way at the instant of the sample (the remote agent holds acks up
+    // to 20 ms to send several together): what matters is that nothing waits long.
+    let oldest = status
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("queue:"))
+        .and_then(|q| q.split("oldest ").nth(1))
+        .and_then(|age| age.split('s').next())
+        .and_then(|secs| secs.parse::<f64>().ok());
     assert!(
-        status.contains("queue:         0 unacknowledged"),
-        "status shows no queue"
+        oldest.is_some_and(|secs| secs < 5.0),
+        "status shows no queue, or a stuck one: {oldest:?}"
     );
 
     // tap: a change made while tapping shows up, as a line, without its data.
