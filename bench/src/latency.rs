@@ -83,8 +83,6 @@ pub struct KindLatency {
     #[serde(skip)]
     all: Vec<f64>,
     #[serde(skip)]
-    cpu_seconds: f64,
-    #[serde(skip)]
     cpu_seconds_by_process: BTreeMap<String, f64>,
     #[serde(skip)]
     objects: usize,
@@ -95,12 +93,12 @@ impl KindLatency {
         self.by_round.push(window.latency);
         self.all.extend(window.latencies);
         self.pooled = Latency::of(self.all.clone());
-        self.cpu_seconds += window.cpu_seconds;
         self.objects += window.objects;
-        self.cpu_ms_per_object = self.cpu_seconds * 1000.0 / self.objects.max(1) as f64;
         for (process, seconds) in window.cpu_seconds_by_process {
             *self.cpu_seconds_by_process.entry(process).or_default() += seconds;
         }
+        let cpu_seconds: f64 = self.cpu_seconds_by_process.values().sum();
+        self.cpu_ms_per_object = cpu_seconds * 1000.0 / self.objects.max(1) as f64;
         self.cpu_ms_per_object_by_process = self
             .cpu_seconds_by_process
             .iter()
@@ -114,7 +112,6 @@ struct WindowResult {
     latency: Latency,
     latencies: Vec<f64>,
     slow_by_second: Vec<(u64, usize)>,
-    cpu_seconds: f64,
     cpu_seconds_by_process: Vec<(String, f64)>,
     objects: usize,
 }
@@ -248,7 +245,6 @@ async fn window(
         latency: l,
         latencies,
         slow_by_second: slow.into_iter().collect(),
-        cpu_seconds,
         cpu_seconds_by_process,
         objects: sent.len(),
     })
