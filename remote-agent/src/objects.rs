@@ -5,24 +5,28 @@
 //! already holding the desired state costs no request at all, one that differs costs one
 //! apply), and forwards each change to [`crate::restore`], which repairs copies edited or
 //! deleted on the provider. Metadata is all either needs (labels, the desired-state hash,
-//! resourceVersion), and it keeps both the API server's work and the agent's memory small.
+//! resourceVersion), and it keeps both the API server's work and the agent's memory small:
+//! the store keeps only what is read back of it ([`kept`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+mod kept;
 
-use futures::{FutureExt, StreamExt};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::{DESTINATION_LABEL, REMOTE_FIELD_MANAGER};
+use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::merge::{compact_fields, writes_without_apply};
+use crate::apply::merge::writes_without_apply;
 use crate::kinds::Allowed;
+use kept::Kept;
 
 /// A tenant object's metadata.
 pub type Meta = PartialObjectMeta<DynamicObject>;
@@ -30,32 +34,56 @@ pub type Meta = PartialObjectMeta<DynamicObject>;
 /// A change of a tenant object seen by the watch.
 pub type Change = (Allowed, watcher::Event<Meta>);
 
+/// One kind's objects: by namespace (empty for namespaces), then by name.
+type Names = HashMap<Box<str>, HashMap<Box<str>, Kept>>;
+
+/// What the watch of one kind has seen.
+#[derive(Default)]
+struct KindStore {
+    objects: RwLock<Names>,
+    /// The watch has listed at least once.
+    listed: AtomicBool,
+}
+
+impl KindStore {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Names> {
+        self.objects.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Names> {
+        self.objects.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Read access to the watched tenant objects; clones share the stores.
 #[derive(Clone)]
 pub struct TenantObjects {
-    stores: Arc<BTreeMap<Allowed, Store<Meta>>>,
+    stores: Arc<BTreeMap<Allowed, Arc<KindStore>>>,
 }
 
 impl TenantObjects {
     /// The object `kind` `namespace/name` (namespace empty for namespaces), if the watch has it.
-    pub fn get(&self, kind: Allowed, namespace: &str, name: &str) -> Option<Arc<Meta>> {
+    pub fn get(&self, kind: Allowed, namespace: &str, name: &str) -> Option<Meta> {
         let store = self.stores.get(&kind)?;
-        let dt = kind.resource();
-        let key = if matches!(kind, Allowed::Namespace) {
-            ObjectRef::new_with(name, dt)
-        } else {
-            ObjectRef::new_with(name, dt).within(namespace)
-        };
-        store.get(&key)
+        let objects = store.read();
+        let kept = objects.get(namespace)?.get(name)?;
+        Some(kept.meta(namespace, name))
     }
 
-    /// Every object of every kind's store, once each has listed; `None` if some store has not
-    /// listed within `within` (an agent just started, or a kind's CRD missing).
-    pub async fn snapshot(&self, within: std::time::Duration) -> Option<Vec<(Allowed, Arc<Meta>)>> {
-        // Polled, not awaited: kube-runtime wakes only the last task waiting for a store's first
-        // listing.
+    /// Every object of `tenant` (by its origin label) in every kind's store, once each has
+    /// listed; `None` if some store has not listed within `within` (an agent just started, or a
+    /// kind's CRD missing).
+    pub async fn snapshot_of(
+        &self,
+        tenant: &ClusterId,
+        within: std::time::Duration,
+    ) -> Option<Vec<(Allowed, Meta)>> {
         let deadline = tokio::time::Instant::now() + within;
-        while !self.stores.values().all(listed) {
+        while !self
+            .stores
+            .values()
+            .all(|s| s.listed.load(Ordering::Acquire))
+        {
             if tokio::time::Instant::now() >= deadline {
                 return None;
             }
@@ -63,7 +91,13 @@ impl TenantObjects {
         }
         let mut all = Vec::new();
         for (kind, store) in self.stores.iter() {
-            all.extend(store.state().into_iter().map(|meta| (*kind, meta)));
+            let objects = store.read();
+            for (namespace, names) in objects.iter() {
+                let of_tenant = names
+                    .iter()
+                    .filter(|(_, kept)| kept.label(ORIGIN_LABEL) == Some(tenant.as_str()));
+                all.extend(of_tenant.map(|(name, kept)| (*kind, kept.meta(namespace, name))));
+            }
         }
         Some(all)
     }
@@ -77,9 +111,57 @@ impl TenantObjects {
     }
 }
 
-/// Whether a store has listed at least once.
-fn listed(store: &Store<Meta>) -> bool {
-    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+/// Keeps one kind's store as its watch reports changes.
+struct StoreWriter {
+    store: Arc<KindStore>,
+    /// Whether the kind's objects are written without server-side apply (see `apply::merge`):
+    /// then the agent's own managedFields say which keys are its own, and are kept.
+    own_fields: bool,
+    /// A listing under way: replaces the store when complete, so objects deleted while the
+    /// watch was down go.
+    relisting: Option<Names>,
+}
+
+impl StoreWriter {
+    fn apply(&mut self, event: &watcher::Event<Meta>) {
+        match event {
+            watcher::Event::Init => self.relisting = Some(Names::new()),
+            watcher::Event::InitApply(obj) => {
+                let kept = Kept::of(&obj.metadata, self.own_fields);
+                if let Some(names) = self.relisting.as_mut() {
+                    insert(names, obj, kept);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(names) = self.relisting.take() {
+                    *self.store.write() = names;
+                }
+                self.store.listed.store(true, Ordering::Release);
+            }
+            watcher::Event::Apply(obj) => {
+                let kept = Kept::of(&obj.metadata, self.own_fields);
+                insert(&mut self.store.write(), obj, kept);
+            }
+            watcher::Event::Delete(obj) => {
+                let mut objects = self.store.write();
+                let namespace = obj.namespace().unwrap_or_default();
+                if let Some(names) = objects.get_mut(namespace.as_str()) {
+                    names.remove(obj.name_any().as_str());
+                    if names.is_empty() {
+                        objects.remove(namespace.as_str());
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn insert(objects: &mut Names, obj: &Meta, kept: Kept) {
+    let namespace = obj.namespace().unwrap_or_default();
+    objects
+        .entry(namespace.into_boxed_str())
+        .or_default()
+        .insert(obj.name_any().into_boxed_str(), kept);
 }
 
 /// Starts one watch per allowed kind; returns the stores and the stream of changes.
@@ -92,30 +174,20 @@ pub fn spawn(
     let mut stores = BTreeMap::new();
     for kind in Allowed::all() {
         let resource = kind.resource();
-        let writer = reflector::store::Writer::new(resource.clone());
-        stores.insert(kind, writer.as_reader());
+        let store = Arc::new(KindStore::default());
+        stores.insert(kind, store.clone());
+        let mut writer = StoreWriter {
+            store,
+            own_fields: writes_without_apply(kind, false),
+            relisting: None,
+        };
         // An Api of partial objects asks for metadata only.
         let api: Api<Meta> = Api::all_with(client.clone(), &resource);
         let selector = format!("{DESTINATION_LABEL}={provider}");
         let config = watcher::Config::default().labels(&selector);
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
-        // Field ownership is the API server's business, except the agent's own on the kinds it
-        // writes without server-side apply (see `apply::merge`): it says which keys are its own.
-        let keeps_own_fields = writes_without_apply(kind, false);
         tokio::spawn(async move {
-            let mut events = watcher(api, config)
-                .default_backoff()
-                .modify(move |obj| {
-                    let managed = obj.managed_fields_mut();
-                    if keeps_own_fields {
-                        managed.retain(|e| e.manager.as_deref() == Some(REMOTE_FIELD_MANAGER));
-                        managed.iter_mut().for_each(compact_fields);
-                    } else {
-                        managed.clear();
-                    }
-                })
-                .reflect(writer)
-                .boxed();
+            let mut events = watcher(api, config).default_backoff().boxed();
             loop {
                 let event = tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -126,6 +198,7 @@ pub fn spawn(
                 };
                 match event {
                     Ok(event) => {
+                        writer.apply(&event);
                         if tx.send((kind, event)).await.is_err() {
                             return;
                         }
@@ -143,4 +216,88 @@ pub fn spawn(
         },
         changes_rx,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ObjectMeta;
+    use refract_shared::options::Kind;
+
+    use super::*;
+
+    const CM: Allowed = Allowed::Reflected(Kind::ConfigMap);
+
+    fn meta(name: &str, origin: &str, version: &str) -> Meta {
+        Meta {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("apps-origin".into()),
+                resource_version: Some(version.into()),
+                labels: Some(BTreeMap::from([(ORIGIN_LABEL.into(), origin.into())])),
+                ..Default::default()
+            },
+            _phantom: Default::default(),
+        }
+    }
+
+    fn one_kind() -> (TenantObjects, StoreWriter) {
+        let store = Arc::new(KindStore::default());
+        let objects = TenantObjects {
+            stores: Arc::new(BTreeMap::from([(CM, store.clone())])),
+        };
+        let writer = StoreWriter {
+            store,
+            own_fields: false,
+            relisting: None,
+        };
+        (objects, writer)
+    }
+
+    fn version(objects: &TenantObjects, name: &str) -> Option<String> {
+        objects
+            .get(CM, "apps-origin", name)
+            .and_then(|m| m.metadata.resource_version)
+    }
+
+    #[tokio::test]
+    async fn a_listing_replaces_the_store_once_complete_and_changes_apply_as_they_come() {
+        let (objects, mut writer) = one_kind();
+        let tenant = ClusterId::parse("origin").unwrap();
+        let short = std::time::Duration::from_millis(30);
+        assert!(
+            objects.snapshot_of(&tenant, short).await.is_none(),
+            "not listed yet"
+        );
+        writer.apply(&watcher::Event::Init);
+        writer.apply(&watcher::Event::InitApply(meta("a", "origin", "1")));
+        writer.apply(&watcher::Event::InitApply(meta("b", "other", "2")));
+        assert_eq!(
+            version(&objects, "a"),
+            None,
+            "a listing shows when complete"
+        );
+        writer.apply(&watcher::Event::InitDone);
+        assert_eq!(version(&objects, "a").as_deref(), Some("1"));
+        let of_tenant = objects.snapshot_of(&tenant, short).await.expect("listed");
+        assert_eq!(of_tenant.len(), 1, "only the tenant's objects");
+        assert_eq!(of_tenant[0].1.name_any(), "a");
+
+        writer.apply(&watcher::Event::Apply(meta("a", "origin", "3")));
+        assert_eq!(version(&objects, "a").as_deref(), Some("3"));
+        writer.apply(&watcher::Event::Delete(meta("a", "origin", "3")));
+        assert_eq!(version(&objects, "a"), None);
+
+        // The watch restarts: whatever the new listing lacks was deleted meanwhile.
+        writer.apply(&watcher::Event::Init);
+        writer.apply(&watcher::Event::InitApply(meta("c", "origin", "5")));
+        assert_eq!(
+            version(&objects, "b").as_deref(),
+            Some("2"),
+            "until complete"
+        );
+        writer.apply(&watcher::Event::InitDone);
+        assert_eq!(version(&objects, "b"), None);
+        assert_eq!(version(&objects, "c").as_deref(), Some("5"));
+    }
 }

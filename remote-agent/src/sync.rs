@@ -220,14 +220,14 @@ impl ReflectionService {
             return None;
         }
         let wait = LIST_TIMEOUT.saturating_sub(self.started.elapsed());
-        let Some(objects) = self.applier.objects().snapshot(wait).await else {
+        let Some(objects) = self.applier.objects().snapshot_of(tenant, wait).await else {
             tracing::info!(%tenant, "tenant objects not listed in time; the tenant sends everything");
             return None;
         };
         let inventory = Inventory::of_tenant(
             tenant,
             &self.cluster_id,
-            objects.iter().map(|(kind, meta)| (*kind, meta.as_ref())),
+            objects.iter().map(|(kind, meta)| (*kind, meta)),
         );
         tracing::info!(%tenant, objects = inventory.objects(), "resuming: the tenant is told what the provider holds");
         Some(inventory)

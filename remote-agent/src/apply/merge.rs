@@ -22,7 +22,7 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use refract_shared::keys::REMOTE_FIELD_MANAGER;
 use refract_shared::options::Kind;
 use serde_json::{Map, Value};
@@ -94,7 +94,7 @@ impl OwnedKeys {
     }
 
     /// The keys the agent's own entries of `managed` own; their FieldsV1 may be a tree as the
-    /// API server sends it, or the text [`compact_fields`] made of one.
+    /// API server sends it, or the text [`fields_text`] made of one.
     pub(crate) fn of_managed_fields(managed: &[ManagedFieldsEntry]) -> Self {
         let mut keys = Self::default();
         let ours = managed
@@ -145,16 +145,15 @@ impl OwnedKeys {
     }
 }
 
-/// Replaces a managedFields entry's FieldsV1 tree by its JSON text, which
-/// [`OwnedKeys::of_managed_fields`] reads back. The watch store keeps the agent's entry of every
-/// ConfigMap and Secret; as a tree of small maps it cost about 3 KB per object, as text a few
-/// hundred bytes.
-pub(crate) fn compact_fields(entry: &mut ManagedFieldsEntry) {
-    if let Some(fields) = entry.fields_v1.as_mut() {
-        if !fields.0.is_string() {
-            let text = serde_json::to_string(&fields.0).expect("a JSON value serializes");
-            fields.0 = Value::String(text);
-        }
+/// A managedFields entry's FieldsV1 as JSON text, which [`OwnedKeys::of_managed_fields`] reads
+/// back. The watch store keeps the agent's entries of every ConfigMap and Secret this way: as a
+/// tree of small maps one cost about 3 KB per object, as text a few hundred bytes.
+pub(crate) fn fields_text(fields: &FieldsV1) -> Box<str> {
+    match &fields.0 {
+        Value::String(text) => text.as_str().into(),
+        tree => serde_json::to_string(tree)
+            .expect("a JSON value serializes")
+            .into_boxed_str(),
     }
 }
 
@@ -278,12 +277,11 @@ mod tests {
             json!({"f:data": {".": {}, "f:mode": {}}, "f:metadata": {"f:annotations": {"f:a.b/c": {}}}}),
         )];
         let before = OwnedKeys::of_managed_fields(&managed);
-        managed.iter_mut().for_each(compact_fields);
-        assert!(managed[0].fields_v1.as_ref().unwrap().0.is_string());
-        // Compacting twice leaves the text as it is.
-        let text = managed[0].fields_v1.clone();
-        managed.iter_mut().for_each(compact_fields);
-        assert_eq!(managed[0].fields_v1, text);
+        let fields = managed[0].fields_v1.as_mut().unwrap();
+        let text = fields_text(fields);
+        *fields = FieldsV1(Value::String(text.to_string()));
+        // Text again is the same text.
+        assert_eq!(fields_text(fields), text);
         assert_eq!(OwnedKeys::of_managed_fields(&managed), before);
         assert_eq!(before.0.len(), 2);
     }

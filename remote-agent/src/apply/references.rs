@@ -24,7 +24,7 @@ impl Applier {
         let kind = Allowed::Reflected(Kind::Secret);
         for name in policy::secrets_read(&spec) {
             let meta = match self.objects.get(kind, namespace, &name) {
-                Some(known) => Some(known.metadata.clone()),
+                Some(known) => Some(known.metadata),
                 None => self
                     .api(kind, namespace)
                     .get_metadata_opt_with(&name, &GetParams::any())
