@@ -119,6 +119,7 @@ impl AnswerLatency {
             Outcome::Applied => "applied",
             Outcome::Unchanged => "unchanged",
             Outcome::Transient => "transient",
+            Outcome::Resend => "resend",
             Outcome::Denied | Outcome::Invalid | Outcome::Conflict => "refused",
             Outcome::Unspecified => "unspecified",
         };

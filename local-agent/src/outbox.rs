@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use refract_shared::hash::bytes_hash;
 use refract_shared::proto::{
-    local_message, Ack, Delete, LocalMessage, ObjectRef, SnapshotComplete, Upsert,
+    local_message, Ack, Delete, LocalMessage, ObjectRef, Outcome, SnapshotComplete, Upsert,
 };
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -260,7 +260,8 @@ impl Outbox {
                 latency.observe(answer.origin.producer.remote_kind(), answer.outcome, times);
             }
         }
-        if let Some(object) = &ack.object {
+        let answers_a_request = ack.outcome != Outcome::Resend as i32;
+        if let Some(object) = ack.object.as_ref().filter(|_| answers_a_request) {
             let waiter = self
                 .inner
                 .waiters

@@ -617,6 +617,10 @@ impl Recipient for PodOffloader {
             (Request::Upsert, Outcome::Applied | Outcome::Unchanged) => {
                 self.retries.succeeded(&key)
             }
+            (Request::Upsert, Outcome::Resend) => {
+                // The outbox forgot it: reconciling it now sends it again.
+                self.queue.add(key);
+            }
             (Request::Upsert, Outcome::Transient) => {
                 // The outbox forgot it: the retry sends it again.
                 let delay = self.retries.failed(&key);

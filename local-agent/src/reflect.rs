@@ -506,6 +506,11 @@ impl<K: Reflectable> Recipient for Reflector<K> {
             Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
                 self.retries.succeeded(&key)
             }
+            Outcome::Resend => {
+                // The outbox forgot it: reconciling it now sends it again.
+                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
+                self.queue.add(key);
+            }
             Outcome::Transient => {
                 // The outbox forgot it: the retry sends it again.
                 let delay = self.retries.failed(&key);

@@ -321,7 +321,10 @@ impl Applier {
         } else {
             format!("{}/{}", key.namespace, key.name)
         };
-        if !self.owns(tenant, kind, existing) {
+        // A copy this agent wrote for the tenant and then saw changed on the provider, down to
+        // its labels, is still the tenant's: restoring it takes the labels back.
+        let drifted = self.desired.drifted(key);
+        if !drifted && !self.owns(tenant, kind, existing) {
             return Some(Err(ApplyError::Conflict(format!(
                 "{} {} exists on cluster {:?} and was not reflected by {tenant}; left untouched",
                 kind.kind(),
@@ -356,6 +359,11 @@ impl Applier {
                 token_kind(existing_token),
                 token_kind(token),
             ))));
+        }
+        if drifted {
+            // Changed on the provider, and sent again by the origin to be restored: the copy
+            // may still carry this very hash.
+            return None;
         }
         let annotations = existing.annotations.as_ref();
         (annotations
@@ -457,7 +465,7 @@ impl Applier {
             }
             // Nothing was written: the object is not ours to remember (yet).
             Err(refused) => {
-                self.desired.forget(&key);
+                self.desired.abandon_write(&key);
                 Err(refused)
             }
         }

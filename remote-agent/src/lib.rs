@@ -114,7 +114,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let registry = registry::Registry::default();
     let (objects, changes) = objects::spawn(client.clone(), &args.cluster_id, token.clone());
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
-    restore::spawn_restorer(applier.clone(), changes);
+    restore::spawn_restorer(applier.clone(), registry.clone(), changes);
     if let Some(expiry) = args.tenant_expiry {
         let desired = applier.desired.clone();
         tenants::spawn_collector(

@@ -2,9 +2,13 @@
 //! re-applied from the desired state the tenant last sent.
 //!
 //! Fed by the watch of tenant objects ([`crate::objects`]). An event whose resourceVersion is
-//! not the one the remote agent last wrote means someone else touched the object; server-side
-//! apply with force takes back the fields Refract owns, and is a no-op (no write) when nothing
-//! of ours changed. A tenant whose namespace is marked for removal is forgotten instead.
+//! not the one the remote agent last wrote means someone else touched the object. Twin
+//! namespaces, ShadowPods and token Secrets are restored here, from the desired state kept
+//! whole: server-side apply with force takes back the fields Refract owns, and is a no-op (no
+//! write) when nothing of ours changed. Every other kind is restored from the origin: the
+//! tenant is answered [`Outcome::Resend`] for the object and sends it again, through the one
+//! write path; a tenant not connected gets it on its next session, whose inventory leaves the
+//! object out. A tenant whose namespace is marked for removal is forgotten instead.
 
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -13,30 +17,47 @@ use refract_shared::options::Kind;
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 
+use refract_shared::proto::{remote_message, Ack, ObjectRef, Outcome, RemoteMessage};
+
 use crate::apply::{Applier, ObjectKey};
+use crate::desired::Restore;
 use crate::kinds::Allowed;
 use crate::objects::{Change, Meta};
+use crate::registry::Registry;
 
 /// Restores tenant objects as their changes arrive, until the stream ends.
-pub fn spawn_restorer(applier: Applier, mut changes: mpsc::Receiver<Change>) {
+pub fn spawn_restorer(applier: Applier, registry: Registry, mut changes: mpsc::Receiver<Change>) {
     tokio::spawn(async move {
         while let Some((kind, event)) = changes.recv().await {
             match event {
                 watcher::Event::Apply(obj) if obj.metadata.deletion_timestamp.is_none() => {
-                    check(&applier, kind, &obj, obj.resource_version().as_deref()).await
+                    check(
+                        &applier,
+                        &registry,
+                        kind,
+                        &obj,
+                        obj.resource_version().as_deref(),
+                    )
+                    .await
                 }
                 // A claim deleted on the provider is not re-created: a new claim would be a
                 // new, empty volume behind the origin's back (Liqo does the same).
                 watcher::Event::Delete(_)
                     if kind == Allowed::Reflected(Kind::PersistentVolumeClaim) => {}
-                watcher::Event::Delete(obj) => check(&applier, kind, &obj, None).await,
+                watcher::Event::Delete(obj) => check(&applier, &registry, kind, &obj, None).await,
                 _ => {}
             }
         }
     });
 }
 
-async fn check(applier: &Applier, kind: Allowed, obj: &Meta, resource_version: Option<&str>) {
+async fn check(
+    applier: &Applier,
+    registry: &Registry,
+    kind: Allowed,
+    obj: &Meta,
+    resource_version: Option<&str>,
+) {
     let Some(tenant) = obj
         .labels()
         .get(ORIGIN_LABEL)
@@ -60,7 +81,7 @@ async fn check(applier: &Applier, kind: Allowed, obj: &Meta, resource_version: O
         .annotations()
         .get(DESIRED_HASH_ANNOTATION)
         .map(String::as_str);
-    let Some(desired) = applier
+    let Some(restore) = applier
         .desired
         .needs_restore(&key, resource_version, observed_hash)
     else {
@@ -70,6 +91,13 @@ async fn check(applier: &Applier, kind: Allowed, obj: &Meta, resource_version: O
         "deleted"
     } else {
         "changed"
+    };
+    let desired = match restore {
+        Restore::Here(desired) => desired,
+        Restore::FromOrigin => {
+            ask_origin(registry, &key, what);
+            return;
+        }
     };
     match applier.restore(&key, &desired, resource_version).await {
         Ok(_) => tracing::info!(
@@ -81,4 +109,30 @@ async fn check(applier: &Applier, kind: Allowed, obj: &Meta, resource_version: O
             %error, "reflected object {what} on the provider; restoring it failed"
         ),
     }
+}
+
+/// Asks the tenant to send `key` again. Not connected, or its stream full: the object waits
+/// for the tenant's next session, whose inventory leaves it out.
+fn ask_origin(registry: &Registry, key: &ObjectKey, what: &str) {
+    let object = ObjectRef {
+        api_version: key.kind.resource().api_version,
+        kind: key.kind.kind().into(),
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+    };
+    let ack = Ack {
+        object: Some(object),
+        // Any revision: the copy is to be restored to whatever the origin holds now.
+        revision: String::new(),
+        outcome: Outcome::Resend as i32,
+        message: format!("the copy was {what} on the provider; send it again to restore it"),
+    };
+    let message = RemoteMessage {
+        kind: Some(remote_message::Kind::Ack(ack)),
+    };
+    let asked = registry.send_to(&key.tenant, message);
+    tracing::info!(
+        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, asked,
+        "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
+    );
 }

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use kube::ResourceExt;
 use refract_shared::proto::reflection_server::Reflection;
 use refract_shared::proto::{
     local_message, remote_message, Ack, Delete, InventoryRequest, LocalMessage, ObjectRef, Outcome,
@@ -17,10 +18,11 @@ mod coalesce;
 mod dispatch;
 pub(crate) mod in_flight;
 
-use crate::apply::{answer, Applier};
+use crate::apply::{answer, Applier, ObjectKey};
 use crate::inventory::{Bucket, Inventory};
 use crate::kinds::Allowed;
 use crate::metrics::{label, Metrics, StreamRefusal};
+use crate::objects::Meta;
 use crate::peer::Peer;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
 use in_flight::InFlight;
@@ -224,10 +226,24 @@ impl ReflectionService {
             tracing::info!(%tenant, "tenant objects not listed in time; the tenant sends everything");
             return None;
         };
+        // A copy changed on the provider while the tenant was away is left out, so the tenant
+        // sends it and it is restored (see `crate::restore`).
+        let desired = &self.applier.desired;
+        let restored = |kind: Allowed, meta: &Meta| {
+            !desired.drifted(&ObjectKey {
+                tenant: tenant.clone(),
+                kind,
+                namespace: meta.namespace().unwrap_or_default(),
+                name: meta.name_any(),
+            })
+        };
         let inventory = Inventory::of_tenant(
             tenant,
             &self.cluster_id,
-            objects.iter().map(|(kind, meta)| (*kind, meta)),
+            objects
+                .iter()
+                .filter(|(kind, meta)| restored(*kind, meta))
+                .map(|(kind, meta)| (*kind, meta)),
         );
         tracing::info!(%tenant, objects = inventory.objects(), "resuming: the tenant is told what the provider holds");
         Some(inventory)

@@ -329,6 +329,12 @@ impl Ledger {
         let remote = RemoteKey::of(object);
         let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
         let confirmed = matches!(outcome, Outcome::Applied | Outcome::Unchanged);
+        // Not an answer: the provider asks for an object it was sent, whose copy was changed
+        // or deleted there. One being deleted is not sent again.
+        let resend = outcome == Outcome::Resend;
+        if resend && self.deleting.contains_key(&remote) {
+            return None;
+        }
         if let Some(deleting) = self.deleting.get(&remote).cloned() {
             if confirmed {
                 self.deleting.remove(&remote);
@@ -348,7 +354,7 @@ impl Ledger {
             return None; // a newer Upsert is on its way; its ack decides
         }
         let origin_uid = sent.origin_uid.clone();
-        let times = Some(sent.times);
+        let times = (!resend).then_some(sent.times);
         match outcome {
             Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
                 sent.state = AckState::Applied
@@ -356,7 +362,7 @@ impl Ledger {
             Outcome::Conflict | Outcome::Invalid | Outcome::Denied => {
                 sent.state = AckState::Refused
             }
-            Outcome::Transient => {
+            Outcome::Transient | Outcome::Resend => {
                 self.forget(&origin);
             }
         }

@@ -186,6 +186,27 @@ fn a_transient_failure_forgets_the_object_so_that_it_is_sent_again() {
 }
 
 #[test]
+fn a_resend_request_forgets_a_sent_object_so_it_goes_again_and_is_no_answer() {
+    let mut l = Ledger::default();
+    let now = Instant::now();
+    let cm = mk_origin(CONFIGMAPS, "shop", "a");
+    let up = mk_upsert("ConfigMap", "shop-o", "a", "{}", "10", "u1");
+    record(&mut l, 1, cm.clone(), &up, now);
+    answer(&mut l, "ConfigMap", "shop-o", "a", "10", Outcome::Applied);
+    assert_eq!(record(&mut l, 1, cm.clone(), &up, now), Admit::AlreadySent);
+    // Asked for again (the copy was edited on the provider), whatever revision it was sent at.
+    let a = answer(&mut l, "ConfigMap", "shop-o", "a", "", Outcome::Resend).unwrap();
+    assert_eq!((a.origin, a.outcome), (cm.clone(), Outcome::Resend));
+    assert_eq!(a.times, None, "not an answer: no latency to observe");
+    assert_eq!(record(&mut l, 1, cm, &up, now), Admit::Send);
+    // Objects it was never sent, and objects being deleted, are not asked for.
+    assert!(answer(&mut l, "ConfigMap", "shop-o", "other", "", Outcome::Resend).is_none());
+    let pod = offload_web(&mut l, now);
+    l.delete(1, &pod).unwrap();
+    assert!(answer(&mut l, "ShadowPod", "apps-o", "web", "", Outcome::Resend).is_none());
+}
+
+#[test]
 fn an_ack_of_an_older_revision_changes_nothing() {
     let mut l = Ledger::default();
     let now = Instant::now();

@@ -711,6 +711,40 @@ stringData: {v: "1"}
         provider(&p, twin, "configmap/taken", "{.data.owner}").as_deref(),
         Some("provider")
     );
+
+    // Copies changed or deleted while the origin is away come back with it: the provider keeps
+    // only a hash of reflected objects, and leaves those copies out of what it says it holds,
+    // so the returning agent sends them again.
+    let status = p.local.take().unwrap().stop().await;
+    assert!(status.success(), "local agent exited with {status}");
+    p.provider_kubectl(&["-n", twin, "delete", "secret", "creds"]);
+    p.provider_kubectl(&[
+        "-n",
+        twin,
+        "patch",
+        "configmap",
+        "mine",
+        "-p",
+        r#"{"data":{"v":"offline"}}"#,
+    ]);
+    p.eventually(
+        WAIT,
+        "the remote agent noting the edit while the tenant is away",
+        || {
+            p.remote_log()
+                .contains("restoring it from the origin (asked now if connected, else on its next session)")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        provider(&p, twin, "configmap/mine", "{.data.v}").as_deref(),
+        Some("offline"),
+        "restored without the origin: the provider does not keep reflected objects whole"
+    );
+    p.start_local();
+    until_provider(&p, twin, "secret/creds", "{.data.v}", "MQ==").await;
+    until_provider(&p, twin, "configmap/mine", "{.data.v}", "1").await;
 }
 
 /// Speaks the stream directly with grpcurl, as a confused or hostile tenant would.
