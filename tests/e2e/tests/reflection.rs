@@ -516,6 +516,14 @@ spec: {defaultBackend: {service: {name: x, port: {number: 80}}}}
     assert!(!status.success(), "exited 0 with unknown keys");
 }
 
+/// Deletes the reflected Secret `creds` and edits the ConfigMap `mine` on the provider, as its
+/// administrator might.
+fn tamper_on_provider(p: &Peering, twin: &str, value: &str) {
+    p.provider_kubectl(&["-n", twin, "delete", "secret", "creds"]);
+    let patch = format!(r#"{{"data":{{"v":"{value}"}}}}"#);
+    p.provider_kubectl(&["-n", twin, "patch", "configmap", "mine", "-p", &patch]);
+}
+
 #[tokio::test]
 async fn foreign_objects_are_left_alone_copies_restored_and_restarts_write_nothing() {
     let mut p = Peering::start(false).await.expect("peering");
@@ -644,16 +652,7 @@ stringData: {v: "1"}
     .await;
 
     // A reflected copy deleted or edited on the provider comes back.
-    p.provider_kubectl(&["-n", twin, "delete", "secret", "creds"]);
-    p.provider_kubectl(&[
-        "-n",
-        twin,
-        "patch",
-        "configmap",
-        "mine",
-        "-p",
-        r#"{"data":{"v":"tampered"}}"#,
-    ]);
+    tamper_on_provider(&p, twin, "tampered");
     until_provider(&p, twin, "secret/creds", "{.data.v}", "MQ==").await;
     until_provider(&p, twin, "configmap/mine", "{.data.v}", "1").await;
 
@@ -717,16 +716,7 @@ stringData: {v: "1"}
     // so the returning agent sends them again.
     let status = p.local.take().unwrap().stop().await;
     assert!(status.success(), "local agent exited with {status}");
-    p.provider_kubectl(&["-n", twin, "delete", "secret", "creds"]);
-    p.provider_kubectl(&[
-        "-n",
-        twin,
-        "patch",
-        "configmap",
-        "mine",
-        "-p",
-        r#"{"data":{"v":"offline"}}"#,
-    ]);
+    tamper_on_provider(&p, twin, "offline");
     p.eventually(
         WAIT,
         "the remote agent noting the edit while the tenant is away",
