@@ -322,9 +322,15 @@ impl Applier {
             format!("{}/{}", key.namespace, key.name)
         };
         // A copy this agent wrote for the tenant and then saw changed on the provider, down to
-        // its labels, is still the tenant's: restoring it takes the labels back.
+        // its labels, is still the tenant's: restoring it takes the labels back. An object that
+        // replaced a deleted copy does not carry the agent's hash, and stays foreign.
         let drifted = self.desired.drifted(key);
-        if !drifted && !self.owns(tenant, kind, existing) {
+        let written_by_us = existing
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(DESIRED_HASH_ANNOTATION));
+        let restoring_our_copy = drifted && written_by_us;
+        if !restoring_our_copy && !self.owns(tenant, kind, existing) {
             return Some(Err(ApplyError::Conflict(format!(
                 "{} {} exists on cluster {:?} and was not reflected by {tenant}; left untouched",
                 kind.kind(),

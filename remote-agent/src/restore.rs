@@ -14,10 +14,9 @@ use kube::runtime::watcher;
 use kube::ResourceExt;
 use refract_shared::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_LABEL, TENANT_REMOVAL_ANNOTATION};
 use refract_shared::options::Kind;
+use refract_shared::proto::{remote_message, Ack, ObjectRef, Outcome, RemoteMessage};
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
-
-use refract_shared::proto::{remote_message, Ack, ObjectRef, Outcome, RemoteMessage};
 
 use crate::apply::{Applier, ObjectKey};
 use crate::desired::Restore;
@@ -95,7 +94,7 @@ async fn check(
     let desired = match restore {
         Restore::Here(desired) => desired,
         Restore::FromOrigin => {
-            ask_origin(registry, &key, what);
+            ask_origin(applier, registry, &key, what);
             return;
         }
     };
@@ -111,28 +110,47 @@ async fn check(
     }
 }
 
-/// Asks the tenant to send `key` again. Not connected, or its stream full: the object waits
-/// for the tenant's next session, whose inventory leaves it out.
-fn ask_origin(registry: &Registry, key: &ObjectKey, what: &str) {
+/// How often, and how many times, a tenant that is connected but whose stream is full is
+/// asked again for a copy to restore.
+const ASK_AGAIN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const ASK_AT_MOST: u32 = 60;
+
+/// Asks the tenant to send `key` again. A tenant not connected gets it on its next session,
+/// whose inventory leaves the copy out; one whose stream is full is asked again, each second
+/// for a minute, until the copy is written or the tenant goes.
+fn ask_origin(applier: &Applier, registry: &Registry, key: &ObjectKey, what: &str) {
     let object = ObjectRef {
         api_version: key.kind.resource().api_version,
         kind: key.kind.kind().into(),
         namespace: key.namespace.clone(),
         name: key.name.clone(),
     };
-    let ack = Ack {
-        object: Some(object),
-        // Any revision: the copy is to be restored to whatever the origin holds now.
-        revision: String::new(),
-        outcome: Outcome::Resend as i32,
-        message: format!("the copy was {what} on the provider; send it again to restore it"),
-    };
     let message = RemoteMessage {
-        kind: Some(remote_message::Kind::Ack(ack)),
+        kind: Some(remote_message::Kind::Ack(Ack {
+            object: Some(object),
+            // Any revision: the copy is to be restored to whatever the origin holds now.
+            revision: String::new(),
+            outcome: Outcome::Resend as i32,
+            message: format!("the copy was {what} on the provider; send it again to restore it"),
+        })),
     };
-    let asked = registry.send_to(&key.tenant, message);
+    let asked = registry.send_to(&key.tenant, message.clone());
     tracing::info!(
         tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, asked,
         "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
     );
+    if asked || registry.session_of(&key.tenant).is_none() {
+        return;
+    }
+    let (desired, registry, key) = (applier.desired.clone(), registry.clone(), key.clone());
+    tokio::spawn(async move {
+        for _ in 0..ASK_AT_MOST {
+            tokio::time::sleep(ASK_AGAIN_EVERY).await;
+            let waiting = desired.drifted(&key) && registry.session_of(&key.tenant).is_some();
+            if !waiting || registry.send_to(&key.tenant, message.clone()) {
+                return;
+            }
+        }
+        tracing::warn!(tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "the tenant's stream stayed full; the copy is restored on its next session or change");
+    });
 }

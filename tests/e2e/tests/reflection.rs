@@ -590,12 +590,18 @@ metadata: {name: mine, namespace: shop}
 data: {v: "1"}
 ---
 apiVersion: v1
+kind: ConfigMap
+metadata: {name: replaced, namespace: shop}
+data: {owner: origin}
+---
+apiVersion: v1
 kind: Secret
 metadata: {name: creds, namespace: shop}
 stringData: {v: "1"}
 "#,
     );
     until_provider(&p, twin, "configmap/mine", "{.data.v}", "1").await;
+    until_provider(&p, twin, "configmap/replaced", "{.data.owner}", "origin").await;
     until_provider(&p, twin, "secret/creds", "{.data.v}", "MQ==").await;
     until_conflict_warning(
         &p,
@@ -717,6 +723,16 @@ stringData: {v: "1"}
     let status = p.local.take().unwrap().stop().await;
     assert!(status.success(), "local agent exited with {status}");
     tamper_on_provider(&p, twin, "offline");
+    // A copy deleted and replaced by the provider's own object is not restored over it.
+    p.provider_kubectl(&["-n", twin, "delete", "configmap", "replaced"]);
+    p.provider_kubectl(&[
+        "-n",
+        twin,
+        "create",
+        "configmap",
+        "replaced",
+        "--from-literal=owner=provider",
+    ]);
     p.eventually(
         WAIT,
         "the remote agent noting the edit while the tenant is away",
@@ -732,9 +748,30 @@ stringData: {v: "1"}
         Some("offline"),
         "restored without the origin: the provider does not keep reflected objects whole"
     );
+    let replaced = provider(
+        &p,
+        twin,
+        "configmap/replaced",
+        "{.metadata.resourceVersion}",
+    );
     p.start_local();
     until_provider(&p, twin, "secret/creds", "{.data.v}", "MQ==").await;
     until_provider(&p, twin, "configmap/mine", "{.data.v}", "1").await;
+    until_conflict_warning(
+        &p,
+        "involvedObject.name=replaced,involvedObject.kind=ConfigMap",
+    )
+    .await;
+    assert_eq!(
+        provider(
+            &p,
+            twin,
+            "configmap/replaced",
+            "{.metadata.resourceVersion}"
+        ),
+        replaced,
+        "the provider's own object was written"
+    );
 }
 
 /// Speaks the stream directly with grpcurl, as a confused or hostile tenant would.
