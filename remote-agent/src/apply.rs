@@ -37,7 +37,8 @@ pub use deletion::DeletionSafety;
 pub use error::{answer, Applied, ApplyError};
 use judge::decode_desired;
 use merge::{has_node_ports, keep_node_ports, merge_patch, writes_without_apply, OwnedKeys};
-use tokens::{is_token_secret, token_kind};
+pub(crate) use tokens::is_token_secret;
+use tokens::token_kind;
 use write::{Mode, Refused};
 
 mod deletion;

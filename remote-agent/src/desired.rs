@@ -12,11 +12,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use refract_shared::forge::token::SERVICE_ACCOUNT_LABEL;
 use refract_shared::keys::DESIRED_HASH_ANNOTATION;
-use refract_shared::options::Kind;
 use refract_shared::tls::ClusterId;
 
+use crate::apply::is_token_secret;
 use crate::apply::merge::{writes_without_apply, OwnedKeys};
 use crate::kinds::Allowed;
 
@@ -53,13 +52,7 @@ pub enum Restore {
 /// Whether the remote agent keeps the whole desired object of a `kind` object: those it must
 /// restore without the origin (see the module's documentation).
 fn kept_whole(kind: Allowed, object: &serde_json::Value) -> bool {
-    match kind {
-        Allowed::Namespace | Allowed::ShadowPod => true,
-        Allowed::Reflected(Kind::Secret) => {
-            object["metadata"]["labels"][SERVICE_ACCOUNT_LABEL].is_string()
-        }
-        Allowed::Reflected(_) => false,
-    }
+    matches!(kind, Allowed::Namespace | Allowed::ShadowPod) || is_token_secret(kind, object)
 }
 
 #[derive(Clone)]
@@ -122,14 +115,6 @@ impl Remembered {
     fn object(text: &str) -> serde_json::Value {
         serde_json::from_str(text).expect("the desired store holds JSON it wrote itself")
     }
-
-    fn keys(&self) -> Option<OwnedKeys> {
-        match (&self.object, &self.keys) {
-            (Some(text), _) => Some(OwnedKeys::of_object(&Self::object(text))),
-            (None, Some(keys)) => Some(OwnedKeys::from_text(keys)),
-            (None, None) => None,
-        }
-    }
 }
 
 impl DesiredStore {
@@ -173,8 +158,17 @@ impl DesiredStore {
 
     /// The keys the desired state last remembered for `key` sets (see [`OwnedKeys`]).
     pub(crate) fn keys_of(&self, key: &ObjectKey) -> Option<OwnedKeys> {
-        let remembered = self.lock().get(key)?.clone();
-        remembered.keys()
+        // Only the text is copied under the lock; it is parsed after.
+        let (object, keys) = {
+            let map = self.lock();
+            let r = map.get(key)?;
+            (r.object.clone(), r.keys.clone())
+        };
+        match (object, keys) {
+            (Some(text), _) => Some(OwnedKeys::of_object(&Remembered::object(&text))),
+            (None, Some(keys)) => Some(OwnedKeys::from_text(&keys)),
+            (None, None) => None,
+        }
     }
 
     /// Forgets every object of `tenant`: it is being removed, and nothing of it is restored.
@@ -231,9 +225,6 @@ impl DesiredStore {
 
     pub(crate) fn set_written(&self, key: &ObjectKey, resource_version: Option<String>) {
         self.finish_write(key, resource_version, false);
-        if let Some(r) = self.lock().get_mut(key) {
-            r.drifted = false;
-        }
     }
 
     /// The write of `key` failed without an answer: it may or may not have been stored.
@@ -246,12 +237,17 @@ impl DesiredStore {
             r.resource_version = resource_version;
             r.in_flight = false;
             r.uncertain = uncertain;
+            // A write that landed restored the copy; one that may not have, not yet.
+            r.drifted &= uncertain;
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use refract_shared::forge::token::SERVICE_ACCOUNT_LABEL;
+    use refract_shared::options::Kind;
+
     use super::*;
 
     fn key(kind: Allowed) -> ObjectKey {

@@ -54,7 +54,7 @@ impl Applier {
 }
 
 /// Whether `object` (of `kind`) is a pod's token Secret rather than a reflected Secret.
-pub(super) fn is_token_secret(kind: Allowed, object: &serde_json::Value) -> bool {
+pub(crate) fn is_token_secret(kind: Allowed, object: &serde_json::Value) -> bool {
     kind == Allowed::Reflected(Kind::Secret)
         && object["metadata"]["labels"][SERVICE_ACCOUNT_LABEL].is_string()
 }
