@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -90,12 +90,26 @@ pub struct PodOffloader {
     /// The provider status last written to each offloaded pod, by origin UID: written again
     /// when the virtual node is Ready after an outage ([`readiness`]).
     written: Mutex<std::collections::HashMap<String, PodStatus>>,
+    /// Statuses for pods the session has not sent yet.
+    early: Mutex<Early>,
     /// Told of every pod the watch sees change: the token reflector, so pods are watched once.
     followers: Followers<Pod>,
     log: Throttle,
 }
 
+mod early;
 pub mod readiness;
+
+use early::Early;
+
+/// Why a provider pod status is not written.
+enum Refusal {
+    /// The session has not sent the pod (yet): it may be a pod the producers are still
+    /// sending after a reconnect.
+    NotSentYet,
+    /// The status is not acceptable.
+    Invalid(String),
+}
 
 /// Tasks writing provider pod statuses to the origin.
 const STATUS_WRITERS: usize = 4;
@@ -124,6 +138,7 @@ pub fn spawn(
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         statuses: Latest::default(),
         written: Mutex::default(),
+        early: Mutex::default(),
         log: Throttle::new(Duration::from_secs(10)),
         followers: Followers::default(),
     });
@@ -409,37 +424,59 @@ impl PodOffloader {
 
     /// Takes a provider pod status; never waits. Only a status for a pod this agent offloaded
     /// on the current session (matched by origin UID, and by the provider namespace and name it
-    /// was sent as) is kept, the latest per pod, for the status writers.
+    /// was sent as) is kept, the latest per pod, for the status writers. A status for a pod the
+    /// session has not sent yet waits for the pod's Upsert to be answered ([`early`]).
     pub fn offer_status(&self, message: PodStatus) {
-        if let Err(reason) = self.admit_status(&message) {
-            self.config.refused.inc();
-            if let Some(suppressed) = self.log.allow("pod status") {
-                tracing::warn!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), %reason, suppressed, "ignoring a pod status from the provider");
+        match self.admit_status(&message) {
+            Ok(()) => self.statuses.put(message.origin_uid.clone(), message),
+            Err(Refusal::NotSentYet) => {
+                tracing::debug!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), "a pod status before its pod was sent on this session; held until the pod's Upsert is answered");
+                let dropped = self.early_statuses().hold(message, Instant::now());
+                self.refuse_early(dropped);
             }
-            return;
+            Err(Refusal::Invalid(reason)) => {
+                self.config.refused.inc();
+                if let Some(suppressed) = self.log.allow("pod status") {
+                    tracing::warn!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), %reason, suppressed, "ignoring a pod status from the provider");
+                }
+            }
         }
-        self.statuses.put(message.origin_uid.clone(), message);
     }
 
-    fn admit_status(&self, message: &PodStatus) -> Result<(), String> {
+    fn early_statuses(&self) -> std::sync::MutexGuard<'_, Early> {
+        self.early.lock().expect("early statuses poisoned")
+    }
+
+    /// Counts held statuses dropped without their pod ever being sent.
+    fn refuse_early(&self, dropped: usize) {
+        if dropped == 0 {
+            return;
+        }
+        self.config.refused.inc_by(dropped as u64);
+        if let Some(suppressed) = self.log.allow("early pod status") {
+            tracing::warn!(dropped, suppressed, waited_seconds = early::MAX_WAIT.as_secs(), "ignoring pod statuses from the provider: not pods this agent offloaded to this provider");
+        }
+    }
+
+    fn admit_status(&self, message: &PodStatus) -> Result<(), Refusal> {
         if message.status_json.len() > MAX_STATUS_BYTES {
-            return Err(format!(
+            return Err(Refusal::Invalid(format!(
                 "the status is {} bytes, over the limit of {MAX_STATUS_BYTES}",
                 message.status_json.len()
-            ));
+            )));
         }
         let (_, sent) = self
             .outbox
             .by_uid(Producer::Pods, &message.origin_uid)
-            .ok_or("not a pod this agent offloaded to this provider")?;
+            .ok_or(Refusal::NotSentYet)?;
         if sent.remote.namespace != message.namespace || sent.remote.name != message.name {
-            return Err(format!(
+            return Err(Refusal::Invalid(format!(
                 "the pod was offloaded as {}/{}, the status names {}/{}",
                 sent.remote.namespace,
                 sent.remote.name,
                 refract_shared::inbound::excerpt(&message.namespace),
                 refract_shared::inbound::excerpt(&message.name)
-            ));
+            )));
         }
         Ok(())
     }
@@ -615,7 +652,13 @@ impl Recipient for PodOffloader {
             }
             (Request::Delete, _) => {}
             (Request::Upsert, Outcome::Applied | Outcome::Unchanged) => {
-                self.retries.succeeded(&key)
+                self.retries.succeeded(&key);
+                let early = self
+                    .early_statuses()
+                    .take(&answer.origin_uid, Instant::now());
+                if let Some(status) = early {
+                    self.offer_status(status);
+                }
             }
             (Request::Upsert, Outcome::Resend) => {
                 // The outbox forgot it: reconciling it now sends it again.
