@@ -4,7 +4,9 @@
 //! before it costs the origin's API server a write:
 //! 1. It must be about an object this agent reflected to that provider ([`Reflected`]): the
 //!    provider names the object by its provider namespace and name, and only an object the
-//!    agent sent there resolves to an origin object (and its UID, with no read).
+//!    agent sent there resolves to an origin object (and its UID, with no read). One about an
+//!    object not sent on the session yet (a session starting) waits for it, bounded
+//!    ([`crate::early`]).
 //! 2. Repeats are aggregated: events with the same object, type, reason and message are one
 //!    origin event whose count rises ([`aggregate`]); the backlog holds at most
 //!    [`MAX_PENDING`] distinct events, and what comes beyond it is dropped and counted.
@@ -17,11 +19,13 @@ pub mod aggregate;
 pub mod origin;
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use refract_shared::proto;
 
+use crate::early::{self, Early};
 use crate::reflect::Key;
 use aggregate::{Aggregator, Offer, Pending};
 
@@ -61,7 +65,22 @@ pub struct EventIntake {
     kinds: ReflectedKinds,
     aggregator: Arc<Aggregator>,
     counters: EventCounters,
+    /// Events about objects not sent on the session yet, by arrival.
+    early: Mutex<Early<u64, proto::Event>>,
+    sequence: AtomicU64,
     log: crate::throttle::Throttle,
+}
+
+/// The most events, and event bytes, held for objects not sent yet.
+const EARLY_EVENTS: usize = 1024;
+const EARLY_EVENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// Why an event is not written.
+enum Refusal {
+    /// It is about an object this agent has not sent on the session (yet).
+    NotSentYet(Box<proto::Event>),
+    /// It is not acceptable.
+    Invalid(String),
 }
 
 impl EventIntake {
@@ -78,54 +97,97 @@ impl EventIntake {
             kinds,
             aggregator: aggregator.clone(),
             counters: counters.clone(),
+            early: Mutex::new(Early::new(EARLY_EVENTS, EARLY_EVENT_BYTES)),
+            sequence: AtomicU64::new(0),
             log: crate::throttle::Throttle::new(Duration::from_secs(10)),
         });
+        let retrier = intake.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = shutdown.cancelled() => {}
                 _ = write_paced(aggregator, writer, rate, counters) => {}
+                _ = retrier.retry_early() => {}
             }
         });
         intake
     }
 
-    /// Takes one event from the provider; never waits.
+    /// Takes one event from the provider; never waits. One about an object this agent has
+    /// not sent on the session yet waits for it ([`crate::early`]).
     pub fn offer(&self, message: proto::Event) {
-        let reason = match self.admit(message) {
-            Ok(Offer::New) => return,
+        if let Some(message) = self.settle(self.admit(message)) {
+            let key = self.sequence.fetch_add(1, Ordering::Relaxed);
+            let dropped = self.early_events().hold(key, message, Instant::now());
+            self.refuse_early(dropped);
+        }
+    }
+
+    /// Counts what became of an event; gives back one that must wait for its object.
+    fn settle(&self, admitted: Result<Offer, Refusal>) -> Option<proto::Event> {
+        match admitted {
+            Ok(Offer::New) => {}
             Ok(Offer::Aggregated) => {
                 self.counters.aggregated.inc();
-                return;
             }
-            Ok(Offer::Dropped) => {
-                format!("{MAX_PENDING} provider events already wait to be written at --event-rate")
-            }
-            Err(reason) => reason,
-        };
+            Ok(Offer::Dropped) => self.refuse(&format!(
+                "{MAX_PENDING} provider events already wait to be written at --event-rate"
+            )),
+            Err(Refusal::NotSentYet(message)) => return Some(*message),
+            Err(Refusal::Invalid(reason)) => self.refuse(&reason),
+        }
+        None
+    }
+
+    fn refuse(&self, reason: &str) {
         self.counters.refused.inc();
         if let Some(suppressed) = self.log.allow("event") {
             tracing::warn!(%reason, suppressed, "ignoring an event from the provider");
         }
     }
 
-    fn admit(&self, message: proto::Event) -> Result<Offer, String> {
-        let involved = message
-            .involved
-            .as_ref()
-            .ok_or("the event names no object")?;
-        let kind = self
-            .kinds
-            .get(involved.kind.as_str())
-            .ok_or_else(|| format!("kind {:?} is not reflected", involved.kind))?;
-        let (key, uid) = kind
-            .origin_of(&involved.namespace, &involved.name)
-            .ok_or_else(|| {
-                format!(
-                    "{} {}/{} is not an object this agent reflected",
-                    involved.kind, involved.namespace, involved.name
-                )
-            })?;
-        let event = origin::decode(&message.event_json)?;
+    fn refuse_early(&self, dropped: usize) {
+        if dropped == 0 {
+            return;
+        }
+        self.counters.refused.inc_by(dropped as u64);
+        if let Some(suppressed) = self.log.allow("early event") {
+            tracing::warn!(
+                dropped,
+                suppressed,
+                held_at_most_seconds = early::MAX_WAIT.as_secs(),
+                "ignoring events from the provider: not about objects this agent reflected"
+            );
+        }
+    }
+
+    fn early_events(&self) -> std::sync::MutexGuard<'_, Early<u64, proto::Event>> {
+        self.early.lock().expect("early events poisoned")
+    }
+
+    /// Offers the held events again each second.
+    async fn retry_early(self: Arc<Self>) {
+        early::retry_each_second(
+            &self.early,
+            |message| self.settle(self.admit(message)),
+            |dropped| self.refuse_early(dropped),
+        )
+        .await;
+    }
+
+    fn admit(&self, message: proto::Event) -> Result<Offer, Refusal> {
+        let Some(involved) = message.involved.as_ref() else {
+            return Err(Refusal::Invalid("the event names no object".into()));
+        };
+        let Some(kind) = self.kinds.get(involved.kind.as_str()) else {
+            return Err(Refusal::Invalid(format!(
+                "kind {:?} is not reflected",
+                involved.kind
+            )));
+        };
+        let Some((key, uid)) = kind.origin_of(&involved.namespace, &involved.name) else {
+            return Err(Refusal::NotSentYet(Box::new(message)));
+        };
+        let event = origin::decode(&message.event_json).map_err(Refusal::Invalid)?;
         Ok(self.aggregator.offer(
             origin::Target {
                 kind: origin::local_kind(&involved.kind),

@@ -14,6 +14,7 @@ mod cli;
 pub mod config;
 pub mod connector;
 pub mod crd;
+mod early;
 pub mod events;
 pub mod extension;
 pub mod inbound;

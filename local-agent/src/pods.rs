@@ -30,6 +30,7 @@ use refract_shared::proto::{ObjectRef, Outcome, PodStatus, Upsert};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::early::{self, Early};
 use crate::extension::Extension;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use crate::reflect::followers::Followers;
@@ -91,16 +92,17 @@ pub struct PodOffloader {
     /// when the virtual node is Ready after an outage ([`readiness`]).
     written: Mutex<std::collections::HashMap<String, PodStatus>>,
     /// Statuses for pods the session has not sent yet.
-    early: Mutex<Early>,
+    early: Mutex<Early<String, PodStatus>>,
     /// Told of every pod the watch sees change: the token reflector, so pods are watched once.
     followers: Followers<Pod>,
     log: Throttle,
 }
 
-mod early;
 pub mod readiness;
 
-use early::Early;
+/// The most pod statuses, and status bytes, held for pods not sent yet ([`early`]).
+const EARLY_STATUSES: usize = 4096;
+const EARLY_STATUS_BYTES: usize = 8 * 1024 * 1024;
 
 /// Why a provider pod status is not written.
 enum Refusal {
@@ -138,7 +140,7 @@ pub fn spawn(
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         statuses: Latest::default(),
         written: Mutex::default(),
-        early: Mutex::default(),
+        early: Mutex::new(Early::new(EARLY_STATUSES, EARLY_STATUS_BYTES)),
         log: Throttle::new(Duration::from_secs(10)),
         followers: Followers::default(),
     });
@@ -177,6 +179,8 @@ pub fn spawn(
     }
     let f = o.clone();
     tasks.push(Box::pin(async move { f.follow_extension().await }));
+    let r = o.clone();
+    tasks.push(Box::pin(async move { r.retry_early().await }));
     for _ in 0..STATUS_WRITERS {
         let w = o.clone();
         tasks.push(Box::pin(async move { w.write_statuses().await }));
@@ -425,25 +429,29 @@ impl PodOffloader {
     /// Takes a provider pod status; never waits. Only a status for a pod this agent offloaded
     /// on the current session (matched by origin UID, and by the provider namespace and name it
     /// was sent as) is kept, the latest per pod, for the status writers. A status for a pod the
-    /// session has not sent yet waits for the pod's Upsert to be answered ([`early`]).
+    /// session has not sent yet waits for it ([`early`]).
     pub fn offer_status(&self, message: PodStatus) {
         match self.admit_status(&message) {
             Ok(()) => self.statuses.put(message.origin_uid.clone(), message),
             Err(Refusal::NotSentYet) => {
-                tracing::debug!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), "a pod status before its pod was sent on this session; held until the pod's Upsert is answered");
-                let dropped = self.early_statuses().hold(message, Instant::now());
+                tracing::debug!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), "a pod status before its pod was sent on this session; held");
+                let dropped =
+                    self.early_statuses()
+                        .hold(message.origin_uid.clone(), message, Instant::now());
                 self.refuse_early(dropped);
             }
-            Err(Refusal::Invalid(reason)) => {
-                self.config.refused.inc();
-                if let Some(suppressed) = self.log.allow("pod status") {
-                    tracing::warn!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), %reason, suppressed, "ignoring a pod status from the provider");
-                }
-            }
+            Err(Refusal::Invalid(reason)) => self.refuse(&message, &reason),
         }
     }
 
-    fn early_statuses(&self) -> std::sync::MutexGuard<'_, Early> {
+    fn refuse(&self, message: &PodStatus, reason: &str) {
+        self.config.refused.inc();
+        if let Some(suppressed) = self.log.allow("pod status") {
+            tracing::warn!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), %reason, suppressed, "ignoring a pod status from the provider");
+        }
+    }
+
+    fn early_statuses(&self) -> std::sync::MutexGuard<'_, Early<String, PodStatus>> {
         self.early.lock().expect("early statuses poisoned")
     }
 
@@ -454,8 +462,28 @@ impl PodOffloader {
         }
         self.config.refused.inc_by(dropped as u64);
         if let Some(suppressed) = self.log.allow("early pod status") {
-            tracing::warn!(dropped, suppressed, waited_seconds = early::MAX_WAIT.as_secs(), "ignoring pod statuses from the provider: not pods this agent offloaded to this provider");
+            tracing::warn!(dropped, suppressed, held_at_most_seconds = early::MAX_WAIT.as_secs(), "ignoring pod statuses from the provider: not pods this agent offloaded to this provider");
         }
+    }
+
+    /// Offers the held statuses again each second.
+    async fn retry_early(&self) {
+        early::retry_each_second(
+            &self.early,
+            |status| match self.admit_status(&status) {
+                Ok(()) => {
+                    self.statuses.put(status.origin_uid.clone(), status);
+                    None
+                }
+                Err(Refusal::NotSentYet) => Some(status),
+                Err(Refusal::Invalid(reason)) => {
+                    self.refuse(&status, &reason);
+                    None
+                }
+            },
+            |dropped| self.refuse_early(dropped),
+        )
+        .await;
     }
 
     fn admit_status(&self, message: &PodStatus) -> Result<(), Refusal> {
@@ -652,13 +680,7 @@ impl Recipient for PodOffloader {
             }
             (Request::Delete, _) => {}
             (Request::Upsert, Outcome::Applied | Outcome::Unchanged) => {
-                self.retries.succeeded(&key);
-                let early = self
-                    .early_statuses()
-                    .take(&answer.origin_uid, Instant::now());
-                if let Some(status) = early {
-                    self.offer_status(status);
-                }
+                self.retries.succeeded(&key)
             }
             (Request::Upsert, Outcome::Resend) => {
                 // The outbox forgot it: reconciling it now sends it again.

@@ -9,8 +9,8 @@
 //! provider cannot make the agent write any other PV. When the claim is deleted, its PV is
 //! released and, if its reclaim policy is Delete, removed here (the provider removes its own).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -24,10 +24,24 @@ use refract_shared::proto::PersistentVolume as VolumeMessage;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::early::{self, Early};
 use crate::extension::Extension;
 use crate::reflect::queue::Latest;
 use crate::reflect::Reflector;
 use crate::throttle::Throttle;
+
+/// The most volumes, and volume bytes, held for claims not known here yet.
+const EARLY_VOLUMES: usize = 1024;
+const EARLY_VOLUME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Why a provider volume is not made an origin PV.
+enum Refusal {
+    /// What it is about is not known here yet: its namespace is not extended yet, or the
+    /// claim watch has not seen the claim yet (both happen as a session starts).
+    NotYet(&'static str),
+    /// It is not acceptable.
+    Invalid(String),
+}
 
 /// Attempts at creating one origin PV before waiting for the provider to send it again.
 const CREATE_ATTEMPTS: u32 = 5;
@@ -40,6 +54,8 @@ pub struct VolumeIntake {
     claims: Arc<Reflector<PersistentVolumeClaim>>,
     /// Origin PVs to create, the latest per claim.
     pending: Latest<String, PersistentVolume>,
+    /// Volumes for a claim not known here yet, by claim ([`crate::early`]).
+    early: Mutex<Early<String, VolumeMessage>>,
     log: Throttle,
 }
 
@@ -59,6 +75,7 @@ impl VolumeIntake {
             extension,
             claims,
             pending: Latest::default(),
+            early: Mutex::new(Early::new(EARLY_VOLUMES, EARLY_VOLUME_BYTES)),
             log: Throttle::new(Duration::from_secs(10)),
         });
         let writer = intake.clone();
@@ -67,28 +84,65 @@ impl VolumeIntake {
                 _ = shutdown.cancelled() => {}
                 _ = cleanup => {}
                 _ = writer.write_volumes() => {}
+                _ = writer.retry_early() => {}
             }
         });
         intake
     }
 
     /// Takes a provider volume; never waits. A volume for a claim this agent reflects is kept,
-    /// the latest per claim, for the writer; anything else is refused here.
+    /// the latest per claim, for the writer; one whose claim or namespace is not known here
+    /// yet waits ([`crate::early`]); anything else is refused here.
     pub fn offer(&self, message: VolumeMessage) {
-        let what = format!(
-            "{}/{}",
-            refract_shared::inbound::excerpt(&message.claim_namespace),
-            refract_shared::inbound::excerpt(&message.claim_name)
-        );
+        let what = claim_of(&message);
         match self.origin_volume(&message) {
             Ok(Some(volume)) => self.pending.put(what, volume),
             Ok(None) => {}
-            Err(reason) => {
+            Err(Refusal::NotYet(reason)) => {
+                tracing::debug!(claim = %what, reason, "a volume for a claim not known here yet; held");
+                let dropped = self.early_volumes().hold(what, message, Instant::now());
+                self.refuse_early(dropped);
+            }
+            Err(Refusal::Invalid(reason)) => {
                 if let Some(suppressed) = self.log.allow("volume") {
                     tracing::warn!(claim = %what, %reason, suppressed, "ignoring a volume from the provider");
                 }
             }
         }
+    }
+
+    fn early_volumes(&self) -> std::sync::MutexGuard<'_, Early<String, VolumeMessage>> {
+        self.early.lock().expect("early volumes poisoned")
+    }
+
+    fn refuse_early(&self, dropped: usize) {
+        if dropped == 0 {
+            return;
+        }
+        if let Some(suppressed) = self.log.allow("early volume") {
+            tracing::warn!(dropped, suppressed, held_at_most_seconds = early::MAX_WAIT.as_secs(), "ignoring volumes from the provider: their claims are not claims this agent reflects");
+        }
+    }
+
+    /// Offers the held volumes again each second.
+    async fn retry_early(&self) {
+        early::retry_each_second(
+            &self.early,
+            |message| {
+                let what = claim_of(&message);
+                match self.origin_volume(&message) {
+                    Ok(Some(volume)) => self.pending.put(what, volume),
+                    Ok(None) => {}
+                    Err(Refusal::NotYet(_)) => return Some(message),
+                    Err(Refusal::Invalid(reason)) => {
+                        tracing::warn!(claim = %what, %reason, "ignoring a volume from the provider")
+                    }
+                }
+                None
+            },
+            |dropped| self.refuse_early(dropped),
+        )
+        .await;
     }
 
     /// Creates the origin PVs offered, one claim at a time.
@@ -121,19 +175,21 @@ impl VolumeIntake {
 
     /// The origin PV for `message`; `Ok(None)` when there is nothing to do (already bound),
     /// `Err` when the provider named something this agent did not send.
-    fn origin_volume(&self, message: &VolumeMessage) -> Result<Option<PersistentVolume>, String> {
+    fn origin_volume(&self, message: &VolumeMessage) -> Result<Option<PersistentVolume>, Refusal> {
         let extension = self.extension.borrow().clone();
         let local_ns = extension
             .namespaces
             .iter()
             .find(|(_, remote)| **remote == message.claim_namespace)
             .map(|(local, _)| local.clone())
-            .ok_or("the namespace is not extended to this provider")?;
+            .ok_or(Refusal::NotYet(
+                "the namespace is not extended to this provider",
+            ))?;
         let claim = self
             .claims
             .get(&local_ns, &message.claim_name)
             .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .ok_or("no such claim at the origin")?;
+            .ok_or(Refusal::NotYet("no such claim at the origin"))?;
         let ctx = Context {
             options: &self.options,
             remote_namespace: &message.claim_namespace,
@@ -142,16 +198,20 @@ impl VolumeIntake {
             known_nodes: None,
         };
         if !matches!(forge::pvc::forge(&claim, &ctx), Ok(Decision::Reflect(_))) {
-            return Err("the claim is not one this agent reflects".into());
+            return Err(Refusal::Invalid(
+                "the claim is not one this agent reflects".into(),
+            ));
         }
         let remote: PersistentVolume = serde_json::from_slice(&message.volume_json)
-            .map_err(|e| format!("malformed PersistentVolume: {e}"))?;
+            .map_err(|e| Refusal::Invalid(format!("malformed PersistentVolume: {e}")))?;
         let claim_ref = remote.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
         if claim_ref.and_then(|r| r.name.as_deref()) != Some(message.claim_name.as_str())
             || claim_ref.and_then(|r| r.namespace.as_deref())
                 != Some(message.claim_namespace.as_str())
         {
-            return Err("the volume is not bound to that claim".into());
+            return Err(Refusal::Invalid(
+                "the volume is not bound to that claim".into(),
+            ));
         }
         let wanted = forge::volume::origin_volume_name(&claim);
         let bound = claim.spec.as_ref().and_then(|s| s.volume_name.clone());
@@ -160,8 +220,17 @@ impl VolumeIntake {
         }
         forge::volume::origin_volume(&remote, &claim, &self.options)
             .map(Some)
-            .map_err(|e| e.to_string())
+            .map_err(|e| Refusal::Invalid(e.to_string()))
     }
+}
+
+/// The claim a provider volume names, for keys and logs.
+fn claim_of(message: &VolumeMessage) -> String {
+    format!(
+        "{}/{}",
+        refract_shared::inbound::excerpt(&message.claim_namespace),
+        refract_shared::inbound::excerpt(&message.claim_name)
+    )
 }
 
 /// Deletes origin PVs of this peering whose claim is gone (phase Released) and whose reclaim
