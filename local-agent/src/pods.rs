@@ -431,17 +431,24 @@ impl PodOffloader {
     /// was sent as) is kept, the latest per pod, for the status writers. A status for a pod the
     /// session has not sent yet waits for it ([`early`]).
     pub fn offer_status(&self, message: PodStatus) {
+        if let Some(message) = self.settle_status(message) {
+            tracing::debug!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), "a pod status before its pod was sent on this session; held");
+            let dropped =
+                self.early_statuses()
+                    .hold(message.origin_uid.clone(), message, Instant::now());
+            self.refuse_early(dropped);
+        }
+    }
+
+    /// Queues `message` for the status writers or refuses it; gives it back when its pod was
+    /// not sent on this session (yet).
+    fn settle_status(&self, message: PodStatus) -> Option<PodStatus> {
         match self.admit_status(&message) {
             Ok(()) => self.statuses.put(message.origin_uid.clone(), message),
-            Err(Refusal::NotSentYet) => {
-                tracing::debug!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), "a pod status before its pod was sent on this session; held");
-                let dropped =
-                    self.early_statuses()
-                        .hold(message.origin_uid.clone(), message, Instant::now());
-                self.refuse_early(dropped);
-            }
+            Err(Refusal::NotSentYet) => return Some(message),
             Err(Refusal::Invalid(reason)) => self.refuse(&message, &reason),
         }
+        None
     }
 
     fn refuse(&self, message: &PodStatus, reason: &str) {
@@ -470,17 +477,7 @@ impl PodOffloader {
     async fn retry_early(&self) {
         early::retry_each_second(
             &self.early,
-            |status| match self.admit_status(&status) {
-                Ok(()) => {
-                    self.statuses.put(status.origin_uid.clone(), status);
-                    None
-                }
-                Err(Refusal::NotSentYet) => Some(status),
-                Err(Refusal::Invalid(reason)) => {
-                    self.refuse(&status, &reason);
-                    None
-                }
-            },
+            |status| self.settle_status(status),
             |dropped| self.refuse_early(dropped),
         )
         .await;

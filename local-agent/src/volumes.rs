@@ -38,7 +38,7 @@ const EARLY_VOLUME_BYTES: usize = 4 * 1024 * 1024;
 enum Refusal {
     /// What it is about is not known here yet: its namespace is not extended yet, or the
     /// claim watch has not seen the claim yet (both happen as a session starts).
-    NotYet(&'static str),
+    NotYet,
     /// It is not acceptable.
     Invalid(String),
 }
@@ -94,21 +94,29 @@ impl VolumeIntake {
     /// the latest per claim, for the writer; one whose claim or namespace is not known here
     /// yet waits ([`crate::early`]); anything else is refused here.
     pub fn offer(&self, message: VolumeMessage) {
+        if let Some(message) = self.settle(message) {
+            let what = claim_of(&message);
+            tracing::debug!(claim = %what, "a volume for a claim not known here yet; held");
+            let dropped = self.early_volumes().hold(what, message, Instant::now());
+            self.refuse_early(dropped);
+        }
+    }
+
+    /// Queues the origin PV of `message` or refuses it; gives it back when its claim or
+    /// namespace is not known here yet.
+    fn settle(&self, message: VolumeMessage) -> Option<VolumeMessage> {
         let what = claim_of(&message);
         match self.origin_volume(&message) {
             Ok(Some(volume)) => self.pending.put(what, volume),
             Ok(None) => {}
-            Err(Refusal::NotYet(reason)) => {
-                tracing::debug!(claim = %what, reason, "a volume for a claim not known here yet; held");
-                let dropped = self.early_volumes().hold(what, message, Instant::now());
-                self.refuse_early(dropped);
-            }
+            Err(Refusal::NotYet) => return Some(message),
             Err(Refusal::Invalid(reason)) => {
                 if let Some(suppressed) = self.log.allow("volume") {
                     tracing::warn!(claim = %what, %reason, suppressed, "ignoring a volume from the provider");
                 }
             }
         }
+        None
     }
 
     fn early_volumes(&self) -> std::sync::MutexGuard<'_, Early<String, VolumeMessage>> {
@@ -128,18 +136,7 @@ impl VolumeIntake {
     async fn retry_early(&self) {
         early::retry_each_second(
             &self.early,
-            |message| {
-                let what = claim_of(&message);
-                match self.origin_volume(&message) {
-                    Ok(Some(volume)) => self.pending.put(what, volume),
-                    Ok(None) => {}
-                    Err(Refusal::NotYet(_)) => return Some(message),
-                    Err(Refusal::Invalid(reason)) => {
-                        tracing::warn!(claim = %what, %reason, "ignoring a volume from the provider")
-                    }
-                }
-                None
-            },
+            |message| self.settle(message),
             |dropped| self.refuse_early(dropped),
         )
         .await;
@@ -182,14 +179,12 @@ impl VolumeIntake {
             .iter()
             .find(|(_, remote)| **remote == message.claim_namespace)
             .map(|(local, _)| local.clone())
-            .ok_or(Refusal::NotYet(
-                "the namespace is not extended to this provider",
-            ))?;
+            .ok_or(Refusal::NotYet)?; // the namespace is not extended to this provider (yet)
         let claim = self
             .claims
             .get(&local_ns, &message.claim_name)
             .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .ok_or(Refusal::NotYet("no such claim at the origin"))?;
+            .ok_or(Refusal::NotYet)?; // no such claim at the origin (yet)
         let ctx = Context {
             options: &self.options,
             remote_namespace: &message.claim_namespace,
