@@ -155,7 +155,13 @@ pub async fn run(
             .patch(&config.name, &params, &Patch::Apply(with_kind(&node)))
             .await
         {
-            Ok(applied) => ensure_taint(&nodes, &applied).await,
+            Ok(applied) => {
+                // Never Ready without the taint: until it holds, any pod could land here.
+                if let Err(error) = ensure_taint(&nodes, applied).await {
+                    tracing::warn!(node = %config.name, %error, "failed to add the virtual-node taint; the status waits for the next check");
+                    continue;
+                }
+            }
             Err(error) => {
                 tracing::warn!(node = %config.name, %error, "failed to apply the virtual node");
                 continue;
@@ -250,34 +256,52 @@ fn virtual_node_taint() -> Taint {
     }
 }
 
-/// Adds the virtual-node taint to `node` when it lacks it, keeping every other taint (the
-/// lifecycle controller's); the resourceVersion makes a concurrent change fail the write,
-/// which the next check retries.
-async fn ensure_taint(nodes: &Api<Node>, node: &Node) {
+/// How many times a taint write that lost a race with another writer (the lifecycle
+/// controller tainting a new node not-ready) is tried again with a fresh read.
+const TAINT_ATTEMPTS: usize = 5;
+
+/// `taints` with the virtual-node taint added, or `None` when it is already there.
+fn with_our_taint(taints: Option<&Vec<Taint>>) -> Option<Vec<Taint>> {
     let ours = virtual_node_taint();
-    let mut taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
+    let mut taints = taints.cloned().unwrap_or_default();
     if taints
         .iter()
         .any(|t| t.key == ours.key && t.effect == ours.effect)
     {
-        return;
+        return None;
     }
     taints.push(ours);
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": node.metadata.resource_version},
-        "spec": {"taints": taints},
-    });
+    Some(taints)
+}
+
+/// Adds the virtual-node taint to `node` when it lacks it, keeping every other taint (the
+/// lifecycle controller's). The resourceVersion makes a concurrent change fail the write;
+/// a conflict is retried at once on a fresh read, since a node just created always races
+/// the controller's not-ready taint.
+async fn ensure_taint(nodes: &Api<Node>, mut node: Node) -> Result<(), kube::Error> {
+    let name = node.metadata.name.clone().unwrap_or_default();
     let params = PatchParams {
         field_manager: Some(LOCAL_FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let name = node.metadata.name.clone().unwrap_or_default();
-    if let Err(error) = nodes.patch(&name, &params, &Patch::Merge(patch)).await {
-        tracing::warn!(node = %name, %error, "failed to add the virtual-node taint; retrying at the next check");
+    let mut attempt = 1;
+    loop {
+        let Some(taints) = with_our_taint(node.spec.as_ref().and_then(|s| s.taints.as_ref()))
+        else {
+            return Ok(());
+        };
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": node.metadata.resource_version},
+            "spec": {"taints": taints},
+        });
+        match nodes.patch(&name, &params, &Patch::Merge(patch)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < TAINT_ATTEMPTS => {
+                attempt += 1;
+                node = nodes.get(&name).await?;
+            }
+            Err(error) => return Err(error),
+        }
     }
 }
 
@@ -317,5 +341,18 @@ mod tests {
         assert_eq!(lease_duration_seconds(Duration::from_secs(1)), 40);
         assert_eq!(lease_duration_seconds(Duration::from_secs(10)), 40);
         assert_eq!(lease_duration_seconds(Duration::from_secs(30)), 120);
+    }
+
+    #[test]
+    fn our_taint_joins_the_controllers_and_is_never_added_twice() {
+        let not_ready = Taint {
+            key: "node.kubernetes.io/not-ready".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let added = with_our_taint(Some(&vec![not_ready.clone()])).expect("missing, so added");
+        assert_eq!(added, vec![not_ready, virtual_node_taint()]);
+        assert_eq!(with_our_taint(Some(&added)), None);
+        assert_eq!(with_our_taint(None), Some(vec![virtual_node_taint()]));
     }
 }
