@@ -145,14 +145,15 @@ impl EventIntake {
         }
     }
 
-    fn refuse_early(&self, dropped: usize) {
-        if dropped == 0 {
+    fn refuse_early(&self, dropped: Vec<proto::Event>) {
+        if dropped.is_empty() {
             return;
         }
-        self.counters.refused.inc_by(dropped as u64);
+        self.counters.refused.inc_by(dropped.len() as u64);
         if let Some(suppressed) = self.log.allow("early event") {
             tracing::warn!(
-                dropped,
+                dropped = dropped.len(),
+                about = ?early::some_subjects(&dropped),
                 suppressed,
                 held_at_most_seconds = early::MAX_WAIT.as_secs(),
                 "ignoring events from the provider: not about objects this agent reflected"

@@ -463,13 +463,13 @@ impl PodOffloader {
     }
 
     /// Counts held statuses dropped without their pod ever being sent.
-    fn refuse_early(&self, dropped: usize) {
-        if dropped == 0 {
+    fn refuse_early(&self, dropped: Vec<PodStatus>) {
+        if dropped.is_empty() {
             return;
         }
-        self.config.refused.inc_by(dropped as u64);
+        self.config.refused.inc_by(dropped.len() as u64);
         if let Some(suppressed) = self.log.allow("early pod status") {
-            tracing::warn!(dropped, suppressed, held_at_most_seconds = early::MAX_WAIT.as_secs(), "ignoring pod statuses from the provider: not pods this agent offloaded to this provider");
+            tracing::warn!(dropped = dropped.len(), pods = ?early::some_subjects(&dropped), suppressed, held_at_most_seconds = early::MAX_WAIT.as_secs(), "ignoring pod statuses from the provider: not pods this agent offloaded to this provider");
         }
     }
 

@@ -123,12 +123,12 @@ impl VolumeIntake {
         self.early.lock().expect("early volumes poisoned")
     }
 
-    fn refuse_early(&self, dropped: usize) {
-        if dropped == 0 {
+    fn refuse_early(&self, dropped: Vec<VolumeMessage>) {
+        if dropped.is_empty() {
             return;
         }
         if let Some(suppressed) = self.log.allow("early volume") {
-            tracing::warn!(dropped, suppressed, held_at_most_seconds = early::MAX_WAIT.as_secs(), "ignoring volumes from the provider: their claims are not claims this agent reflects");
+            tracing::warn!(dropped = dropped.len(), claims = ?early::some_subjects(&dropped), suppressed, held_at_most_seconds = early::MAX_WAIT.as_secs(), "ignoring volumes from the provider: their claims are not claims this agent reflects");
         }
     }
 
