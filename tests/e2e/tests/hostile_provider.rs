@@ -381,6 +381,17 @@ async fn a_hostile_provider_gets_only_what_it_may_onto_the_origin() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(pod_field(&p, "{.status.podIP}").unwrap(), "");
+    p.eventually(
+        WAIT,
+        "the refused status named in the local agent's log",
+        || {
+            p.local_log()
+                .lines()
+                .any(|l| l.contains("ignoring pod statuses") && l.contains("apps-origin/web"))
+                .then_some(())
+        },
+    )
+    .await;
 
     // A flood: 10,000 distinct events about the pod, and 200 about objects never reflected.
     let flood_started = Instant::now();
@@ -444,6 +455,21 @@ async fn a_hostile_provider_gets_only_what_it_may_onto_the_origin() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    p.eventually(
+        WAIT,
+        "the foreign events named in the local agent's log",
+        || {
+            p.local_log()
+                .lines()
+                .any(|l| {
+                    l.contains("ignoring events from the provider")
+                        && (l.contains("apps-origin/never-reflected")
+                            || l.contains("apps-origin/someone-else"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
     assert!(kubectl_get(
         &p.origin,
         &[
