@@ -98,16 +98,19 @@ impl<K: Hash + Eq + Clone, T: Holdable> Early<K, T> {
     /// to make room or because they waited too long (`value` itself when it alone is over
     /// the byte cap).
     pub fn hold(&mut self, key: K, value: T, now: Instant) -> Vec<T> {
-        self.hold_since(key, value, now, now)
+        let mut dropped = self.expire(now);
+        dropped.extend(self.hold_since(key, value, now));
+        dropped
     }
 
-    fn hold_since(&mut self, key: K, value: T, since: Instant, now: Instant) -> Vec<T> {
-        let mut dropped = self.expire(now);
+    /// Holds `value` as having come at `since`, making room by dropping the oldest; returns
+    /// what was dropped.
+    fn hold_since(&mut self, key: K, value: T, since: Instant) -> Vec<T> {
         self.remove(&key);
         if value.weight() > self.max_bytes {
-            dropped.push(value);
-            return dropped;
+            return vec![value];
         }
+        let mut dropped = Vec::new();
         while !self.held.is_empty()
             && (self.held.len() >= self.max_held || self.bytes + value.weight() > self.max_bytes)
         {
@@ -144,12 +147,15 @@ impl<K: Hash + Eq + Clone, T: Holdable> Early<K, T> {
     }
 
     /// Holds again a message [`Early::take_all`] gave out, keeping when it first came; a
-    /// newer message held under the same key meanwhile wins. Returns what was dropped.
-    pub fn put_back(&mut self, waiting: Waiting<K, T>, now: Instant) -> Vec<T> {
+    /// newer message held under the same key meanwhile wins. Returns what was dropped to make
+    /// room. Age is not checked here: `take_all` just dropped what waited too long, and the
+    /// next round checks again (checking at every put-back would scan everything held once
+    /// per message).
+    pub fn put_back(&mut self, waiting: Waiting<K, T>) -> Vec<T> {
         if self.held.contains_key(&waiting.key) {
             return Vec::new();
         }
-        self.hold_since(waiting.key, waiting.value, waiting.since, now)
+        self.hold_since(waiting.key, waiting.value, waiting.since)
     }
 
     /// Drops the messages that waited too long; returns them.
@@ -195,7 +201,7 @@ pub async fn retry_each_second<K: Hash + Eq + Clone, T: Holdable>(
                 continue;
             };
             w.value = value;
-            lost.extend(lock().put_back(w, Instant::now()));
+            lost.extend(lock().put_back(w));
         }
         if !lost.is_empty() {
             dropped(lost);
@@ -342,7 +348,7 @@ mod tests {
         assert!(early.is_empty());
         early.hold("b".into(), Blob(3), second);
         for w in waiting {
-            early.put_back(w, second);
+            early.put_back(w);
         }
         assert_eq!(weight_of(&early, "b"), Some(3), "the newer one stays");
         assert_eq!(early.bytes, 4);

@@ -261,17 +261,15 @@ fn virtual_node_taint() -> Taint {
 const TAINT_ATTEMPTS: usize = 5;
 
 /// `taints` with the virtual-node taint added, or `None` when it is already there.
-fn with_our_taint(taints: Option<&Vec<Taint>>) -> Option<Vec<Taint>> {
+fn with_our_taint(taints: &[Taint]) -> Option<Vec<Taint>> {
     let ours = virtual_node_taint();
-    let mut taints = taints.cloned().unwrap_or_default();
     if taints
         .iter()
         .any(|t| t.key == ours.key && t.effect == ours.effect)
     {
         return None;
     }
-    taints.push(ours);
-    Some(taints)
+    Some(taints.iter().cloned().chain([ours]).collect())
 }
 
 /// Adds the virtual-node taint to `node` when it lacks it, keeping every other taint (the
@@ -286,8 +284,8 @@ async fn ensure_taint(nodes: &Api<Node>, mut node: Node) -> Result<(), kube::Err
     };
     let mut attempt = 1;
     loop {
-        let Some(taints) = with_our_taint(node.spec.as_ref().and_then(|s| s.taints.as_ref()))
-        else {
+        let current = node.spec.as_ref().and_then(|s| s.taints.as_deref());
+        let Some(taints) = with_our_taint(current.unwrap_or_default()) else {
             return Ok(());
         };
         let patch = serde_json::json!({
@@ -350,9 +348,9 @@ mod tests {
             effect: "NoSchedule".into(),
             ..Default::default()
         };
-        let added = with_our_taint(Some(&vec![not_ready.clone()])).expect("missing, so added");
+        let added = with_our_taint(std::slice::from_ref(&not_ready)).expect("missing, so added");
         assert_eq!(added, vec![not_ready, virtual_node_taint()]);
-        assert_eq!(with_our_taint(Some(&added)), None);
-        assert_eq!(with_our_taint(None), Some(vec![virtual_node_taint()]));
+        assert_eq!(with_our_taint(&added), None);
+        assert_eq!(with_our_taint(&[]), Some(vec![virtual_node_taint()]));
     }
 }
