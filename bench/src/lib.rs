@@ -1,6 +1,11 @@
 //! What the benchmark binaries share: percentiles over measured durations, first sightings of
 //! objects by a watch, and processes' memory and CPU time.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 pub mod procfs;
 pub mod sightings;
 pub mod stats;

@@ -12,6 +12,11 @@
 //! origin and server-side applies Refract's own forged objects straight into the provider with
 //! an admin kubeconfig. It prints one table and writes JSON.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 mod latency;
 mod load;
 mod measure;

@@ -132,10 +132,9 @@ impl LeafArgs {
             ))?;
             return Ok(());
         }
-        let dir = self
-            .out
-            .as_deref()
-            .expect("clap requires --out or --secret");
+        let Some(dir) = self.out.as_deref() else {
+            anyhow::bail!("give --out DIR to write files, or --secret NAME to print a Secret");
+        };
         output::write_files(dir, leaf, &ca.cert_pem)
             .with_context(|| format!("failed to write certificate files into {}", dir.display()))?;
         eprintln!("wrote {}/{{tls.crt,tls.key,ca.crt}}", dir.display());

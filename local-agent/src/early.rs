@@ -10,6 +10,7 @@
 //! bounded in count, bytes and age; what is pushed out or waits too long is dropped and given
 //! back to the caller, which counts it refused and names it in its log.
 
+use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Mutex;
@@ -111,15 +112,15 @@ impl<K: Hash + Eq + Clone, T: Holdable> Early<K, T> {
             return vec![value];
         }
         let mut dropped = Vec::new();
-        while !self.held.is_empty()
-            && (self.held.len() >= self.max_held || self.bytes + value.weight() > self.max_bytes)
-        {
-            let oldest = self
+        while self.held.len() >= self.max_held || self.bytes + value.weight() > self.max_bytes {
+            let Some(oldest) = self
                 .held
                 .iter()
                 .min_by_key(|(_, (since, _))| *since)
                 .map(|(key, _)| key.clone())
-                .expect("not empty");
+            else {
+                break;
+            };
             dropped.extend(self.remove(&oldest).map(|(_, value)| value));
         }
         self.bytes += value.weight();
@@ -187,7 +188,7 @@ pub async fn retry_each_second<K: Hash + Eq + Clone, T: Holdable>(
     mut settle: impl FnMut(T) -> Option<T>,
     mut dropped: impl FnMut(Vec<T>),
 ) {
-    let lock = || early.lock().expect("held provider messages poisoned");
+    let lock = || early.locked();
     let mut tick = tokio::time::interval(RETRY_EVERY);
     loop {
         tick.tick().await;

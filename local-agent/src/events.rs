@@ -18,6 +18,7 @@
 pub mod aggregate;
 pub mod origin;
 
+use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -162,7 +163,7 @@ impl EventIntake {
     }
 
     fn early_events(&self) -> std::sync::MutexGuard<'_, Early<u64, proto::Event>> {
-        self.early.lock().expect("early events poisoned")
+        self.early.locked()
     }
 
     /// Offers the held events again each second.

@@ -7,6 +7,7 @@
 //! each new session it re-sends every twin namespace and then `SnapshotComplete`, so twin
 //! namespaces whose NamespaceOffloading disappeared while the link was down are removed.
 
+use refract_shared::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -342,7 +343,7 @@ impl State {
         let upsert = Upsert {
             object: Some(namespace_ref(remote)),
             revision: String::new(),
-            object_json: serde_json::to_vec(&object).expect("JSON serializes"),
+            object_json: json::to_vec(&object),
             origin_uid: String::new(),
         };
         let waiter = self.outbox.request(session, twin_origin(ns), upsert).await;

@@ -450,13 +450,15 @@ fn spawn_reflectors(
     };
     match (service_reflector, services_writer) {
         (Some(services), _) => services.follow(requeue_slices),
-        (None, writer) => {
+        // A reflector is started whenever it took the writer: this arm is for none.
+        (None, None) => {}
+        (None, Some(writer)) => {
             let watch_services = watcher(
                 Api::<v1::Service>::all(client.clone()),
                 watcher::Config::default(),
             )
             .backoff(crate::watch_backoff::watch_backoff())
-            .reflect(writer.expect("kept for this watch"))
+            .reflect(writer)
             .applied_objects()
             .for_each(move |svc| {
                 if let Ok(svc) = svc {

@@ -21,13 +21,14 @@ fn main() -> anyhow::Result<()> {
             );
             RuntimeArgs::default().run(refract_local_agent::unpeer::command::run(args))
         }
-        Some("crd") => quiet_when_closed(
-            refract_shared::stdout::write(&refract_local_agent::crd::crd_yaml())
-                .map_err(Into::into),
-        ),
+        Some("crd") => {
+            let yaml = refract_local_agent::crd::crd_yaml()?;
+            quiet_when_closed(refract_shared::stdout::write(&yaml).map_err(Into::into))
+        }
         _ => {
             let args = refract_local_agent::Args::parse();
             refract_shared::telemetry::init_logging(&args.telemetry)?;
+            refract_shared::telemetry::exit_on_panic();
             let runtime = args.runtime.clone();
             runtime.run(refract_local_agent::run(
                 args,

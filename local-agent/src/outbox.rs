@@ -13,6 +13,7 @@
 
 pub mod ledger;
 
+use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -59,16 +60,12 @@ struct Inner {
 
 impl Outbox {
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
-        self.inner.ledger.lock().expect("outbox ledger poisoned")
+        self.inner.ledger.locked()
     }
 
     /// Answers about `producer`'s objects go to `recipient`.
     pub fn register(&self, producer: Producer, recipient: Arc<dyn Recipient>) {
-        self.inner
-            .recipients
-            .lock()
-            .expect("outbox recipients poisoned")
-            .insert(producer, recipient);
+        self.inner.recipients.locked().insert(producer, recipient);
     }
 
     /// Sends `upsert` for `origin` unless `session` has had these bytes for it already;
@@ -124,11 +121,7 @@ impl Outbox {
                 Times::sent_now(now),
             );
         }
-        self.inner
-            .waiters
-            .lock()
-            .expect("outbox waiters poisoned")
-            .insert(remote, answer_tx);
+        self.inner.waiters.locked().insert(remote, answer_tx);
         send(&session.tx, local_message::Kind::Upsert(upsert)).await;
         answer_rx
     }
@@ -262,12 +255,7 @@ impl Outbox {
         }
         let answers_a_request = ack.outcome != Outcome::Resend as i32;
         if let Some(object) = ack.object.as_ref().filter(|_| answers_a_request) {
-            let waiter = self
-                .inner
-                .waiters
-                .lock()
-                .expect("outbox waiters poisoned")
-                .remove(&RemoteKey::of(object));
+            let waiter = self.inner.waiters.locked().remove(&RemoteKey::of(object));
             if let Some(waiter) = waiter {
                 let _ = waiter.send(ack);
                 return;
@@ -277,8 +265,7 @@ impl Outbox {
         let recipient = self
             .inner
             .recipients
-            .lock()
-            .expect("outbox recipients poisoned")
+            .locked()
             .get(&answer.origin.producer)
             .cloned();
         if let Some(recipient) = recipient {

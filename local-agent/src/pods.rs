@@ -7,6 +7,8 @@
 //! the provider confirms (there is no kubelet to do it). A pod bound to the virtual node in a
 //! namespace that is not extended stays Pending with reason `OffloadingBackOff`.
 
+use refract_shared::json;
+use refract_shared::lock::Locked;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -327,7 +329,7 @@ impl PodOffloader {
         let upsert = Upsert {
             object: Some(self.remote_ref(remote_ns, &key.name)),
             revision: pod.resource_version().unwrap_or_default(),
-            object_json: serde_json::to_vec(&shadow).expect("JSON serializes"),
+            object_json: json::to_vec(&shadow),
             origin_uid: pod.uid().unwrap_or_default(),
         };
         self.outbox
@@ -380,12 +382,7 @@ impl PodOffloader {
             serde_json::json!({"phase": "Pending", "reason": BACKOFF_REASON, "message": message}),
         )
         .await;
-        let first = self
-            .state
-            .lock()
-            .expect("state poisoned")
-            .backed_off
-            .insert(uid);
+        let first = self.state.locked().backed_off.insert(uid);
         if first {
             publish_event(
                 &self.recorder,
@@ -459,7 +456,7 @@ impl PodOffloader {
     }
 
     fn early_statuses(&self) -> std::sync::MutexGuard<'_, Early<String, PodStatus>> {
-        self.early.lock().expect("early statuses poisoned")
+        self.early.locked()
     }
 
     /// Counts held statuses dropped without their pod ever being sent.
@@ -559,7 +556,7 @@ impl PodOffloader {
 
     /// Offers each pod's last provider status again (pods still offloaded on this session).
     fn rewrite_statuses(&self) {
-        let mut written = self.written.lock().expect("written poisoned");
+        let mut written = self.written.locked();
         written.retain(|uid, _| self.outbox.by_uid(Producer::Pods, uid).is_some());
         for (uid, message) in written.iter() {
             self.statuses.put(uid.clone(), message.clone());
@@ -573,8 +570,7 @@ impl PodOffloader {
     /// Writes a provider pod status to the origin pod it belongs to.
     async fn write_remote_status(&self, message: PodStatus) {
         self.written
-            .lock()
-            .expect("written poisoned")
+            .locked()
             .insert(message.origin_uid.clone(), message.clone());
         let key = self
             .outbox
@@ -639,14 +635,12 @@ impl PodOffloader {
             message.sent_unix_millis,
             k8s_openapi::jiff::Timestamp::now().as_millisecond(),
         );
-        let mut value = serde_json::to_value(&status).expect("serializes");
+        let mut value = json::to_value(&status);
         // A merge patch keeps keys it does not mention: clear what the provider does not set.
-        for k in ["reason", "message", "nominatedNodeName", "podIP", "podIPs"] {
-            value
-                .as_object_mut()
-                .expect("object")
-                .entry(k)
-                .or_insert(serde_json::Value::Null);
+        if let Some(fields) = value.as_object_mut() {
+            for k in ["reason", "message", "nominatedNodeName", "podIP", "podIPs"] {
+                fields.entry(k).or_insert(serde_json::Value::Null);
+            }
         }
         self.write_status(&pod, value).await;
     }

@@ -5,6 +5,7 @@
 //! object: what would be sent, or why it would not be reflected. With `--existing`, objects
 //! already on the provider are taken into account (conflict, unchanged).
 
+use refract_shared::json;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::PathBuf;
@@ -110,12 +111,10 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
     options.virtual_node = args.node_name.clone().unwrap_or_default();
     let objects = match &args.kubeconfig {
         Some(kc) => {
-            live_objects(
-                kc,
-                args.namespace.as_deref().expect("clap requires it"),
-                &options,
-            )
-            .await?
+            let Some(namespace) = args.namespace.as_deref() else {
+                anyhow::bail!("--kubeconfig needs --namespace: the namespace to preview");
+            };
+            live_objects(kc, namespace, &options).await?
         }
         None => {
             if args.files.is_empty() {
@@ -187,10 +186,9 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
             Ok(decision) => serde_json::to_value(decision)?,
             Err(e) => json!({"decision": "error", "reason": e.to_string()}),
         };
-        entry
-            .as_object_mut()
-            .expect("object")
-            .insert("source".into(), source.into());
+        if let Some(fields) = entry.as_object_mut() {
+            fields.insert("source".into(), source.into());
+        }
         out.push(entry);
     }
     refract_shared::stdout::write_line(&serde_json::to_string_pretty(&out)?)?;
@@ -274,7 +272,7 @@ fn preview_pod(
 /// (the reflector sends the object serialized as it is here) before hashing the whole.
 fn applied_hash(object: &Value) -> String {
     let mut applied = object.clone();
-    let sent = serde_json::to_vec(object).expect("JSON serializes");
+    let sent = json::to_vec(object);
     applied["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION] = bytes_hash(&sent).into();
     object_hash(&applied)
 }
@@ -286,7 +284,7 @@ fn against_existing(
     local: &str,
     remote: &str,
 ) -> Value {
-    let mut value = serde_json::to_value(desired).expect("serializes");
+    let mut value = json::to_value(desired);
     value["decision"] = "reflect".into();
     let found = existing.iter().find(|e| {
         e["kind"] == desired.object["kind"]

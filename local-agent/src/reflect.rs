@@ -11,6 +11,7 @@ pub mod followers;
 pub mod queue;
 pub mod scoped;
 
+use refract_shared::json;
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -396,7 +397,7 @@ impl<K: Reflectable> Reflector<K> {
         let decision = match &obj {
             None => None,
             Some(obj) => match self.forge(obj, remote_ns) {
-                Ok(d) => Some(d),
+                Ok(d) => Some((obj, d)),
                 Err(error) => {
                     tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %error, "cannot reflect object");
                     let note = format!("cannot reflect: {error}");
@@ -413,10 +414,9 @@ impl<K: Reflectable> Reflector<K> {
             },
         };
         match decision {
-            Some(Decision::Reflect(desired)) => {
-                let obj = obj.expect("decided on an object");
+            Some((obj, Decision::Reflect(desired))) => {
                 // What was sent is told apart by the hash of the bytes sent.
-                let json = serde_json::to_vec(&desired.object).expect("JSON serializes");
+                let json = json::to_vec(&desired.object);
                 if let Err(too_large) = refract_shared::limits::check_object_size(json.len()) {
                     // Never sent: the remote agent would refuse it anyway. The copy on the
                     // provider, if any, stays as it was; the object is sent once it shrinks.
@@ -452,7 +452,7 @@ impl<K: Reflectable> Reflector<K> {
                 }
                 tracing::debug!(target: "refract::trace", name = %key.name, "sent");
             }
-            Some(Decision::Skip { reason }) => {
+            Some((_, Decision::Skip { reason })) => {
                 tracing::debug!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %reason, "not reflected");
                 self.delete_remote(session, key).await;
             }
@@ -465,7 +465,7 @@ impl<K: Reflectable> Reflector<K> {
     }
 
     fn forge(&self, obj: &K, remote_ns: &str) -> Result<Decision, forge::ForgeError> {
-        let value = serde_json::to_value(obj).expect("Kubernetes objects serialize");
+        let value = json::to_value(obj);
         let remote_id = &self.shared.options.remote_cluster_id;
         let (mut provider_nodes, mut known_nodes) = (BTreeSet::new(), BTreeSet::new());
         let service = if self.kind == Kind::EndpointSlice {

@@ -169,7 +169,9 @@ impl Resume {
 
     /// The producers finished a described bucket: compare digests.
     fn snapshot_complete(&mut self, key: BucketKey) -> Vec<Step> {
-        let held = self.held.get_mut(&key).expect("held");
+        let Some(held) = self.held.get_mut(&key) else {
+            return Vec::new();
+        };
         let hashes: Vec<(String, String)> = held
             .upserts
             .iter()
@@ -178,9 +180,9 @@ impl Resume {
         let local = bucket_digest(hashes.iter().map(|(n, h)| (n.as_str(), h.as_str())));
         if local == held.digest {
             self.tally.equal += 1;
-            let held = self.held.remove(&key).expect("held");
-            return held
-                .upserts
+            let upserts = self.held.remove(&key).map(|held| held.upserts);
+            return upserts
+                .unwrap_or_default()
                 .into_values()
                 .map(|u| self.answer_locally(u))
                 .collect();
@@ -223,7 +225,9 @@ impl Resume {
         if !page.last {
             return Vec::new();
         }
-        let held = self.held.remove(&key).expect("held");
+        let Some(held) = self.held.remove(&key) else {
+            return Vec::new();
+        };
         let inventory = held.inventory.unwrap_or_default();
         let mut steps = Vec::new();
         for (name, upsert) in &held.upserts {
@@ -288,7 +292,9 @@ impl Resume {
     /// Sends what is held of a bucket as a plain listing: every Upsert, then SnapshotComplete
     /// if the producers finished it; later messages of the bucket pass.
     fn send_in_full(&mut self, key: BucketKey) -> Vec<Step> {
-        let held = self.held.remove(&key).expect("held");
+        let Some(held) = self.held.remove(&key) else {
+            return Vec::new();
+        };
         let finished = held.inventory.is_some();
         let mut steps: Vec<Step> = held
             .upserts

@@ -107,7 +107,10 @@ pub async fn run(
                 }
             }
         }
-        let current = labelled.as_mut().expect("listed above");
+        // Listed above, or the loop went round again.
+        let Some(current) = labelled.as_mut() else {
+            continue;
+        };
         let offloadings: Vec<NamespaceOffloading> =
             store.state().iter().map(|o| (**o).clone()).collect();
         let wanted = gated(&offloadings);

@@ -1,6 +1,7 @@
 //! Log lines about what a peer sends, at most one per kind of line per period: a provider that
 //! floods the link with bad messages must not flood the logs too.
 
+use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -22,7 +23,7 @@ impl Throttle {
 
     /// `Some(lines held back since the last one)` when a line for `key` may be written now.
     pub fn allow(&self, key: &'static str) -> Option<u64> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.locked();
         let now = Instant::now();
         match state.get_mut(key) {
             Some((last, held)) if now.duration_since(*last) < self.every => {

@@ -8,6 +8,8 @@
 //! goes (and the provider also removes it with the pod's ShadowPod). Tokens are kept in memory
 //! only; the origin API server invalidates them when the pod is deleted.
 
+use refract_shared::json;
+use refract_shared::lock::Locked;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -233,7 +235,7 @@ impl TokenReflector {
         let upsert = Upsert {
             object: Some(remote),
             revision: pod.resource_version().unwrap_or_default(),
-            object_json: serde_json::to_vec(&secret).expect("JSON serializes"),
+            object_json: json::to_vec(&secret),
             origin_uid: pod.uid().unwrap_or_default(),
         };
         self.outbox
@@ -255,7 +257,7 @@ impl TokenReflector {
     ) -> Result<BTreeMap<String, Issued>, kube::Error> {
         let uid = pod.uid().unwrap_or_default();
         let mut current = {
-            let mut s = self.state.lock().expect("token state poisoned");
+            let mut s = self.state.locked();
             let cached = s.cache.remove(key).unwrap_or_default();
             if cached.uid == uid {
                 cached.tokens
@@ -284,17 +286,13 @@ impl TokenReflector {
             };
             tokens.insert(source.key.clone(), issued);
         }
-        self.state
-            .lock()
-            .expect("token state poisoned")
-            .cache
-            .insert(
-                key.clone(),
-                PodTokens {
-                    uid,
-                    tokens: tokens.clone(),
-                },
-            );
+        self.state.locked().cache.insert(
+            key.clone(),
+            PodTokens {
+                uid,
+                tokens: tokens.clone(),
+            },
+        );
         result.map(|()| tokens)
     }
 
@@ -347,7 +345,7 @@ impl TokenReflector {
         }
         let uid = pod.uid().unwrap_or_default();
         let first = {
-            let mut s = self.state.lock().expect("token state poisoned");
+            let mut s = self.state.locked();
             s.warned_home.insert(key.clone(), uid.clone()) != Some(uid)
         };
         if first {
@@ -364,7 +362,7 @@ impl TokenReflector {
 
     async fn remove(&self, session: &SessionTx, key: &Key) {
         {
-            let mut s = self.state.lock().expect("token state poisoned");
+            let mut s = self.state.locked();
             s.cache.remove(key);
             s.failures.remove(key);
             s.warned_home.remove(key);
@@ -374,7 +372,7 @@ impl TokenReflector {
 
     fn retry_later(&self, key: Key) {
         let failures = {
-            let mut s = self.state.lock().expect("token state poisoned");
+            let mut s = self.state.locked();
             let n = s.failures.entry(key.clone()).or_default();
             *n += 1;
             *n
@@ -403,11 +401,7 @@ impl Recipient for TokenReflector {
         }
         let key = answer.origin.key;
         if matches!(answer.outcome, Outcome::Applied | Outcome::Unchanged) {
-            self.state
-                .lock()
-                .expect("token state poisoned")
-                .failures
-                .remove(&key);
+            self.state.locked().failures.remove(&key);
             return;
         }
         // The ShadowPod may not be there yet, or was refused: send it again later, spaced out.

@@ -14,6 +14,7 @@
 
 pub mod health;
 
+use refract_shared::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -324,7 +325,7 @@ fn base_labels(
 
 /// Serializes a typed object with its apiVersion and kind, as server-side apply needs.
 fn with_kind<K: kube::Resource<DynamicType = ()> + serde::Serialize>(obj: &K) -> serde_json::Value {
-    let mut v = serde_json::to_value(obj).expect("Kubernetes objects serialize");
+    let mut v = json::to_value(obj);
     v["apiVersion"] = K::api_version(&()).into();
     v["kind"] = K::kind(&()).into();
     v

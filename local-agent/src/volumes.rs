@@ -9,6 +9,7 @@
 //! provider cannot make the agent write any other PV. When the claim is deleted, its PV is
 //! released and, if its reclaim policy is Delete, removed here (the provider removes its own).
 
+use refract_shared::lock::Locked;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,7 +121,7 @@ impl VolumeIntake {
     }
 
     fn early_volumes(&self) -> std::sync::MutexGuard<'_, Early<String, VolumeMessage>> {
-        self.early.lock().expect("early volumes poisoned")
+        self.early.locked()
     }
 
     fn refuse_early(&self, dropped: Vec<VolumeMessage>) {

@@ -3,6 +3,11 @@
 //! Each takes arbitrary or mutated input and must end in a value that keeps the origin's
 //! rules, or a refusal; never a panic, a hang or a value outside the bounds.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
 use proptest::prelude::*;
 use prost::Message;

@@ -3,6 +3,11 @@
 //! producers' messages come, every object's latest Upsert is either sent or answered, once the
 //! hold limit has passed; nothing panics and nothing stays held.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::collections::BTreeMap;
 use std::time::Instant;
 

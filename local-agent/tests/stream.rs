@@ -5,6 +5,11 @@
 //! Both agents run as tasks in this process; the provider's Kubernetes API is never called by
 //! these paths, so its kubeconfig points at a closed port.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

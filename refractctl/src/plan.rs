@@ -1,6 +1,13 @@
 //! What one peering is made of, as objects: the manifests of `deploy/` shaped for this origin,
 //! this provider and this way of reaching them. Pure: `peer` applies what this returns.
 
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "the objects shaped here are deploy/'s manifests, compiled into this binary; \
+              every path reached into is there, as this module's tests check for both networks"
+)]
+
 use refract_shared::tls::ClusterId;
 use serde_json::{json, Value};
 

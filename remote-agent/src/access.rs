@@ -14,6 +14,7 @@
 mod connection;
 pub mod deny_list;
 
+use refract_shared::lock::Locked;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -76,7 +77,7 @@ impl Access {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("access state poisoned")
+        self.state.locked()
     }
 
     /// Whether `identity` is an Inspect admin identity.

@@ -11,6 +11,7 @@
 //!
 //! Results are typed ([`Applied`], [`ApplyError`]); only the gRPC edge maps them to the wire.
 
+use refract_shared::lock::Locked;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -263,11 +264,7 @@ impl Applier {
                     Err(Refused::Exists) => consistent_read = true,
                     Err(Refused::GuardUnsupported) => {
                         // Concurrent first creates may all find out; say it once.
-                        let new = self
-                            .unguarded
-                            .lock()
-                            .expect("unguarded poisoned")
-                            .insert(kind);
+                        let new = self.unguarded.locked().insert(kind);
                         if new {
                             tracing::info!(
                                 kind = kind.kind(),
@@ -397,11 +394,7 @@ impl Applier {
 
     /// Whether creates of `kind` go through the guarded apply (see [`write::Mode`]).
     fn guards_creates(&self, kind: Allowed) -> bool {
-        !self
-            .unguarded
-            .lock()
-            .expect("unguarded poisoned")
-            .contains(&kind)
+        !self.unguarded.locked().contains(&kind)
     }
 
     /// Writes a change of an object the provider has, whose metadata is `existing`: a merge

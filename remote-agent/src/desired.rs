@@ -9,6 +9,8 @@
 //! only its hash, so every reflected object is not held twice by the pair of agents (at
 //! 10,000 ConfigMaps of 4 KiB the text was 4.4 KB of the remote agent's 6.4 KB an object).
 
+use refract_shared::json;
+use refract_shared::lock::Locked;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -90,11 +92,7 @@ impl Remembered {
         Self {
             // Straight into a buffer: `Display` would go through `core::fmt`, which showed in
             // a profile of the agent under steady load.
-            object: whole.then(|| {
-                serde_json::to_string(object)
-                    .expect("a JSON value serializes")
-                    .into_boxed_str()
-            }),
+            object: whole.then(|| json::to_string(object).into_boxed_str()),
             keys: (!whole && writes_without_apply(kind, false))
                 .then(|| OwnedKeys::of_object(object).to_text()),
             hash: object["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]
@@ -111,15 +109,17 @@ impl Remembered {
         self.hash.as_deref()
     }
 
-    /// The object again. Its text was written by `serde_json` from a valid tree, so it parses.
-    fn object(text: &str) -> serde_json::Value {
-        serde_json::from_str(text).expect("the desired store holds JSON it wrote itself")
+    /// The object again. Its text was written by `serde_json` from a valid tree, so it
+    /// parses, unless the tree was nested past the parser's depth limit; then the store acts
+    /// as if it had kept only the hash (the origin sends the object again).
+    fn object(text: &str) -> Option<serde_json::Value> {
+        serde_json::from_str(text).ok()
     }
 }
 
 impl DesiredStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ObjectKey, Remembered>> {
-        self.inner.lock().expect("desired store poisoned")
+        self.inner.locked()
     }
 
     pub(crate) fn remember(
@@ -165,7 +165,7 @@ impl DesiredStore {
             (r.object.clone(), r.keys.clone())
         };
         match (object, keys) {
-            (Some(text), _) => Some(OwnedKeys::of_object(&Remembered::object(&text))),
+            (Some(text), _) => Remembered::object(&text).map(|o| OwnedKeys::of_object(&o)),
             (None, Some(keys)) => Some(OwnedKeys::from_text(&keys)),
             (None, None) => None,
         }
@@ -213,8 +213,8 @@ impl DesiredStore {
         }
         match (resource_version, r.resource_version.as_deref()) {
             (Some(seen), Some(written)) if seen == written => None,
-            _ => match &r.object {
-                Some(text) => Some(Restore::Here(Remembered::object(text))),
+            _ => match r.object.as_deref().and_then(Remembered::object) {
+                Some(object) => Some(Restore::Here(object)),
                 None => {
                     r.drifted = true;
                     Some(Restore::FromOrigin)

@@ -96,26 +96,26 @@ impl Inventory {
             entries,
             last: false,
         };
-        let mut pages = vec![page(Vec::new())];
-        for (name, hash) in self.buckets.get(bucket).into_iter().flatten() {
-            if pages
-                .last()
-                .is_some_and(|p| p.entries.len() == PAGE_ENTRIES)
-            {
-                pages.push(page(Vec::new()));
-            }
-            let entry = InventoryEntry {
+        let mut entries = self
+            .buckets
+            .get(bucket)
+            .into_iter()
+            .flatten()
+            .map(|(name, hash)| InventoryEntry {
                 name: name.clone(),
                 origin_hash: hash.clone(),
-            };
-            pages
-                .last_mut()
-                .expect("one page at least")
-                .entries
-                .push(entry);
+            })
+            .peekable();
+        let mut pages = Vec::new();
+        loop {
+            let mut next = page(entries.by_ref().take(PAGE_ENTRIES).collect());
+            next.last = entries.peek().is_none();
+            let last = next.last;
+            pages.push(next);
+            if last {
+                return pages;
+            }
         }
-        pages.last_mut().expect("one page at least").last = true;
-        pages
     }
 
     /// How many objects the inventory describes.
@@ -217,6 +217,7 @@ mod tests {
     fn pages_cover_a_bucket_once_and_mark_the_last() {
         let objects: Vec<_> = (0..2500)
             .map(|i| (CM, meta("a", &format!("cm-{i:05}"), "origin", Some("h"))))
+            .chain((0..1000).map(|i| (CM, meta("b", &format!("cm-{i}"), "origin", Some("h")))))
             .collect();
         let inventory = Inventory::of_tenant(
             &id("origin"),
@@ -227,6 +228,11 @@ mod tests {
         let sizes: Vec<_> = pages.iter().map(|p| (p.entries.len(), p.last)).collect();
         assert_eq!(sizes, [(1000, false), (1000, false), (500, true)]);
         assert_eq!(pages[2].entries.last().unwrap().name, "cm-02499");
+        let full = inventory.pages(&(CM, "b".into()));
+        assert_eq!(
+            (full.len(), full[0].entries.len(), full[0].last),
+            (1, 1000, true)
+        );
         let empty = inventory.pages(&(SECRET, "a".into()));
         assert_eq!(empty.len(), 1);
         assert!(empty[0].last && empty[0].entries.is_empty());

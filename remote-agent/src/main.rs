@@ -7,7 +7,8 @@ static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::
 
 fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("crd") {
-        let written = refract_shared::stdout::write(&refract_remote_agent::shadowpod::crd_yaml());
+        let yaml = refract_remote_agent::shadowpod::crd_yaml()?;
+        let written = refract_shared::stdout::write(&yaml);
         return refract_shared::stdout::quiet_when_closed(written.map_err(Into::into));
     }
     if std::env::args().nth(1).as_deref() == Some("remove-tenant") {
@@ -19,6 +20,7 @@ fn main() -> anyhow::Result<()> {
     }
     let args = refract_remote_agent::Args::parse();
     refract_shared::telemetry::init_logging(&args.telemetry)?;
+    refract_shared::telemetry::exit_on_panic();
     let runtime = args.runtime.clone();
     runtime.run(refract_remote_agent::run(
         args,

@@ -10,6 +10,7 @@
 
 mod kept;
 
+use refract_shared::lock::RwLocked;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -47,11 +48,11 @@ struct KindStore {
 
 impl KindStore {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Names> {
-        self.objects.read().unwrap_or_else(|p| p.into_inner())
+        self.objects.read_locked()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Names> {
-        self.objects.write().unwrap_or_else(|p| p.into_inner())
+        self.objects.write_locked()
     }
 }
 

@@ -1,6 +1,7 @@
 //! What the remote agent knows about its tenants: connection state, the objects each has sent
 //! and their last outcome, and a tap of each tenant's live messages. Read by Inspect.
 
+use refract_shared::lock::Locked;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -194,7 +195,7 @@ impl Registry {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ClusterId, TenantState>> {
-        self.inner.lock().expect("registry poisoned")
+        self.inner.locked()
     }
 
     /// Records a new stream of `tenant` sending on `outbound`; the returned guard marks it

@@ -58,7 +58,7 @@ fn preserve_unknown(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// The CRD as YAML, for `remote-agent crd` and `deploy/`.
-pub fn crd_yaml() -> String {
+pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
     use kube::CustomResourceExt;
-    serde_yaml_ng::to_string(&ShadowPod::crd()).expect("CRD serializes")
+    serde_yaml_ng::to_string(&ShadowPod::crd())
 }

@@ -6,6 +6,7 @@
 //! ShadowPod removes the pod through its owner reference. A running pod's spec never changes;
 //! its labels and annotations follow the ShadowPod's ([`metadata`]).
 
+use refract_shared::lock::Locked;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
@@ -55,10 +56,7 @@ pub struct ChangedKeys {
 
 impl ChangedKeys {
     fn mark(&self, key: (String, String)) {
-        self.keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key);
+        self.keys.locked().insert(key);
         self.notify.notify_one();
     }
 
@@ -69,7 +67,7 @@ impl ChangedKeys {
 
     /// Takes the keys that changed.
     pub fn take(&self) -> std::collections::HashSet<(String, String)> {
-        std::mem::take(&mut *self.keys.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.keys.locked())
     }
 }
 

@@ -1,5 +1,6 @@
 //! `refract.v1.Reflection`: accepting a tenant's stream and running its session.
 
+use refract_shared::lock::Locked;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -418,7 +419,7 @@ impl TenantSession {
         let Some(kind) = Allowed::lookup(&object.api_version, &object.kind) else {
             return;
         };
-        let mut guard = self.seen.lock().expect("seen set poisoned");
+        let mut guard = self.seen.locked();
         let Some(seen) = guard.as_mut() else { return };
         let key = (kind, object.namespace.clone());
         if present {
@@ -453,12 +454,7 @@ impl TenantSession {
             return;
         };
         let bucket = (kind, request.namespace);
-        if !self
-            .inventories_sent
-            .lock()
-            .expect("inventories poisoned")
-            .insert(bucket.clone())
-        {
+        if !self.inventories_sent.locked().insert(bucket.clone()) {
             return;
         }
         for page in advertised.pages(&bucket) {
@@ -493,16 +489,11 @@ impl TenantSession {
         let keep = |name: &str| {
             self.replaced.is_cancelled()
                 || described(name)
-                || self
-                    .seen
-                    .lock()
-                    .expect("seen set poisoned")
-                    .as_ref()
-                    .is_none_or(|seen| {
-                        seen.names
-                            .get(&(kind, done.namespace.clone()))
-                            .is_some_and(|names| names.contains(name))
-                    })
+                || self.seen.locked().as_ref().is_none_or(|seen| {
+                    seen.names
+                        .get(&(kind, done.namespace.clone()))
+                        .is_some_and(|names| names.contains(name))
+                })
         };
         match self
             .service

@@ -3,6 +3,11 @@
 //! Arbitrary or mutated input must end in a refusal or an object that passes its check again
 //! unchanged; never a panic.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use proptest::prelude::*;
 use prost::Message;
 use refract_remote_agent::apply::judge::{decode_desired, Judge};

@@ -1,5 +1,6 @@
 //! Jittered exponential backoff: reconnects, and retries of a failing object.
 
+use crate::lock::Locked;
 use std::time::Duration;
 
 /// Delays that double from `min` to `max`, each drawn uniformly from its upper half, so that
@@ -55,7 +56,7 @@ impl<K: std::hash::Hash + Eq + Clone> PerKey<K> {
 
     /// The delay before `key`'s next attempt, after one more failure.
     pub fn failed(&self, key: &K) -> Duration {
-        let mut failing = self.failing.lock().expect("backoffs poisoned");
+        let mut failing = self.failing.locked();
         failing
             .entry(key.clone())
             .or_insert_with(|| Backoff::new(self.min, self.max))
@@ -64,7 +65,7 @@ impl<K: std::hash::Hash + Eq + Clone> PerKey<K> {
 
     /// `key` succeeded (or went away): its next failure starts over.
     pub fn succeeded(&self, key: &K) {
-        self.failing.lock().expect("backoffs poisoned").remove(key);
+        self.failing.locked().remove(key);
     }
 }
 

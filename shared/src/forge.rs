@@ -166,7 +166,7 @@ pub fn forge(
 }
 
 fn reflect<T: serde::Serialize>(kind: Kind, namespace: &str, name: &str, typed: &T) -> Decision {
-    let mut object = serde_json::to_value(typed).expect("Kubernetes objects always serialize");
+    let mut object = crate::json::to_value(typed);
     if let Some(map) = object.as_object_mut() {
         map.insert("apiVersion".into(), kind.api_version().into());
         map.insert("kind".into(), kind.kind().into());

@@ -5,7 +5,7 @@ use sha2::{Digest, Sha256};
 /// SHA-256 (hex, first 32 characters) of the canonical JSON of `value`. serde_json's maps are
 /// ordered (BTreeMap), so equal objects always hash equally.
 pub fn desired_hash(value: &serde_json::Value) -> String {
-    bytes_hash(&serde_json::to_vec(value).expect("JSON values always serialize"))
+    bytes_hash(&crate::json::to_vec(value))
 }
 
 /// SHA-256 (hex, first 32 characters) of `bytes`: for JSON that was serialized anyway, so a

@@ -3,6 +3,7 @@
 //! The admin endpoint serves `/healthz` (the process is alive), `/readyz` (the agent has done
 //! its first sync and can do its job) and `/metrics` (Prometheus text format).
 
+use crate::lock::Locked;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,6 +54,26 @@ pub fn init_logging(args: &TelemetryArgs) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("failed to install logger: {e}"))
 }
 
+/// The exit status of a process a panic ended, as Rust's own for a panic in `main`.
+pub const PANIC_EXIT_CODE: i32 = 101;
+
+/// Makes a panic on any thread end the process, with the usual message on stderr, an error
+/// log line, and status [`PANIC_EXIT_CODE`].
+///
+/// Without it a panic ends only the task it happens in: tokio catches it, and the agent goes
+/// on answering `/healthz` with, say, its link or one reflector gone, never restarted. Ended,
+/// it is restarted by its supervisor and resynchronizes; on the provider nothing is deleted by
+/// an agent going away. The hook runs before the panicking thread unwinds, so no lock is ever
+/// seen poisoned ([`crate::lock`]).
+pub fn exit_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        tracing::error!(panic = %info, "the agent panicked; exiting so that it is restarted");
+        std::process::exit(PANIC_EXIT_CODE);
+    }));
+}
+
 /// Readiness and metrics shared between an agent's tasks and its admin endpoint.
 #[derive(Clone, Default)]
 pub struct Admin {
@@ -68,7 +89,7 @@ impl Admin {
 
     /// Lets a component register its metrics under a prefix.
     pub fn register(&self, prefix: &str, f: impl FnOnce(&mut Registry)) {
-        let mut registry = self.registry.lock().expect("metrics registry poisoned");
+        let mut registry = self.registry.locked();
         f(registry.sub_registry_with_prefix(prefix));
     }
 
@@ -112,7 +133,7 @@ async fn readyz(State(admin): State<Admin>) -> impl IntoResponse {
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
     let mut body = String::new();
     let encoded = {
-        let registry = admin.registry.lock().expect("metrics registry poisoned");
+        let registry = admin.registry.locked();
         prometheus_client::encoding::text::encode(&mut body, &registry)
     };
     match encoded {
@@ -133,12 +154,16 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("failed to install SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot handle SIGTERM; only SIGINT stops the agent cleanly");
+            let _ = ctrl_c.await;
         }
     }
     #[cfg(not(unix))]
@@ -182,4 +207,53 @@ pub fn register_agent_info<T: Send + Sync + 'static>(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the child process `a_panic_in_a_task_ends_the_process` starts.
+    const PANIC_CHILD: &str = "REFRACT_TEST_PANIC_CHILD";
+
+    /// The child's part of `a_panic_in_a_task_ends_the_process`; nothing in a plain test run.
+    #[test]
+    fn panic_child() {
+        if std::env::var_os(PANIC_CHILD).is_none() {
+            return;
+        }
+        exit_on_panic();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let _ = tokio::spawn(async { panic!("a task panicked") }).await;
+            // Without the hook tokio catches the panic, and the process goes on to here.
+            println!("still running");
+        });
+    }
+
+    #[test]
+    fn a_panic_in_a_task_ends_the_process() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "telemetry::tests::panic_child", "--nocapture"])
+            .env(PANIC_CHILD, "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(PANIC_EXIT_CODE),
+            "{stdout}\n{stderr}"
+        );
+        assert!(stderr.contains("a task panicked"), "{stderr}");
+        // Ended in the hook: neither the rest of the child test nor the harness's summary ran.
+        assert!(!stdout.contains("still running"), "{stdout}");
+        assert!(!stdout.contains("test result"), "{stdout}");
+    }
 }

@@ -3,6 +3,11 @@
 //! were made with openssl the way cert-manager's defaults make them (see
 //! `deploy/cert-manager/`), and a real mutual-TLS handshake runs between them in memory.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::path::{Path, PathBuf};
 
 use refract_shared::tls::identity::cluster_id_from_der;

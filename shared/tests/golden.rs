@@ -7,6 +7,11 @@
 //! `REFRACT_BLESS=1 cargo test -p refract-shared --test golden` writes missing or changed
 //! `expected.json` files; review them before committing.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::collections::BTreeSet;
 use std::path::Path;
 

@@ -15,6 +15,11 @@
 //! Binaries come from `$REFRACT_K8S_BIN` or `~/.cache/refract/k8s-1.20.2/`, built by
 //! `scripts/ensure-toolchain.sh`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 pub mod control_plane;
 pub mod fake_kubelet;
 pub mod fake_provisioner;

@@ -6,6 +6,11 @@
 //! It prints `synced <n>` once everything listed at start-up has been applied, so a benchmark
 //! can time a restart.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

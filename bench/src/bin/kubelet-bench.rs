@@ -10,6 +10,11 @@
 //!
 //! It starts and stops everything itself (about five minutes).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -12,6 +12,11 @@
 //!
 //! It starts and stops everything itself (about ten minutes with the defaults).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 use std::time::{Duration, Instant};
 
 use anyhow::Context;

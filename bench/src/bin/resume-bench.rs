@@ -11,6 +11,11 @@
 //! "Agree" means the local agent is connected and has compared every bucket, every object
 //! confirmed, and (for 2) the provider shows every change. It starts and stops everything itself.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! Aggregation of provider events: one origin event per object, type, reason and message,
 //! its count rising with repeats, and a bounded backlog of events waiting to be written.
 
+use refract_shared::lock::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -109,7 +110,7 @@ impl Aggregator {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Folds in one provider event about `target`.

@@ -4,6 +4,7 @@
 //! SubjectAccessReview then decides whether that user may use the `nodes` subresource of this
 //! node with the request's verb. There is no anonymous access.
 
+use refract_shared::lock::Locked;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -122,7 +123,7 @@ impl DecisionCache {
         // the key does not hold.
         let cacheable = user.uid.is_none() && user.extra.is_empty();
         if cacheable {
-            let allowed = self.allowed.lock().expect("decisions lock");
+            let allowed = self.allowed.locked();
             if allowed
                 .get(&key)
                 .is_some_and(|at| at.elapsed() < ALLOWED_TTL)
@@ -132,7 +133,7 @@ impl DecisionCache {
         }
         authorize(client, user, access).await?;
         if cacheable {
-            let mut allowed = self.allowed.lock().expect("decisions lock");
+            let mut allowed = self.allowed.locked();
             if allowed.len() >= MAX_DECISIONS {
                 allowed.retain(|_, at| at.elapsed() < ALLOWED_TTL / 2);
             }

@@ -54,7 +54,7 @@ pub async fn serve(
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
-        "text/plain".parse().expect("valid"),
+        http::HeaderValue::from_static("text/plain"),
     );
     Ok(response)
 }

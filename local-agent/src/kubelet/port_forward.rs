@@ -76,9 +76,13 @@ async fn pair_streams(
             }
         }
         if pair.error.is_some() && pair.data.is_some() {
-            let pair = pending.remove(&key).expect("present");
-            let (error, data) = (pair.error.expect("paired"), pair.data.expect("paired"));
-            tokio::spawn(forward(key.0, pod.clone(), client.clone(), error, data));
+            if let Some(Pair {
+                error: Some(error),
+                data: Some(data),
+            }) = pending.remove(&key)
+            {
+                tokio::spawn(forward(key.0, pod.clone(), client.clone(), error, data));
+            }
         } else if pending.len() > MAX_UNPAIRED {
             tracing::warn!(
                 "port-forward client left too many streams unpaired; ending its session"

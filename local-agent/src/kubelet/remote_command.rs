@@ -144,12 +144,14 @@ async fn bridge(
         true
     })
     .await;
-    if !matches!(gathered, Ok(true)) {
-        tracing::debug!("the client did not open its streams in time");
-        session.shutdown().await;
-        return;
-    }
-    let error = streams.error.take().expect("complete").writer();
+    let error = match (gathered, streams.error.take()) {
+        (Ok(true), Some(error)) => error.writer(),
+        _ => {
+            tracing::debug!("the client did not open its streams in time");
+            session.shutdown().await;
+            return;
+        }
+    };
     let stdout = streams.stdout.as_ref().map(Stream::writer);
     let stderr = streams.stderr.as_ref().map(Stream::writer);
 

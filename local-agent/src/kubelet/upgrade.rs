@@ -57,7 +57,12 @@ pub fn accept(
         .header(UPGRADE, SPDY_UPGRADE)
         .header(PROTOCOL_HEADER, protocol)
         .body(full(bytes::Bytes::new()))
-        .expect("valid response");
+        .map_err(|e| {
+            HttpError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("failed to build the protocol switch: {e}"),
+            )
+        })?;
     let session = async move {
         match on_upgrade.await {
             Ok(upgraded) => Some(spdy::start(TokioIo::new(upgraded), Role::Server)),

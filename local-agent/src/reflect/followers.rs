@@ -1,6 +1,7 @@
 //! Who else hears of a watch's objects, so a kind that several parts need is watched once
 //! (EndpointSlices follow the Service reflector's watch, tokens the pod offloader's).
 
+use refract_shared::lock::Locked;
 use std::sync::Mutex;
 
 /// One callback.
@@ -18,15 +19,12 @@ impl<K> Default for Followers<K> {
 impl<K> Followers<K> {
     /// Calls `follower` with every object told from now on.
     pub fn add(&self, follower: impl Fn(&K) + Send + Sync + 'static) {
-        self.0
-            .lock()
-            .expect("followers poisoned")
-            .push(Box::new(follower));
+        self.0.locked().push(Box::new(follower));
     }
 
     /// Tells every follower of `object`.
     pub fn tell(&self, object: &K) {
-        for follower in self.0.lock().expect("followers poisoned").iter() {
+        for follower in self.0.locked().iter() {
             follower(object);
         }
     }

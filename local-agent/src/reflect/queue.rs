@@ -11,6 +11,7 @@
 //! of the origin-change-to-applied latency, which a burst coalesced into one reconcile must not
 //! shorten to its last change.
 
+use refract_shared::lock::Locked;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
@@ -54,7 +55,7 @@ struct State<K> {
 impl<K> State<K> {
     fn lock(m: &Mutex<State<K>>) -> std::sync::MutexGuard<'_, State<K>> {
         // The state stays consistent between statements; a panic elsewhere cannot break it.
-        m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        m.locked()
     }
 }
 
@@ -221,21 +222,14 @@ impl<K: Clone + Eq + Hash + Send + 'static, V> Default for Latest<K, V> {
 impl<K: Clone + Eq + Hash + Send + 'static, V> Latest<K, V> {
     /// Replaces the value of `key` and queues it.
     pub fn put(&self, key: K, value: V) {
-        self.values
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), value);
+        self.values.locked().insert(key.clone(), value);
         self.queue.add(key);
     }
 
     /// Waits for the next key no one else holds, and takes its latest value.
     pub async fn next(&self) -> (Claimed<K>, Option<V>) {
         let key = self.queue.next().await;
-        let value = self
-            .values
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&*key);
+        let value = self.values.locked().remove(&*key);
         (key, value)
     }
 }

@@ -8,6 +8,7 @@
 //! offloads the namespace again; a collection still waiting is called off when the stream
 //! that asked for it is replaced.
 
+use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -75,7 +76,7 @@ impl Applier {
         let key = (tenant.clone(), name.to_string());
         let grace = self.safety.grace;
         let token = {
-            let mut deferred = self.deferred.lock().expect("deferred poisoned");
+            let mut deferred = self.deferred.locked();
             if deferred.contains_key(&key) {
                 return Ok(Applied::Deferred(format!(
                     "namespace {name} holds {held} PersistentVolumeClaims; its deletion is already scheduled"
@@ -100,11 +101,7 @@ impl Applier {
                 }
                 _ = tokio::time::sleep(grace) => {}
             }
-            applier
-                .deferred
-                .lock()
-                .expect("deferred poisoned")
-                .remove(&key);
+            applier.deferred.locked().remove(&key);
             let result = applier
                 .delete_now(
                     &tenant,
@@ -123,12 +120,7 @@ impl Applier {
     /// Calls off a scheduled deletion of `tenant`'s namespace `name` (it is offloaded again).
     pub(super) fn keep_namespace(&self, tenant: &ClusterId, name: &str) {
         let key = (tenant.clone(), name.to_string());
-        if let Some(token) = self
-            .deferred
-            .lock()
-            .expect("deferred poisoned")
-            .remove(&key)
-        {
+        if let Some(token) = self.deferred.locked().remove(&key) {
             token.cancel();
         }
     }

@@ -168,9 +168,7 @@ impl OwnedKeys {
 pub(crate) fn fields_text(fields: &FieldsV1) -> Box<str> {
     match &fields.0 {
         Value::String(text) => text.as_str().into(),
-        tree => serde_json::to_string(tree)
-            .expect("a JSON value serializes")
-            .into_boxed_str(),
+        tree => refract_shared::json::to_string(tree).into_boxed_str(),
     }
 }
 

@@ -9,6 +9,7 @@
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use refract_shared::json;
 use refract_shared::kubelet_protocol::{self as kp, exit_from_status};
 use refract_shared::proto::{
     session_input, session_output, SessionInput, SessionOutput, SessionStart,
@@ -161,7 +162,7 @@ async fn pump_input(
                 kind: Some(Kind::Resize(size)),
             })) => {
                 if let Some(w) = &resize {
-                    let json = serde_json::to_vec(&kp::Resize::from(&size)).expect("serializes");
+                    let json = json::to_vec(&kp::Resize::from(&size));
                     let _ = w.write(Bytes::from(json)).await;
                 }
             }

@@ -18,11 +18,13 @@ pub(super) fn check(ns: &mut serde_json::Value) -> Result<(), Violation> {
             ));
         }
     }
-    let object = ns.as_object_mut().expect("checked by the caller");
+    let Some(object) = ns.as_object_mut() else {
+        return Err(Violation::new("", "must be an object"));
+    };
     object.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
-    let meta = ns["metadata"]
-        .as_object_mut()
-        .expect("checked by the caller");
+    let Some(meta) = object.get_mut("metadata").and_then(|m| m.as_object_mut()) else {
+        return Err(Violation::new("metadata", "must be an object"));
+    };
     meta.insert("labels".into(), serde_json::json!({}));
     let mut annotations = serde_json::Map::new();
     if !original.is_null() {

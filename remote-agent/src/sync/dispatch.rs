@@ -6,6 +6,7 @@
 //! a permit, so a busy provider slows the tenant's stream down instead of queueing without
 //! bound.
 
+use refract_shared::lock::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -58,13 +59,17 @@ impl Dispatcher {
         Fut: Future<Output = ()> + Send,
     {
         {
-            let mut waiting = self.waiting.lock().expect("dispatcher poisoned");
+            let mut waiting = self.waiting.locked();
             if let Some(queue) = waiting.get_mut(&key) {
                 coalesce(queue, message);
                 return;
             }
             waiting.insert(key.clone(), VecDeque::new());
         }
+        #[allow(
+            clippy::expect_used,
+            reason = "acquiring fails only on a closed semaphore; nothing closes this one"
+        )]
         let permit = self
             .permits
             .clone()
@@ -77,7 +82,7 @@ impl Dispatcher {
                 let mut next = Some(message);
                 while let Some(m) = next.take() {
                     handle(m).await;
-                    let mut w = waiting.lock().expect("dispatcher poisoned");
+                    let mut w = waiting.locked();
                     next = w.get_mut(&key).and_then(VecDeque::pop_front);
                     if next.is_none() {
                         w.remove(&key);

@@ -204,7 +204,7 @@ pub fn token_secret(
         immutable: Some(false),
         string_data: None,
     };
-    let mut value = serde_json::to_value(secret).expect("Secrets serialize");
+    let mut value = crate::json::to_value(&secret);
     value["apiVersion"] = "v1".into();
     value["kind"] = "Secret".into();
     value

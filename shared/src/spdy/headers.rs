@@ -92,33 +92,42 @@ impl HeaderDecoder {
     }
 }
 
-fn parse_pairs(mut block: &[u8]) -> Result<Headers, HeaderCodecError> {
-    let mut take = |n: usize| -> Result<&[u8], HeaderCodecError> {
-        if block.len() < n {
-            return Err(HeaderCodecError::Malformed(
-                "block shorter than its lengths",
-            ));
-        }
-        let (head, rest) = block.split_at(n);
-        block = rest;
-        Ok(head)
-    };
-    let count = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+fn parse_pairs(block: &[u8]) -> Result<Headers, HeaderCodecError> {
+    let mut block = Block(block);
+    let count = block.length()?;
     if count > MAX_PAIRS {
         return Err(HeaderCodecError::Malformed("too many header pairs"));
     }
     let mut pairs = Vec::with_capacity(count);
     for _ in 0..count {
-        let mut string = || -> Result<String, HeaderCodecError> {
-            let len = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
-            String::from_utf8(take(len)?.to_vec())
-                .map_err(|_| HeaderCodecError::Malformed("header is not UTF-8"))
-        };
-        let name = string()?;
-        let value = string()?;
+        let name = block.string()?;
+        let value = block.string()?;
         pairs.push((name.to_ascii_lowercase(), value));
     }
     Ok(pairs)
+}
+
+/// What is left of a decompressed header block.
+struct Block<'a>(&'a [u8]);
+
+impl Block<'_> {
+    const SHORT: HeaderCodecError = HeaderCodecError::Malformed("block shorter than its lengths");
+
+    /// A 32-bit big-endian length.
+    fn length(&mut self) -> Result<usize, HeaderCodecError> {
+        let (bytes, rest) = self.0.split_first_chunk::<4>().ok_or(Self::SHORT)?;
+        self.0 = rest;
+        Ok(u32::from_be_bytes(*bytes) as usize)
+    }
+
+    /// A length, then that many bytes of UTF-8.
+    fn string(&mut self) -> Result<String, HeaderCodecError> {
+        let len = self.length()?;
+        let (text, rest) = self.0.split_at_checked(len).ok_or(Self::SHORT)?;
+        self.0 = rest;
+        String::from_utf8(text.to_vec())
+            .map_err(|_| HeaderCodecError::Malformed("header is not UTF-8"))
+    }
 }
 
 /// Compresses the header blocks of one direction of a session.

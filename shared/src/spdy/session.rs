@@ -6,6 +6,7 @@
 //! compressor. The server role accepts streams and answers each with SYN_REPLY at once, as
 //! Kubernetes' clients wait for that before writing.
 
+use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -122,7 +123,7 @@ where
             tracing::debug!(%error, "SPDY session ended");
         }
         reader.inner.closed.cancel();
-        reader.inner.streams.lock().expect("streams lock").clear();
+        reader.inner.streams.locked().clear();
     });
     (session, accept_rx)
 }
@@ -134,7 +135,7 @@ impl Session {
         let (data_tx, data_rx) = mpsc::channel(STREAM_BUFFER);
         let (reply_tx, reply_rx) = oneshot::channel();
         {
-            let mut streams = self.inner.streams.lock().expect("streams lock");
+            let mut streams = self.inner.streams.locked();
             if streams.len() >= MAX_STREAMS {
                 return Err(SessionError::Closed);
             }
@@ -224,7 +225,7 @@ impl Session {
                     headers,
                 } => self.accepted(role, stream_id, fin, headers, &accept).await,
                 Frame::SynReply { stream_id, fin, .. } => {
-                    let mut streams = self.inner.streams.lock().expect("streams lock");
+                    let mut streams = self.inner.streams.locked();
                     if let Some(entry) = streams.get_mut(&stream_id) {
                         if let Some(reply) = entry.reply.take() {
                             let _ = reply.send(());
@@ -240,7 +241,7 @@ impl Session {
                     data,
                 } => {
                     let sender = {
-                        let streams = self.inner.streams.lock().expect("streams lock");
+                        let streams = self.inner.streams.locked();
                         streams.get(&stream_id).and_then(|e| e.data.clone())
                     };
                     if let Some(sender) = sender {
@@ -255,11 +256,7 @@ impl Session {
                     }
                 }
                 Frame::RstStream { stream_id, .. } => {
-                    self.inner
-                        .streams
-                        .lock()
-                        .expect("streams lock")
-                        .remove(&stream_id);
+                    self.inner.streams.locked().remove(&stream_id);
                 }
                 Frame::Ping { id } => {
                     // Echo the peer's pings; ours come back with our parity and end here.
@@ -283,7 +280,7 @@ impl Session {
     ) {
         let peer_parity = if role == Role::Server { 1 } else { 0 };
         let refuse = role != Role::Server || id % 2 != peer_parity || {
-            let streams = self.inner.streams.lock().expect("streams lock");
+            let streams = self.inner.streams.locked();
             streams.len() >= MAX_STREAMS || streams.contains_key(&id)
         };
         if refuse {
@@ -296,7 +293,7 @@ impl Session {
             return;
         }
         let (data_tx, data_rx) = mpsc::channel(STREAM_BUFFER);
-        self.inner.streams.lock().expect("streams lock").insert(
+        self.inner.streams.locked().insert(
             id,
             Entry {
                 data: (!fin).then_some(data_tx),
@@ -321,7 +318,7 @@ impl Session {
     }
 
     fn remote_finished(&self, id: u32) {
-        let mut streams = self.inner.streams.lock().expect("streams lock");
+        let mut streams = self.inner.streams.locked();
         if let Some(entry) = streams.get_mut(&id) {
             entry.data = None;
             if entry.local_done {
@@ -331,7 +328,7 @@ impl Session {
     }
 
     fn local_finished(&self, id: u32) {
-        let mut streams = self.inner.streams.lock().expect("streams lock");
+        let mut streams = self.inner.streams.locked();
         if let Some(entry) = streams.get_mut(&id) {
             entry.local_done = true;
             if entry.data.is_none() {
@@ -341,7 +338,7 @@ impl Session {
     }
 
     fn forget(&self, id: u32) {
-        self.inner.streams.lock().expect("streams lock").remove(&id);
+        self.inner.streams.locked().remove(&id);
     }
 }
 

@@ -146,10 +146,12 @@ pub fn summarize(der: &[u8]) -> Result<CertSummary, IdentityError> {
 }
 
 fn ip_to_string(bytes: &[u8]) -> String {
-    match bytes.len() {
-        4 => std::net::Ipv4Addr::from(<[u8; 4]>::try_from(bytes).unwrap()).to_string(),
-        16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).unwrap()).to_string(),
-        _ => format!("{bytes:?}"),
+    if let Ok(v4) = <[u8; 4]>::try_from(bytes) {
+        std::net::Ipv4Addr::from(v4).to_string()
+    } else if let Ok(v6) = <[u8; 16]>::try_from(bytes) {
+        std::net::Ipv6Addr::from(v6).to_string()
+    } else {
+        format!("{bytes:?}")
     }
 }
 

@@ -2,6 +2,7 @@
 //! cluster calls, such as the virtual node's kubelet API, whose certificates cert-manager or a
 //! CSR controller rotate in place.
 
+use crate::lock::RwLocked;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -20,7 +21,7 @@ pub struct ServingCert {
 
 impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().expect("serving cert lock").clone())
+        Some(self.current.read_locked().clone())
     }
 }
 
@@ -51,7 +52,7 @@ impl ServingCert {
                 }
                 match load(&cert, &key) {
                     Ok((raw, loaded)) => {
-                        *swapped.current.write().expect("serving cert lock") = loaded;
+                        *swapped.current.write_locked() = loaded;
                         last = raw;
                         tracing::info!(cert = %cert.display(), "reloaded serving certificate; new connections use it");
                     }

@@ -1,6 +1,11 @@
 //! `testkit`: start real control planes for the demo and for manual testing, and run the fake
 //! kubelet against one of them.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};

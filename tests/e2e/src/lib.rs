@@ -2,6 +2,11 @@
 //! `refract-certs`, run both agents as processes against real control planes, and call
 //! `grpcurl` and `kubectl` the way an operator would.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -3,6 +3,11 @@
 //! tenant's stream goes on; an Inspect admin identity cannot act as a tenant; Tap redacts
 //! Secret data. Real binaries, real mTLS, grpcurl as operators run it.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::{Duration, Instant};
 
 use base64::Engine;

@@ -4,6 +4,11 @@
 //! injected from a Certificate that exists, and each Certificate carries a Refract identity.
 //! cert-manager itself is not installed here (no network), so this is what can be checked.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::path::Path;
 
 use refract_e2e::run_ok;

@@ -3,6 +3,11 @@
 //! sanitizes each one, writing nothing it refused. The real remote agent runs against a real
 //! API server; the tenant is the in-process [`Wire`] client with its own certificate.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::Duration;
 
 use refract_e2e::wire::{delete_message, object_ref, upsert_message, Answer, Wire};

@@ -1,6 +1,11 @@
 //! The foundation end to end: two real control planes, both agent binaries, certificates made
 //! with `refract-certs`, checked with `grpcurl` and `kubectl` as an operator would.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::Duration;
 
 use refract_e2e::{bin, json_of, run, run_ok, Peering};

@@ -6,6 +6,11 @@
 //! given, and a flood of events. The origin must show only what it may, keep its heartbeat,
 //! and write events at the configured rate.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -4,6 +4,11 @@
 //! `refract-certs --secret`. The test overlays (`deploy/test/`, plus the ports of this run)
 //! add only host networking and loopback addresses, as testkit's clusters have no kube-proxy.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -2,6 +2,11 @@
 //! `attach`, `port-forward` and node stats of offloaded pods, run from the origin as a user
 //! runs them, carried over the mutual-TLS link; and what is refused.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -3,6 +3,11 @@
 //! the values a peering at work shows (build info, certificate expiry, answer latency, tenant
 //! labels).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

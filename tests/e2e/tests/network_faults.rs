@@ -14,6 +14,11 @@
 //!
 //! The 10-minute cut runs only with `REFRACT_LONG_FAULTS=1` (about 12 minutes more).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

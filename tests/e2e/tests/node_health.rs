@@ -15,6 +15,11 @@
 //! of this test): with every node NotReady, the lifecycle controller assumes its own
 //! disruption and evicts nothing, as in any real cluster.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

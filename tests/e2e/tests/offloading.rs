@@ -3,6 +3,11 @@
 //! offloaded pods run as real containers), both agent binaries, and the local agent's
 //! admission webhook registered in the origin.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::Duration;
 
 use refract_e2e::{busybox, kubectl_stdin, origin_get, provider_get, Peering, NODE_IP};

@@ -2,6 +2,11 @@
 //! real provider node. A test binary of its own: test nodes on one host share `/var/log/pods`,
 //! and a short test tearing its node down beside a longer one removed the other's logs.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::Duration;
 
 use refract_e2e::{busybox, kubectl_stdin, provider_get, Peering};

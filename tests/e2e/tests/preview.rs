@@ -1,5 +1,10 @@
 //! `local-agent preview` as a user runs it: offline on files and stdin, and on a live namespace.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use refract_e2e::{bin, kubectl_stdin, run};
 use serde_json::Value;
 

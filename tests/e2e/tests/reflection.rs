@@ -2,6 +2,11 @@
 //! binaries, checked with kubectl on both sides (and grpcurl speaking the stream as a
 //! misbehaving tenant would).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::Duration;
 
 use base64::Engine;

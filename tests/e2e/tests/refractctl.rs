@@ -5,6 +5,11 @@
 //! for a dead provider (the origin at once, the provider once it is back). Both clusters run
 //! on this machine without kube-proxy, hence `--single-host`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::process::Output;
 use std::time::{Duration, Instant};
 

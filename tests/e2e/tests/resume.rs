@@ -2,6 +2,11 @@
 //! restarted) the link carries only what changed while it was down, and the provider writes
 //! only that. Real control planes, both agent binaries, mutual TLS.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

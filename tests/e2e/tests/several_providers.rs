@@ -10,6 +10,11 @@
 //! - A pod offloaded to provider A is reachable from provider B: its Service's EndpointSlice in
 //!   B's twin namespace carries the pod's origin address, remapped by B's `--remap`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::Duration;
 
 use refract_e2e::{busybox, kubectl_get, kubectl_stdin, origin_get, Peering, POD_REMAP};

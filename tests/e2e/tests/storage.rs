@@ -4,6 +4,11 @@
 //! an origin PV pinned to the virtual node, which the origin's real PV controller binds and
 //! the real scheduler honours.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::Duration;
 
 use refract_e2e::{busybox, kubectl_stdin, origin_get, provider_get, Peering};

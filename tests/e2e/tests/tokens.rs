@@ -5,6 +5,11 @@
 //! each pod is warned once; a pod annotated `liqo.io/api-server-support: remote` runs as a
 //! provider ServiceAccount the provider's policy allows, with that ServiceAccount's token.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::Duration;
 
 use base64::Engine;

@@ -11,6 +11,11 @@
 //! under 60 s without a call to the provider, whose pod keeps running; the remote agent,
 //! started again with `--tenant-expiry`, removes the tenant once it has stayed away that long.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
 use std::time::{Duration, Instant};
 
 use refract_e2e::{bin, busybox, kubectl_stdin, origin_get, provider_get, run, Peering};

@@ -20,6 +20,11 @@
 //!
 //! It starts and stops everything itself.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
