@@ -450,7 +450,7 @@ fn spawn_reflectors(
     };
     match (service_reflector, services_writer) {
         (Some(services), _) => services.follow(requeue_slices),
-        // A reflector is started whenever it took the writer: this arm is for none.
+        // The Service reflector returns itself whenever it took the writer: never both.
         (None, None) => {}
         (None, Some(writer)) => {
             let watch_services = watcher(

@@ -107,7 +107,7 @@ pub async fn run(
                 }
             }
         }
-        // Listed above, or the loop went round again.
+        // Set by the listing above; a failed listing went round again.
         let Some(current) = labelled.as_mut() else {
             continue;
         };
