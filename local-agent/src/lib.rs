@@ -156,6 +156,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             cluster_id: args.cluster_id.clone(),
             keepalive_interval: args.keepalive_interval,
             keepalive_timeout: args.keepalive_timeout,
+            send_window: args.send_window,
             backoff: refract_shared::backoff::Backoff::new(args.min_backoff, args.max_backoff),
         },
         inbound_tx,

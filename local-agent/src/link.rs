@@ -67,6 +67,8 @@ pub struct LinkConfig {
     pub keepalive_interval: Duration,
     /// HTTP/2 keepalive timeout.
     pub keepalive_timeout: Duration,
+    /// How long a message may wait for others to share its write (`--send-window`).
+    pub send_window: Duration,
     /// Reconnect backoff.
     pub backoff: Backoff,
 }
@@ -182,7 +184,7 @@ async fn run_session(
     .map_err(|_| SessionError::Closed)?;
     let mut inbound = ReflectionClient::new(channel.clone())
         .max_decoding_message_size(64 * 1024 * 1024)
-        .sync(ReceiverStream::new(wire_rx))
+        .sync(outbound(wire_rx, config.send_window))
         .await?
         .into_inner();
 
@@ -259,6 +261,27 @@ async fn run_session(
         result = read => result,
         () = pump => Err(SessionError::Closed),
     }
+}
+
+/// Most messages one send window gathers before they go.
+const MAX_MESSAGES_PER_WINDOW: usize = 64;
+
+/// The stream's messages as tonic reads them. With a window, each message waits up to `window`
+/// for others (or until [`MAX_MESSAGES_PER_WINDOW`] are there); tonic then encodes all that are
+/// ready into one HTTP/2 frame, one TLS record and one write, and the remote agent reads them
+/// in one wake-up. In order, and none held back when the channel closes.
+fn outbound(
+    wire_rx: mpsc::Receiver<LocalMessage>,
+    window: Duration,
+) -> impl futures::Stream<Item = LocalMessage> + Send + 'static {
+    use futures::StreamExt as _;
+    let messages = ReceiverStream::new(wire_rx);
+    if window.is_zero() {
+        return messages.left_stream();
+    }
+    tokio_stream::StreamExt::chunks_timeout(messages, MAX_MESSAGES_PER_WINDOW, window)
+        .flat_map(futures::stream::iter)
+        .right_stream()
 }
 
 /// Moves the producers' messages to the stream through [`Resume`].
@@ -340,5 +363,85 @@ impl Pump {
                     .inc_by(n - before);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt as _;
+
+    fn upsert(name: &str) -> LocalMessage {
+        LocalMessage {
+            kind: Some(local_message::Kind::Upsert(refract_shared::proto::Upsert {
+                object: Some(refract_shared::proto::ObjectRef {
+                    name: name.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn name(message: Option<LocalMessage>) -> String {
+        match message.and_then(|m| m.kind) {
+            Some(local_message::Kind::Upsert(u)) => u.object.unwrap_or_default().name,
+            other => panic!("not an upsert: {other:?}"),
+        }
+    }
+
+    const LONG: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn without_a_window_each_message_goes_at_once() {
+        let (tx, rx) = mpsc::channel(8);
+        let stream = outbound(rx, Duration::ZERO);
+        futures::pin_mut!(stream);
+        tx.send(upsert("a")).await.unwrap();
+        let first = tokio::time::timeout(Duration::from_millis(500), stream.next()).await;
+        assert_eq!(name(first.unwrap()), "a");
+    }
+
+    #[tokio::test]
+    async fn a_window_holds_a_message_for_others_then_sends_all_in_order() {
+        let window = Duration::from_millis(300);
+        let (tx, rx) = mpsc::channel(8);
+        let stream = outbound(rx, window);
+        futures::pin_mut!(stream);
+        let start = Instant::now();
+        tx.send(upsert("a")).await.unwrap();
+        tx.send(upsert("b")).await.unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(100), stream.next()).await;
+        assert!(early.is_err(), "nothing before the window ends");
+        assert_eq!(
+            name(tokio::time::timeout(LONG, stream.next()).await.unwrap()),
+            "a"
+        );
+        assert!(start.elapsed() >= window);
+        assert_eq!(
+            name(tokio::time::timeout(LONG, stream.next()).await.unwrap()),
+            "b"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_window_goes_at_once_and_a_closed_channel_holds_nothing_back() {
+        let (tx, rx) = mpsc::channel(MAX_MESSAGES_PER_WINDOW * 2);
+        let stream = outbound(rx, Duration::from_secs(3600));
+        futures::pin_mut!(stream);
+        for i in 0..MAX_MESSAGES_PER_WINDOW + 1 {
+            tx.send(upsert(&i.to_string())).await.unwrap();
+        }
+        for i in 0..MAX_MESSAGES_PER_WINDOW {
+            let next = tokio::time::timeout(LONG, stream.next()).await.unwrap();
+            assert_eq!(name(next), i.to_string());
+        }
+        drop(tx);
+        let last = tokio::time::timeout(LONG, stream.next()).await.unwrap();
+        assert_eq!(name(last), MAX_MESSAGES_PER_WINDOW.to_string());
+        assert!(tokio::time::timeout(LONG, stream.next())
+            .await
+            .unwrap()
+            .is_none());
     }
 }

@@ -15,8 +15,8 @@ pub fn parse(s: &str) -> Result<Duration, String> {
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
         other => Err(format!(
             "unknown unit {other:?} in {s:?}: use ms, s, m or h"
         )),
