@@ -10,13 +10,13 @@
 //! bounded in count, bytes and age; what is pushed out or waits too long is dropped and given
 //! back to the caller, which counts it refused and names it in its log.
 
-use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use refract_shared::inbound::excerpt;
+use refract_shared::lock::Locked;
 use refract_shared::proto;
 
 /// How long a message may wait for what it is about: as long as a resuming session may hold

@@ -18,12 +18,12 @@
 pub mod aggregate;
 pub mod origin;
 
-use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use refract_shared::lock::Locked;
 use refract_shared::proto;
 
 use crate::early::{self, Early};

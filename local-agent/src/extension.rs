@@ -7,7 +7,6 @@
 //! each new session it re-sends every twin namespace and then `SnapshotComplete`, so twin
 //! namespaces whose NamespaceOffloading disappeared while the link was down are removed.
 
-use refract_shared::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
+use refract_shared::json;
 use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
 use refract_shared::offloading;
 use refract_shared::proto::{ObjectRef, Outcome, Upsert};

@@ -13,12 +13,12 @@
 
 pub mod ledger;
 
-use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use refract_shared::hash::bytes_hash;
+use refract_shared::lock::Locked;
 use refract_shared::proto::{
     local_message, Ack, Delete, LocalMessage, ObjectRef, Outcome, SnapshotComplete, Upsert,
 };

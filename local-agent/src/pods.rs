@@ -7,8 +7,6 @@
 //! the provider confirms (there is no kubelet to do it). A pod bound to the virtual node in a
 //! namespace that is not extended stays Pending with reason `OffloadingBackOff`.
 
-use refract_shared::json;
-use refract_shared::lock::Locked;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,7 +23,9 @@ use refract_shared::backoff::PerKey;
 use refract_shared::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
 use refract_shared::forge::Context;
 use refract_shared::inbound::address::PodAddresses;
+use refract_shared::json;
 use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
+use refract_shared::lock::Locked;
 use refract_shared::options::ReflectionOptions;
 use refract_shared::pod_status::{origin_status, StatusContext, MAX_STATUS_BYTES};
 use refract_shared::proto::{ObjectRef, Outcome, PodStatus, Upsert};

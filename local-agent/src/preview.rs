@@ -5,7 +5,6 @@
 //! object: what would be sent, or why it would not be reflected. With `--existing`, objects
 //! already on the provider are taken into account (conflict, unchanged).
 
-use refract_shared::json;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::PathBuf;
@@ -14,6 +13,7 @@ use anyhow::{bail, Context};
 use k8s_openapi::api::core::v1::Service;
 use refract_shared::forge::{self, Decision};
 use refract_shared::hash::{bytes_hash, object_hash};
+use refract_shared::json;
 use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
 };

@@ -11,7 +11,6 @@ pub mod followers;
 pub mod queue;
 pub mod scoped;
 
-use refract_shared::json;
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -26,6 +25,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use refract_shared::backoff::PerKey;
 use refract_shared::forge::{self, Context, Decision};
+use refract_shared::json;
 use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::proto::{ObjectRef, Outcome, Upsert};

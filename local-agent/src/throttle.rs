@@ -1,10 +1,11 @@
 //! Log lines about what a peer sends, at most one per kind of line per period: a provider that
 //! floods the link with bad messages must not flood the logs too.
 
-use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use refract_shared::lock::Locked;
 
 /// Allows one line per key per period and counts the ones it held back.
 pub struct Throttle {

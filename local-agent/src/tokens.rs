@@ -8,8 +8,6 @@
 //! goes (and the provider also removes it with the pod's ShadowPod). Tokens are kept in memory
 //! only; the origin API server invalidates them when the pod is deleted.
 
-use refract_shared::json;
-use refract_shared::lock::Locked;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -24,6 +22,8 @@ use refract_shared::forge::token::{
     origin_tokens, service_account_of, token_secret, token_secret_name, token_sources, TokenSource,
 };
 use refract_shared::forge::Context;
+use refract_shared::json;
+use refract_shared::lock::Locked;
 use refract_shared::options::ReflectionOptions;
 use refract_shared::proto::{ObjectRef, Outcome, Upsert};
 use tokio::sync::watch;

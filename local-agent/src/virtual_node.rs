@@ -14,7 +14,6 @@
 
 pub mod health;
 
-use refract_shared::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -28,6 +27,7 @@ use kube::api::{Api, Patch, PatchParams};
 use prometheus_client::metrics::counter::Counter;
 use refract_shared::forge::pod::VIRTUAL_NODE_TAINT_KEY;
 use refract_shared::inbound::{capacity, labels as node_labels};
+use refract_shared::json;
 use refract_shared::keys::{LOCAL_FIELD_MANAGER, LOCAL_STATUS_FIELD_MANAGER};
 use refract_shared::offloading;
 use refract_shared::proto::Capacity;

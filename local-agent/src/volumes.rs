@@ -9,7 +9,6 @@
 //! provider cannot make the agent write any other PV. When the claim is deleted, its PV is
 //! released and, if its reclaim policy is Delete, removed here (the provider removes its own).
 
-use refract_shared::lock::Locked;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use refract_shared::forge::{self, Context, Decision};
 use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_shared::lock::Locked;
 use refract_shared::options::ReflectionOptions;
 use refract_shared::proto::PersistentVolume as VolumeMessage;
 use tokio::sync::watch;

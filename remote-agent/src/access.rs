@@ -14,12 +14,12 @@
 mod connection;
 pub mod deny_list;
 
-use refract_shared::lock::Locked;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use refract_shared::lock::Locked;
 use refract_shared::tls::ClusterId;
 use tokio_util::sync::CancellationToken;
 

@@ -11,7 +11,6 @@
 //!
 //! Results are typed ([`Applied`], [`ApplyError`]); only the gRPC edge maps them to the wire.
 
-use refract_shared::lock::Locked;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +24,7 @@ use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
     TENANT_NAMESPACE_LABEL,
 };
+use refract_shared::lock::Locked;
 use refract_shared::options::Kind;
 use refract_shared::proto::{Delete, ObjectRef, Upsert};
 use refract_shared::tls::ClusterId;

@@ -9,12 +9,12 @@
 //! only its hash, so every reflected object is not held twice by the pair of agents (at
 //! 10,000 ConfigMaps of 4 KiB the text was 4.4 KB of the remote agent's 6.4 KB an object).
 
-use refract_shared::json;
-use refract_shared::lock::Locked;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use refract_shared::json;
 use refract_shared::keys::DESIRED_HASH_ANNOTATION;
+use refract_shared::lock::Locked;
 use refract_shared::tls::ClusterId;
 
 use crate::apply::is_token_secret;

@@ -10,7 +10,6 @@
 
 mod kept;
 
-use refract_shared::lock::RwLocked;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -21,6 +20,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_shared::lock::RwLocked;
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -46,16 +46,6 @@ struct KindStore {
     listed: AtomicBool,
 }
 
-impl KindStore {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Names> {
-        self.objects.read_locked()
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Names> {
-        self.objects.write_locked()
-    }
-}
-
 /// Read access to the watched tenant objects; clones share the stores.
 #[derive(Clone)]
 pub struct TenantObjects {
@@ -66,7 +56,7 @@ impl TenantObjects {
     /// The object `kind` `namespace/name` (namespace empty for namespaces), if the watch has it.
     pub fn get(&self, kind: Allowed, namespace: &str, name: &str) -> Option<Meta> {
         let store = self.stores.get(&kind)?;
-        let objects = store.read();
+        let objects = store.objects.read_locked();
         let kept = objects.get(namespace)?.get(name)?;
         Some(kept.meta(namespace, name))
     }
@@ -92,7 +82,7 @@ impl TenantObjects {
         }
         let mut all = Vec::new();
         for (kind, store) in self.stores.iter() {
-            let objects = store.read();
+            let objects = store.objects.read_locked();
             for (namespace, names) in objects.iter() {
                 let of_tenant = names
                     .iter()
@@ -135,16 +125,16 @@ impl StoreWriter {
             }
             watcher::Event::InitDone => {
                 if let Some(names) = self.relisting.take() {
-                    *self.store.write() = names;
+                    *self.store.objects.write_locked() = names;
                 }
                 self.store.listed.store(true, Ordering::Release);
             }
             watcher::Event::Apply(obj) => {
                 let kept = Kept::of(&obj.metadata, self.own_fields);
-                insert(&mut self.store.write(), obj, kept);
+                insert(&mut self.store.objects.write_locked(), obj, kept);
             }
             watcher::Event::Delete(obj) => {
-                let mut objects = self.store.write();
+                let mut objects = self.store.objects.write_locked();
                 let namespace = obj.namespace().unwrap_or_default();
                 if let Some(names) = objects.get_mut(namespace.as_str()) {
                     names.remove(obj.name_any().as_str());

@@ -1,11 +1,11 @@
 //! What the remote agent knows about its tenants: connection state, the objects each has sent
 //! and their last outcome, and a tap of each tenant's live messages. Read by Inspect.
 
-use refract_shared::lock::Locked;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use refract_shared::lock::Locked;
 use refract_shared::proto::{
     self, local_message, remote_message, tap_event, LocalMessage, ObjectRef, ObjectStatus, Outcome,
     RemoteMessage, TapEvent,

@@ -6,7 +6,6 @@
 //! ShadowPod removes the pod through its owner reference. A running pod's spec never changes;
 //! its labels and annotations follow the ShadowPod's ([`metadata`]).
 
-use refract_shared::lock::Locked;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ use refract_shared::keys::{
     DESTINATION_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
     SHADOWPOD_FIELD_MANAGER,
 };
+use refract_shared::lock::Locked;
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

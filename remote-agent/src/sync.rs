@@ -1,10 +1,10 @@
 //! `refract.v1.Reflection`: accepting a tenant's stream and running its session.
 
-use refract_shared::lock::Locked;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kube::ResourceExt;
+use refract_shared::lock::Locked;
 use refract_shared::proto::reflection_server::Reflection;
 use refract_shared::proto::{
     local_message, remote_message, Ack, Delete, InventoryRequest, LocalMessage, ObjectRef, Outcome,

@@ -1,7 +1,8 @@
 //! Jittered exponential backoff: reconnects, and retries of a failing object.
 
-use crate::lock::Locked;
 use std::time::Duration;
+
+use crate::lock::Locked;
 
 /// Delays that double from `min` to `max`, each drawn uniformly from its upper half, so that
 /// many local agents cut off together do not reconnect in lockstep.

@@ -3,7 +3,6 @@
 //! The admin endpoint serves `/healthz` (the process is alive), `/readyz` (the agent has done
 //! its first sync and can do its job) and `/metrics` (Prometheus text format).
 
-use crate::lock::Locked;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +13,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
+
+use crate::lock::Locked;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -1,10 +1,11 @@
 //! Aggregation of provider events: one origin event per object, type, reason and message,
 //! its count rising with repeats, and a bounded backlog of events waiting to be written.
 
-use refract_shared::lock::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
+
+use refract_shared::lock::Locked;
 
 use k8s_openapi::api::core::v1::Event;
 use tokio::sync::Notify;

@@ -4,10 +4,11 @@
 //! SubjectAccessReview then decides whether that user may use the `nodes` subresource of this
 //! node with the request's verb. There is no anonymous access.
 
-use refract_shared::lock::Locked;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use refract_shared::lock::Locked;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{

@@ -1,8 +1,9 @@
 //! Who else hears of a watch's objects, so a kind that several parts need is watched once
 //! (EndpointSlices follow the Service reflector's watch, tokens the pod offloader's).
 
-use refract_shared::lock::Locked;
 use std::sync::Mutex;
+
+use refract_shared::lock::Locked;
 
 /// One callback.
 type Follower<K> = Box<dyn Fn(&K) + Send + Sync>;

@@ -11,11 +11,12 @@
 //! of the origin-change-to-applied latency, which a burst coalesced into one reconcile must not
 //! shorten to its last change.
 
-use refract_shared::lock::Locked;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use refract_shared::lock::Locked;
 
 use tokio::sync::Notify;
 

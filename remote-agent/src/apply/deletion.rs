@@ -8,13 +8,13 @@
 //! offloads the namespace again; a collection still waiting is called off when the stream
 //! that asked for it is replaced.
 
-use refract_shared::lock::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, ListParams};
+use refract_shared::lock::Locked;
 use refract_shared::tls::ClusterId;
 use tokio_util::sync::CancellationToken;
 

@@ -6,11 +6,11 @@
 //! a permit, so a busy provider slows the tenant's stream down instead of queueing without
 //! bound.
 
-use refract_shared::lock::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use refract_shared::lock::Locked;
 use refract_shared::proto::{local_message, LocalMessage};
 use tokio::sync::Semaphore;
 use tracing::Instrument;

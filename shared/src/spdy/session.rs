@@ -6,7 +6,6 @@
 //! compressor. The server role accepts streams and answers each with SYN_REPLY at once, as
 //! Kubernetes' clients wait for that before writing.
 
-use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::frame::{self, Frame, FrameError, FRAME_HEADER_BYTES, MAX_DATA_CHUNK};
 use super::headers::{HeaderDecoder, HeaderEncoder, Headers};
+use crate::lock::Locked;
 
 /// Streams open at once in one session; more are refused. Port-forward uses two per
 /// forwarded connection.

@@ -2,7 +2,6 @@
 //! cluster calls, such as the virtual node's kubelet API, whose certificates cert-manager or a
 //! CSR controller rotate in place.
 
-use crate::lock::RwLocked;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -12,6 +11,7 @@ use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
 use super::files::{parse_chain, parse_key, parse_roots, read, LoadError};
+use crate::lock::RwLocked;
 
 /// Resolves every handshake to the current certificate; swapped when the files change.
 #[derive(Debug)]
