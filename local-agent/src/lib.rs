@@ -46,7 +46,7 @@ use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::forge;
+use refract_shared::keys::SERVICE_NAME_LABEL;
 use refract_shared::offloading;
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::telemetry::Admin;
@@ -446,7 +446,7 @@ fn spawn_reflectors(
     let requeue_slices = move |svc: &v1::Service| {
         let name = svc.name_any();
         slices.enqueue_matching(&svc.namespace().unwrap_or_default(), |s| {
-            s.labels().get(forge::endpointslice::SERVICE_NAME_LABEL) == Some(&name)
+            s.labels().get(SERVICE_NAME_LABEL) == Some(&name)
         });
     };
     match (service_reflector, services_writer) {

@@ -16,6 +16,7 @@ use refract_shared::hash::{bytes_hash, object_hash};
 use refract_shared::json;
 use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
+    SERVICE_NAME_LABEL,
 };
 use refract_shared::offloading::{self, MappingStrategy};
 use refract_shared::options::Kind;
@@ -163,8 +164,7 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
             out.push(json!({"source": source, "decision": "skip", "reason": format!("kind {kind_name:?} is not reflected")}));
             continue;
         };
-        let service_name =
-            object["metadata"]["labels"][forge::endpointslice::SERVICE_NAME_LABEL].as_str();
+        let service_name = object["metadata"]["labels"][SERVICE_NAME_LABEL].as_str();
         let service = services.iter().find(|s| {
             s.metadata.namespace.as_deref() == Some(ns)
                 && s.metadata.name.as_deref() == service_name

@@ -26,7 +26,7 @@ use prometheus_client::metrics::family::Family;
 use refract_shared::backoff::PerKey;
 use refract_shared::forge::{self, Context, Decision};
 use refract_shared::json;
-use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
+use refract_shared::keys::{REMOTE_CLUSTER_ID_LABEL, SERVICE_NAME_LABEL};
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::proto::{ObjectRef, Outcome, Upsert};
 use serde::de::DeserializeOwned;
@@ -38,10 +38,6 @@ use crate::extension::Extension;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use followers::Followers;
 use queue::{Claimed, WorkQueue};
-
-/// kubectl's copy of the whole object, never reflected (see the default skip list): often as
-/// large as the object itself.
-const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// How long before a transiently failed object is retried.
 /// Retries after a transient failure on the provider wait 2.5–5 s, doubling up to 5 min: fewer
@@ -475,13 +471,11 @@ impl<K: Reflectable> Reflector<K> {
                 }
                 known_nodes.insert(node.name_any());
             }
-            obj.labels()
-                .get(forge::endpointslice::SERVICE_NAME_LABEL)
-                .and_then(|svc| {
-                    self.shared
-                        .services
-                        .get(&StoreRef::new(svc).within(&obj.namespace().unwrap_or_default()))
-                })
+            obj.labels().get(SERVICE_NAME_LABEL).and_then(|svc| {
+                self.shared
+                    .services
+                    .get(&StoreRef::new(svc).within(&obj.namespace().unwrap_or_default()))
+            })
         } else {
             None
         };

@@ -17,14 +17,11 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use refract_shared::forge::pod::VIRTUAL_NODE_TAINT_KEY;
+use refract_shared::keys::{SCHEDULING_LABEL, VIRTUAL_NODE_TAINT_KEY};
 use tokio_util::sync::CancellationToken;
 
 use crate::crd::{NamespaceOffloading, PodOffloadingStrategy};
 use crate::reflect::publish_event;
-
-/// The namespace label the pod webhook's `namespaceSelector` matches.
-pub const SCHEDULING_LABEL: &str = "liqo.io/scheduling-enabled";
 
 /// How often the NamespaceOffloading cache is compared with the labels (in memory) without a
 /// change notified: retries after a failed patch.

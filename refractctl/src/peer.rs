@@ -6,6 +6,7 @@ mod ready;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use refract_shared::keys::PEERING_LABEL;
 use refract_shared::tls::ClusterId;
 use serde_json::Value;
 
@@ -14,7 +15,7 @@ use crate::cli::PeerArgs;
 use crate::manifests::Agent;
 use crate::peering::{self, connect_cluster};
 use crate::pki;
-use crate::plan::{self, HostPort, HostPorts, Network, Plan, PEERING_LABEL};
+use crate::plan::{self, HostPort, HostPorts, Network, Plan};
 pub use certs::record_tenant;
 use certs::{ensure_client, ensure_serving, ServingLeaf};
 

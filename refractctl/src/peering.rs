@@ -8,13 +8,14 @@ use anyhow::{bail, Context};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use refract_shared::keys::PEERING_LABEL;
 use refract_shared::proto::inspect_client::InspectClient;
 use refract_shared::tls::ClusterId;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::manifests::NAMESPACE;
 use crate::pki::{self, TlsSecret};
-use crate::plan::{self, HostPort, PEERING_LABEL};
+use crate::plan::{self, HostPort};
 
 /// How long a call to the provider's agent may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use refract_certs::Validity;
+use refract_shared::keys::PEERING_LABEL;
 
 use crate::apply;
 use crate::cli::RotateArgs;
@@ -11,7 +12,7 @@ use crate::manifests::NAMESPACE;
 use crate::peer::record_tenant;
 use crate::peering;
 use crate::pki;
-use crate::plan::{self, PEERING_LABEL};
+use crate::plan;
 
 /// Runs `rotate`, printing each step.
 pub async fn run(args: RotateArgs) -> anyhow::Result<()> {

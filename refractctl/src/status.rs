@@ -8,13 +8,14 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use refract_local_agent::crd::NamespaceOffloading;
+use refract_shared::keys::PEERING_LABEL;
 use refract_shared::proto::{ListObjectsRequest, ListTenantsRequest, Outcome};
 
 use crate::cli::StatusArgs;
 use crate::manifests::NAMESPACE;
 use crate::peering::{self, Peering};
 use crate::pki;
-use crate::plan::{self, PEERING_LABEL};
+use crate::plan;
 use crate::wait;
 
 /// How many of the provider's latest refusals are shown.

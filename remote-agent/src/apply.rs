@@ -18,8 +18,8 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, GetParams, ListParams, ObjectMeta, Preconditions,
 };
 use kube::ResourceExt;
-use refract_shared::forge::token::SERVICE_ACCOUNT_LABEL;
 use refract_shared::hash::{bytes_hash, desired_hash};
+use refract_shared::keys::SERVICE_ACCOUNT_LABEL;
 use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
     TENANT_NAMESPACE_LABEL,

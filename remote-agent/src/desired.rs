@@ -245,7 +245,7 @@ impl DesiredStore {
 
 #[cfg(test)]
 mod tests {
-    use refract_shared::forge::token::SERVICE_ACCOUNT_LABEL;
+    use refract_shared::keys::SERVICE_ACCOUNT_LABEL;
     use refract_shared::options::Kind;
 
     use super::*;

@@ -1,6 +1,7 @@
 //! The kinds a tenant may write, and how to reach them in the provider's API.
 
 use kube::api::ApiResource;
+use refract_shared::forge::pod::SHADOWPOD_API_VERSION;
 use refract_shared::options::Kind;
 
 /// A kind the remote agent accepts from tenants.
@@ -20,7 +21,7 @@ impl Allowed {
         if kind == "Namespace" && api_version == "v1" {
             return Some(Allowed::Namespace);
         }
-        if kind == "ShadowPod" && api_version == "offloading.refract.io/v1alpha1" {
+        if kind == "ShadowPod" && api_version == SHADOWPOD_API_VERSION {
             return Some(Allowed::ShadowPod);
         }
         Kind::from_kind(kind)

@@ -26,9 +26,6 @@ mod storage;
 pub use pod::secrets_read;
 pub use pod_security::Level;
 
-/// The Pod Security Admission label the remote agent sets on tenant namespaces.
-pub const PSA_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
-
 /// Why the provider refuses an object: the field and the rule it breaks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {reason}")]

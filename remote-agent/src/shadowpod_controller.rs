@@ -17,8 +17,9 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use refract_shared::backoff::PerKey;
+use refract_shared::forge::pod::SHADOWPOD_API_VERSION;
 use refract_shared::keys::{
-    DESTINATION_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
+    DESTINATION_LABEL, MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
     SHADOWPOD_FIELD_MANAGER,
 };
 use refract_shared::lock::Locked;
@@ -30,9 +31,7 @@ use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
 
 pub mod metadata;
 
-/// Label on pods the controller created.
-pub const MANAGED_BY_LABEL: &str = "refract.io/managed-by";
-/// Its value.
+/// The value of [`MANAGED_BY_LABEL`] on the pods the controller created.
 pub const MANAGED_BY_SHADOWPOD: &str = "shadowpod";
 
 /// The stores the controller keeps, shared with the status stream.
@@ -370,7 +369,7 @@ async fn write_status(
     status: &ShadowPodStatus,
 ) -> Result<(), kube::Error> {
     let patch = serde_json::json!({
-        "apiVersion": "offloading.refract.io/v1alpha1",
+        "apiVersion": SHADOWPOD_API_VERSION,
         "kind": "ShadowPod",
         "status": status,
     });

@@ -24,10 +24,6 @@ use refract_shared::tls::ClusterId;
 
 pub use expiry::spawn_collector;
 
-/// Annotation on a tenant's namespaces: when its origin was last seen disconnecting (RFC 3339).
-/// Written only when `--tenant-expiry` is set; it is what a restarted agent measures from.
-pub const LAST_SEEN_ANNOTATION: &str = "refract.io/tenant-last-seen";
-
 /// The namespaces of `tenant`.
 pub async fn namespaces_of(
     client: &kube::Client,

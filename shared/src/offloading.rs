@@ -2,14 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::keys::{REMOTE_CLUSTER_ID_LABEL, VIRTUAL_NODE_TYPE, VIRTUAL_NODE_TYPE_LABEL};
 use k8s_openapi::api::core::v1::NodeSelector;
-
-/// Node label every virtual node carries.
-pub const VIRTUAL_NODE_TYPE_LABEL: &str = "liqo.io/type";
-/// Its value.
-pub const VIRTUAL_NODE_TYPE: &str = "virtual-node";
-/// Node label naming the provider a virtual node stands for.
-pub const REMOTE_CLUSTER_ID_LABEL: &str = "liqo.io/remote-cluster-id";
 
 /// How the twin namespace on the provider is named.
 #[derive(

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::{
     Toleration,
 };
 
-use crate::forge::pod::VIRTUAL_NODE_TAINT_KEY;
-use crate::offloading::{VIRTUAL_NODE_TYPE, VIRTUAL_NODE_TYPE_LABEL};
+use crate::keys::VIRTUAL_NODE_TAINT_KEY;
+use crate::keys::{VIRTUAL_NODE_TYPE, VIRTUAL_NODE_TYPE_LABEL};
 
 /// Where pods may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

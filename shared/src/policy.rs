@@ -1,11 +1,7 @@
 //! Reflection policies: which objects are reflected, decided by annotations.
 
+use crate::keys::{ALLOW_ANNOTATION, SKIP_ANNOTATION};
 use std::collections::BTreeMap;
-
-/// The annotation that excludes an object under [`Policy::DenyList`].
-pub const SKIP_ANNOTATION: &str = "liqo.io/skip-reflection";
-/// The annotation that includes an object under [`Policy::AllowList`].
-pub const ALLOW_ANNOTATION: &str = "liqo.io/allow-reflection";
 
 /// How a kind decides what to reflect.
 #[derive(

@@ -21,10 +21,11 @@ use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
+use refract_shared::keys::LAST_APPLIED_ANNOTATION;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{Reflectable, LAST_APPLIED_ANNOTATION};
+use super::Reflectable;
 use crate::extension::Extension;
 
 /// What the scoped watch saw, in order.

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::ResourceExt;
-use refract_shared::keys::{UNPEER_ANNOTATION, UNPEER_PROGRESS_ANNOTATION};
-use refract_shared::offloading::{
-    REMOTE_CLUSTER_ID_LABEL, VIRTUAL_NODE_TYPE, VIRTUAL_NODE_TYPE_LABEL,
+use refract_shared::keys::{
+    REMOTE_CLUSTER_ID_LABEL, UNPEER_ANNOTATION, UNPEER_PROGRESS_ANNOTATION, VIRTUAL_NODE_TYPE,
+    VIRTUAL_NODE_TYPE_LABEL,
 };
 use refract_shared::tls::ClusterId;
 

@@ -1,12 +1,13 @@
 //! The certificates `peer` keeps in Secrets: kept while they still fit, issued otherwise.
 
 use refract_certs::{Issued, Role};
+use refract_shared::keys::PEERING_LABEL;
 use refract_shared::tls::ClusterId;
 
 use crate::apply;
 use crate::manifests::NAMESPACE;
 use crate::pki::{self, TlsSecret};
-use crate::plan::{self, Plan, PEERING_LABEL, TENANT_LABEL};
+use crate::plan::{self, Plan, TENANT_LABEL};
 
 /// A serving certificate `peer` keeps in a Secret.
 pub struct ServingLeaf<'a> {

@@ -3,11 +3,12 @@
 
 use std::time::Instant;
 
+use refract_shared::keys::PEERING_LABEL;
 use refract_shared::proto::ListTenantsRequest;
 
 use crate::display;
 use crate::peering;
-use crate::plan::{self, Plan, PEERING_LABEL};
+use crate::plan::{self, Plan};
 use crate::wait;
 
 /// Waits, until `deadline`, for every sign that the peering works.

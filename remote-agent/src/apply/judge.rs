@@ -5,7 +5,7 @@
 
 use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
-    TENANT_NAMESPACE_LABEL,
+    PSA_ENFORCE_LABEL, TENANT_NAMESPACE_LABEL,
 };
 use refract_shared::proto::ObjectRef;
 use refract_shared::tls::ClusterId;
@@ -88,7 +88,7 @@ impl Judge<'_> {
         labels[DESTINATION_LABEL] = self.provider.as_str().into();
         if kind == Allowed::Namespace {
             labels[TENANT_NAMESPACE_LABEL] = self.tenant.as_str().into();
-            labels[policy::PSA_ENFORCE_LABEL] = self.policy.pod_security.as_str().into();
+            labels[PSA_ENFORCE_LABEL] = self.policy.pod_security.as_str().into();
         }
         let annotations = meta
             .entry("annotations")

@@ -5,7 +5,8 @@
 //! with the pod. It never replaces a reflected Secret of the same name, nor the reverse.
 
 use kube::ResourceExt;
-use refract_shared::forge::token::{token_secret_name, FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
+use refract_shared::forge::token::token_secret_name;
+use refract_shared::keys::{FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
 use refract_shared::options::Kind;
 use refract_shared::proto::ObjectRef;
 use refract_shared::tls::ClusterId;

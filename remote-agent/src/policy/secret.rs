@@ -1,10 +1,10 @@
 //! Secrets: never one the provider's token controller would fill with a provider
 //! ServiceAccount's token.
 
-use super::Violation;
+use refract_shared::forge::secret::SA_TOKEN_TYPE;
+use refract_shared::keys::SERVICE_ACCOUNT_NAME_ANNOTATION;
 
-const SA_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
-const SA_NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
+use super::Violation;
 
 /// Refuses Secrets that would hold the provider's credentials.
 pub(super) fn check(secret: &serde_json::Value) -> Result<(), Violation> {
@@ -16,9 +16,9 @@ pub(super) fn check(secret: &serde_json::Value) -> Result<(), Violation> {
             ),
         ));
     }
-    if !secret["metadata"]["annotations"][SA_NAME_ANNOTATION].is_null() {
+    if !secret["metadata"]["annotations"][SERVICE_ACCOUNT_NAME_ANNOTATION].is_null() {
         return Err(Violation::new(
-            format!("metadata.annotations[{SA_NAME_ANNOTATION}]"),
+            format!("metadata.annotations[{SERVICE_ACCOUNT_NAME_ANNOTATION}]"),
             "names a provider ServiceAccount",
         ));
     }
@@ -33,7 +33,8 @@ mod tests {
     #[test]
     fn service_account_token_secrets_are_refused() {
         assert!(check(&json!({"type": SA_TOKEN_TYPE, "metadata": {}})).is_err());
-        let named = json!({"metadata": {"annotations": {SA_NAME_ANNOTATION: "default"}}});
+        let named =
+            json!({"metadata": {"annotations": {SERVICE_ACCOUNT_NAME_ANNOTATION: "default"}}});
         assert!(check(&named).is_err());
         assert_eq!(check(&json!({"type": "Opaque", "metadata": {}})), Ok(()));
     }

@@ -17,9 +17,9 @@ use refract_shared::tls::ClusterId;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::LAST_SEEN_ANNOTATION;
 use crate::desired::DesiredStore;
 use crate::registry::Registry;
+use refract_shared::keys::LAST_SEEN_ANNOTATION;
 
 /// Field manager of the last-seen stamp, apart from the applier's own fields.
 const LAST_SEEN_FIELD_MANAGER: &str = "refract-remote-agent-tenant-expiry";

@@ -9,14 +9,11 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlic
 
 use super::meta::{name_of, remote_meta};
 use super::{reflect, Context, Decision, ForgeError};
+use crate::keys::{ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL};
 use crate::options::Kind;
 use crate::policy;
 
-/// Label naming an EndpointSlice's Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// Label naming an EndpointSlice's controller.
-pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
-/// Refract's value of [`MANAGED_BY_LABEL`] on the provider, so the provider's EndpointSlice
+/// Refract's value of [`ENDPOINTSLICE_MANAGED_BY_LABEL`] on the provider, so the provider's EndpointSlice
 /// controller leaves reflected slices alone.
 pub const MANAGED_BY_REFRACT: &str = "endpointslice.reflection.refract.io";
 
@@ -34,7 +31,7 @@ pub fn skip_reason(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Option<St
     }
     match policy::forced(meta.annotations.as_ref()).map_err(ForgeError::Annotations)? {
         Some(true) => return Ok(None),
-        Some(false) => return Ok(Some(format!("annotated {}", policy::SKIP_ANNOTATION))),
+        Some(false) => return Ok(Some(format!("annotated {}", crate::keys::SKIP_ANNOTATION))),
         None => {}
     }
     let policy = ctx.options.kind(Kind::Service).policy;
@@ -54,10 +51,10 @@ pub fn skip_reason(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Option<St
 pub fn forge(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Decision, ForgeError> {
     let name = name_of(&slice.metadata, "EndpointSlice")?;
     let mut metadata = remote_meta(&slice.metadata, name, ctx);
-    metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert(MANAGED_BY_LABEL.into(), MANAGED_BY_REFRACT.into());
+    metadata.labels.get_or_insert_with(Default::default).insert(
+        ENDPOINTSLICE_MANAGED_BY_LABEL.into(),
+        MANAGED_BY_REFRACT.into(),
+    );
     let endpoints = slice
         .endpoints
         .iter()

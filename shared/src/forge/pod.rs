@@ -16,24 +16,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::meta::{name_of, remote_meta};
 use super::{Context, ForgeError};
-use crate::keys::ORIGIN_FINISHED_ANNOTATION;
+use crate::keys::{
+    ANTI_AFFINITY_LABELS_ANNOTATION, ANTI_AFFINITY_PRESET_ANNOTATION, NODE_NAME_LABEL,
+    ORIGIN_FINISHED_ANNOTATION, ORIGIN_UID_LABEL, REMOTE_RUNTIME_CLASS_ANNOTATION,
+    VIRTUAL_NODE_TAINT_KEY,
+};
 
 mod api_server;
 
 /// The ShadowPod API version.
 pub const SHADOWPOD_API_VERSION: &str = "offloading.refract.io/v1alpha1";
-/// The taint every virtual node carries.
-pub const VIRTUAL_NODE_TAINT_KEY: &str = "virtual-node.liqo.io/not-allowed";
-/// Pod annotation choosing an anti-affinity preset: `propagate`, `soft` or `hard`.
-pub const ANTI_AFFINITY_PRESET_ANNOTATION: &str = "liqo.io/anti-affinity-preset";
-/// Pod annotation listing the label keys the preset matches on (comma-separated).
-pub const ANTI_AFFINITY_LABELS_ANNOTATION: &str = "liqo.io/anti-affinity-labels";
-/// ShadowPod label: the origin pod's UID, so status flows back only to that pod.
-pub const ORIGIN_UID_LABEL: &str = "offloading.refract.io/origin-uid";
-/// ShadowPod label: the virtual node the pod was bound to.
-pub const NODE_NAME_LABEL: &str = "offloading.refract.io/nodename";
-/// Annotation of an origin pod naming the RuntimeClass its provider pod runs with.
-pub const REMOTE_RUNTIME_CLASS_ANNOTATION: &str = "liqo.io/remote-runtime-class-name";
 /// Liqo's own RuntimeClass: it only steers pods onto virtual nodes, and means nothing on the
 /// provider.
 pub const LIQO_RUNTIME_CLASS: &str = "liqo";

@@ -11,14 +11,10 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpe
 
 use super::meta::{name_of, remote_meta};
 use super::{reflect, skip, Context, Decision, ForgeError};
+use crate::keys::{
+    REMOTE_ACCESS_MODES_ANNOTATION, REMOTE_STORAGE_CLASS_ANNOTATION, SELECTED_NODE_ANNOTATION,
+};
 use crate::options::Kind;
-
-/// Set by the scheduler on a claim of a WaitForFirstConsumer class: the node of its first pod.
-pub const SELECTED_NODE_ANNOTATION: &str = "volume.kubernetes.io/selected-node";
-/// Claim annotation overriding the provider storage class for this claim.
-pub const REMOTE_STORAGE_CLASS_ANNOTATION: &str = "liqo.io/remote-storage-class";
-/// Claim annotation overriding the access modes on the provider (comma-separated).
-pub const REMOTE_ACCESS_MODES_ANNOTATION: &str = "liqo.io/remote-access-modes";
 
 /// Binding bookkeeping written by the origin's controllers: meaningless on the provider, and it
 /// would make the provider's PV controller believe the claim is already being handled.

@@ -5,10 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::meta::{name_of, remote_meta};
 use super::{reflect, Context, Decision, ForgeError};
+use crate::keys::FORCE_NODE_PORT_ANNOTATION;
 use crate::options::Kind;
-
-/// Keeps the origin's node ports on the provider when `"true"`.
-pub const FORCE_NODE_PORT_ANNOTATION: &str = "liqo.io/force-remote-node-port";
 
 /// Whether this is `default/kubernetes`, which is never reflected.
 pub fn is_default_kubernetes(meta: &ObjectMeta) -> bool {

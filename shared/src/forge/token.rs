@@ -16,25 +16,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use sha2::{Digest, Sha256};
 
-use super::pod::NODE_NAME_LABEL;
 use super::Context;
-use crate::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use crate::keys::NODE_NAME_LABEL;
+use crate::keys::{
+    API_SERVER_SUPPORT_ANNOTATION, DESTINATION_LABEL, EXPIRATION_ANNOTATION, FOR_POD_ANNOTATION,
+    FOR_POD_UID_ANNOTATION, ORIGIN_LABEL, REMOTE_SERVICE_ACCOUNT_ANNOTATION, SERVICE_ACCOUNT_LABEL,
+};
 
-/// Pod annotation: `disabled` turns API server support off for this pod; `remote` has it talk
-/// to the provider's API server instead of the origin's ([`ApiServerAccess::Provider`]).
-pub const API_SERVER_SUPPORT_ANNOTATION: &str = "liqo.io/api-server-support";
-/// Pod annotation: the provider ServiceAccount a pod with `api-server-support: remote` runs as
-/// (default: the pod's own ServiceAccount name).
-pub const REMOTE_SERVICE_ACCOUNT_ANNOTATION: &str = "liqo.io/remote-service-account-name";
-/// Token Secret label: the service account the tokens are for. Its presence marks the Secret
-/// as a token Secret on the provider.
-pub const SERVICE_ACCOUNT_LABEL: &str = "offloading.refract.io/service-account-name";
-/// Token Secret annotation: the pod the tokens are bound to.
-pub const FOR_POD_ANNOTATION: &str = "offloading.refract.io/service-account-for-pod-name";
-/// Token Secret annotation: that pod's origin UID.
-pub const FOR_POD_UID_ANNOTATION: &str = "offloading.refract.io/service-account-for-pod-uid";
-/// Token Secret annotation: the earliest expiry of its tokens (RFC 3339).
-pub const EXPIRATION_ANNOTATION: &str = "offloading.refract.io/service-account-expiration";
 /// Lifetime of a projected token that does not say (the Kubernetes default).
 pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
 

@@ -17,15 +17,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::ForgeError;
-use crate::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use crate::keys::{
+    DESTINATION_LABEL, ORIGIN_LABEL, PROVISIONED_BY_ANNOTATION, REMOTE_VOLUME_ANNOTATION,
+};
 use crate::options::ReflectionOptions;
 
-/// Origin PV annotation: the provider PV it stands for.
-pub const REMOTE_VOLUME_ANNOTATION: &str = "offloading.refract.io/remote-volume";
 /// The provisioner of the virtual storage class (Liqo's name).
 pub const VIRTUAL_PROVISIONER: &str = "liqo.io/storage";
-/// Annotation Kubernetes uses to tell which provisioner made a PV.
-pub const PROVISIONED_BY_ANNOTATION: &str = "pv.kubernetes.io/provisioned-by";
 /// Where the placeholder source points; never mounted.
 const PLACEHOLDER_ROOT: &str = "/var/lib/refract/remote-volumes";
 

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use refract_e2e::{busybox, kubectl_get, kubectl_stdin, origin_get, Peering, POD_REMAP};
-use refract_shared::offloading::REMOTE_CLUSTER_ID_LABEL;
+use refract_shared::keys::REMOTE_CLUSTER_ID_LABEL;
 use refract_testkit::Options;
 
 const WAIT: Duration = Duration::from_secs(150);
