@@ -60,7 +60,7 @@ pub struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.access.lock().open.remove(&self.id);
+        self.access.state.locked().open.remove(&self.id);
     }
 }
 
@@ -76,10 +76,6 @@ impl Access {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.locked()
-    }
-
     /// Whether `identity` is an Inspect admin identity.
     pub fn is_admin(&self, identity: &ClusterId) -> bool {
         self.admins.contains(identity)
@@ -87,13 +83,13 @@ impl Access {
 
     /// Why a caller whose certificate names `tenant` with serial `serial` is refused, if it is.
     pub fn refusal(&self, tenant: Option<&ClusterId>, serial: &str) -> Option<String> {
-        self.lock().denied.refusal(tenant, serial)
+        self.state.locked().denied.refusal(tenant, serial)
     }
 
     /// Registers an open connection of `tenant` (certificate serial `serial`).
     pub fn register(self: &Arc<Self>, tenant: Option<ClusterId>, serial: String) -> Registration {
         let closer = CancellationToken::new();
-        let mut state = self.lock();
+        let mut state = self.state.locked();
         state.next += 1;
         let id = state.next;
         state.open.insert(
@@ -114,7 +110,7 @@ impl Access {
     /// Replaces the deny list and closes every open connection it now refuses; returns the
     /// refusals, one per closed connection.
     pub fn set_denied(&self, denied: DenyList) -> Vec<String> {
-        let mut state = self.lock();
+        let mut state = self.state.locked();
         state.denied = denied;
         let state = &*state;
         state
@@ -229,7 +225,7 @@ mod tests {
         assert!(access.refusal(Some(&id("shop")), "0c").is_some());
         drop(shop);
         assert_eq!(
-            access.lock().open.len(),
+            access.state.locked().open.len(),
             1,
             "a dropped connection is forgotten"
         );

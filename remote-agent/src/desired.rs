@@ -118,10 +118,6 @@ impl Remembered {
 }
 
 impl DesiredStore {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ObjectKey, Remembered>> {
-        self.inner.locked()
-    }
-
     pub(crate) fn remember(
         &self,
         key: ObjectKey,
@@ -129,14 +125,14 @@ impl DesiredStore {
         resource_version: Option<String>,
     ) {
         let remembered = Remembered::new(key.kind, object, resource_version, false);
-        self.lock().insert(key, remembered);
+        self.inner.locked().insert(key, remembered);
     }
 
     /// Records the new desired state before it is written, so the write's own watch events are
     /// not mistaken for someone else's edit (and never restore the previous state over it).
     pub(crate) fn begin_write(&self, key: ObjectKey, object: &serde_json::Value) {
         let mut remembered = Remembered::new(key.kind, object, None, true);
-        let mut map = self.lock();
+        let mut map = self.inner.locked();
         // A restore stays one until a write lands: a create refused because the copy is there
         // is followed by a write over it.
         remembered.drifted = map.get(&key).is_some_and(|r| r.drifted);
@@ -146,7 +142,7 @@ impl DesiredStore {
     /// The write of `key` just begun wrote nothing (refused before reaching the object): the
     /// object is not the agent's to remember, unless it is a copy being restored.
     pub(crate) fn abandon_write(&self, key: &ObjectKey) {
-        let mut map = self.lock();
+        let mut map = self.inner.locked();
         match map.get_mut(key) {
             Some(r) if r.drifted => r.in_flight = false,
             Some(_) => {
@@ -160,7 +156,7 @@ impl DesiredStore {
     pub(crate) fn keys_of(&self, key: &ObjectKey) -> Option<OwnedKeys> {
         // Only the text is copied under the lock; it is parsed after.
         let (object, keys) = {
-            let map = self.lock();
+            let map = self.inner.locked();
             let r = map.get(key)?;
             (r.object.clone(), r.keys.clone())
         };
@@ -173,17 +169,17 @@ impl DesiredStore {
 
     /// Forgets every object of `tenant`: it is being removed, and nothing of it is restored.
     pub fn forget_tenant(&self, tenant: &ClusterId) {
-        self.lock().retain(|key, _| key.tenant != *tenant);
+        self.inner.locked().retain(|key, _| key.tenant != *tenant);
     }
 
     pub(crate) fn forget(&self, key: &ObjectKey) {
-        self.lock().remove(key);
+        self.inner.locked().remove(key);
     }
 
     /// Whether `key` was changed or deleted on the provider and waits for the origin to send
     /// it again ([`Restore::FromOrigin`]).
     pub fn drifted(&self, key: &ObjectKey) -> bool {
-        self.lock().get(key).is_some_and(|r| r.drifted)
+        self.inner.locked().get(key).is_some_and(|r| r.drifted)
     }
 
     /// How to restore `key`, if it differs from what was last written at `resource_version`
@@ -197,7 +193,7 @@ impl DesiredStore {
         resource_version: Option<&str>,
         observed_hash: Option<&str>,
     ) -> Option<Restore> {
-        let mut map = self.lock();
+        let mut map = self.inner.locked();
         let r = map.get_mut(key)?;
         if r.in_flight {
             return None;
@@ -233,7 +229,7 @@ impl DesiredStore {
     }
 
     fn finish_write(&self, key: &ObjectKey, resource_version: Option<String>, uncertain: bool) {
-        if let Some(r) = self.lock().get_mut(key) {
+        if let Some(r) = self.inner.locked().get_mut(key) {
             r.resource_version = resource_version;
             r.in_flight = false;
             r.uncertain = uncertain;
@@ -305,7 +301,7 @@ mod tests {
         let key = key(CM);
         store.begin_write(key.clone(), &desired("new"));
         store.set_written(&key, Some("7".into()));
-        let kept = store.lock().get(&key).cloned().expect("remembered");
+        let kept = store.inner.locked().get(&key).cloned().expect("remembered");
         assert!(kept.object.is_none(), "the origin holds the object");
         assert_eq!(kept.hash(), Some("new"));
         assert_eq!(
@@ -354,7 +350,7 @@ mod tests {
         let store = DesiredStore::default();
         store.begin_write(key(Allowed::Reflected(Kind::Service)), &desired("h"));
         store.begin_write(key(Allowed::Reflected(Kind::Ingress)), &desired("h"));
-        let map = store.lock();
+        let map = store.inner.locked();
         let service = &map[&key(Allowed::Reflected(Kind::Service))];
         assert!(service.object.is_none() && service.keys.is_some());
         let ingress = &map[&key(Allowed::Reflected(Kind::Ingress))];

@@ -95,7 +95,7 @@ pub struct ConnectedGuard {
 
 impl Drop for ConnectedGuard {
     fn drop(&mut self) {
-        let mut tenants = self.registry.lock();
+        let mut tenants = self.registry.inner.locked();
         if let Some(t) = tenants.get_mut(&self.tenant) {
             // A newer stream of the same tenant may have replaced this one already.
             if t.session_id == self.session_id {
@@ -127,7 +127,7 @@ pub struct KubeletSessionGuard {
 
 impl Drop for KubeletSessionGuard {
     fn drop(&mut self) {
-        if let Some(t) = self.registry.lock().get_mut(&self.tenant) {
+        if let Some(t) = self.registry.inner.locked().get_mut(&self.tenant) {
             t.kubelet_sessions.remove(&self.id);
         }
     }
@@ -146,7 +146,7 @@ static NEXT_KUBELET_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::A
 impl Registry {
     /// The tenant's count of requests being applied, shared by all its streams.
     pub fn in_flight(&self, tenant: &ClusterId) -> InFlight {
-        let mut tenants = self.lock();
+        let mut tenants = self.inner.locked();
         let t = tenants
             .entry(tenant.clone())
             .or_insert_with(TenantState::new);
@@ -156,7 +156,12 @@ impl Registry {
     /// Ends the tenant's current stream, if any, before a new one takes over: its requests not
     /// yet started are dropped.
     pub fn end_current(&self, tenant: &ClusterId) {
-        if let Some(current) = self.lock().get(tenant).and_then(|t| t.current.as_ref()) {
+        if let Some(current) = self
+            .inner
+            .locked()
+            .get(tenant)
+            .and_then(|t| t.current.as_ref())
+        {
             current.cancel();
         }
     }
@@ -169,7 +174,7 @@ impl Registry {
         pod: String,
         limit: usize,
     ) -> Result<KubeletSessionGuard, TooManySessions> {
-        let mut tenants = self.lock();
+        let mut tenants = self.inner.locked();
         let t = tenants
             .entry(tenant.clone())
             .or_insert_with(TenantState::new);
@@ -194,10 +199,6 @@ impl Registry {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ClusterId, TenantState>> {
-        self.inner.locked()
-    }
-
     /// Records a new stream of `tenant` sending on `outbound`; the returned guard marks it
     /// closed when dropped. A tenant has one current stream: an older one still open is told
     /// it was replaced (its guard's `replaced` is cancelled) in the same step, so no write of
@@ -208,7 +209,7 @@ impl Registry {
         session: Session,
         outbound: Outbound,
     ) -> ConnectedGuard {
-        let mut tenants = self.lock();
+        let mut tenants = self.inner.locked();
         let t = tenants
             .entry(tenant.clone())
             .or_insert_with(TenantState::new);
@@ -245,7 +246,7 @@ impl Registry {
         outcome: Outcome,
         message: &str,
     ) {
-        let mut tenants = self.lock();
+        let mut tenants = self.inner.locked();
         let t = tenants
             .entry(tenant.clone())
             .or_insert_with(TenantState::new);
@@ -271,7 +272,11 @@ impl Registry {
     /// send is state (pod status, capacity, volumes), sent again on their next pass when it
     /// was not queued.
     pub fn send_to(&self, tenant: &ClusterId, message: RemoteMessage) -> bool {
-        let outbound = self.lock().get(tenant).and_then(|t| t.outbound.clone());
+        let outbound = self
+            .inner
+            .locked()
+            .get(tenant)
+            .and_then(|t| t.outbound.clone());
         let Some(outbound) = outbound else {
             return false;
         };
@@ -292,7 +297,8 @@ impl Registry {
 
     /// The session id of `tenant`'s open stream.
     pub fn session_of(&self, tenant: &ClusterId) -> Option<String> {
-        self.lock()
+        self.inner
+            .locked()
             .get(tenant)
             .filter(|t| t.connected)
             .map(|t| t.session_id.clone())
@@ -300,7 +306,8 @@ impl Registry {
 
     /// Every connected tenant.
     pub fn connected(&self) -> Vec<ClusterId> {
-        self.lock()
+        self.inner
+            .locked()
             .iter()
             .filter(|(_, t)| t.connected)
             .map(|(id, _)| id.clone())
@@ -309,14 +316,14 @@ impl Registry {
 
     /// Forgets an object the tenant deleted.
     pub fn forget(&self, tenant: &ClusterId, object: &ObjectRef) {
-        if let Some(t) = self.lock().get_mut(tenant) {
+        if let Some(t) = self.inner.locked().get_mut(tenant) {
             t.objects.remove(&object_key(object));
         }
     }
 
     /// Copies a message to the tenant's tap readers, if any. Never blocks.
     pub fn tap(&self, tenant: &ClusterId, message: TapMessage<'_>) {
-        let tenants = self.lock();
+        let tenants = self.inner.locked();
         let Some(t) = tenants.get(tenant) else { return };
         if t.tap.receiver_count() == 0 {
             return;
@@ -339,7 +346,8 @@ impl Registry {
     /// Subscribes to a tenant's live messages (creating the tenant entry if needed, so a tap
     /// can wait for a tenant that has not connected yet).
     pub fn subscribe(&self, tenant: &ClusterId) -> broadcast::Receiver<TapEvent> {
-        self.lock()
+        self.inner
+            .locked()
             .entry(tenant.clone())
             .or_insert_with(TenantState::new)
             .tap
@@ -348,7 +356,8 @@ impl Registry {
 
     /// Every tenant that has connected, or only `only` when given.
     pub fn tenants(&self, only: Option<&ClusterId>) -> Vec<proto::Tenant> {
-        self.lock()
+        self.inner
+            .locked()
             .iter()
             .filter(|(id, t)| only.is_none_or(|o| o == *id) && t.connections > 0)
             .map(|(id, t)| proto::Tenant {
@@ -369,7 +378,7 @@ impl Registry {
 
     /// A tenant's objects, filtered by kind and namespace when those are non-empty.
     pub fn objects(&self, tenant: &ClusterId, kind: &str, namespace: &str) -> Vec<ObjectStatus> {
-        let tenants = self.lock();
+        let tenants = self.inner.locked();
         let Some(t) = tenants.get(tenant) else {
             return Vec::new();
         };

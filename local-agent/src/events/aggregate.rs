@@ -110,10 +110,6 @@ impl Aggregator {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.locked()
-    }
-
     /// Folds in one provider event about `target`.
     pub fn offer(&self, target: Target, event: Event) -> Offer {
         let key = AggregateKey {
@@ -124,7 +120,7 @@ impl Aggregator {
             reason: event.reason.clone().unwrap_or_default(),
             message: event.message.clone().unwrap_or_default(),
         };
-        let mut s = self.lock();
+        let mut s = self.state.locked();
         let offer = if let Some(entry) = s.entries.get_mut(&key) {
             entry.target = target;
             entry.fold(event);
@@ -163,7 +159,7 @@ impl Aggregator {
         loop {
             let notified = self.notify.notified();
             {
-                let mut s = self.lock();
+                let mut s = self.state.locked();
                 while let Some(key) = s.dirty.pop_front() {
                     let Some(entry) = s.entries.get_mut(&key) else {
                         continue;
@@ -186,7 +182,7 @@ impl Aggregator {
 
     /// Aggregates waiting to be written.
     pub fn dirty_len(&self) -> usize {
-        self.lock().dirty.len()
+        self.state.locked().dirty.len()
     }
 }
 
