@@ -1,7 +1,9 @@
-//! Label, annotation and field-manager names, in one place.
+//! Every label, annotation and field-manager name the agents and `refractctl` read or write,
+//! in one place, so that a key is spelled once and its meaning is written next to it.
 //!
 //! User-facing keys are Liqo's, spelled as the seed documents spell them; Refract's own
-//! bookkeeping keys live under `offloading.refract.io/` and `refract.io/`.
+//! bookkeeping keys live under `offloading.refract.io/` and `refract.io/`; Kubernetes' own
+//! well-known keys close the file.
 
 /// Field manager of everything the remote agent applies.
 pub const REMOTE_FIELD_MANAGER: &str = "refract-remote-agent";
