@@ -27,8 +27,9 @@ use kube::api::{Api, Patch, PatchParams};
 use prometheus_client::metrics::counter::Counter;
 use refract_shared::inbound::{capacity, labels as node_labels};
 use refract_shared::json;
-use refract_shared::keys::VIRTUAL_NODE_TAINT_KEY;
-use refract_shared::keys::{LOCAL_FIELD_MANAGER, LOCAL_STATUS_FIELD_MANAGER};
+use refract_shared::keys::{
+    LOCAL_FIELD_MANAGER, LOCAL_STATUS_FIELD_MANAGER, VIRTUAL_NODE_TAINT_KEY,
+};
 use refract_shared::offloading;
 use refract_shared::proto::Capacity;
 use tokio::sync::watch;

@@ -19,10 +19,9 @@ use kube::api::{
 };
 use kube::ResourceExt;
 use refract_shared::hash::{bytes_hash, desired_hash};
-use refract_shared::keys::SERVICE_ACCOUNT_LABEL;
 use refract_shared::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
-    TENANT_NAMESPACE_LABEL,
+    SERVICE_ACCOUNT_LABEL, TENANT_NAMESPACE_LABEL,
 };
 use refract_shared::lock::Locked;
 use refract_shared::options::Kind;

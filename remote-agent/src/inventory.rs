@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use refract_shared::hash::bucket_digest;
-use refract_shared::keys::SERVICE_ACCOUNT_LABEL;
-use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL};
+use refract_shared::keys::{
+    DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL, SERVICE_ACCOUNT_LABEL,
+};
 use refract_shared::options::Kind;
 use refract_shared::proto::{self, BucketDigest, InventoryEntry};
 use refract_shared::tls::ClusterId;

@@ -7,8 +7,7 @@ use k8s_openapi::api::core::v1::{
     Toleration,
 };
 
-use crate::keys::VIRTUAL_NODE_TAINT_KEY;
-use crate::keys::{VIRTUAL_NODE_TYPE, VIRTUAL_NODE_TYPE_LABEL};
+use crate::keys::{VIRTUAL_NODE_TAINT_KEY, VIRTUAL_NODE_TYPE, VIRTUAL_NODE_TYPE_LABEL};
 
 /// Where pods may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
