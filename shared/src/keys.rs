@@ -91,7 +91,8 @@ pub const ANTI_AFFINITY_LABELS_ANNOTATION: &str = "liqo.io/anti-affinity-labels"
 /// Annotation of an origin pod naming the RuntimeClass its provider pod runs with.
 pub const REMOTE_RUNTIME_CLASS_ANNOTATION: &str = "liqo.io/remote-runtime-class-name";
 /// Pod annotation: `disabled` turns API server support off for this pod; `remote` has it talk
-/// to the provider's API server instead of the origin's ([`crate::forge::token::ApiServerAccess::Provider`]).
+/// to the provider's API server instead of the origin's
+/// ([`crate::forge::token::ApiServerAccess::Provider`]).
 pub const API_SERVER_SUPPORT_ANNOTATION: &str = "liqo.io/api-server-support";
 /// Pod annotation: the provider ServiceAccount a pod with `api-server-support: remote` runs as
 /// (default: the pod's own ServiceAccount name).

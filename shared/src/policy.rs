@@ -1,7 +1,8 @@
 //! Reflection policies: which objects are reflected, decided by annotations.
 
-use crate::keys::{ALLOW_ANNOTATION, SKIP_ANNOTATION};
 use std::collections::BTreeMap;
+
+use crate::keys::{ALLOW_ANNOTATION, SKIP_ANNOTATION};
 
 /// How a kind decides what to reflect.
 #[derive(

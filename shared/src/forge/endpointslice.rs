@@ -9,12 +9,12 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlic
 
 use super::meta::{name_of, remote_meta};
 use super::{reflect, Context, Decision, ForgeError};
-use crate::keys::{ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL};
+use crate::keys::{ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL, SKIP_ANNOTATION};
 use crate::options::Kind;
 use crate::policy;
 
-/// Refract's value of [`ENDPOINTSLICE_MANAGED_BY_LABEL`] on the provider, so the provider's EndpointSlice
-/// controller leaves reflected slices alone.
+/// Refract's value of [`ENDPOINTSLICE_MANAGED_BY_LABEL`] on the provider, so the provider's
+/// EndpointSlice controller leaves reflected slices alone.
 pub const MANAGED_BY_REFRACT: &str = "endpointslice.reflection.refract.io";
 
 /// Why a slice is skipped: its own allow/skip annotations win; otherwise its Service's policy
@@ -31,7 +31,7 @@ pub fn skip_reason(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Option<St
     }
     match policy::forced(meta.annotations.as_ref()).map_err(ForgeError::Annotations)? {
         Some(true) => return Ok(None),
-        Some(false) => return Ok(Some(format!("annotated {}", crate::keys::SKIP_ANNOTATION))),
+        Some(false) => return Ok(Some(format!("annotated {}", SKIP_ANNOTATION))),
         None => {}
     }
     let policy = ctx.options.kind(Kind::Service).policy;
