@@ -49,16 +49,8 @@ fn ready_condition(p: &Peering) -> String {
 
 /// The virtual node's Ready status.
 fn ready(p: &Peering) -> String {
-    origin_get(
-        p,
-        &[
-            "node",
-            NODE,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ],
-    )
-    .unwrap_or_default()
+    let condition = ready_condition(p);
+    condition.split(' ').next().unwrap_or_default().to_owned()
 }
 
 /// The virtual node's taints: `key:effect` → timeAdded.
