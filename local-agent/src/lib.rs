@@ -95,7 +95,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .remote
         .server_name(args.tls_server_name.as_deref())
         .map_err(anyhow::Error::msg)?;
-    let origin = kube_client(args.kubeconfig.as_deref()).await?;
+    let origin = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let mut options = args
         .reflection
         .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?;
@@ -488,19 +488,4 @@ fn spawn_reflectors(
         }
     });
     Reflectors { claims }
-}
-
-/// A client for the origin cluster: `--kubeconfig`, else in-cluster, else `$KUBECONFIG`.
-pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("failed to read --kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no --kubeconfig given and neither in-cluster config nor $KUBECONFIG works")?,
-    };
-    kube::Client::try_from(config).context("failed to build Kubernetes client")
 }

@@ -361,7 +361,7 @@ async fn live_objects(
 ) -> anyhow::Result<Vec<Value>> {
     use k8s_openapi::api::{core::v1, discovery, networking};
     use kube::api::{Api, ListParams};
-    let client = crate::kube_client(Some(kubeconfig)).await?;
+    let client = refract_shared::kubeconfig::client(Some(kubeconfig)).await?;
     let mut out = Vec::new();
     macro_rules! list {
         ($t:ty) => {{

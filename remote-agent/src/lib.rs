@@ -110,7 +110,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     }
 
     let limits = args.limits()?;
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let client = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let registry = registry::Registry::default();
     let (objects, changes) = objects::spawn(client.clone(), &args.cluster_id, token.clone());
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
@@ -240,7 +240,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
 
 /// `remote-agent remove-tenant`: deletes the tenant's namespaces and prints each one.
 pub async fn remove_tenant(args: RemoveTenantArgs) -> anyhow::Result<()> {
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let client = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let removed = tenants::remove(
         &client,
         &args.cluster_id,
@@ -264,19 +264,4 @@ pub async fn remove_tenant(args: RemoveTenantArgs) -> anyhow::Result<()> {
         println!("{verb} namespace {ns}");
     }
     Ok(())
-}
-
-/// A client for the provider cluster: `--kubeconfig`, else in-cluster, else `$KUBECONFIG`.
-pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("failed to read --kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no --kubeconfig given and neither in-cluster config nor $KUBECONFIG works")?,
-    };
-    kube::Client::try_from(config).context("failed to build Kubernetes client")
 }

@@ -4,6 +4,7 @@
 //! - [`tls`]: certificate identity (`spiffe://refract/cluster/<id>`), loading and validating
 //!   PEM files, and rustls configurations that follow their files on disk.
 //! - [`keys`]: every label, annotation and field-manager name Refract reads or writes.
+//! - [`kubeconfig`]: the client each agent builds for its own cluster.
 //! - [`lock`]: taking a `std::sync` lock without a panic path.
 //! - [`stdout`]: command output that ends quietly when its reader closes the pipe.
 //! - [`telemetry`]: logging setup and the admin endpoint (`/healthz`, `/readyz`, `/metrics`)
@@ -19,6 +20,7 @@ pub mod hash;
 pub mod inbound;
 pub mod json;
 pub mod keys;
+pub mod kubeconfig;
 pub mod kubelet_protocol;
 pub mod limits;
 pub mod lock;

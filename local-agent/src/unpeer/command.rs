@@ -80,7 +80,7 @@ impl UnpeerArgs {
 
 /// Runs the command; each step is printed as it happens.
 pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
-    let client = crate::kube_client(args.kubeconfig.as_deref()).await?;
+    let client = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let name = args.node();
     let nodes: Api<Node> = Api::all(client.clone());
     let started = Instant::now();
