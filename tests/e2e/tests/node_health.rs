@@ -196,11 +196,12 @@ async fn pods_are_evicted_after_their_toleration_while_the_provider_is_away_and_
             condition.starts_with("True ") && transition(&condition) == transition(&ready_before),
             "a 1 s outage turned the node NotReady: Ready was {ready_before:?}, now {condition:?}"
         );
-        let t = taints(&p);
+        let taints_now = taints(&p);
         assert!(
-            !t.keys()
-                .any(|t| t.starts_with("node.kubernetes.io/not-ready")),
-            "a 1 s outage got the node tainted: {t:?}; Ready {condition:?}"
+            !taints_now
+                .keys()
+                .any(|key| key.starts_with("node.kubernetes.io/not-ready")),
+            "a 1 s outage got the node tainted: {taints_now:?}; Ready {condition:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
