@@ -364,9 +364,9 @@ struct Reflectors {
     claims: Option<Arc<reflect::Reflector<k8s_openapi::api::core::v1::PersistentVolumeClaim>>>,
 }
 
-/// What starting one kind's reflector needs.
+/// What starting a reflector needs; its kind is its object type's.
+#[derive(Clone, Copy)]
 struct Start<'a> {
-    kind: Kind,
     client: &'a kube::Client,
     shared: &'a reflect::Shared,
     outbox: &'a outbox::Outbox,
@@ -386,7 +386,6 @@ impl Start<'_> {
     ) -> Option<Arc<reflect::Reflector<K>>> {
         reflect::spawn::<K>(
             self.client.clone(),
-            self.kind,
             self.shared.clone(),
             self.outbox,
             store,
@@ -419,27 +418,26 @@ fn spawn_reflectors(
         recorder,
         relists,
     };
-    let start = |kind| Start {
-        kind,
+    let start = Start {
         client: &client,
         shared: &shared,
         outbox,
         token: &token,
     };
-    start(Kind::ConfigMap).spawn::<v1::ConfigMap>();
-    start(Kind::Secret).spawn::<v1::Secret>();
+    start.spawn::<v1::ConfigMap>();
+    start.spawn::<v1::Secret>();
     // The Service reflector's watch fills the store EndpointSlices read; without Service
     // reflection, a watch of its own does.
     let mut services_writer = Some(services_writer);
     let service_reflector = if shared.options.kind(Kind::Service).workers > 0 {
         let store = services_writer.take().map(|w| (shared.services.clone(), w));
-        start(Kind::Service).spawn_into::<v1::Service>(store)
+        start.spawn_into::<v1::Service>(store)
     } else {
         None
     };
-    start(Kind::Ingress).spawn::<networking::v1::Ingress>();
-    let claims = start(Kind::PersistentVolumeClaim).spawn::<v1::PersistentVolumeClaim>();
-    let Some(slices) = start(Kind::EndpointSlice).spawn::<discovery::v1::EndpointSlice>() else {
+    start.spawn::<networking::v1::Ingress>();
+    let claims = start.spawn::<v1::PersistentVolumeClaim>();
+    let Some(slices) = start.spawn::<discovery::v1::EndpointSlice>() else {
         return Reflectors { claims };
     };
     // A slice's reflection depends on its Service's annotations and on the nodes.

@@ -89,9 +89,10 @@ pub struct Reflector<K: Reflectable> {
     followers: Followers<K>,
 }
 
-/// Object types a reflector can watch.
+/// Object types a reflector can watch: the kinds the forge knows.
 pub trait Reflectable:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + forge::Forgeable
     + Clone
     + DeserializeOwned
     + Serialize
@@ -104,6 +105,7 @@ pub trait Reflectable:
 
 impl<K> Reflectable for K where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + forge::Forgeable
         + Clone
         + DeserializeOwned
         + Serialize
@@ -114,16 +116,16 @@ impl<K> Reflectable for K where
 {
 }
 
-/// Starts the reflector of `kind` (nothing when its workers are 0). Its watch fills `store`
+/// Starts the reflector of `K`'s kind (nothing when its workers are 0). Its watch fills `store`
 /// (a new one when `None`: pass one that others read too).
 pub fn spawn<K: Reflectable>(
     client: kube::Client,
-    kind: Kind,
     shared: Shared,
     outbox: &Outbox,
     store: Option<(Store<K>, reflector::store::Writer<K>)>,
     shutdown: CancellationToken,
 ) -> Option<Arc<Reflector<K>>> {
+    let kind = K::KIND;
     let workers = shared.options.kind(kind).workers;
     if workers == 0 {
         tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
@@ -461,7 +463,6 @@ impl<K: Reflectable> Reflector<K> {
     }
 
     fn forge(&self, obj: &K, remote_ns: &str) -> Result<Decision, forge::ForgeError> {
-        let value = json::to_value(obj);
         let remote_id = &self.shared.options.remote_cluster_id;
         let (mut provider_nodes, mut known_nodes) = (BTreeSet::new(), BTreeSet::new());
         let service = if self.kind == Kind::EndpointSlice {
@@ -486,7 +487,7 @@ impl<K: Reflectable> Reflector<K> {
             provider_nodes: &provider_nodes,
             known_nodes: Some(&known_nodes),
         };
-        forge::forge(self.kind, &value, &ctx)
+        obj.forge(&ctx)
     }
 }
 

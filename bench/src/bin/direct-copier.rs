@@ -144,6 +144,7 @@ impl Copier {
     async fn run<K>(self, listed: tokio::sync::oneshot::Sender<usize>) -> anyhow::Result<()>
     where
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + forge::Forgeable
             + Clone
             + DeserializeOwned
             + Serialize
@@ -198,7 +199,7 @@ impl Copier {
 
     async fn copy<K>(&self, store: &Store<K>, name: &str) -> anyhow::Result<()>
     where
-        K: Resource<DynamicType = ()> + Clone + Serialize,
+        K: Resource<DynamicType = ()> + forge::Forgeable + Clone + Serialize,
     {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.provider.clone(),
@@ -222,7 +223,8 @@ impl Copier {
             provider_nodes: &Default::default(),
             known_nodes: None,
         };
-        match forge::forge(self.kind, &serde_json::to_value(&*obj)?, &ctx)? {
+        // The same typed forge the local agent calls, so both pay the same for the rules.
+        match obj.forge(&ctx)? {
             Decision::Reflect(desired) => {
                 api.patch(
                     name,
