@@ -19,6 +19,7 @@ pub mod volume;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 
 use crate::options::{Kind, ReflectionOptions};
@@ -92,6 +93,22 @@ fn skip(reason: impl Into<String>) -> Decision {
     }
 }
 
+/// Why `kind`'s reflection policy skips an object with `meta`, if it does.
+fn policy_skip(kind: Kind, meta: &ObjectMeta, ctx: &Context<'_>) -> Option<String> {
+    policy::skip_reason(ctx.options.kind(kind).policy, meta.annotations.as_ref())
+}
+
+/// Skips for `reason` when there is one, else forges.
+fn skip_or(
+    reason: Option<String>,
+    forge: impl FnOnce() -> Result<Decision, ForgeError>,
+) -> Result<Decision, ForgeError> {
+    match reason {
+        Some(reason) => Ok(skip(reason)),
+        None => forge(),
+    }
+}
+
 /// An origin object type the forge knows: its kind and its rules.
 ///
 /// The local agent forges the typed objects its watches hold through this trait, so an object
@@ -118,12 +135,9 @@ impl Forgeable for k8s_openapi::api::core::v1::ConfigMap {
                 _ => None,
             }
         } else {
-            policy::skip_reason(ctx.options.kind(Self::KIND).policy, annotations)
+            policy_skip(Self::KIND, &self.metadata, ctx)
         };
-        match skipped {
-            Some(reason) => Ok(skip(reason)),
-            None => configmap::forge(self, ctx),
-        }
+        skip_or(skipped, || configmap::forge(self, ctx))
     }
 }
 
@@ -131,11 +145,8 @@ impl Forgeable for k8s_openapi::api::core::v1::Secret {
     const KIND: Kind = Kind::Secret;
 
     fn forge(&self, ctx: &Context<'_>) -> Result<Decision, ForgeError> {
-        let policy = ctx.options.kind(Self::KIND).policy;
-        match policy::skip_reason(policy, self.metadata.annotations.as_ref()) {
-            Some(reason) => Ok(skip(reason)),
-            None => secret::forge(self, ctx),
-        }
+        let skipped = policy_skip(Self::KIND, &self.metadata, ctx);
+        skip_or(skipped, || secret::forge(self, ctx))
     }
 }
 
@@ -146,11 +157,8 @@ impl Forgeable for Service {
         if service::is_default_kubernetes(&self.metadata) {
             return Ok(skip("the default/kubernetes Service is never reflected"));
         }
-        let policy = ctx.options.kind(Self::KIND).policy;
-        match policy::skip_reason(policy, self.metadata.annotations.as_ref()) {
-            Some(reason) => Ok(skip(reason)),
-            None => service::forge(self, ctx),
-        }
+        let skipped = policy_skip(Self::KIND, &self.metadata, ctx);
+        skip_or(skipped, || service::forge(self, ctx))
     }
 }
 
@@ -158,11 +166,8 @@ impl Forgeable for k8s_openapi::api::networking::v1::Ingress {
     const KIND: Kind = Kind::Ingress;
 
     fn forge(&self, ctx: &Context<'_>) -> Result<Decision, ForgeError> {
-        let policy = ctx.options.kind(Self::KIND).policy;
-        match policy::skip_reason(policy, self.metadata.annotations.as_ref()) {
-            Some(reason) => Ok(skip(reason)),
-            None => ingress::forge(self, ctx),
-        }
+        let skipped = policy_skip(Self::KIND, &self.metadata, ctx);
+        skip_or(skipped, || ingress::forge(self, ctx))
     }
 }
 
@@ -170,10 +175,8 @@ impl Forgeable for k8s_openapi::api::discovery::v1::EndpointSlice {
     const KIND: Kind = Kind::EndpointSlice;
 
     fn forge(&self, ctx: &Context<'_>) -> Result<Decision, ForgeError> {
-        match endpointslice::skip_reason(self, ctx)? {
-            Some(reason) => Ok(skip(reason)),
-            None => endpointslice::forge(self, ctx),
-        }
+        let skipped = endpointslice::skip_reason(self, ctx)?;
+        skip_or(skipped, || endpointslice::forge(self, ctx))
     }
 }
 
