@@ -73,7 +73,6 @@ pub struct Shared {
 
 /// A running reflector for origin objects of type `K`.
 pub struct Reflector<K: Reflectable> {
-    kind: Kind,
     store: Store<K>,
     /// The namespaces whose objects are all in the store (see [`scoped`]).
     listed: watch::Receiver<BTreeSet<String>>,
@@ -140,7 +139,6 @@ pub fn spawn<K: Reflectable>(
         listed,
     } = scoped::spawn(client, shared.extension.clone(), writer, shutdown.clone());
     let r = Arc::new(Reflector {
-        kind,
         store,
         listed,
         queue: WorkQueue::new(),
@@ -171,7 +169,7 @@ pub fn spawn<K: Reflectable>(
                         r.enqueue_sent(&namespace);
                     }
                     scoped::Seen::Error(error) => {
-                        tracing::warn!(kind = r.kind.kind(), %error, "watch error; retrying")
+                        tracing::warn!(kind = K::KIND.kind(), %error, "watch error; retrying")
                     }
                 }
             }
@@ -271,18 +269,18 @@ impl<K: Reflectable> Reflector<K> {
     /// changed.
     fn relisted(&self, namespace: &str) {
         tracing::info!(
-            kind = self.kind.kind(),
+            kind = K::KIND.kind(),
             %namespace,
             "origin watch relisted (its resourceVersion expired); re-checking every object"
         );
         self.shared
             .relists
-            .get_or_create(&vec![("kind", self.kind.kind())])
+            .get_or_create(&vec![("kind", K::KIND.kind())])
             .inc();
     }
 
     fn producer(&self) -> Producer {
-        Producer::Objects(self.kind)
+        Producer::Objects(K::KIND)
     }
 
     fn origin(&self, key: &Key) -> Origin {
@@ -359,11 +357,11 @@ impl<K: Reflectable> Reflector<K> {
                         .snapshot_complete(
                             session,
                             self.producer(),
-                            self.kind.api_version(),
+                            K::KIND.api_version(),
                             &remote_ns,
                         )
                         .await;
-                    tracing::debug!(kind = self.kind.kind(), namespace = %ns, count, "namespace snapshot sent");
+                    tracing::debug!(kind = K::KIND.kind(), namespace = %ns, count, "namespace snapshot sent");
                 }
             }
             last = current;
@@ -397,7 +395,7 @@ impl<K: Reflectable> Reflector<K> {
             Some(obj) => match self.forge(obj, remote_ns) {
                 Ok(d) => Some((obj, d)),
                 Err(error) => {
-                    tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %error, "cannot reflect object");
+                    tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, %error, "cannot reflect object");
                     let note = format!("cannot reflect: {error}");
                     publish_event(
                         &self.shared.recorder,
@@ -418,7 +416,7 @@ impl<K: Reflectable> Reflector<K> {
                 if let Err(too_large) = refract_shared::limits::check_object_size(json.len()) {
                     // Never sent: the remote agent would refuse it anyway. The copy on the
                     // provider, if any, stays as it was; the object is sent once it shrinks.
-                    tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %too_large, "object not reflected");
+                    tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, %too_large, "object not reflected");
                     publish_event(
                         &self.shared.recorder,
                         obj.object_ref(&()),
@@ -430,8 +428,8 @@ impl<K: Reflectable> Reflector<K> {
                     return;
                 }
                 let remote = ObjectRef {
-                    api_version: self.kind.api_version().into(),
-                    kind: self.kind.kind().into(),
+                    api_version: K::KIND.api_version().into(),
+                    kind: K::KIND.kind().into(),
                     namespace: desired.namespace.clone(),
                     name: desired.name.clone(),
                 };
@@ -451,7 +449,7 @@ impl<K: Reflectable> Reflector<K> {
                 tracing::debug!(target: "refract::trace", name = %key.name, "sent");
             }
             Some((_, Decision::Skip { reason })) => {
-                tracing::debug!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %reason, "not reflected");
+                tracing::debug!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, %reason, "not reflected");
                 self.delete_remote(session, key).await;
             }
             None => self.delete_remote(session, key).await,
@@ -465,7 +463,7 @@ impl<K: Reflectable> Reflector<K> {
     fn forge(&self, obj: &K, remote_ns: &str) -> Result<Decision, forge::ForgeError> {
         let remote_id = &self.shared.options.remote_cluster_id;
         let (mut provider_nodes, mut known_nodes) = (BTreeSet::new(), BTreeSet::new());
-        let service = if self.kind == Kind::EndpointSlice {
+        let service = if K::KIND == Kind::EndpointSlice {
             for node in self.shared.nodes.state() {
                 if node.labels().get(REMOTE_CLUSTER_ID_LABEL) == Some(remote_id) {
                     provider_nodes.insert(node.name_any());
@@ -503,18 +501,18 @@ impl<K: Reflectable> Recipient for Reflector<K> {
             }
             Outcome::Resend => {
                 // The outbox forgot it: reconciling it now sends it again.
-                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
+                tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
                 self.queue.add(key);
             }
             Outcome::Transient => {
                 // The outbox forgot it: the retry sends it again.
                 let delay = self.retries.failed(&key);
-                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "transient failure on the provider; retrying");
+                tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "transient failure on the provider; retrying");
                 self.queue.add_after(key, delay);
             }
             Outcome::Conflict | Outcome::Denied | Outcome::Invalid => {
                 let outcome = answer.outcome;
-                tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %answer.message, "provider refused object");
+                tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %answer.message, "provider refused object");
                 let Some(obj) = self
                     .store
                     .get(&StoreRef::new(&key.name).within(&key.namespace))
