@@ -164,14 +164,14 @@ impl Applier {
         tenant: &ClusterId,
         namespace: &str,
     ) -> Result<bool, ApplyError> {
-        let owned = |meta: &ObjectMeta| self.owns(tenant, Allowed::Namespace, meta);
-        let cached = self.objects.get(Allowed::Namespace, "", namespace);
-        if cached.is_some_and(|ns| owned(&ns.metadata) && ns.metadata.deletion_timestamp.is_none())
+        if self
+            .objects
+            .has_live_namespace(namespace, TENANT_NAMESPACE_LABEL, tenant.as_str())
         {
             return Ok(true);
         }
         let ns = self.api(Allowed::Namespace, "").get_opt(namespace).await?;
-        Ok(ns.is_some_and(|ns| owned(&ns.metadata)))
+        Ok(ns.is_some_and(|ns| self.owns(tenant, Allowed::Namespace, &ns.metadata)))
     }
 
     /// Checks a request's kind and namespace against the tenant's rights.

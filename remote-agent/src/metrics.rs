@@ -1,9 +1,14 @@
 //! The remote agent's Prometheus metrics.
 
+use std::sync::Mutex;
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use refract_shared::lock::Locked;
+use refract_shared::proto::Outcome;
 use refract_shared::telemetry::Admin;
+use refract_shared::tls::ClusterId;
 
 use crate::tls_listener::HandshakeCounter;
 
@@ -96,4 +101,97 @@ impl Metrics {
 /// One label pair.
 pub fn label(key: &str, value: &str) -> Labels {
     vec![(key.to_string(), value.to_string())]
+}
+
+/// One tenant's series of the per-message counters, found once each and then kept: counting a
+/// message is an increment, where looking its series up built, hashed and compared a label set
+/// of four strings (twice a message: what was received, and the ack).
+pub struct TenantCounters {
+    tenant: String,
+    received: Family<Labels, Counter>,
+    acks: Family<Labels, Counter>,
+    found: Mutex<Vec<(Series, Counter)>>,
+}
+
+/// A series of [`TenantCounters`]: which family, and the value of its second label.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Series {
+    Received(&'static str),
+    Ack(&'static str),
+}
+
+impl TenantCounters {
+    /// `tenant`'s series in `metrics`.
+    pub fn new(metrics: &Metrics, tenant: &ClusterId) -> Self {
+        Self {
+            tenant: tenant.to_string(),
+            received: metrics.received.clone(),
+            acks: metrics.acks.clone(),
+            found: Mutex::default(),
+        }
+    }
+
+    /// Counts a message received, of `kind` ([`crate::registry::local_kind`]).
+    pub fn received(&self, kind: &'static str) {
+        self.count(Series::Received(kind));
+    }
+
+    /// Counts an ack sent with `outcome`.
+    pub fn ack(&self, outcome: Outcome) {
+        self.count(Series::Ack(outcome.as_str_name()));
+    }
+
+    fn count(&self, series: Series) {
+        let mut found = self.found.locked();
+        if let Some((_, counter)) = found.iter().find(|(s, _)| *s == series) {
+            counter.inc();
+            return;
+        }
+        let (family, key, value) = match series {
+            Series::Received(kind) => (&self.received, "kind", kind),
+            Series::Ack(outcome) => (&self.acks, "outcome", outcome),
+        };
+        let counter = family
+            .get_or_create(&vec![
+                ("tenant".to_string(), self.tenant.clone()),
+                (key.to_string(), value.to_string()),
+            ])
+            .clone();
+        counter.inc();
+        found.push((series, counter));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(tenant: &str, key: &str, value: &str) -> Labels {
+        vec![
+            ("tenant".to_string(), tenant.to_string()),
+            (key.to_string(), value.to_string()),
+        ]
+    }
+
+    #[test]
+    fn a_tenants_counters_count_in_the_shared_series() {
+        let metrics = Metrics::default();
+        let tenant = ClusterId::parse("origin").unwrap();
+        let counters = TenantCounters::new(&metrics, &tenant);
+        counters.received("upsert");
+        counters.received("upsert");
+        counters.received("delete");
+        counters.ack(Outcome::Applied);
+        // A second stream of the same tenant counts in the same series.
+        TenantCounters::new(&metrics, &tenant).ack(Outcome::Applied);
+        let received = |kind| {
+            metrics
+                .received
+                .get_or_create(&series("origin", "kind", kind))
+                .get()
+        };
+        assert_eq!((received("upsert"), received("delete")), (2, 1));
+        let applied = series("origin", "outcome", "OUTCOME_APPLIED");
+        assert_eq!(metrics.acks.get_or_create(&applied).get(), 2);
+    }
 }

@@ -61,6 +61,20 @@ impl TenantObjects {
         Some(kept.meta(namespace, name))
     }
 
+    /// Whether the watch has the namespace `name`, labelled `key` = `value` and not being
+    /// deleted. Read in place: every request of a tenant checks its namespace, and rebuilding
+    /// the namespace's metadata for it showed in a profile.
+    pub fn has_live_namespace(&self, name: &str, key: &str, value: &str) -> bool {
+        let Some(store) = self.stores.get(&Allowed::Namespace) else {
+            return false;
+        };
+        let objects = store.objects.read_locked();
+        objects
+            .get("")
+            .and_then(|names| names.get(name))
+            .is_some_and(|kept| kept.label(key) == Some(value) && !kept.deleting())
+    }
+
     /// Every object of `tenant` (by its origin label) in every kind's store, once each has
     /// listed; `None` if some store has not listed within `within` (an agent just started, or a
     /// kind's CRD missing).
@@ -290,5 +304,48 @@ mod tests {
         writer.apply(&watcher::Event::InitDone);
         assert_eq!(version(&objects, "b"), None);
         assert_eq!(version(&objects, "c").as_deref(), Some("5"));
+    }
+
+    #[test]
+    fn a_live_namespace_is_its_tenants_until_it_is_being_deleted() {
+        use refract_shared::keys::TENANT_NAMESPACE_LABEL as TENANT;
+        let store = Arc::new(KindStore::default());
+        let objects = TenantObjects {
+            stores: Arc::new(BTreeMap::from([(Allowed::Namespace, store.clone())])),
+        };
+        let mut writer = StoreWriter {
+            store,
+            own_fields: false,
+            relisting: None,
+        };
+        let namespace = |name: &str, tenant: &str, deleting: bool| Meta {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([(TENANT.into(), tenant.into())])),
+                deletion_timestamp: deleting.then(|| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default())
+                }),
+                ..Default::default()
+            },
+            _phantom: Default::default(),
+        };
+        writer.apply(&watcher::Event::Apply(namespace("apps", "origin", false)));
+        assert!(objects.has_live_namespace("apps", TENANT, "origin"));
+        assert!(
+            !objects.has_live_namespace("apps", TENANT, "other"),
+            "another tenant's"
+        );
+        assert!(
+            !objects.has_live_namespace("web", TENANT, "origin"),
+            "not watched"
+        );
+        writer.apply(&watcher::Event::Apply(namespace("apps", "origin", true)));
+        assert!(
+            !objects.has_live_namespace("apps", TENANT, "origin"),
+            "being deleted"
+        );
+        let (no_namespaces, _) = one_kind();
+        assert!(!no_namespaces.has_live_namespace("apps", TENANT, "origin"));
     }
 }

@@ -37,7 +37,7 @@ struct TenantState {
     disconnected_at: String,
     cert_not_after: String,
     connections: u64,
-    objects: BTreeMap<(String, String, String), ObjectStatus>,
+    objects: BTreeMap<(String, String, String), Record>,
     tap: broadcast::Sender<TapEvent>,
     outbound: Option<Outbound>,
     /// Cancelled when the current stream is replaced by a newer one of the same tenant.
@@ -46,6 +46,17 @@ struct TenantState {
     kubelet_sessions: BTreeMap<u64, proto::KubeletSession>,
     /// Requests being applied, across the tenant's streams.
     in_flight: InFlight,
+}
+
+/// The last request about one object (kind, namespace and name are its key), as Inspect
+/// shows it. One is written for every request and read only when an operator asks, so it is
+/// kept compact and its time is formatted when read.
+struct Record {
+    api_version: Box<str>,
+    revision: Box<str>,
+    outcome: Outcome,
+    message: Box<str>,
+    at: time::OffsetDateTime,
 }
 
 /// The sending half of a tenant's open stream.
@@ -109,8 +120,11 @@ impl Drop for ConnectedGuard {
 }
 
 fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
+    rfc3339(time::OffsetDateTime::now_utc())
+}
+
+fn rfc3339(at: time::OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
 }
 
@@ -247,21 +261,25 @@ impl Registry {
         message: &str,
     ) {
         let mut tenants = self.inner.locked();
-        let t = tenants
-            .entry(tenant.clone())
-            .or_insert_with(TenantState::new);
+        // The tenant is there while its stream is: its id is cloned only the first time.
+        let t = match tenants.get_mut(tenant) {
+            Some(t) => t,
+            None => tenants
+                .entry(tenant.clone())
+                .or_insert_with(TenantState::new),
+        };
         let key = object_key(object);
         if t.objects.len() >= MAX_RECORDS && !t.objects.contains_key(&key) {
             return;
         }
         t.objects.insert(
             key,
-            ObjectStatus {
-                object: Some(object.clone()),
-                revision: revision.to_string(),
-                outcome: outcome as i32,
-                message: message.to_string(),
-                updated_at: now(),
+            Record {
+                api_version: object.api_version.as_str().into(),
+                revision: revision.into(),
+                outcome,
+                message: message.into(),
+                at: time::OffsetDateTime::now_utc(),
             },
         );
     }
@@ -335,9 +353,7 @@ impl Registry {
             TapMessage::FromRemote(m) => tap_event::Message::FromRemote(m.clone()),
         };
         let _ = t.tap.send(TapEvent {
-            at: time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default(),
+            at: now(),
             message: Some(message),
             dropped_before: 0,
         });
@@ -387,7 +403,18 @@ impl Registry {
             .filter(|((k, ns, _), _)| {
                 (kind.is_empty() || k == kind) && (namespace.is_empty() || ns == namespace)
             })
-            .map(|(_, s)| s.clone())
+            .map(|((kind, namespace, name), r)| ObjectStatus {
+                object: Some(ObjectRef {
+                    api_version: r.api_version.to_string(),
+                    kind: kind.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                }),
+                revision: r.revision.to_string(),
+                outcome: r.outcome as i32,
+                message: r.message.to_string(),
+                updated_at: rfc3339(r.at),
+            })
             .collect()
     }
 }
@@ -424,5 +451,68 @@ pub fn remote_kind(m: &RemoteMessage) -> &'static str {
         Some(remote_message::Kind::PersistentVolume(_)) => "persistent_volume",
         Some(remote_message::Kind::Inventory(_)) => "inventory",
         None => "empty",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(kind: &str, namespace: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn inspect_sees_each_objects_last_outcome_filtered_by_kind_and_namespace() {
+        let registry = Registry::default();
+        let tenant = ClusterId::parse("origin").unwrap();
+        let a = object("ConfigMap", "apps", "a");
+        registry.record(
+            &tenant,
+            &a,
+            "1",
+            Outcome::Transient,
+            "the API server is busy",
+        );
+        registry.record(&tenant, &a, "2", Outcome::Applied, "");
+        registry.record(
+            &tenant,
+            &object("Secret", "apps", "s"),
+            "3",
+            Outcome::Denied,
+            "no",
+        );
+        registry.record(
+            &tenant,
+            &object("ConfigMap", "web", "w"),
+            "4",
+            Outcome::Applied,
+            "",
+        );
+
+        let all = registry.objects(&tenant, "", "");
+        assert_eq!(all.len(), 3, "one record an object: the last");
+        let configmaps = registry.objects(&tenant, "ConfigMap", "apps");
+        assert_eq!(configmaps.len(), 1);
+        let last = &configmaps[0];
+        assert_eq!(last.object.as_ref(), Some(&a));
+        assert_eq!(
+            (last.revision.as_str(), last.outcome),
+            ("2", Outcome::Applied as i32)
+        );
+        assert!(last.message.is_empty());
+        let at = time::OffsetDateTime::parse(
+            &last.updated_at,
+            &time::format_description::well_known::Rfc3339,
+        );
+        assert!(at.is_ok(), "RFC 3339: {:?}", last.updated_at);
+        assert_eq!(registry.objects(&tenant, "Secret", "")[0].message, "no");
+        let other = ClusterId::parse("other").unwrap();
+        assert!(registry.objects(&other, "", "").is_empty());
     }
 }

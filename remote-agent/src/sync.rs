@@ -22,7 +22,7 @@ pub(crate) mod in_flight;
 use crate::apply::{answer, Applier, ObjectKey};
 use crate::inventory::{Bucket, Inventory};
 use crate::kinds::Allowed;
-use crate::metrics::{label, Metrics, StreamRefusal};
+use crate::metrics::{label, Metrics, StreamRefusal, TenantCounters};
 use crate::objects::Meta;
 use crate::peer::Peer;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
@@ -162,6 +162,7 @@ impl Reflection for ReflectionService {
             in_flight: self.registry.in_flight(&peer.cluster_id),
             advertised,
             inventories_sent: std::sync::Mutex::default(),
+            counters: TenantCounters::new(&self.metrics, &peer.cluster_id),
         });
         self.registry
             .tap(&peer.cluster_id, TapMessage::FromRemote(&welcome));
@@ -288,6 +289,8 @@ struct TenantSession {
     advertised: Option<Inventory>,
     /// Buckets whose inventory was sent: each is sent once per stream.
     inventories_sent: std::sync::Mutex<BTreeSet<Bucket>>,
+    /// The tenant's series of the per-message counters.
+    counters: TenantCounters,
 }
 
 impl TenantSession {
@@ -325,14 +328,7 @@ impl TenantSession {
             self.service
                 .registry
                 .tap(&self.tenant, TapMessage::FromLocal(&message));
-            self.service
-                .metrics
-                .received
-                .get_or_create(&vec![
-                    ("tenant".to_string(), self.tenant.to_string()),
-                    ("kind".to_string(), local_kind(&message).to_string()),
-                ])
-                .inc();
+            self.counters.received(local_kind(&message));
             // What a SnapshotComplete keeps is what was received before it, applied or not.
             match &message.kind {
                 Some(local_message::Kind::Upsert(u)) => {
@@ -523,14 +519,7 @@ impl TenantSession {
     }
 
     async fn ack(&self, object: ObjectRef, revision: String, outcome: Outcome, message: String) {
-        self.service
-            .metrics
-            .acks
-            .get_or_create(&vec![
-                ("tenant".to_string(), self.tenant.to_string()),
-                ("outcome".to_string(), outcome.as_str_name().to_string()),
-            ])
-            .inc();
+        self.counters.ack(outcome);
         if !matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
             tracing::info!(object = %object.display(), outcome = outcome.as_str_name(), %message, "request not applied");
         }

@@ -86,6 +86,11 @@ impl Kept {
             .map(|(_, v)| &**v)
     }
 
+    /// Whether the object is being deleted.
+    pub(super) fn deleting(&self) -> bool {
+        self.deletion_timestamp.is_some()
+    }
+
     /// The metadata again, for object `namespace/name` (namespace empty for namespaces).
     pub(super) fn meta(&self, namespace: &str, name: &str) -> Meta {
         let managed_fields = (!self.own_fields.is_empty()).then(|| {
