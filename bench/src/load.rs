@@ -151,32 +151,33 @@ async fn patch_each(
     .await
 }
 
-/// Deletes a burst's ConfigMaps in one request.
+/// Deletes a burst's ConfigMaps (see [`delete_configmaps`]).
 pub async fn delete_burst(client: &kube::Client, ns: &str, prefix: &str) -> anyhow::Result<()> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    api.delete_collection(
-        &DeleteParams::default(),
-        &ListParams::default().labels(&format!("{BURST_LABEL}={}", burst_label(prefix))),
-    )
-    .await?;
-    Ok(())
+    let selector = format!("{BURST_LABEL}={}", burst_label(prefix));
+    let burst = ListParams::default().labels(&selector);
+    delete_configmaps(&Api::namespaced(client.clone(), ns), &burst, ns).await
 }
 
-/// Deletes every ConfigMap of `ns`. A deletecollection of tens of thousands of objects can
-/// outlast the API server's request deadline (it answers 500 having deleted part of them):
-/// it is repeated until none is left.
-async fn delete_all_configmaps(cms: &Api<ConfigMap>, ns: &str) -> anyhow::Result<()> {
+/// Deletes the ConfigMaps of `ns` that `selected` lists. A deletecollection of thousands of
+/// objects can outlast the API server's request deadline on a slow machine (it answers 500,
+/// "context deadline exceeded", having deleted part of them; one stopped run 28 in its fourth
+/// round): it is repeated until none is left.
+async fn delete_configmaps(
+    cms: &Api<ConfigMap>,
+    selected: &ListParams,
+    ns: &str,
+) -> anyhow::Result<()> {
     const ATTEMPTS: usize = 20;
     for _ in 0..ATTEMPTS {
         match cms
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .delete_collection(&DeleteParams::default(), selected)
             .await
         {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code >= 500 => {}
             Err(e) => return Err(e.into()),
         }
-        let left = cms.list_metadata(&ListParams::default().limit(1)).await?;
+        let left = cms.list_metadata(&selected.clone().limit(1)).await?;
         if left.items.is_empty() {
             return Ok(());
         }
@@ -186,7 +187,12 @@ async fn delete_all_configmaps(cms: &Api<ConfigMap>, ns: &str) -> anyhow::Result
 
 /// Deletes every ConfigMap and Service of `ns` (one request per kind and object).
 pub async fn delete_all(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
-    delete_all_configmaps(&Api::namespaced(client.clone(), ns), ns).await?;
+    delete_configmaps(
+        &Api::namespaced(client.clone(), ns),
+        &ListParams::default(),
+        ns,
+    )
+    .await?;
     // Services have no deletecollection in Kubernetes 1.20.
     let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
     let names: Vec<String> = svcs
