@@ -247,9 +247,14 @@ mod tests {
     }
 
     fn one_kind() -> (TenantObjects, StoreWriter) {
+        store_of(CM)
+    }
+
+    /// A store of `kind` alone, and the writer its watch would feed.
+    fn store_of(kind: Allowed) -> (TenantObjects, StoreWriter) {
         let store = Arc::new(KindStore::default());
         let objects = TenantObjects {
-            stores: Arc::new(BTreeMap::from([(CM, store.clone())])),
+            stores: Arc::new(BTreeMap::from([(kind, store.clone())])),
         };
         let writer = StoreWriter {
             store,
@@ -309,15 +314,7 @@ mod tests {
     #[test]
     fn a_live_namespace_is_its_tenants_until_it_is_being_deleted() {
         use refract_shared::keys::TENANT_NAMESPACE_LABEL as TENANT;
-        let store = Arc::new(KindStore::default());
-        let objects = TenantObjects {
-            stores: Arc::new(BTreeMap::from([(Allowed::Namespace, store.clone())])),
-        };
-        let mut writer = StoreWriter {
-            store,
-            own_fields: false,
-            relisting: None,
-        };
+        let (objects, mut writer) = store_of(Allowed::Namespace);
         let namespace = |name: &str, tenant: &str, deleting: bool| Meta {
             types: None,
             metadata: ObjectMeta {
