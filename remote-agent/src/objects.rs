@@ -246,10 +246,6 @@ mod tests {
         }
     }
 
-    fn one_kind() -> (TenantObjects, StoreWriter) {
-        store_of(CM)
-    }
-
     /// A store of `kind` alone, and the writer its watch would feed.
     fn store_of(kind: Allowed) -> (TenantObjects, StoreWriter) {
         let store = Arc::new(KindStore::default());
@@ -272,7 +268,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_listing_replaces_the_store_once_complete_and_changes_apply_as_they_come() {
-        let (objects, mut writer) = one_kind();
+        let (objects, mut writer) = store_of(CM);
         let tenant = ClusterId::parse("origin").unwrap();
         let short = std::time::Duration::from_millis(30);
         assert!(
@@ -342,7 +338,7 @@ mod tests {
             !objects.has_live_namespace("apps", TENANT, "origin"),
             "being deleted"
         );
-        let (no_namespaces, _) = one_kind();
+        let (no_namespaces, _) = store_of(CM);
         assert!(!no_namespaces.has_live_namespace("apps", TENANT, "origin"));
     }
 }
