@@ -220,7 +220,10 @@ pub async fn run(
     // both clusters): their latency is measured at half their own throughput.
     let n = plan.service_burst;
     say(&format!("{name}: burst of {n} Services"));
+    let cpu_before = cpu_by_process(side, clusters);
     let rate = service_burst(side, "bsvc-", n).await?;
+    r.service_burst_cpu_by_round
+        .push(cpu_since(side, clusters, &cpu_before));
     say(&format!(
         "{name}: {n} Services on the provider in {:.2} s ({rate:.0}/s)",
         n as f64 / rate

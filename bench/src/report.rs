@@ -79,6 +79,9 @@ pub struct SystemResult {
     pub burst_cpu: Vec<(String, f64)>,
     /// The same for the largest burst of each throughput round, in round order.
     pub largest_burst_cpu_by_round: Vec<Vec<(String, f64)>>,
+    /// The same for the Service burst of each throughput round: Services cost the API servers
+    /// more than ConfigMaps, so the agents' share differs.
+    pub service_burst_cpu_by_round: Vec<Vec<(String, f64)>>,
     /// Seconds from restarting the origin-side process until both sides agree again.
     pub reconnect_seconds: f64,
     /// Provider writes caused by that restart.
@@ -140,6 +143,36 @@ impl SystemResult {
         self.largest_burst_cpu_by_round
             .iter()
             .map(|r| r.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n)
+            .collect()
+    }
+
+    /// CPU milliseconds per Service of every process together, in each round's Service burst.
+    pub fn service_cpu_ms_per_object_by_round(&self) -> Vec<f64> {
+        let n = self.service_throughput.0.max(1) as f64;
+        self.service_burst_cpu_by_round
+            .iter()
+            .map(|r| r.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n)
+            .collect()
+    }
+
+    /// Each process's CPU milliseconds per Service in the Service bursts, the median of the
+    /// rounds: where a Service's cost goes.
+    pub fn service_cpu_ms_per_object_by_process(&self) -> Vec<(String, f64)> {
+        let n = self.service_throughput.0.max(1) as f64;
+        let Some(first) = self.service_burst_cpu_by_round.first() else {
+            return Vec::new();
+        };
+        first
+            .iter()
+            .map(|(process, _)| {
+                let of_rounds: Vec<f64> = self
+                    .service_burst_cpu_by_round
+                    .iter()
+                    .filter_map(|r| r.iter().find(|(p, _)| p == process))
+                    .map(|(_, s)| s * 1000.0 / n)
+                    .collect();
+                (process.clone(), median(&of_rounds))
+            })
             .collect()
     }
 
@@ -221,6 +254,35 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         ),
         per_object(refract),
         per_object(direct),
+        String::new(),
+    );
+    let per_service = |s: &SystemResult| {
+        joined(
+            s.service_cpu_ms_per_object_by_round()
+                .iter()
+                .map(|ms| format!("{ms:.2}")),
+        )
+    };
+    row(
+        format!(
+            "CPU of all processes per Service, {}-Service burst, each round (ms)",
+            refract.service_throughput.0
+        ),
+        per_service(refract),
+        per_service(direct),
+        String::new(),
+    );
+    let by_process = |s: &SystemResult| {
+        joined(
+            s.service_cpu_ms_per_object_by_process()
+                .iter()
+                .map(|(p, ms)| format!("{p} {ms:.2}")),
+        )
+    };
+    row(
+        "CPU per Service in the Service bursts by process, median of rounds (ms)".into(),
+        by_process(refract),
+        by_process(direct),
         String::new(),
     );
     for what in ["ConfigMap", "Service"] {
@@ -404,6 +466,8 @@ pub fn json(conditions: Value, refract: &SystemResult, direct: &SystemResult) ->
         v["writes_per_effective_change"] = json!(s.amplification());
         v["bytes_per_object"] = json!(s.bytes_per_object());
         v["cpu_ms_per_object_by_round"] = json!(s.cpu_ms_per_object_by_round());
+        v["service_cpu_ms_per_object_by_round"] = json!(s.service_cpu_ms_per_object_by_round());
+        v["service_cpu_ms_per_object_by_process"] = json!(s.service_cpu_ms_per_object_by_process());
         v
     };
     json!({
@@ -456,5 +520,21 @@ mod tests {
             vec![("a".into(), 15.0), ("b".into(), 25.0)],
         ];
         assert_eq!(r.cpu_ms_per_object_by_round(), vec![3.0, 4.0]);
+    }
+
+    #[test]
+    fn service_cpu_is_per_service_by_round_and_the_median_by_process() {
+        let mut r = SystemResult::default();
+        r.service_throughput.0 = 1000;
+        r.service_burst_cpu_by_round = vec![
+            vec![("a".into(), 1.0), ("b".into(), 2.0)],
+            vec![("a".into(), 3.0), ("b".into(), 1.0)],
+            vec![("a".into(), 2.0), ("b".into(), 4.0)],
+        ];
+        assert_eq!(r.service_cpu_ms_per_object_by_round(), vec![3.0, 4.0, 6.0]);
+        assert_eq!(
+            r.service_cpu_ms_per_object_by_process(),
+            vec![("a".into(), 2.0), ("b".into(), 2.0)]
+        );
     }
 }

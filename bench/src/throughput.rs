@@ -20,7 +20,7 @@ use crate::sides::Side;
 /// One system's turn in throughput round `round` (2 and up): its processes started and idle,
 /// each ConfigMap burst of `plan` then the Service burst, each deleted again once measured,
 /// then its processes stopped (also when the turn failed). The CPU of every process (the
-/// system's and `clusters'`) during the largest burst is recorded too.
+/// system's and `clusters'`) during the largest burst and the Service burst is recorded too.
 pub async fn take_turn(
     name: &str,
     side: &mut impl Side,
@@ -47,10 +47,14 @@ pub async fn take_turn(
             delete_configmap_burst(side, &prefix).await?;
         }
         let (n, prefix) = (plan.service_burst, format!("t{round}svc-"));
+        let cpu_before = cpu_by_process(side, clusters);
         let rate = service_burst(side, &prefix, n).await?;
+        let cpu = cpu_since(side, clusters, &cpu_before);
+        let cpu_ms = cpu.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n as f64;
         say(&format!(
-            "{name}, round {round}: {n} Services on the provider at {rate:.0}/s"
+            "{name}, round {round}: {n} Services on the provider at {rate:.0}/s, {cpu_ms:.2} ms of CPU per Service (all processes)"
         ));
+        into.service_burst_cpu_by_round.push(cpu);
         into.add_service_burst(rate);
         // The namespace holds nothing else between the bulk phases and the latency rounds.
         load::delete_all(side.origin(), side.origin_ns()).await?;
