@@ -46,7 +46,6 @@ use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::SERVICE_NAME_LABEL;
 use refract_shared::offloading;
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::telemetry::Admin;
@@ -442,10 +441,9 @@ fn spawn_reflectors(
     };
     // A slice's reflection depends on its Service's annotations and on the nodes.
     let requeue_slices = move |svc: &v1::Service| {
-        let name = svc.name_any();
-        slices.enqueue_matching(&svc.namespace().unwrap_or_default(), |s| {
-            s.labels().get(SERVICE_NAME_LABEL) == Some(&name)
-        });
+        if let Some(namespace) = &svc.metadata.namespace {
+            slices.enqueue_following(namespace, &svc.name_any());
+        }
     };
     match (service_reflector, services_writer) {
         (Some(services), _) => services.follow(requeue_slices),

@@ -7,6 +7,7 @@
 //! re-sends every object of each extended namespace and then `SnapshotComplete`, after which
 //! the remote agent removes that namespace's objects the origin no longer has.
 
+pub mod by_label;
 pub mod followers;
 pub mod queue;
 pub mod scoped;
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::extension::Extension;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
+use by_label::ByLabel;
 use followers::Followers;
 use queue::{Claimed, WorkQueue};
 
@@ -86,6 +88,15 @@ pub struct Reflector<K: Reflectable> {
     /// Told of every object the watch applies: other reflectors whose objects depend on these
     /// (EndpointSlices on their Service), so the kind is watched once.
     followers: Followers<K>,
+    /// The objects by the label that names what they follow, for a kind that follows another
+    /// ([`followed_by_label`]).
+    by_label: Option<ByLabel>,
+}
+
+/// The label naming the object that `kind`'s objects follow, if they follow one: an
+/// EndpointSlice follows its Service, and every change of the Service re-queues its slices.
+fn followed_by_label(kind: Kind) -> Option<&'static str> {
+    (kind == Kind::EndpointSlice).then_some(SERVICE_NAME_LABEL)
 }
 
 /// Object types a reflector can watch: the kinds the forge knows.
@@ -146,6 +157,7 @@ pub fn spawn<K: Reflectable>(
         shared,
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         followers: Followers::default(),
+        by_label: followed_by_label(kind).map(ByLabel::new),
     });
     outbox.register(Producer::Objects(kind), r.clone());
 
@@ -156,10 +168,25 @@ pub fn spawn<K: Reflectable>(
                 match event {
                     scoped::Seen::Applied(obj) => {
                         tracing::debug!(target: "refract::trace", name = %obj.name_any(), "seen");
+                        if let (Some(index), Some(namespace)) = (&r.by_label, &obj.meta().namespace)
+                        {
+                            index.applied(namespace, &obj.name_any(), obj.meta().labels.as_ref());
+                        }
                         r.enqueue_object(&obj);
                         r.followers.tell(&obj);
                     }
-                    scoped::Seen::Deleted(obj) => r.enqueue_object(&obj),
+                    scoped::Seen::Deleted(obj) => {
+                        if let (Some(index), Some(namespace)) = (&r.by_label, &obj.meta().namespace)
+                        {
+                            index.deleted(namespace, &obj.name_any());
+                        }
+                        r.enqueue_object(&obj);
+                    }
+                    scoped::Seen::Unwatched { namespace } => {
+                        if let Some(index) = &r.by_label {
+                            index.forget_namespace(&namespace);
+                        }
+                    }
                     // The scoped watch has reported what the list no longer had as deleted;
                     // everything of the namespace the session was sent is re-checked too.
                     scoped::Seen::Listed { namespace, again } => {
@@ -292,12 +319,27 @@ impl<K: Reflectable> Reflector<K> {
         self.store.get(&StoreRef::new(name).within(namespace))
     }
 
-    /// Queues every object of `namespace` (e.g. when its Service or a node changed).
-    pub fn enqueue_matching(&self, namespace: &str, filter: impl Fn(&K) -> bool) {
-        for obj in self.store.state() {
-            if obj.namespace().as_deref() == Some(namespace) && filter(&obj) {
-                self.enqueue_object(&obj);
-            }
+    /// Queues the objects of `namespace` that follow the object named `followed` (an
+    /// EndpointSlice's Service), found by [`followed_by_label`]; none for a kind that follows
+    /// nothing.
+    pub fn enqueue_following(&self, namespace: &str, followed: &str) {
+        let Some(index) = &self.by_label else {
+            return;
+        };
+        if !self
+            .shared
+            .extension
+            .borrow()
+            .namespaces
+            .contains_key(namespace)
+        {
+            return;
+        }
+        for name in index.names(namespace, followed) {
+            self.queue.add(Key {
+                namespace: namespace.to_string(),
+                name,
+            });
         }
     }
 

@@ -35,6 +35,12 @@ pub enum Seen<K> {
     Applied(K),
     /// An object was deleted, or was missing from its namespace's list.
     Deleted(K),
+    /// A namespace is no longer selected: its objects have left the store, none of them
+    /// reported as deleted (its twin goes whole). Only what indexes the store cares.
+    Unwatched {
+        /// The namespace.
+        namespace: String,
+    },
     /// A namespace's watch has listed it; `again` when it had listed before (a relist: its
     /// resourceVersion expired, and only the relist tells what changed in the gap).
     Listed {
@@ -109,7 +115,11 @@ impl<K: Reflectable> Merger<K> {
         let (events_tx, mut events) = mpsc::channel::<Tagged<K>>(1024);
         loop {
             let selected = extension.borrow_and_update().selected.clone();
-            self.follow(&selected, &events_tx, &shutdown);
+            for namespace in self.follow(&selected, &events_tx, &shutdown) {
+                if self.seen.send(Seen::Unwatched { namespace }).await.is_err() {
+                    return;
+                }
+            }
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -135,29 +145,29 @@ impl<K: Reflectable> Merger<K> {
     }
 
     /// Starts watching newly selected namespaces, and stops watching (and forgets the objects
-    /// of) those no longer selected.
+    /// of) those no longer selected, which it returns.
     fn follow(
         &mut self,
         selected: &BTreeSet<String>,
         events: &mpsc::Sender<Tagged<K>>,
         shutdown: &CancellationToken,
-    ) {
+    ) -> Vec<String> {
         let gone: Vec<String> = self
             .watches
             .keys()
             .filter(|ns| !selected.contains(*ns))
             .cloned()
             .collect();
-        for ns in gone {
-            if let Some((_, stop)) = self.watches.remove(&ns) {
+        for ns in &gone {
+            if let Some((_, stop)) = self.watches.remove(ns) {
                 stop.cancel();
             }
-            self.listing.remove(&ns);
-            self.listed_once.remove(&ns);
-            self.listed.send_if_modified(|listed| listed.remove(&ns));
+            self.listing.remove(ns);
+            self.listed_once.remove(ns);
+            self.listed.send_if_modified(|listed| listed.remove(ns));
             // Out of the store, without telling the reflector: the namespace's twin goes with
             // everything in it, and no object of it is reflected any more.
-            for obj in self.objects_in(&ns) {
+            for obj in self.objects_in(ns) {
                 self.writer
                     .apply_watcher_event(&watcher::Event::Delete((*obj).clone()));
             }
@@ -181,6 +191,7 @@ impl<K: Reflectable> Merger<K> {
             ));
             tracing::debug!(kind = K::kind(&()).as_ref(), namespace = %ns, "watching namespace");
         }
+        gone
     }
 
     /// Applies one namespace's event to the store and tells the reflector. Fails only when the

@@ -361,6 +361,18 @@ spec:
         "liqo.io/skip-reflection=true",
     ]);
     until_gone(&p, twin, "secret/db").await;
+    // An EndpointSlice follows its Service's policy: skipping the Service takes its slice
+    // off the provider too, though the slice itself did not change.
+    p.origin_kubectl(&[
+        "-n",
+        "shop",
+        "annotate",
+        "service",
+        "web",
+        "liqo.io/skip-reflection=true",
+    ]);
+    until_gone(&p, twin, "endpointslice/web-1").await;
+    until_gone(&p, twin, "service/web").await;
     for what in [
         "configmap/app-config",
         "service/web",
