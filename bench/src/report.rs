@@ -139,20 +139,12 @@ impl SystemResult {
     /// CPU milliseconds per object of every process together, in the largest burst of each
     /// round: on a saturated machine, what decides throughput.
     pub fn cpu_ms_per_object_by_round(&self) -> Vec<f64> {
-        let n = self.largest_burst().max(1) as f64;
-        self.largest_burst_cpu_by_round
-            .iter()
-            .map(|r| r.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n)
-            .collect()
+        ms_per_object(&self.largest_burst_cpu_by_round, self.largest_burst())
     }
 
     /// CPU milliseconds per Service of every process together, in each round's Service burst.
     pub fn service_cpu_ms_per_object_by_round(&self) -> Vec<f64> {
-        let n = self.service_throughput.0.max(1) as f64;
-        self.service_burst_cpu_by_round
-            .iter()
-            .map(|r| r.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n)
-            .collect()
+        ms_per_object(&self.service_burst_cpu_by_round, self.service_throughput.0)
     }
 
     /// Each process's CPU milliseconds per Service in the Service bursts, the median of the
@@ -181,6 +173,15 @@ impl SystemResult {
         let sum = |v: &[(String, u64)]| v.iter().map(|(_, b)| *b as f64).sum::<f64>();
         (sum(&self.rss_full) - sum(&self.rss_empty)) / self.objects.max(1) as f64
     }
+}
+
+/// Each round's CPU seconds of every process together, as milliseconds per object of `n`.
+fn ms_per_object(rounds: &[Vec<(String, f64)>], n: usize) -> Vec<f64> {
+    let n = n.max(1) as f64;
+    rounds
+        .iter()
+        .map(|r| r.iter().map(|(_, s)| s).sum::<f64>() * 1000.0 / n)
+        .collect()
 }
 
 fn mib(b: u64) -> String {
@@ -240,36 +241,23 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
         rounds(&direct.service_throughput_by_round),
         String::new(),
     );
-    let per_object = |s: &SystemResult| {
-        joined(
-            s.cpu_ms_per_object_by_round()
-                .iter()
-                .map(|ms| format!("{ms:.2}")),
-        )
-    };
+    let ms_each = |values: Vec<f64>| joined(values.iter().map(|ms| format!("{ms:.2}")));
     row(
         format!(
             "CPU of all processes per object, {}-object burst, each round (ms)",
             refract.largest_burst()
         ),
-        per_object(refract),
-        per_object(direct),
+        ms_each(refract.cpu_ms_per_object_by_round()),
+        ms_each(direct.cpu_ms_per_object_by_round()),
         String::new(),
     );
-    let per_service = |s: &SystemResult| {
-        joined(
-            s.service_cpu_ms_per_object_by_round()
-                .iter()
-                .map(|ms| format!("{ms:.2}")),
-        )
-    };
     row(
         format!(
             "CPU of all processes per Service, {}-Service burst, each round (ms)",
             refract.service_throughput.0
         ),
-        per_service(refract),
-        per_service(direct),
+        ms_each(refract.service_cpu_ms_per_object_by_round()),
+        ms_each(direct.service_cpu_ms_per_object_by_round()),
         String::new(),
     );
     let by_process = |s: &SystemResult| {

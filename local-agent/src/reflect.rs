@@ -265,19 +265,23 @@ impl<K: Reflectable> Reflector<K> {
     }
 
     fn enqueue_object(&self, obj: &K) {
-        let Some(namespace) = obj.namespace() else {
-            return;
-        };
+        if let Some(namespace) = &obj.meta().namespace {
+            self.enqueue(namespace, obj.name_any());
+        }
+    }
+
+    /// Queues `namespace/name` if the namespace is extended.
+    fn enqueue(&self, namespace: &str, name: String) {
         if self
             .shared
             .extension
             .borrow()
             .namespaces
-            .contains_key(&namespace)
+            .contains_key(namespace)
         {
             self.queue.add(Key {
-                namespace,
-                name: obj.name_any(),
+                namespace: namespace.to_string(),
+                name,
             });
         }
     }
@@ -326,20 +330,8 @@ impl<K: Reflectable> Reflector<K> {
         let Some(index) = &self.by_label else {
             return;
         };
-        if !self
-            .shared
-            .extension
-            .borrow()
-            .namespaces
-            .contains_key(namespace)
-        {
-            return;
-        }
         for name in index.names(namespace, followed) {
-            self.queue.add(Key {
-                namespace: namespace.to_string(),
-                name,
-            });
+            self.enqueue(namespace, name);
         }
     }
 
