@@ -316,8 +316,7 @@ impl PodOffloader {
             options: &self.options,
             remote_namespace: remote_ns,
             service: None,
-            provider_nodes: &Default::default(),
-            known_nodes: None,
+            nodes: &refract_shared::forge::NO_NODES,
         };
         let shadow = match shadow_pod(&pod, &self.config.node_name, &ctx) {
             Ok(s) => s,

@@ -5,7 +5,6 @@
 //! object: what would be sent, or why it would not be reflected. With `--existing`, objects
 //! already on the provider are taken into account (conflict, unchanged).
 
-use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -137,7 +136,10 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
         .filter(|o| o["kind"] == "Service")
         .filter_map(|o| serde_json::from_value(o.clone()).ok())
         .collect();
-    let provider_nodes: BTreeSet<String> = args.provider_nodes.iter().cloned().collect();
+    let nodes = forge::NodeLists {
+        provider: args.provider_nodes.iter().cloned().collect(),
+        known: None,
+    };
     let strategy = match args.namespace_mapping_strategy {
         Strategy::DefaultName => MappingStrategy::DefaultName,
         Strategy::EnforceSameName => MappingStrategy::EnforceSameName,
@@ -173,8 +175,7 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
             options: &options,
             remote_namespace: &remote_ns,
             service,
-            provider_nodes: &provider_nodes,
-            known_nodes: None,
+            nodes: &nodes,
         };
         let mut entry = match forge::forge(kind, object, &ctx) {
             Ok(Decision::Reflect(desired)) => against_existing(
@@ -242,8 +243,7 @@ fn preview_pod(
         options,
         remote_namespace: remote_ns,
         service: None,
-        provider_nodes: &Default::default(),
-        known_nodes: None,
+        nodes: &forge::NO_NODES,
     };
     Ok(match forge::pod::shadow_pod(&pod, &node, &ctx) {
         Ok(shadow) => {

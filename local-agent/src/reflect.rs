@@ -9,6 +9,7 @@
 
 pub mod by_label;
 pub mod followers;
+pub mod origin_nodes;
 pub mod queue;
 pub mod scoped;
 
@@ -27,7 +28,7 @@ use prometheus_client::metrics::family::Family;
 use refract_shared::backoff::PerKey;
 use refract_shared::forge::{self, Context, Decision};
 use refract_shared::json;
-use refract_shared::keys::{REMOTE_CLUSTER_ID_LABEL, SERVICE_NAME_LABEL};
+use refract_shared::keys::SERVICE_NAME_LABEL;
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::proto::{ObjectRef, Outcome, Upsert};
 use serde::de::DeserializeOwned;
@@ -39,6 +40,7 @@ use crate::extension::Extension;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use by_label::ByLabel;
 use followers::Followers;
+use origin_nodes::OriginNodes;
 use queue::{Claimed, WorkQueue};
 
 /// How long before a transiently failed object is retried.
@@ -495,15 +497,11 @@ impl<K: Reflectable> Reflector<K> {
     }
 
     fn forge(&self, obj: &K, remote_ns: &str) -> Result<Decision, forge::ForgeError> {
-        let remote_id = &self.shared.options.remote_cluster_id;
-        let (mut provider_nodes, mut known_nodes) = (BTreeSet::new(), BTreeSet::new());
+        let nodes = OriginNodes {
+            store: &self.shared.nodes,
+            remote_cluster_id: &self.shared.options.remote_cluster_id,
+        };
         let service = if K::KIND == Kind::EndpointSlice {
-            for node in self.shared.nodes.state() {
-                if node.labels().get(REMOTE_CLUSTER_ID_LABEL) == Some(remote_id) {
-                    provider_nodes.insert(node.name_any());
-                }
-                known_nodes.insert(node.name_any());
-            }
             obj.labels().get(SERVICE_NAME_LABEL).and_then(|svc| {
                 self.shared
                     .services
@@ -516,8 +514,7 @@ impl<K: Reflectable> Reflector<K> {
             options: &self.shared.options,
             remote_namespace: remote_ns,
             service: service.as_deref(),
-            provider_nodes: &provider_nodes,
-            known_nodes: Some(&known_nodes),
+            nodes: &nodes,
         };
         obj.forge(&ctx)
     }

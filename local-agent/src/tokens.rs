@@ -386,13 +386,10 @@ impl TokenReflector {
             options: &self.options,
             remote_namespace: remote_ns,
             service: None,
-            provider_nodes: &EMPTY,
-            known_nodes: None,
+            nodes: &refract_shared::forge::NO_NODES,
         }
     }
 }
-
-static EMPTY: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
 
 impl Recipient for TokenReflector {
     fn on_answer(&self, answer: Answer) {

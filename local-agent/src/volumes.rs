@@ -190,8 +190,7 @@ impl VolumeIntake {
             options: &self.options,
             remote_namespace: &message.claim_namespace,
             service: None,
-            provider_nodes: &Default::default(),
-            known_nodes: None,
+            nodes: &forge::NO_NODES,
         };
         if !matches!(forge::pvc::forge(&claim, &ctx), Ok(Decision::Reflect(_))) {
             return Err(Refusal::Invalid(

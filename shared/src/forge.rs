@@ -34,11 +34,57 @@ pub struct Context<'a> {
     pub remote_namespace: &'a str,
     /// For an EndpointSlice: its Service (label `kubernetes.io/service-name`), when known.
     pub service: Option<&'a Service>,
-    /// Origin nodes whose pods run on this provider (virtual nodes of this peering): their
-    /// endpoints are not reflected, the provider has them already.
-    pub provider_nodes: &'a BTreeSet<String>,
-    /// Every origin node, when known; endpoints on unknown nodes are dropped.
-    pub known_nodes: Option<&'a BTreeSet<String>>,
+    /// For an EndpointSlice: where the nodes its endpoints name are.
+    pub nodes: &'a dyn Nodes,
+}
+
+/// Where an origin node is, as far as its endpoints are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeSite {
+    /// A virtual node of this peering: its pods run on the provider, whose own control plane
+    /// publishes their endpoints, so they are not reflected.
+    Provider,
+    /// A node of the origin (or a virtual node of another peering): reflected.
+    Origin,
+    /// A node the origin does not have (yet, or any more): dropped.
+    Unknown,
+}
+
+/// Finds origin nodes by name.
+///
+/// The local agent looks each endpoint's node up in its watch of origin nodes, so forging a
+/// slice costs a lookup per endpoint rather than a pass over every node of the origin.
+pub trait Nodes: std::fmt::Debug + Sync {
+    /// Where the node called `name` is.
+    fn site(&self, name: &str) -> NodeSite;
+}
+
+/// Nodes given as lists up front (`local-agent preview`, the golden tests, kinds that name no
+/// nodes).
+#[derive(Debug, Clone, Default)]
+pub struct NodeLists {
+    /// This peering's virtual nodes.
+    pub provider: BTreeSet<String>,
+    /// Every origin node, when known; without it every node not in `provider` is the origin's.
+    pub known: Option<BTreeSet<String>>,
+}
+
+/// No node lists: for kinds that name no nodes, every node counts as the origin's.
+pub static NO_NODES: NodeLists = NodeLists {
+    provider: BTreeSet::new(),
+    known: None,
+};
+
+impl Nodes for NodeLists {
+    fn site(&self, name: &str) -> NodeSite {
+        if self.provider.contains(name) {
+            NodeSite::Provider
+        } else if self.known.as_ref().is_none_or(|known| known.contains(name)) {
+            NodeSite::Origin
+        } else {
+            NodeSite::Unknown
+        }
+    }
 }
 
 /// The provider's desired object.

@@ -18,7 +18,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, Pod, PodStatus, Service,
 };
-use refract_shared::forge::{self, Context};
+use refract_shared::forge::{self, Context, NodeLists};
 use refract_shared::inbound::address::PodAddresses;
 use refract_shared::options::{Kind, ReflectionOptions};
 use refract_shared::pod_status::{origin_status, StatusContext};
@@ -45,8 +45,10 @@ fn run_case(dir: &Path) -> Value {
     let nodes = |v: Option<Value>| -> Option<BTreeSet<String>> {
         v.map(|v| serde_json::from_value(v).unwrap())
     };
-    let provider_nodes = nodes(map.remove("providerNodes")).unwrap_or_default();
-    let known_nodes = nodes(map.remove("knownNodes"));
+    let node_lists = NodeLists {
+        provider: nodes(map.remove("providerNodes")).unwrap_or_default(),
+        known: nodes(map.remove("knownNodes")),
+    };
     let virtual_node = map
         .remove("virtualNode")
         .map(|v| v.as_str().unwrap().to_string())
@@ -61,8 +63,7 @@ fn run_case(dir: &Path) -> Value {
         options: &options,
         remote_namespace: &remote_namespace,
         service: service.as_ref(),
-        provider_nodes: &provider_nodes,
-        known_nodes: known_nodes.as_ref(),
+        nodes: &node_lists,
     };
     if input["kind"] == "PersistentVolume" {
         let remote: PersistentVolume = serde_json::from_value(input).unwrap();

@@ -220,8 +220,7 @@ impl Copier {
             options: &self.options,
             remote_namespace: &self.remote_namespace,
             service: None,
-            provider_nodes: &Default::default(),
-            known_nodes: None,
+            nodes: &forge::NO_NODES,
         };
         // The same typed forge the local agent calls, so both pay the same for the rules.
         match obj.forge(&ctx)? {

@@ -8,7 +8,7 @@
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
 
 use super::meta::{name_of, remote_meta};
-use super::{reflect, Context, Decision, ForgeError};
+use super::{reflect, Context, Decision, ForgeError, NodeSite};
 use crate::keys::{ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL, SKIP_ANNOTATION};
 use crate::options::Kind;
 use crate::policy;
@@ -78,8 +78,7 @@ pub fn forge(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Decision, Forge
 fn endpoint_wanted(e: &Endpoint, ctx: &Context<'_>) -> bool {
     match e.node_name.as_deref() {
         None => true,
-        Some(node) if ctx.provider_nodes.contains(node) => false,
-        Some(node) => ctx.known_nodes.is_none_or(|known| known.contains(node)),
+        Some(node) => ctx.nodes.site(node) == NodeSite::Origin,
     }
 }
 
