@@ -6,6 +6,7 @@
     clippy::expect_used,
     reason = "test and benchmark harness: a panic is how it reports a failed step"
 )]
+pub mod cpus;
 pub mod procfs;
 pub mod sightings;
 pub mod stats;

@@ -112,6 +112,16 @@ struct Args {
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/results.json")]
     json: PathBuf,
+    /// Run both control planes (etcd, kube-apiserver) on these CPUs only, and every other
+    /// process of the run (the agents, the direct copier, this benchmark's load and watches) on
+    /// --others-cpus: the agents then take no CPU from the API servers, as in a peering whose
+    /// agents run on other nodes than its control planes. CPU lists as `taskset` takes them
+    /// (`0`, `0-3`, `0,2`). By default every process may run on every CPU.
+    #[arg(long, value_name = "CPUS", requires = "others_cpus")]
+    control_plane_cpus: Option<String>,
+    /// With --control-plane-cpus: the CPUs of every other process of the run.
+    #[arg(long, value_name = "CPUS", requires = "control_plane_cpus")]
+    others_cpus: Option<String>,
 }
 
 #[tokio::main]
@@ -152,6 +162,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         threads.clone(),
     ];
     let apply = [format!("--apply-concurrency={c}"), threads];
+    if let Some(others) = &args.others_cpus {
+        // Before anything starts: every process this one starts inherits it, and the control
+        // planes are moved to theirs once they run.
+        refract_bench::cpus::pin(std::process::id(), others)?;
+    }
     say("starting two control planes (etcd + kube-apiserver 1.20.2) and the agent pair");
     let mut peering = Peering::start_with_flags(
         false,
@@ -176,6 +191,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     .map(move |(n, pid)| (format!("{c} {n}"), pid))
             })
             .collect();
+    if let Some(cpus) = &args.control_plane_cpus {
+        for (_, pid) in &clusters {
+            refract_bench::cpus::pin(*pid, cpus)?;
+        }
+        let agents = [
+            ("local-agent", &peering.local),
+            ("remote-agent", &peering.remote),
+        ]
+        .map(|(name, agent)| (name.to_string(), agent.as_ref().and_then(|a| a.pid())));
+        let allowed: Vec<String> = clusters
+            .iter()
+            .map(|(name, pid)| (name.clone(), Some(*pid)))
+            .chain(agents)
+            .chain([("refract-bench".to_string(), Some(std::process::id()))])
+            .filter_map(|(name, pid)| {
+                Some(format!("{name} {}", refract_bench::cpus::allowed(pid?)))
+            })
+            .collect();
+        say(&format!(
+            "CPUs each process may use: {}",
+            allowed.join(", ")
+        ));
+    }
     if !args.no_warm_up {
         let (origin, provider) = (
             peering.origin.client().await?,
@@ -314,6 +352,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "bulk_phases_first": if args.direct_first { "direct" } else { "refract" },
         "refract_version": refract_shared::AGENT_VERSION,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "control_plane_cpus": args.control_plane_cpus,
+        "others_cpus": args.others_cpus,
     });
     let out = report::json(conditions, &refract, &direct);
     if let Some(dir) = args.json.parent() {
