@@ -162,6 +162,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         threads.clone(),
     ];
     let apply = [format!("--apply-concurrency={c}"), threads];
+    // The machine's, read before this process is pinned to fewer.
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     if let Some(others) = &args.others_cpus {
         // Before anything starts: every process this one starts inherits it, and the control
         // planes are moved to theirs once they run.
@@ -351,7 +353,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "warm_up": !args.no_warm_up,
         "bulk_phases_first": if args.direct_first { "direct" } else { "refract" },
         "refract_version": refract_shared::AGENT_VERSION,
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cores": cores,
         "control_plane_cpus": args.control_plane_cpus,
         "others_cpus": args.others_cpus,
     });
