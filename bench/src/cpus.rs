@@ -22,12 +22,7 @@ pub fn pin(pid: u32, list: &str) -> anyhow::Result<()> {
 
 /// The CPUs process `pid` may run on, as `/proc` lists them (`0-1`); empty if it has gone.
 pub fn allowed(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_default()
+    crate::procfs::status_field(pid, "Cpus_allowed_list").unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -2,13 +2,18 @@
 
 /// Resident memory of a process, in bytes.
 pub fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kb| kb.parse::<u64>().ok())
+    status_field(pid, "VmRSS")
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// The value of `field` in `/proc/<pid>/status`, trimmed; none if the process has gone.
+pub fn status_field(pid: u32, field: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == field).then(|| value.trim().to_string())
+    })
 }
 
 /// User plus system CPU time of a process, in seconds.
@@ -34,4 +39,18 @@ fn clock_ticks() -> f64 {
         .ok()
         .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
         .unwrap_or(100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_a_resident_size_and_a_status() {
+        let me = std::process::id();
+        assert!(rss_bytes(me) > 1024 * 1024);
+        assert!(status_field(me, "Name").is_some_and(|n| !n.is_empty()));
+        assert_eq!(status_field(me, "NoSuchField"), None);
+        assert_eq!(rss_bytes(u32::MAX), 0);
+    }
 }
