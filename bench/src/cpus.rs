@@ -30,9 +30,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_process_pinned_to_a_cpu_runs_only_there_and_its_children_inherit_it() {
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "sleep 5 & wait"])
+    fn a_process_pinned_to_a_cpu_may_run_only_there_and_a_bad_list_is_refused() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
             .spawn()
             .unwrap();
         let pid = child.id();
