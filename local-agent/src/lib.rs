@@ -408,11 +408,13 @@ fn spawn_reflectors(
 ) -> Reflectors {
     use k8s_openapi::api::{core::v1, discovery, networking};
     let (nodes, nodes_writer) = reflector::store::<v1::Node>();
+    let (nodes_listed_tx, nodes_listed) = watch::channel(false);
     let (services, services_writer) = reflector::store::<v1::Service>();
     let shared = reflect::Shared {
         options,
         extension,
         nodes,
+        nodes_listed,
         services,
         recorder,
         relists,
@@ -440,6 +442,7 @@ fn spawn_reflectors(
         return Reflectors { claims };
     };
     // A slice's reflection depends on its Service's annotations and on the nodes.
+    let slices_of_nodes = slices.clone();
     let requeue_slices = move |svc: &v1::Service| {
         if let Some(namespace) = &svc.metadata.namespace {
             slices.enqueue_following(namespace, &svc.name_any());
@@ -472,11 +475,21 @@ fn spawn_reflectors(
             });
         }
     }
+    let mut sites = reflect::origin_nodes::NodeSites::default();
     let watch_nodes = watcher(Api::<v1::Node>::all(client), watcher::Config::default())
         .backoff(crate::watch_backoff::watch_backoff())
         .reflect(nodes_writer)
-        .applied_objects()
-        .for_each(|_| futures::future::ready(()));
+        .for_each(move |event| {
+            if let Ok(event) = event {
+                for node in sites.changed(&event) {
+                    slices_of_nodes.enqueue_on_node(&node);
+                }
+                if matches!(event, watcher::Event::InitDone) {
+                    nodes_listed_tx.send_replace(true);
+                }
+            }
+            futures::future::ready(())
+        });
     tokio::spawn(async move {
         tokio::select! {
             _ = token.cancelled() => {}

@@ -7,7 +7,7 @@
 //! re-sends every object of each extended namespace and then `SnapshotComplete`, after which
 //! the remote agent removes that namespace's objects the origin no longer has.
 
-pub mod by_label;
+pub mod dependencies;
 pub mod followers;
 pub mod origin_nodes;
 pub mod queue;
@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::extension::Extension;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
-use by_label::ByLabel;
+use dependencies::Dependencies;
 use followers::Followers;
 use origin_nodes::OriginNodes;
 use queue::{Claimed, WorkQueue};
@@ -67,6 +67,9 @@ pub struct Shared {
     pub extension: watch::Receiver<Extension>,
     /// Origin nodes (for EndpointSlices).
     pub nodes: Store<Node>,
+    /// Whether the origin nodes are all in [`Shared::nodes`]: slices are not forged before,
+    /// or their endpoints would be dropped as on unknown nodes.
+    pub nodes_listed: watch::Receiver<bool>,
     /// Origin Services (for EndpointSlice policy inheritance).
     pub services: Store<Service>,
     /// Records events on origin objects.
@@ -90,15 +93,9 @@ pub struct Reflector<K: Reflectable> {
     /// Told of every object the watch applies: other reflectors whose objects depend on these
     /// (EndpointSlices on their Service), so the kind is watched once.
     followers: Followers<K>,
-    /// The objects by the label that names what they follow, for a kind that follows another
-    /// ([`followed_by_label`]).
-    by_label: Option<ByLabel>,
-}
-
-/// The label naming the object that `kind`'s objects follow, if they follow one: an
-/// EndpointSlice follows its Service, and every change of the Service re-queues its slices.
-fn followed_by_label(kind: Kind) -> Option<&'static str> {
-    (kind == Kind::EndpointSlice).then_some(SERVICE_NAME_LABEL)
+    /// The objects by what their forge reads besides them, for a kind whose forge does
+    /// (EndpointSlices: their Service and nodes).
+    dependencies: Option<Dependencies>,
 }
 
 /// Object types a reflector can watch: the kinds the forge knows.
@@ -159,7 +156,7 @@ pub fn spawn<K: Reflectable>(
         shared,
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         followers: Followers::default(),
-        by_label: followed_by_label(kind).map(ByLabel::new),
+        dependencies: Dependencies::of(kind),
     });
     outbox.register(Producer::Objects(kind), r.clone());
 
@@ -170,23 +167,23 @@ pub fn spawn<K: Reflectable>(
                 match event {
                     scoped::Seen::Applied(obj) => {
                         tracing::debug!(target: "refract::trace", name = %obj.name_any(), "seen");
-                        if let (Some(index), Some(namespace)) = (&r.by_label, &obj.meta().namespace)
-                        {
-                            index.applied(namespace, &obj.name_any(), obj.meta().labels.as_ref());
+                        if let Some(dependencies) = &r.dependencies {
+                            dependencies.applied(&obj);
                         }
                         r.enqueue_object(&obj);
                         r.followers.tell(&obj);
                     }
                     scoped::Seen::Deleted(obj) => {
-                        if let (Some(index), Some(namespace)) = (&r.by_label, &obj.meta().namespace)
+                        if let (Some(dependencies), Some(namespace)) =
+                            (&r.dependencies, &obj.meta().namespace)
                         {
-                            index.deleted(namespace, &obj.name_any());
+                            dependencies.deleted(namespace, &obj.name_any());
                         }
                         r.enqueue_object(&obj);
                     }
                     scoped::Seen::Unwatched { namespace } => {
-                        if let Some(index) = &r.by_label {
-                            index.forget_namespace(&namespace);
+                        if let Some(dependencies) = &r.dependencies {
+                            dependencies.forget_namespace(&namespace);
                         }
                     }
                     // The scoped watch has reported what the list no longer had as deleted;
@@ -325,16 +322,32 @@ impl<K: Reflectable> Reflector<K> {
         self.store.get(&StoreRef::new(name).within(namespace))
     }
 
-    /// Queues the objects of `namespace` that follow the object named `followed` (an
-    /// EndpointSlice's Service), found by [`followed_by_label`]; none for a kind that follows
-    /// nothing.
-    pub fn enqueue_following(&self, namespace: &str, followed: &str) {
-        let Some(index) = &self.by_label else {
+    /// Queues the objects of `namespace` that follow its Service `service` (EndpointSlices);
+    /// none for a kind that follows nothing.
+    pub fn enqueue_following(&self, namespace: &str, service: &str) {
+        let Some(dependencies) = &self.dependencies else {
             return;
         };
-        for name in index.names(namespace, followed) {
+        for name in dependencies.following(namespace, service) {
             self.enqueue(namespace, name);
         }
+    }
+
+    /// Queues the objects whose endpoints name origin node `node` (EndpointSlices), whose site
+    /// may have changed; none for a kind that reads no nodes.
+    pub fn enqueue_on_node(&self, node: &str) {
+        let Some(dependencies) = &self.dependencies else {
+            return;
+        };
+        for (namespace, name) in dependencies.on_node(node) {
+            self.enqueue(&namespace, name);
+        }
+    }
+
+    /// Whether what the forge reads besides the object is in: the origin nodes, for a kind
+    /// whose forge reads them.
+    fn inputs_listed(&self) -> bool {
+        self.dependencies.is_none() || *self.shared.nodes_listed.borrow()
     }
 
     /// Re-sends extended namespaces when the session or the set of namespaces changes.
@@ -342,6 +355,14 @@ impl<K: Reflectable> Reflector<K> {
         let mut rx = self.shared.extension.clone();
         let mut last = Extension::default();
         let mut listed = self.listed.clone();
+        if self.dependencies.is_some() {
+            // No snapshot before the nodes are in: it would send every slice with the
+            // endpoints of the nodes not yet seen left out.
+            let mut nodes = self.shared.nodes_listed.clone();
+            if nodes.wait_for(|listed| *listed).await.is_err() {
+                return;
+            }
+        }
         loop {
             let mut current = rx.borrow_and_update().clone();
             // A namespace's snapshot is sent once its objects are all in the store: after it,
@@ -410,6 +431,11 @@ impl<K: Reflectable> Reflector<K> {
     /// Brings the provider in line with the current state of one object.
     async fn reconcile(&self, claim: &Claimed<Key>) {
         let key: &Key = claim;
+        if !self.inputs_listed() {
+            // Neither sent nor deleted: the first snapshot, which waits for the inputs,
+            // reconciles every object.
+            return;
+        }
         let extension = self.shared.extension.borrow().clone();
         let Some(session) = extension.session.as_ref() else {
             return;

@@ -167,6 +167,12 @@ pub trait Forgeable: DeserializeOwned {
 
     /// Forges the provider's object, or says why the object is skipped.
     fn forge(&self, ctx: &Context<'_>) -> Result<Decision, ForgeError>;
+
+    /// The origin nodes whose [`NodeSite`] the forge asks [`Context::nodes`] about: when one
+    /// of them joins, leaves or changes site, the object must be forged again.
+    fn nodes_read(&self) -> Vec<&str> {
+        Vec::new()
+    }
 }
 
 impl Forgeable for k8s_openapi::api::core::v1::ConfigMap {
@@ -223,6 +229,10 @@ impl Forgeable for k8s_openapi::api::discovery::v1::EndpointSlice {
     fn forge(&self, ctx: &Context<'_>) -> Result<Decision, ForgeError> {
         let skipped = endpointslice::skip_reason(self, ctx)?;
         skip_or(skipped, || endpointslice::forge(self, ctx))
+    }
+
+    fn nodes_read(&self) -> Vec<&str> {
+        endpointslice::nodes_named(self)
     }
 }
 

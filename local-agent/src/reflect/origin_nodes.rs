@@ -1,13 +1,16 @@
-//! The origin's nodes, as the EndpointSlice forge asks about them.
+//! The origin's nodes, as the EndpointSlice forge asks about them, and which of their changes
+//! must forge slices again.
 //!
 //! A slice's endpoints name the nodes their pods run on. Building the sets of every origin node
 //! and of this peering's virtual nodes for each slice cost a pass over all the origin's nodes
 //! per slice; looking up the nodes the endpoints name costs a lookup each.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use refract_shared::forge::{NodeSite, Nodes};
 use refract_shared::keys::REMOTE_CLUSTER_ID_LABEL;
 
@@ -35,6 +38,76 @@ impl Nodes for OriginNodes<'_> {
             }
         }
     }
+}
+
+/// What the forge reads of each origin node (that it exists, and its
+/// [`REMOTE_CLUSTER_ID_LABEL`]), as the node watch last told it: which nodes' slices must be
+/// forged again after an event.
+#[derive(Default)]
+pub struct NodeSites {
+    /// Node name → its cluster label.
+    known: HashMap<String, Option<String>>,
+    /// A listing under way: the nodes it has given so far.
+    listing: Option<HashMap<String, Option<String>>>,
+}
+
+impl NodeSites {
+    /// Takes one event of the node watch, after its store has; returns the nodes whose site
+    /// may have changed. A listing is compared whole when it ends, as the store swaps it in
+    /// then: forging against the store in mid-listing would read the old nodes.
+    pub fn changed(&mut self, event: &watcher::Event<Node>) -> Vec<String> {
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(HashMap::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(node) => {
+                let listing = self.listing.get_or_insert_with(HashMap::new);
+                listing.insert(name_of(node), cluster_of(node));
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                let old = std::mem::replace(&mut self.known, listed);
+                let mut changed: Vec<String> = old
+                    .iter()
+                    .filter(|(name, cluster)| self.known.get(*name) != Some(*cluster))
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                changed.extend(
+                    self.known
+                        .keys()
+                        .filter(|name| !old.contains_key(*name))
+                        .cloned(),
+                );
+                changed
+            }
+            watcher::Event::Apply(node) => {
+                let name = name_of(node);
+                let cluster = cluster_of(node);
+                match self.known.insert(name.clone(), cluster.clone()) {
+                    Some(old) if old == cluster => Vec::new(),
+                    _ => vec![name],
+                }
+            }
+            watcher::Event::Delete(node) => {
+                let name = name_of(node);
+                match self.known.remove(&name) {
+                    Some(_) => vec![name],
+                    None => Vec::new(),
+                }
+            }
+        }
+    }
+}
+
+fn name_of(node: &Node) -> String {
+    node.metadata.name.clone().unwrap_or_default()
+}
+
+fn cluster_of(node: &Node) -> Option<String> {
+    let labels = node.metadata.labels.as_ref()?;
+    labels.get(REMOTE_CLUSTER_ID_LABEL).cloned()
 }
 
 impl fmt::Debug for OriginNodes<'_> {
@@ -87,5 +160,43 @@ mod tests {
         // Another peering's virtual node: its pods are not on this provider.
         assert_eq!(nodes.site("refract-other"), NodeSite::Origin);
         assert_eq!(nodes.site("gone"), NodeSite::Unknown);
+    }
+
+    fn sorted(mut names: Vec<String>) -> Vec<String> {
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_listing_is_compared_whole_when_it_ends() {
+        let mut sites = NodeSites::default();
+        assert!(sites.changed(&Event::Init).is_empty());
+        assert!(sites.changed(&Event::InitApply(node("a", None))).is_empty());
+        assert!(sites.changed(&Event::InitApply(node("b", None))).is_empty());
+        assert_eq!(sorted(sites.changed(&Event::InitDone)), vec!["a", "b"]);
+        // A relist: a is gone, b became this peering's, c is new.
+        sites.changed(&Event::Init);
+        sites.changed(&Event::InitApply(node("b", Some("provider"))));
+        sites.changed(&Event::InitApply(node("c", None)));
+        assert_eq!(sorted(sites.changed(&Event::InitDone)), vec!["a", "b", "c"]);
+        // The same listing again changes nothing.
+        sites.changed(&Event::Init);
+        sites.changed(&Event::InitApply(node("b", Some("provider"))));
+        sites.changed(&Event::InitApply(node("c", None)));
+        assert!(sites.changed(&Event::InitDone).is_empty());
+    }
+
+    #[test]
+    fn a_node_joining_leaving_or_relabelled_changes_its_site_and_nothing_else_does() {
+        let mut sites = NodeSites::default();
+        assert_eq!(sites.changed(&Event::Apply(node("a", None))), vec!["a"]);
+        // A status update: same site.
+        assert!(sites.changed(&Event::Apply(node("a", None))).is_empty());
+        assert_eq!(
+            sites.changed(&Event::Apply(node("a", Some("provider")))),
+            vec!["a"]
+        );
+        assert_eq!(sites.changed(&Event::Delete(node("a", None))), vec!["a"]);
+        assert!(sites.changed(&Event::Delete(node("a", None))).is_empty());
     }
 }

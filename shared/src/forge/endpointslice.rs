@@ -75,6 +75,18 @@ pub fn forge(slice: &EndpointSlice, ctx: &Context<'_>) -> Result<Decision, Forge
     ))
 }
 
+/// The nodes the slice's endpoints name, each once.
+pub fn nodes_named(slice: &EndpointSlice) -> Vec<&str> {
+    let mut nodes: Vec<&str> = slice
+        .endpoints
+        .iter()
+        .filter_map(|e| e.node_name.as_deref())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
+}
+
 fn endpoint_wanted(e: &Endpoint, ctx: &Context<'_>) -> bool {
     match e.node_name.as_deref() {
         None => true,

@@ -932,3 +932,35 @@ async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
     );
     assert!(provider(&p, twin, "configmap/a-000", "{.metadata.name}").is_none());
 }
+
+#[tokio::test]
+async fn endpoints_follow_the_nodes_they_name() {
+    let p = Peering::start_with_flags(false, &[], &[])
+        .await
+        .expect("peering");
+    let twin = extended(&p, "mesh").await;
+    let twin = twin.as_str();
+    // One endpoint names no node; the other a node the origin does not have (yet): left out.
+    apply_origin(
+        &p,
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: api-1, namespace: mesh, labels: {kubernetes.io/service-name: api}}\naddressType: IPv4\nendpoints: [{addresses: [10.0.3.7]}, {addresses: [10.0.3.8], nodeName: worker-late}]\nports: [{port: 8080, protocol: TCP}]\n",
+    );
+    let addresses = "{.endpoints[*].addresses[0]}";
+    until_provider(&p, twin, "endpointslice/api-1", addresses, "10.0.3.7").await;
+    // The node joins the origin; the slice itself does not change. Its endpoint is reflected.
+    apply_origin(
+        &p,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: worker-late}\n",
+    );
+    until_provider(
+        &p,
+        twin,
+        "endpointslice/api-1",
+        addresses,
+        "10.0.3.7 10.0.3.8",
+    )
+    .await;
+    // The node leaves: its endpoint goes with it.
+    refract_e2e::kubectl(&p.origin, &["delete", "node", "worker-late"]);
+    until_provider(&p, twin, "endpointslice/api-1", addresses, "10.0.3.7").await;
+}
