@@ -407,15 +407,18 @@ fn spawn_reflectors(
     token: CancellationToken,
 ) -> Reflectors {
     use k8s_openapi::api::{core::v1, discovery, networking};
+    use reflect::dependencies::ServicesListed;
     let (nodes, nodes_writer) = reflector::store::<v1::Node>();
     let (nodes_listed_tx, nodes_listed) = watch::channel(false);
     let (services, services_writer) = reflector::store::<v1::Service>();
+    let (services_listed_tx, services_listed) = watch::channel(ServicesListed::default());
     let shared = reflect::Shared {
         options,
         extension,
         nodes,
         nodes_listed,
         services,
+        services_listed,
         recorder,
         relists,
     };
@@ -449,7 +452,23 @@ fn spawn_reflectors(
         }
     };
     match (service_reflector, services_writer) {
-        (Some(services), _) => services.follow(requeue_slices),
+        (Some(services), _) => {
+            services.follow(requeue_slices);
+            // The slices of a namespace wait for its Services, which the Service reflector
+            // lists as it extends the namespace.
+            let mut listed = services.listed();
+            let token = token.clone();
+            tokio::spawn(async move {
+                loop {
+                    let namespaces = listed.borrow_and_update().clone();
+                    services_listed_tx.send_replace(ServicesListed::In(namespaces));
+                    tokio::select! {
+                        _ = token.cancelled() => return,
+                        changed = listed.changed() => if changed.is_err() { return },
+                    }
+                }
+            });
+        }
         // The Service reflector returns itself whenever it took the writer: never both.
         (None, None) => {}
         (None, Some(writer)) => {
@@ -459,10 +478,15 @@ fn spawn_reflectors(
             )
             .backoff(crate::watch_backoff::watch_backoff())
             .reflect(writer)
-            .applied_objects()
-            .for_each(move |svc| {
-                if let Ok(svc) = svc {
-                    requeue_slices(&svc);
+            .for_each(move |event| {
+                match event {
+                    Ok(watcher::Event::Apply(svc) | watcher::Event::InitApply(svc)) => {
+                        requeue_slices(&svc)
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        services_listed_tx.send_replace(ServicesListed::Everywhere);
+                    }
+                    _ => {}
                 }
                 futures::future::ready(())
             });

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::extension::Extension;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
-use dependencies::Dependencies;
+use dependencies::{Dependencies, ServicesListed};
 use followers::Followers;
 use origin_nodes::OriginNodes;
 use queue::{Claimed, WorkQueue};
@@ -72,6 +72,8 @@ pub struct Shared {
     pub nodes_listed: watch::Receiver<bool>,
     /// Origin Services (for EndpointSlice policy inheritance).
     pub services: Store<Service>,
+    /// Whose Services are all in [`Shared::services`].
+    pub services_listed: watch::Receiver<ServicesListed>,
     /// Records events on origin objects.
     pub recorder: Recorder,
     /// Relists of origin watches, by kind (`refract_local_watch_relists`).
@@ -344,10 +346,17 @@ impl<K: Reflectable> Reflector<K> {
         }
     }
 
-    /// Whether what the forge reads besides the object is in: the origin nodes, for a kind
-    /// whose forge reads them.
-    fn inputs_listed(&self) -> bool {
-        self.dependencies.is_none() || *self.shared.nodes_listed.borrow()
+    /// Whether what the forge of `namespace`'s objects reads besides them is all in: the
+    /// origin nodes and the namespace's Services, for a kind whose forge reads them.
+    fn inputs_listed(&self, namespace: &str) -> bool {
+        self.dependencies.is_none()
+            || (*self.shared.nodes_listed.borrow()
+                && self.shared.services_listed.borrow().covers(namespace))
+    }
+
+    /// The namespaces whose objects are in the store as they are listed.
+    pub fn listed(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.listed.clone()
     }
 
     /// Re-sends extended namespaces when the session or the set of namespaces changes.
@@ -355,28 +364,32 @@ impl<K: Reflectable> Reflector<K> {
         let mut rx = self.shared.extension.clone();
         let mut last = Extension::default();
         let mut listed = self.listed.clone();
-        if self.dependencies.is_some() {
-            // No snapshot before the nodes are in: it would send every slice with the
-            // endpoints of the nodes not yet seen left out.
-            let mut nodes = self.shared.nodes_listed.clone();
-            if nodes.wait_for(|listed| *listed).await.is_err() {
-                return;
-            }
-        }
+        let (mut nodes, mut services) = (
+            self.shared.nodes_listed.clone(),
+            self.shared.services_listed.clone(),
+        );
+        let reads_others = self.dependencies.is_some();
         loop {
             let mut current = rx.borrow_and_update().clone();
-            // A namespace's snapshot is sent once its objects are all in the store: after it,
-            // the remote agent removes what the snapshot did not have.
+            // A namespace's snapshot is sent once its objects are all in the store, and what
+            // their forge reads besides them (a slice's nodes and Service): after it, the
+            // remote agent removes what the snapshot did not have, and a slice forged without
+            // its nodes would lose their endpoints there.
             loop {
                 let waiting = {
                     let listed = listed.borrow_and_update();
-                    current.namespaces.keys().any(|ns| !listed.contains(ns))
+                    current
+                        .namespaces
+                        .keys()
+                        .any(|ns| !listed.contains(ns) || !self.inputs_listed(ns))
                 };
                 if !waiting {
                     break;
                 }
                 tokio::select! {
                     changed = listed.changed() => if changed.is_err() { return },
+                    Ok(()) = nodes.changed(), if reads_others => {}
+                    Ok(()) = services.changed(), if reads_others => {}
                     changed = rx.changed() => {
                         if changed.is_err() {
                             return;
@@ -431,7 +444,7 @@ impl<K: Reflectable> Reflector<K> {
     /// Brings the provider in line with the current state of one object.
     async fn reconcile(&self, claim: &Claimed<Key>) {
         let key: &Key = claim;
-        if !self.inputs_listed() {
+        if !self.inputs_listed(&key.namespace) {
             // Neither sent nor deleted: the first snapshot, which waits for the inputs,
             // reconciles every object.
             return;

@@ -22,6 +22,32 @@ use refract_shared::options::Kind;
 /// An object: namespace and name.
 type ObjectKey = (String, String);
 
+/// Whose Services are all in the local agent's store of origin Services: a slice is not forged
+/// before its namespace's are, or its Service's policy would be read as absent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServicesListed {
+    /// Those of these namespaces (the Service reflector's, which watches the extended ones).
+    In(BTreeSet<String>),
+    /// Every namespace's (a watch of all Services, when Services are not reflected).
+    Everywhere,
+}
+
+impl Default for ServicesListed {
+    fn default() -> Self {
+        Self::In(BTreeSet::new())
+    }
+}
+
+impl ServicesListed {
+    /// Whether `namespace`'s Services are all in.
+    pub fn covers(&self, namespace: &str) -> bool {
+        match self {
+            Self::In(namespaces) => namespaces.contains(namespace),
+            Self::Everywhere => true,
+        }
+    }
+}
+
 /// The objects of one kind that read others, by what they read.
 pub struct Dependencies {
     /// By `(namespace, Service name)`.
@@ -194,6 +220,14 @@ mod tests {
             .iter()
             .map(|(ns, n)| (ns.to_string(), n.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn services_are_listed_in_namespaces_or_everywhere() {
+        assert!(!ServicesListed::default().covers("shop"));
+        let some = ServicesListed::In(BTreeSet::from(["shop".to_string()]));
+        assert!(some.covers("shop") && !some.covers("lab"));
+        assert!(ServicesListed::Everywhere.covers("lab"));
     }
 
     #[test]

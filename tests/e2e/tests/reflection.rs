@@ -935,7 +935,9 @@ async fn an_upsert_after_a_snapshot_survives_the_orphan_collection() {
 
 #[tokio::test]
 async fn endpoints_follow_the_nodes_they_name() {
-    let p = Peering::start_with_flags(false, &[], &[])
+    // Services not reflected: the slices' Services come from a watch of all Services, whose
+    // first listing they wait for (the other tests cover the Service reflector's).
+    let p = Peering::start_with(false, &["--service-reflection-workers=0"])
         .await
         .expect("peering");
     let twin = extended(&p, "mesh").await;
