@@ -354,7 +354,8 @@ impl<K: Reflectable> Reflector<K> {
                 && self.shared.services_listed.borrow().covers(namespace))
     }
 
-    /// The namespaces whose objects are in the store as they are listed.
+    /// The namespaces whose objects are all in the store: listed at least once and still
+    /// watched.
     pub fn listed(&self) -> watch::Receiver<BTreeSet<String>> {
         self.listed.clone()
     }
