@@ -505,11 +505,12 @@ fn spawn_reflectors(
         .reflect(nodes_writer)
         .for_each(move |event| {
             if let Ok(event) = event {
+                if matches!(event, watcher::Event::InitDone) {
+                    // Before the slices are queued: they are not forged until it is set.
+                    nodes_listed_tx.send_replace(true);
+                }
                 for node in sites.changed(&event) {
                     slices_of_nodes.enqueue_on_node(&node);
-                }
-                if matches!(event, watcher::Event::InitDone) {
-                    nodes_listed_tx.send_replace(true);
                 }
             }
             futures::future::ready(())

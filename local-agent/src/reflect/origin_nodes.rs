@@ -27,15 +27,8 @@ impl Nodes for OriginNodes<'_> {
     fn site(&self, name: &str) -> NodeSite {
         match self.store.get(&ObjectRef::new(name)) {
             None => NodeSite::Unknown,
-            Some(node) => {
-                let labels = node.metadata.labels.as_ref();
-                let cluster = labels.and_then(|l| l.get(REMOTE_CLUSTER_ID_LABEL));
-                if cluster.map(String::as_str) == Some(self.remote_cluster_id) {
-                    NodeSite::Provider
-                } else {
-                    NodeSite::Origin
-                }
-            }
+            Some(node) if cluster_of(&node) == Some(self.remote_cluster_id) => NodeSite::Provider,
+            Some(_) => NodeSite::Origin,
         }
     }
 }
@@ -63,7 +56,7 @@ impl NodeSites {
             }
             watcher::Event::InitApply(node) => {
                 let listing = self.listing.get_or_insert_with(HashMap::new);
-                listing.insert(name_of(node), cluster_of(node));
+                listing.insert(name_of(node), cluster_of(node).map(str::to_string));
                 Vec::new()
             }
             watcher::Event::InitDone => {
@@ -84,7 +77,7 @@ impl NodeSites {
             }
             watcher::Event::Apply(node) => {
                 let name = name_of(node);
-                let cluster = cluster_of(node);
+                let cluster = cluster_of(node).map(str::to_string);
                 match self.known.insert(name.clone(), cluster.clone()) {
                     Some(old) if old == cluster => Vec::new(),
                     _ => vec![name],
@@ -105,9 +98,10 @@ fn name_of(node: &Node) -> String {
     node.metadata.name.clone().unwrap_or_default()
 }
 
-fn cluster_of(node: &Node) -> Option<String> {
+/// The peering a virtual node belongs to: its provider's cluster ID.
+fn cluster_of(node: &Node) -> Option<&str> {
     let labels = node.metadata.labels.as_ref()?;
-    labels.get(REMOTE_CLUSTER_ID_LABEL).cloned()
+    labels.get(REMOTE_CLUSTER_ID_LABEL).map(String::as_str)
 }
 
 impl fmt::Debug for OriginNodes<'_> {
