@@ -197,19 +197,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         for (_, pid) in &clusters {
             refract_bench::cpus::pin(*pid, cpus)?;
         }
-        let agents = [
+        let mut processes = clusters.clone();
+        for (name, agent) in [
             ("local-agent", &peering.local),
             ("remote-agent", &peering.remote),
-        ]
-        .map(|(name, agent)| (name.to_string(), agent.as_ref().and_then(|a| a.pid())));
-        let allowed: Vec<String> = clusters
+        ] {
+            processes.extend(
+                agent
+                    .as_ref()
+                    .and_then(|a| a.pid())
+                    .map(|pid| (name.into(), pid)),
+            );
+        }
+        processes.push(("refract-bench".into(), std::process::id()));
+        let allowed: Vec<String> = processes
             .iter()
-            .map(|(name, pid)| (name.clone(), Some(*pid)))
-            .chain(agents)
-            .chain([("refract-bench".to_string(), Some(std::process::id()))])
-            .filter_map(|(name, pid)| {
-                Some(format!("{name} {}", refract_bench::cpus::allowed(pid?)))
-            })
+            .map(|(name, pid)| format!("{name} {}", refract_bench::cpus::allowed(*pid)))
             .collect();
         say(&format!(
             "CPUs each process may use: {}",

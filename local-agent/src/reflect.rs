@@ -176,10 +176,8 @@ pub fn spawn<K: Reflectable>(
                         r.followers.tell(&obj);
                     }
                     scoped::Seen::Deleted(obj) => {
-                        if let (Some(dependencies), Some(namespace)) =
-                            (&r.dependencies, &obj.meta().namespace)
-                        {
-                            dependencies.deleted(namespace, &obj.name_any());
+                        if let Some(dependencies) = &r.dependencies {
+                            dependencies.deleted(&obj);
                         }
                         r.enqueue_object(&obj);
                     }

@@ -79,8 +79,12 @@ impl Dependencies {
         self.nodes.set(namespace, name, nodes);
     }
 
-    /// Object `namespace/name` is gone.
-    pub fn deleted(&self, namespace: &str, name: &str) {
+    /// `obj` is gone.
+    pub fn deleted<K: Resource>(&self, obj: &K) {
+        let meta = obj.meta();
+        let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
+            return;
+        };
         self.services.set(namespace, name, BTreeSet::new());
         self.nodes.set(namespace, name, BTreeSet::new());
     }
@@ -276,8 +280,8 @@ mod tests {
         deps.applied(&slice("shop", "s", None, &[]));
         assert!(deps.following("shop", "api").is_empty() && deps.on_node("a").is_empty());
         deps.applied(&slice("shop", "s", Some("api"), &["a"]));
-        deps.deleted("shop", "s");
-        deps.deleted("shop", "never-seen");
+        deps.deleted(&slice("shop", "s", None, &[]));
+        deps.deleted(&slice("shop", "never-seen", None, &[]));
         for entries in [
             &deps.services.0.locked().values_of.len(),
             &deps.nodes.0.locked().values_of.len(),
