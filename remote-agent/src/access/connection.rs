@@ -43,16 +43,21 @@ impl Guarded {
         }
     }
 
-    /// Ready (with the error to return) once the connection is cut off; otherwise registers
-    /// the task to be woken when it is.
-    fn poll_cut(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        if self.registration.closer.is_cancelled() || self.cut.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(io::Error::new(
+    /// Polls `op` on the TLS stream, unless the connection is cut off: then every read and
+    /// write fails, and until it is, the task is woken when it is.
+    fn unless_cut<T>(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        op: impl FnOnce(Pin<&mut TlsStream<TcpStream>>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        let this = self.get_mut();
+        if this.registration.closer.is_cancelled() || this.cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the connection's client was cut off by the provider",
-            ));
+            )));
         }
-        Poll::Pending
+        op(Pin::new(&mut this.inner), cx)
     }
 }
 
@@ -73,11 +78,7 @@ impl AsyncRead for Guarded {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if let Poll::Ready(e) = this.poll_cut(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
+        self.unless_cut(cx, |inner, cx| inner.poll_read(cx, buf))
     }
 }
 
@@ -87,11 +88,7 @@ impl AsyncWrite for Guarded {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Poll::Ready(e) = this.poll_cut(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut this.inner).poll_write(cx, buf)
+        self.unless_cut(cx, |inner, cx| inner.poll_write(cx, buf))
     }
 
     // Forwarded, not left to the defaults: HTTP/2 asks the stream whether it takes several
@@ -102,11 +99,7 @@ impl AsyncWrite for Guarded {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Poll::Ready(e) = this.poll_cut(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+        self.unless_cut(cx, |inner, cx| inner.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
