@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use refract_bench::procfs::Usage;
 
 use crate::load::{self, SteadyKind};
 use crate::measure::ProviderWatch;
@@ -78,12 +79,18 @@ pub struct KindLatency {
     /// The same by process: (name, milliseconds per object), to say which process the cost
     /// is in.
     pub cpu_ms_per_object_by_process: Vec<(String, f64)>,
+    /// Wake-ups of the system's own processes per object over the same time (voluntary
+    /// context switches, see `procfs::wakeups`): how many times an object made a process
+    /// wait and be woken, which is where a message's cost goes that no function shows.
+    pub wakeups_per_object: f64,
+    /// The same by process: (name, wake-ups per object).
+    pub wakeups_per_object_by_process: Vec<(String, f64)>,
     /// Per round: (second of the window, samples above 100 ms sent in it).
     pub slow_by_second: Vec<Vec<(u64, usize)>>,
     #[serde(skip)]
     all: Vec<f64>,
     #[serde(skip)]
-    cpu_seconds_by_process: BTreeMap<String, f64>,
+    usage_by_process: BTreeMap<String, Usage>,
     #[serde(skip)]
     objects: usize,
 }
@@ -94,16 +101,22 @@ impl KindLatency {
         self.all.extend(window.latencies);
         self.pooled = Latency::of(self.all.clone());
         self.objects += window.objects;
-        for (process, seconds) in window.cpu_seconds_by_process {
-            *self.cpu_seconds_by_process.entry(process).or_default() += seconds;
+        for (process, used) in window.usage_by_process {
+            *self.usage_by_process.entry(process).or_default() += used;
         }
-        let cpu_seconds: f64 = self.cpu_seconds_by_process.values().sum();
-        self.cpu_ms_per_object = cpu_seconds * 1000.0 / self.objects.max(1) as f64;
-        self.cpu_ms_per_object_by_process = self
-            .cpu_seconds_by_process
-            .iter()
-            .map(|(p, s)| (p.clone(), s * 1000.0 / self.objects.max(1) as f64))
-            .collect();
+        let objects = self.objects.max(1) as f64;
+        let per_object = |of: fn(&Usage) -> f64| {
+            let by_process: Vec<(String, f64)> = self
+                .usage_by_process
+                .iter()
+                .map(|(p, used)| (p.clone(), of(used) / objects))
+                .collect();
+            (by_process.iter().map(|(_, v)| v).sum(), by_process)
+        };
+        (self.cpu_ms_per_object, self.cpu_ms_per_object_by_process) =
+            per_object(|u| u.cpu_seconds * 1000.0);
+        (self.wakeups_per_object, self.wakeups_per_object_by_process) =
+            per_object(|u| u.wakeups as f64);
         self.slow_by_second.push(window.slow_by_second);
     }
 }
@@ -112,7 +125,7 @@ struct WindowResult {
     latency: Latency,
     latencies: Vec<f64>,
     slow_by_second: Vec<(u64, usize)>,
-    cpu_seconds_by_process: Vec<(String, f64)>,
+    usage_by_process: Vec<(String, Usage)>,
     objects: usize,
 }
 
@@ -172,7 +185,7 @@ async fn window(
         w.warmup + w.steady,
         w.warmup
     ));
-    let cpu_before = side.cpu_seconds_by_process();
+    let before = side.usage_by_process();
     // One continuous load; its first seconds only drain what the previous phase left behind
     // in the API servers, so they are not counted.
     let measured_from = Instant::now() + w.warmup;
@@ -193,18 +206,20 @@ async fn window(
         })
         .await?;
     // Each process is matched by name: a system's processes are the same for the window.
-    let cpu_seconds_by_process: Vec<(String, f64)> = side
-        .cpu_seconds_by_process()
+    let usage_by_process: Vec<(String, Usage)> = side
+        .usage_by_process()
         .into_iter()
         .map(|(name, after)| {
-            let before = cpu_before
+            let before = before
                 .iter()
                 .find(|(n, _)| *n == name)
-                .map_or(0.0, |(_, s)| *s);
-            (name, after - before)
+                .map_or(Usage::default(), |(_, used)| *used);
+            (name, after.since(before))
         })
         .collect();
-    let cpu_seconds = cpu_seconds_by_process.iter().map(|(_, s)| s).sum::<f64>();
+    let per_object = |v: f64| v / sent.len().max(1) as f64;
+    let cpu_seconds: f64 = usage_by_process.iter().map(|(_, u)| u.cpu_seconds).sum();
+    let wakeups = usage_by_process.iter().map(|(_, u)| u.wakeups).sum::<u64>();
     let timed: Vec<(Instant, f64)> = sent
         .iter()
         .filter(|(_, at)| *at >= measured_from)
@@ -230,22 +245,27 @@ async fn window(
     let latencies: Vec<f64> = timed.into_iter().map(|(_, ms)| ms).collect();
     let l = Latency::of(latencies.clone());
     say(&format!(
-        "{name}, round {round}: {kind} latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.2} ms of CPU per object ({})",
+        "{name}, round {round}: {kind} latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.2} ms of CPU and {:.1} wake-ups per object ({})",
         l.p50_ms,
         l.p99_ms,
         l.max_ms,
-        cpu_seconds * 1000.0 / sent.len().max(1) as f64,
-        cpu_seconds_by_process
+        per_object(cpu_seconds * 1000.0),
+        per_object(wakeups as f64),
+        usage_by_process
             .iter()
-            .map(|(p, s)| format!("{p} {:.2}", s * 1000.0 / sent.len().max(1) as f64))
+            .map(|(p, u)| format!(
+                "{p} {:.2} ms, {:.1}",
+                per_object(u.cpu_seconds * 1000.0),
+                per_object(u.wakeups as f64)
+            ))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join("; ")
     ));
     Ok(WindowResult {
         latency: l,
         latencies,
         slow_by_second: slow.into_iter().collect(),
-        cpu_seconds_by_process,
+        usage_by_process,
         objects: sent.len(),
     })
 }
@@ -302,4 +322,49 @@ fn dump_samples(
         writeln!(out, "{system} {kind} {name} {unix_ms:.1} {latency:.1}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(objects: usize, used: &[(&str, f64, u64)]) -> WindowResult {
+        WindowResult {
+            latency: Latency::default(),
+            latencies: vec![10.0; objects],
+            slow_by_second: Vec::new(),
+            usage_by_process: used
+                .iter()
+                .map(|(p, cpu_seconds, wakeups)| {
+                    let usage = Usage {
+                        cpu_seconds: *cpu_seconds,
+                        wakeups: *wakeups,
+                    };
+                    (p.to_string(), usage)
+                })
+                .collect(),
+            objects,
+        }
+    }
+
+    #[test]
+    fn cpu_and_wake_ups_per_object_are_summed_over_windows_and_processes() {
+        let mut kind = KindLatency::default();
+        kind.add(window(100, &[("local", 0.02, 300), ("remote", 0.04, 500)]));
+        kind.add(window(300, &[("local", 0.06, 900), ("remote", 0.04, 700)]));
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // 400 objects: local 0.08 s and 1,200 wake-ups, remote 0.08 s and 1,200.
+        assert!(close(kind.cpu_ms_per_object, 0.4), "{kind:?}");
+        assert!(close(kind.wakeups_per_object, 6.0), "{kind:?}");
+        let by_process: Vec<(&str, f64, f64)> = kind
+            .cpu_ms_per_object_by_process
+            .iter()
+            .zip(&kind.wakeups_per_object_by_process)
+            .map(|((p, ms), (_, n))| (p.as_str(), *ms, *n))
+            .collect();
+        assert_eq!(by_process.len(), 2);
+        for (p, ms, n) in by_process {
+            assert!(close(ms, 0.2) && close(n, 3.0), "{p}: {ms} ms, {n}");
+        }
+    }
 }

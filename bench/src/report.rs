@@ -314,6 +314,25 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
             by_process(&d),
             String::new(),
         );
+        row(
+            format!("wake-ups of the system's processes per steady {what}"),
+            format!("{:.1}", r.wakeups_per_object),
+            format!("{:.1}", d.wakeups_per_object),
+            ratio(r.wakeups_per_object, d.wakeups_per_object),
+        );
+        let wakeups_by_process = |k: &KindLatency| {
+            joined(
+                k.wakeups_per_object_by_process
+                    .iter()
+                    .map(|(p, n)| format!("{p} {n:.1}")),
+            )
+        };
+        row(
+            format!("the same by process, per steady {what}"),
+            wakeups_by_process(&r),
+            wakeups_by_process(&d),
+            String::new(),
+        );
     }
     row(
         "steady rate for ConfigMap latency, both systems (objects/s)".into(),

@@ -11,6 +11,7 @@ use refract_e2e::{kubectl_stdin, Agent, Peering};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use refract_bench::procfs::Usage;
 use refract_e2e::metric as counter;
 
 use crate::measure::ProviderWatch;
@@ -36,13 +37,16 @@ pub trait Side {
     async fn resume(&mut self) -> anyhow::Result<()>;
     /// CPU seconds its processes have used so far.
     fn cpu_seconds(&self) -> f64 {
-        self.cpu_seconds_by_process().iter().map(|(_, s)| s).sum()
-    }
-    /// CPU seconds each of its processes has used so far: (name, seconds).
-    fn cpu_seconds_by_process(&self) -> Vec<(String, f64)> {
         self.processes()
             .into_iter()
-            .map(|(name, pid)| (name, refract_bench::procfs::cpu_seconds(pid)))
+            .map(|(_, pid)| refract_bench::procfs::cpu_seconds(pid))
+            .sum()
+    }
+    /// CPU and wake-ups each of its processes has used so far.
+    fn usage_by_process(&self) -> Vec<(String, Usage)> {
+        self.processes()
+            .into_iter()
+            .map(|(name, pid)| (name, Usage::of(pid)))
             .collect()
     }
 }
