@@ -10,9 +10,14 @@ pub fn rss_bytes(pid: u32) -> u64 {
 /// The value of `field` in `/proc/<pid>/status`, trimmed; none if the process has gone.
 pub fn status_field(pid: u32, field: &str) -> Option<String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    field_of(&status, field).map(str::to_string)
+}
+
+/// The value of `field` in the text of a `status` file, trimmed.
+fn field_of<'a>(status: &'a str, field: &str) -> Option<&'a str> {
     status.lines().find_map(|line| {
         let (name, value) = line.split_once(':')?;
-        (name == field).then(|| value.trim().to_string())
+        (name == field).then(|| value.trim())
     })
 }
 
@@ -44,12 +49,9 @@ pub fn wakeups(pid: u32) -> u64 {
         .flatten()
         .filter_map(|thread| {
             let status = std::fs::read_to_string(thread.path().join("status")).ok()?;
-            status.lines().find_map(|line| {
-                line.strip_prefix("voluntary_ctxt_switches:")?
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
+            field_of(&status, "voluntary_ctxt_switches")?
+                .parse::<u64>()
+                .ok()
         })
         .sum()
 }
