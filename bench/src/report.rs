@@ -295,44 +295,34 @@ pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
             by_round(&d),
             String::new(),
         );
-        row(
-            format!("CPU of the system's processes per steady {what} (ms)"),
-            format!("{:.2}", r.cpu_ms_per_object),
-            format!("{:.2}", d.cpu_ms_per_object),
-            ratio(r.cpu_ms_per_object, d.cpu_ms_per_object),
-        );
-        let by_process = |k: &KindLatency| {
-            joined(
-                k.cpu_ms_per_object_by_process
-                    .iter()
-                    .map(|(p, ms)| format!("{p} {ms:.2}")),
-            )
-        };
-        row(
-            format!("the same by process, per steady {what} (ms)"),
-            by_process(&r),
-            by_process(&d),
-            String::new(),
-        );
-        row(
-            format!("wake-ups of the system's processes per steady {what}"),
-            format!("{:.1}", r.wakeups_per_object),
-            format!("{:.1}", d.wakeups_per_object),
-            ratio(r.wakeups_per_object, d.wakeups_per_object),
-        );
-        let wakeups_by_process = |k: &KindLatency| {
-            joined(
-                k.wakeups_per_object_by_process
-                    .iter()
-                    .map(|(p, n)| format!("{p} {n:.1}")),
-            )
-        };
-        row(
-            format!("the same by process, per steady {what}"),
-            wakeups_by_process(&r),
-            wakeups_by_process(&d),
-            String::new(),
-        );
+        // The system's own processes per steady object: what they cost, and how often they
+        // were woken for it. Each: (what, unit, decimals, its total and its split by process).
+        type PerObject = for<'a> fn(&'a KindLatency) -> (f64, &'a [(String, f64)]);
+        let measures: [(&str, &str, usize, PerObject); 2] = [
+            ("CPU", " (ms)", 2, |k| {
+                (k.cpu_ms_per_object, &k.cpu_ms_per_object_by_process)
+            }),
+            ("wake-ups", "", 1, |k| {
+                (k.wakeups_per_object, &k.wakeups_per_object_by_process)
+            }),
+        ];
+        for (measure, unit, decimals, of) in measures {
+            let ((rv, r_split), (dv, d_split)) = (of(&r), of(&d));
+            row(
+                format!("{measure} of the system's processes per steady {what}{unit}"),
+                format!("{rv:.decimals$}"),
+                format!("{dv:.decimals$}"),
+                ratio(rv, dv),
+            );
+            let split =
+                |s: &[(String, f64)]| joined(s.iter().map(|(p, v)| format!("{p} {v:.decimals$}")));
+            row(
+                format!("the same by process, per steady {what}{unit}"),
+                split(r_split),
+                split(d_split),
+                String::new(),
+            );
+        }
     }
     row(
         "steady rate for ConfigMap latency, both systems (objects/s)".into(),
@@ -527,6 +517,53 @@ mod tests {
             vec![("a".into(), 15.0), ("b".into(), 25.0)],
         ];
         assert_eq!(r.cpu_ms_per_object_by_round(), vec![3.0, 4.0]);
+    }
+
+    #[test]
+    fn the_table_gives_cpu_and_wake_ups_per_steady_object_with_their_split() {
+        let system = |cpu: Vec<(&str, f64)>, wakeups: Vec<(&str, f64)>| {
+            let mut kind = KindLatency::default();
+            let owned = |v: &[(&str, f64)]| -> Vec<(String, f64)> {
+                v.iter().map(|(p, x)| (p.to_string(), *x)).collect()
+            };
+            kind.cpu_ms_per_object = cpu.iter().map(|(_, x)| x).sum();
+            kind.cpu_ms_per_object_by_process = owned(&cpu);
+            kind.wakeups_per_object = wakeups.iter().map(|(_, x)| x).sum();
+            kind.wakeups_per_object_by_process = owned(&wakeups);
+            let mut r = SystemResult::default();
+            r.latency.insert("ConfigMap", kind);
+            r
+        };
+        let refract = system(
+            vec![("local-agent", 0.29), ("remote-agent", 0.43)],
+            vec![("local-agent", 1.28), ("remote-agent", 2.47)],
+        );
+        let direct = system(vec![("direct-copier", 0.29)], vec![("direct-copier", 2.2)]);
+        let table = table(&refract, &direct);
+        let cells = |metric: &str| -> Vec<String> {
+            let row: Vec<String> = table
+                .lines()
+                .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+                .find(|cells: &Vec<String>| cells.get(1).is_some_and(|c| c == metric))
+                .unwrap_or_else(|| panic!("no row {metric:?} in\n{table}"));
+            row.into_iter().skip(2).filter(|c| !c.is_empty()).collect()
+        };
+        assert_eq!(
+            cells("CPU of the system's processes per steady ConfigMap (ms)"),
+            ["0.72", "0.29", "2.48"]
+        );
+        assert_eq!(
+            cells("the same by process, per steady ConfigMap (ms)"),
+            ["local-agent 0.29, remote-agent 0.43", "direct-copier 0.29"]
+        );
+        assert_eq!(
+            cells("wake-ups of the system's processes per steady ConfigMap"),
+            ["3.8", "2.2", "1.70"]
+        );
+        assert_eq!(
+            cells("the same by process, per steady ConfigMap"),
+            ["local-agent 1.3, remote-agent 2.5", "direct-copier 2.2"]
+        );
     }
 
     #[test]
