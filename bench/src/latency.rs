@@ -218,8 +218,10 @@ async fn window(
         })
         .collect();
     let per_object = |v: f64| v / sent.len().max(1) as f64;
-    let cpu_seconds: f64 = usage_by_process.iter().map(|(_, u)| u.cpu_seconds).sum();
-    let wakeups = usage_by_process.iter().map(|(_, u)| u.wakeups).sum::<u64>();
+    let mut total = Usage::default();
+    for (_, used) in &usage_by_process {
+        total += *used;
+    }
     let timed: Vec<(Instant, f64)> = sent
         .iter()
         .filter(|(_, at)| *at >= measured_from)
@@ -249,8 +251,8 @@ async fn window(
         l.p50_ms,
         l.p99_ms,
         l.max_ms,
-        per_object(cpu_seconds * 1000.0),
-        per_object(wakeups as f64),
+        per_object(total.cpu_seconds * 1000.0),
+        per_object(total.wakeups as f64),
         usage_by_process
             .iter()
             .map(|(p, u)| format!(
