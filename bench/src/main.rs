@@ -357,7 +357,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "etcd_data_parent": args.etcd_parent,
         "warm_up": !args.no_warm_up,
         "bulk_phases_first": if args.direct_first { "direct" } else { "refract" },
-        "refract_version": refract_shared::AGENT_VERSION,
+        "refract_version": refract_core::AGENT_VERSION,
         "cores": cores,
         "control_plane_cpus": args.control_plane_cpus,
         "others_cpus": args.others_cpus,

@@ -14,17 +14,43 @@ use refract_shared::tls::ClusterId;
 /// When the stream drops it reconnects with jittered exponential backoff; a dead link is
 /// detected with HTTP/2 keepalive.
 ///
-/// Also: `local-agent preview --help` (what would be sent for given objects, offline),
-/// `local-agent unpeer --help` (end this peering) and `local-agent crd` (print the
-/// NamespaceOffloading CRD).
-#[derive(Debug, Clone, clap::Parser)]
+/// Run with the agent's flags to connect; the commands below are tools beside it.
+#[derive(Debug, clap::Parser)]
 #[command(
     name = "local-agent",
     version,
     about,
     long_about,
-    args_override_self = true
+    args_override_self = true,
+    // `local-agent --remote ...` runs the agent; `local-agent preview ...` runs a tool, whose
+    // flags are its own, and the agent's required flags are not asked for.
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
+pub struct Cli {
+    /// A tool to run instead of the agent.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// The agent's flags, when no tool is named.
+    #[command(flatten)]
+    pub agent: Option<Args>,
+}
+
+/// The tools `local-agent` runs instead of the agent.
+#[derive(Debug, clap::Subcommand)]
+// A tool's help is its arguments' documentation, which a doc comment here would replace.
+#[allow(missing_docs)]
+pub enum Command {
+    Preview(Box<crate::preview::PreviewArgs>),
+    Unpeer(crate::unpeer::command::UnpeerArgs),
+    /// Prints the NamespaceOffloading CustomResourceDefinition as YAML, for `kubectl apply -f -`.
+    Crd,
+}
+
+/// The agent's flags (see [`Cli`]).
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "local-agent", version, args_override_self = true)]
 pub struct Args {
     /// The remote agent's address: `host:port`, `[ipv6]:port` or `https://host:port`. The
     /// host must be a DNS name or IP in the remote agent's serving certificate (or see
@@ -117,7 +143,7 @@ pub struct Args {
 
     /// Rewrite provider pod IPs for the origin: FROM_CIDR=TO_CIDR (repeatable).
     #[arg(long = "remote-pod-remap", value_name = "FROM=TO")]
-    pub remote_pod_remap: Vec<refract_shared::remap::Rule>,
+    pub remote_pod_remap: Vec<refract_core::remap::Rule>,
 
     /// Provider pod ranges used as they are, without remapping (repeatable; a flat network).
     /// With this or --remote-pod-remap, a provider pod IP outside every named range is left
@@ -199,7 +225,7 @@ impl Args {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    refract_shared::duration::parse(s)
+    refract_core::duration::parse(s)
 }
 
 fn parse_send_window(s: &str) -> Result<Duration, String> {

@@ -4,9 +4,16 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use refract_shared::options::{HelmValues, Kind, KindOptions, ReflectionOptions};
-use refract_shared::policy::Policy;
-use refract_shared::remap::Rule;
+use refract_core::options::{HelmValues, Kind, KindOptions, ReflectionOptions};
+use refract_core::policy::Policy;
+use refract_core::remap::Rule;
+
+/// Parses a reflection policy flag, listing the policies in `--help` and in the error.
+fn policy_parser() -> impl clap::builder::TypedValueParser<Value = Policy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Policy::ALL.map(Policy::as_str))
+        .try_map(|name| name.parse::<Policy>())
+}
 
 /// Flags that shape what is reflected and how. Flags win over `--reflection-config`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -39,25 +46,25 @@ pub struct ReflectionFlags {
     pub skip_annotations: Vec<String>,
 
     /// ConfigMap reflection policy.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = policy_parser())]
     pub configmap_reflection_type: Option<Policy>,
     /// ConfigMap reflection workers (0 disables; default 3).
     #[arg(long)]
     pub configmap_reflection_workers: Option<u32>,
     /// Secret reflection policy.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = policy_parser())]
     pub secret_reflection_type: Option<Policy>,
     /// Secret reflection workers (0 disables; default 3).
     #[arg(long)]
     pub secret_reflection_workers: Option<u32>,
     /// Service reflection policy (EndpointSlices inherit it).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = policy_parser())]
     pub service_reflection_type: Option<Policy>,
     /// Service reflection workers (0 disables; default 3).
     #[arg(long)]
     pub service_reflection_workers: Option<u32>,
     /// Ingress reflection policy.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = policy_parser())]
     pub ingress_reflection_type: Option<Policy>,
     /// Ingress reflection workers (0 disables; default 3).
     #[arg(long)]
@@ -71,7 +78,7 @@ pub struct ReflectionFlags {
 
     /// The origin storage class whose claims are provisioned on the provider when their first
     /// pod is scheduled onto the virtual node.
-    #[arg(long, default_value = refract_shared::options::DEFAULT_VIRTUAL_STORAGE_CLASS)]
+    #[arg(long, default_value = refract_core::options::DEFAULT_VIRTUAL_STORAGE_CLASS)]
     pub virtual_storage_class_name: String,
 
     /// The provider storage class reflected claims ask for (default: the provider's default
@@ -123,10 +130,9 @@ impl ReflectionFlags {
         if let Some(path) = &self.offloading_patch {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("failed to read --offloading-patch {}", path.display()))?;
-            let patch =
-                refract_shared::options::OffloadingPatch::from_yaml(&text).map_err(|e| {
-                    anyhow::anyhow!("invalid --offloading-patch {}: {e}", path.display())
-                })?;
+            let patch = refract_core::options::OffloadingPatch::from_yaml(&text).map_err(|e| {
+                anyhow::anyhow!("invalid --offloading-patch {}: {e}", path.display())
+            })?;
             o.skip_labels
                 .extend(patch.labels_not_reflected.iter().cloned());
             o.skip_annotations

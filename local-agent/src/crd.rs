@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
-use refract_shared::offloading::MappingStrategy;
+use refract_core::offloading::MappingStrategy;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

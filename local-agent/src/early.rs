@@ -15,9 +15,9 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use refract_shared::inbound::excerpt;
-use refract_shared::lock::Locked;
-use refract_shared::proto;
+use refract_core::inbound::excerpt;
+use refract_core::lock::Locked;
+use refract_wire::proto;
 
 /// How long a message may wait for what it is about: as long as a resuming session may hold
 /// a bucket before sending it in full (`resume::HOLD_LIMIT`).

@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use refract_shared::lock::Locked;
-use refract_shared::proto;
+use refract_core::lock::Locked;
+use refract_wire::proto;
 
 use crate::early::{self, Early};
-use crate::reflect::Key;
+use crate::key::Key;
 use aggregate::{Aggregator, Offer, Pending};
 
 /// The most distinct events waiting to be written.

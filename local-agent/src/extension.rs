@@ -16,25 +16,25 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
-use refract_shared::json;
-use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
-use refract_shared::offloading;
-use refract_shared::proto::{ObjectRef, Outcome, Upsert};
+use refract_core::json;
+use refract_core::keys::LOCAL_STATUS_FIELD_MANAGER;
+use refract_core::offloading;
+use refract_wire::proto::{ObjectRef, Outcome, Upsert};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::crd::{self, NamespaceOffloading, NamespaceOffloadingStatus, RemoteNamespaceCondition};
+use crate::key::Key;
 use crate::link::SessionTx;
 use crate::outbox::{Origin, Outbox, Producer};
-use crate::reflect::publish_event;
-use crate::reflect::Key;
+use crate::recorder::publish_event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 mod rewrites;
 
 /// How long the remote agent has to answer a namespace request before it is retried.
 const ACK_TIMEOUT: Duration = Duration::from_secs(15);
-pub use refract_shared::keys::ORIGINAL_NAME_ANNOTATION;
+pub use refract_core::keys::ORIGINAL_NAME_ANNOTATION;
 
 /// What reflectors act on: the current session and the namespaces extended on it.
 #[derive(Clone, Debug, Default)]

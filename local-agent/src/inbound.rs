@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use refract_shared::proto::{remote_message, Capacity, Outcome, RemoteMessage};
+use refract_wire::proto::{remote_message, Capacity, Outcome, RemoteMessage};
 use tokio::sync::watch;
 
 use crate::events::EventIntake;

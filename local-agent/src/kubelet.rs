@@ -28,16 +28,16 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use refract_shared::proto::kubelet_client::KubeletClient;
-use refract_shared::proto::PodRef;
 use refract_shared::tls::serving::{self, ServingCert};
+use refract_wire::proto::kubelet_client::KubeletClient;
+use refract_wire::proto::PodRef;
 use rustls::server::WebPkiClientVerifier;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::key::Key;
 use crate::link::SessionTx;
 use crate::pods::PodOffloader;
-use crate::reflect::Key;
 use auth::User;
 use route::{Route, Target};
 
@@ -343,7 +343,7 @@ const MAX_CONTAINERS_PER_POD: usize = 64;
 async fn node_stats(backend: &Backend) -> Result<Vec<stats::OriginPodStats>, HttpError> {
     let answer = backend
         .client()?
-        .pod_stats(refract_shared::proto::PodStatsRequest {})
+        .pod_stats(refract_wire::proto::PodStatsRequest {})
         .await?
         .into_inner();
     let mut seen = std::collections::HashSet::new();

@@ -1,7 +1,7 @@
 //! Refract's origin-side agent.
 //!
 //! Data flow: [`link`] keeps one mutual-TLS stream to the remote agent open ([`connector`]
-//! dials and checks the provider's identity, [`refract_shared::backoff`] spaces reconnects). [`extension`]
+//! dials and checks the provider's identity, [`refract_core::backoff`] spaces reconnects). [`extension`]
 //! turns `NamespaceOffloading`s ([`crd`]) into twin namespaces on the provider and publishes
 //! which namespaces are extended on the current session; one [`reflect`] reflector per kind
 //! forges and sends the desired state of their objects (options from [`config`]). Acks come
@@ -18,12 +18,14 @@ mod early;
 pub mod events;
 pub mod extension;
 pub mod inbound;
+pub mod key;
 pub mod kubelet;
 pub mod link;
 pub mod metrics;
 pub mod outbox;
 pub mod pods;
 pub mod preview;
+pub mod recorder;
 pub mod reflect;
 pub mod resume;
 pub mod scheduling_gate;
@@ -35,7 +37,7 @@ pub mod volumes;
 pub mod watch_backoff;
 pub mod webhook;
 
-pub use cli::Args;
+pub use cli::{Args, Cli, Command};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -46,8 +48,8 @@ use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::offloading;
-use refract_shared::options::{Kind, ReflectionOptions};
+use refract_core::offloading;
+use refract_core::options::{Kind, ReflectionOptions};
 use refract_shared::telemetry::Admin;
 use refract_shared::tls::{self, TlsFiles, Watched};
 use tokio::sync::{mpsc, watch};
@@ -123,8 +125,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .await?;
     }
 
-    let pod_addresses = refract_shared::inbound::address::PodAddresses {
-        remapping: refract_shared::remap::Remapping(args.remote_pod_remap.clone()),
+    let pod_addresses = refract_core::inbound::address::PodAddresses {
+        remapping: refract_core::remap::Remapping(args.remote_pod_remap.clone()),
         allowed: args.remote_pod_cidr.clone(),
     };
     if !pod_addresses.is_bounded() {
@@ -156,7 +158,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             keepalive_interval: args.keepalive_interval,
             keepalive_timeout: args.keepalive_timeout,
             send_window: args.send_window,
-            backoff: refract_shared::backoff::Backoff::new(args.min_backoff, args.max_backoff),
+            backoff: refract_core::backoff::Backoff::new(args.min_backoff, args.max_backoff),
         },
         inbound_tx,
         metrics.clone(),

@@ -9,11 +9,11 @@
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use refract_shared::proto::reflection_client::ReflectionClient;
-use refract_shared::proto::{
+use refract_shared::tls::ClusterId;
+use refract_wire::proto::reflection_client::ReflectionClient;
+use refract_wire::proto::{
     local_message, remote_message, Hello, Inventory, LocalMessage, RemoteMessage,
 };
-use refract_shared::tls::ClusterId;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,7 @@ use tonic::transport::Endpoint;
 use crate::connector::Connector;
 use crate::metrics::{Metrics, ResumeCounters};
 use crate::resume::{Resume, Step, Tally};
-use refract_shared::backoff::Backoff;
+use refract_core::backoff::Backoff;
 
 /// How long the remote agent has to answer Hello.
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
@@ -175,8 +175,8 @@ async fn run_session(
     wire.send(LocalMessage {
         kind: Some(local_message::Kind::Hello(Hello {
             cluster_id: config.cluster_id.to_string(),
-            agent_version: refract_shared::AGENT_VERSION.to_string(),
-            protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+            agent_version: refract_core::AGENT_VERSION.to_string(),
+            protocol_version: refract_wire::proto::PROTOCOL_VERSION,
             resume: true,
         })),
     })
@@ -373,8 +373,8 @@ mod tests {
 
     fn upsert(name: &str) -> LocalMessage {
         LocalMessage {
-            kind: Some(local_message::Kind::Upsert(refract_shared::proto::Upsert {
-                object: Some(refract_shared::proto::ObjectRef {
+            kind: Some(local_message::Kind::Upsert(refract_wire::proto::Upsert {
+                object: Some(refract_wire::proto::ObjectRef {
                     name: name.into(),
                     ..Default::default()
                 }),

@@ -1,32 +1,36 @@
-//! The `local-agent` binary: run the agent, or `preview` / `unpeer` / `crd`.
-use clap::Parser;
+//! The `local-agent` binary: run the agent, or one of its tools (`preview`, `unpeer`, `crd`).
+use clap::{CommandFactory, Parser};
+use refract_local_agent::{Cli, Command};
 use refract_shared::runtime::RuntimeArgs;
-use refract_shared::stdout::quiet_when_closed;
+use refract_shared::stdout::{quiet_when_closed, write};
 
 #[global_allocator]
 static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
 
 fn main() -> anyhow::Result<()> {
-    // The agent's flags stay top-level (`local-agent --remote ...`); the two tools are
-    // subcommands.
-    match std::env::args().nth(1).as_deref() {
-        Some("preview") => {
-            let args =
-                refract_local_agent::preview::PreviewArgs::parse_from(std::env::args().skip(1));
-            quiet_when_closed(RuntimeArgs::default().run(refract_local_agent::preview::run(args)))
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Preview(args)) => {
+            quiet_when_closed(RuntimeArgs::default().run(refract_local_agent::preview::run(*args)))
         }
-        Some("unpeer") => {
-            let args = refract_local_agent::unpeer::command::UnpeerArgs::parse_from(
-                std::env::args().skip(1),
-            );
+        Some(Command::Unpeer(args)) => {
             RuntimeArgs::default().run(refract_local_agent::unpeer::command::run(args))
         }
-        Some("crd") => {
+        Some(Command::Crd) => {
             let yaml = refract_local_agent::crd::crd_yaml()?;
-            quiet_when_closed(refract_shared::stdout::write(&yaml).map_err(Into::into))
+            quiet_when_closed(write(&yaml).map_err(Into::into))
         }
-        _ => {
-            let args = refract_local_agent::Args::parse();
+        None => {
+            // clap asks for the agent's required flags when no command is named, so this
+            // answer is only a fallback that keeps the binary free of a panic path.
+            let Some(args) = cli.agent else {
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::MissingRequiredArgument,
+                        "name a command or give the agent's flags",
+                    )
+                    .exit()
+            };
             refract_shared::telemetry::init_logging(&args.telemetry)?;
             refract_shared::telemetry::exit_on_panic();
             let runtime = args.runtime.clone();

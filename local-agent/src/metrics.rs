@@ -6,11 +6,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use refract_shared::proto::Outcome;
 use refract_shared::telemetry::Admin;
+use refract_wire::proto::Outcome;
 
 use crate::events::EventCounters;
-use crate::outbox::Times;
 
 /// Labels of the counter of refused provider input: `what` was refused (bounded set).
 pub type Refused = Vec<(&'static str, &'static str)>;
@@ -111,9 +110,9 @@ impl Default for AnswerLatency {
 }
 
 impl AnswerLatency {
-    /// Observes one answer of `outcome` about a `kind` object whose change was queued and
-    /// sent at `times`.
-    pub fn observe(&self, kind: &'static str, outcome: Outcome, times: Times) {
+    /// Observes one answer of `outcome` about a `kind` object whose change was `noticed`
+    /// (queued at the origin) and `sent` then.
+    pub fn observe(&self, kind: &'static str, outcome: Outcome, noticed: Instant, sent: Instant) {
         let now = Instant::now();
         let class = match outcome {
             Outcome::Applied => "applied",
@@ -128,11 +127,11 @@ impl AnswerLatency {
         if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
             self.applied
                 .get_or_create(&vec![("kind", kind)])
-                .observe(now.saturating_duration_since(times.noticed).as_secs_f64());
+                .observe(now.saturating_duration_since(noticed).as_secs_f64());
         }
         self.answered
             .get_or_create(&vec![("kind", kind), ("outcome", class)])
-            .observe(now.saturating_duration_since(times.sent).as_secs_f64());
+            .observe(now.saturating_duration_since(sent).as_secs_f64());
     }
 }
 

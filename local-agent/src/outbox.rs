@@ -17,9 +17,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use refract_shared::hash::bytes_hash;
-use refract_shared::lock::Locked;
-use refract_shared::proto::{
+use refract_core::hash::bytes_hash;
+use refract_core::lock::Locked;
+use refract_wire::proto::{
     local_message, Ack, Delete, LocalMessage, ObjectRef, Outcome, SnapshotComplete, Upsert,
 };
 use tokio::sync::oneshot;
@@ -29,8 +29,8 @@ pub use ledger::{
     AckState, Admit, Answer, Ledger, Origin, Producer, RemoteKey, Request, Sent, Times,
 };
 
+use crate::key::Key;
 use crate::link::SessionTx;
-use crate::reflect::Key;
 
 /// How often the unacknowledged gauges are refreshed.
 const GAUGE_PERIOD: Duration = Duration::from_secs(2);
@@ -250,7 +250,12 @@ impl Outbox {
         let answer = self.ledger().answer(&ack);
         if let (Some(answer), Some(latency)) = (&answer, self.inner.answer_latency.get()) {
             if let Some(times) = answer.times {
-                latency.observe(answer.origin.producer.remote_kind(), answer.outcome, times);
+                latency.observe(
+                    answer.origin.producer.remote_kind(),
+                    answer.outcome,
+                    times.noticed,
+                    times.sent,
+                );
             }
         }
         let answers_a_request = ack.outcome != Outcome::Resend as i32;

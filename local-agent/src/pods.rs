@@ -19,25 +19,26 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
-use refract_shared::backoff::PerKey;
-use refract_shared::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
-use refract_shared::forge::Context;
-use refract_shared::inbound::address::PodAddresses;
-use refract_shared::json;
-use refract_shared::keys::LOCAL_STATUS_FIELD_MANAGER;
-use refract_shared::lock::Locked;
-use refract_shared::options::ReflectionOptions;
-use refract_shared::pod_status::{origin_status, StatusContext, MAX_STATUS_BYTES};
-use refract_shared::proto::{ObjectRef, Outcome, PodStatus, Upsert};
+use refract_core::backoff::PerKey;
+use refract_core::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
+use refract_core::forge::Context;
+use refract_core::inbound::address::PodAddresses;
+use refract_core::json;
+use refract_core::keys::LOCAL_STATUS_FIELD_MANAGER;
+use refract_core::lock::Locked;
+use refract_core::options::ReflectionOptions;
+use refract_core::pod_status::{origin_status, StatusContext, MAX_STATUS_BYTES};
+use refract_wire::proto::{ObjectRef, Outcome, PodStatus, Upsert};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::early::{self, Early};
 use crate::extension::Extension;
+use crate::key::Key;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
+use crate::recorder::publish_event;
 use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Claimed, Latest, WorkQueue};
-use crate::reflect::{publish_event, Key};
 use crate::throttle::Throttle;
 
 /// Reason shown on pods bound to the virtual node outside an extended namespace.
@@ -316,7 +317,7 @@ impl PodOffloader {
             options: &self.options,
             remote_namespace: remote_ns,
             service: None,
-            nodes: &refract_shared::forge::NO_NODES,
+            nodes: &refract_core::forge::NO_NODES,
         };
         let shadow = match shadow_pod(&pod, &self.config.node_name, &ctx) {
             Ok(s) => s,
@@ -428,7 +429,7 @@ impl PodOffloader {
     /// session has not sent yet waits for it ([`early`]).
     pub fn offer_status(&self, message: PodStatus) {
         if let Some(message) = self.settle_status(message) {
-            tracing::debug!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), "a pod status before its pod was sent on this session; held");
+            tracing::debug!(origin_uid = %refract_core::inbound::excerpt(&message.origin_uid), "a pod status before its pod was sent on this session; held");
             let dropped =
                 self.early_statuses()
                     .hold(message.origin_uid.clone(), message, Instant::now());
@@ -450,7 +451,7 @@ impl PodOffloader {
     fn refuse(&self, message: &PodStatus, reason: &str) {
         self.config.refused.inc();
         if let Some(suppressed) = self.log.allow("pod status") {
-            tracing::warn!(origin_uid = %refract_shared::inbound::excerpt(&message.origin_uid), %reason, suppressed, "ignoring a pod status from the provider");
+            tracing::warn!(origin_uid = %refract_core::inbound::excerpt(&message.origin_uid), %reason, suppressed, "ignoring a pod status from the provider");
         }
     }
 
@@ -495,8 +496,8 @@ impl PodOffloader {
                 "the pod was offloaded as {}/{}, the status names {}/{}",
                 sent.remote.namespace,
                 sent.remote.name,
-                refract_shared::inbound::excerpt(&message.namespace),
-                refract_shared::inbound::excerpt(&message.name)
+                refract_core::inbound::excerpt(&message.namespace),
+                refract_core::inbound::excerpt(&message.name)
             )));
         }
         Ok(())

@@ -10,15 +10,15 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use k8s_openapi::api::core::v1::Service;
-use refract_shared::forge::{self, Decision};
-use refract_shared::hash::{bytes_hash, object_hash};
-use refract_shared::json;
-use refract_shared::keys::{
+use refract_core::forge::{self, Decision};
+use refract_core::hash::{bytes_hash, object_hash};
+use refract_core::json;
+use refract_core::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
     SERVICE_NAME_LABEL,
 };
-use refract_shared::offloading::{self, MappingStrategy};
-use refract_shared::options::Kind;
+use refract_core::offloading::{self, MappingStrategy};
+use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
 use serde_json::{json, Value};
 
@@ -26,7 +26,6 @@ use crate::config::ReflectionFlags;
 
 /// Prints exactly what the local agent would send for the given objects, without a cluster.
 #[derive(Debug, clap::Parser)]
-#[command(name = "local-agent preview", version, about, long_about)]
 pub struct PreviewArgs {
     /// Files with objects (YAML or JSON, several documents or a List); `-` reads stdin.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
@@ -79,7 +78,7 @@ pub struct PreviewArgs {
 
     /// Status mode: provider pod IPs → origin-visible IPs, FROM_CIDR=TO_CIDR (repeatable).
     #[arg(long = "remote-pod-remap", value_name = "FROM=TO")]
-    pub remote_pod_remap: Vec<refract_shared::remap::Rule>,
+    pub remote_pod_remap: Vec<refract_core::remap::Rule>,
 
     /// Status mode: further provider pod ranges, used as they are (repeatable).
     #[arg(long = "remote-pod-cidr", value_name = "CIDR")]
@@ -200,7 +199,7 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
 fn preview_pod(
     object: &Value,
     args: &PreviewArgs,
-    options: &refract_shared::options::ReflectionOptions,
+    options: &refract_core::options::ReflectionOptions,
     remote_ns: &str,
     source: String,
 ) -> anyhow::Result<Value> {
@@ -221,13 +220,13 @@ fn preview_pod(
             serde_json::from_value(remote["status"].clone()).with_context(|| {
                 format!("{}: status is not a pod status", remote_file.display())
             })?;
-        let addresses = refract_shared::inbound::address::PodAddresses {
-            remapping: refract_shared::remap::Remapping(args.remote_pod_remap.clone()),
+        let addresses = refract_core::inbound::address::PodAddresses {
+            remapping: refract_core::remap::Remapping(args.remote_pod_remap.clone()),
             allowed: args.remote_pod_cidr.clone(),
         };
-        let out = refract_shared::pod_status::origin_status(
+        let out = refract_core::pod_status::origin_status(
             &remote_status,
-            &refract_shared::pod_status::StatusContext {
+            &refract_core::pod_status::StatusContext {
                 addresses: &addresses,
                 host_ip: &args.node_ip,
                 recreations: args.recreations,
@@ -357,7 +356,7 @@ fn read_objects(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
 async fn live_objects(
     kubeconfig: &std::path::Path,
     namespace: &str,
-    options: &refract_shared::options::ReflectionOptions,
+    options: &refract_core::options::ReflectionOptions,
 ) -> anyhow::Result<Vec<Value>> {
     use k8s_openapi::api::{core::v1, discovery, networking};
     use kube::api::{Api, ListParams};

@@ -18,26 +18,28 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use refract_shared::backoff::PerKey;
-use refract_shared::forge::{self, Context, Decision};
-use refract_shared::json;
-use refract_shared::keys::SERVICE_NAME_LABEL;
-use refract_shared::options::{Kind, ReflectionOptions};
-use refract_shared::proto::{ObjectRef, Outcome, Upsert};
+use refract_core::backoff::PerKey;
+use refract_core::forge::{self, Context, Decision};
+use refract_core::json;
+use refract_core::keys::SERVICE_NAME_LABEL;
+use refract_core::options::{Kind, ReflectionOptions};
+use refract_wire::proto::{ObjectRef, Outcome, Upsert};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::extension::Extension;
+use crate::key::Key;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
+use crate::recorder::publish_event;
 use dependencies::{Dependencies, ServicesListed};
 use followers::Followers;
 use origin_nodes::OriginNodes;
@@ -48,15 +50,6 @@ use queue::{Claimed, WorkQueue};
 /// than 12 attempts a minute per object under steady failure.
 const RETRY_MIN: Duration = Duration::from_secs(5);
 const RETRY_MAX: Duration = Duration::from_secs(300);
-
-/// A local object: namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    /// Local namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
 
 /// What every reflector shares.
 #[derive(Clone)]
@@ -487,7 +480,7 @@ impl<K: Reflectable> Reflector<K> {
             Some((obj, Decision::Reflect(desired))) => {
                 // What was sent is told apart by the hash of the bytes sent.
                 let json = json::to_vec(&desired.object);
-                if let Err(too_large) = refract_shared::limits::check_object_size(json.len()) {
+                if let Err(too_large) = refract_core::limits::check_object_size(json.len()) {
                     // Never sent: the remote agent would refuse it anyway. The copy on the
                     // provider, if any, stays as it was; the object is sent once it shrinks.
                     tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, %too_large, "object not reflected");
@@ -609,25 +602,5 @@ impl<K: Reflectable> Recipient for Reflector<K> {
                 });
             }
         }
-    }
-}
-
-/// Records an event on an origin object; failures are logged, never fatal.
-pub(crate) async fn publish_event(
-    recorder: &Recorder,
-    reference: ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reflect".into(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, &reference).await {
-        tracing::warn!(%error, "failed to record event");
     }
 }

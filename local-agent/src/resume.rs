@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use refract_shared::hash::{bucket_digest, bytes_hash};
-use refract_shared::proto::{
+use refract_core::hash::{bucket_digest, bytes_hash};
+use refract_wire::proto::{
     local_message, Ack, BucketDigest, Delete, Inventory, InventoryRequest, LocalMessage, ObjectRef,
     Outcome, SnapshotComplete, Upsert,
 };

@@ -17,11 +17,11 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use refract_shared::keys::{SCHEDULING_LABEL, VIRTUAL_NODE_TAINT_KEY};
+use refract_core::keys::{SCHEDULING_LABEL, VIRTUAL_NODE_TAINT_KEY};
 use tokio_util::sync::CancellationToken;
 
 use crate::crd::{NamespaceOffloading, PodOffloadingStrategy};
-use crate::reflect::publish_event;
+use crate::recorder::publish_event;
 
 /// How often the NamespaceOffloading cache is compared with the labels (in memory) without a
 /// change notified: retries after a failed patch.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use refract_shared::lock::Locked;
+use refract_core::lock::Locked;
 
 /// Allows one line per key per period and counts the ones it held back.
 pub struct Throttle {

@@ -3,7 +3,7 @@
 //! For every offloaded pod that mounts projected ServiceAccount tokens, the agent asks the
 //! origin's TokenRequest API for tokens bound to that pod (audience and lifetime as the pod's
 //! volume asks) and sends them as the pod's token Secret, which the provider mounts in place of
-//! the projected tokens (see `refract_shared::forge::token`). A token is renewed once
+//! the projected tokens (see `refract_core::forge::token`). A token is renewed once
 //! `--token-refresh-percentage` of its lifetime has passed; the Secret is deleted when the pod
 //! goes (and the provider also removes it with the pod's ShadowPod). Tokens are kept in memory
 //! only; the origin API server invalidates them when the pod is deleted.
@@ -18,22 +18,23 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
 use kube::{Resource, ResourceExt};
-use refract_shared::forge::token::{
+use refract_core::forge::token::{
     origin_tokens, service_account_of, token_secret, token_secret_name, token_sources, TokenSource,
 };
-use refract_shared::forge::Context;
-use refract_shared::json;
-use refract_shared::lock::Locked;
-use refract_shared::options::ReflectionOptions;
-use refract_shared::proto::{ObjectRef, Outcome, Upsert};
+use refract_core::forge::Context;
+use refract_core::json;
+use refract_core::lock::Locked;
+use refract_core::options::ReflectionOptions;
+use refract_wire::proto::{ObjectRef, Outcome, Upsert};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::extension::Extension;
+use crate::key::Key;
 use crate::link::SessionTx;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
+use crate::recorder::publish_event;
 use crate::reflect::queue::{Claimed, WorkQueue};
-use crate::reflect::{publish_event, Key};
 
 /// Longest wait before a refused or failed token Secret is tried again.
 const MAX_RETRY: Duration = Duration::from_secs(60);
@@ -386,7 +387,7 @@ impl TokenReflector {
             options: &self.options,
             remote_namespace: remote_ns,
             service: None,
-            nodes: &refract_shared::forge::NO_NODES,
+            nodes: &refract_core::forge::NO_NODES,
         }
     }
 }

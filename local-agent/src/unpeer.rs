@@ -24,14 +24,14 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::UNPEER_ANNOTATION;
-use refract_shared::proto::reflection_client::ReflectionClient;
-use refract_shared::proto::UnpeerRequest;
+use refract_core::keys::UNPEER_ANNOTATION;
+use refract_wire::proto::reflection_client::ReflectionClient;
+use refract_wire::proto::UnpeerRequest;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::Connector;
 
-pub use refract_shared::keys::UNPEER_PROGRESS_ANNOTATION;
+pub use refract_core::keys::UNPEER_PROGRESS_ANNOTATION;
 
 /// How often a drain looks at what is left, and a failed Unpeer call is retried.
 const RETRY: Duration = Duration::from_secs(2);

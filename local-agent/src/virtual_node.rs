@@ -25,13 +25,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams};
 use prometheus_client::metrics::counter::Counter;
-use refract_shared::inbound::{capacity, labels as node_labels};
-use refract_shared::json;
-use refract_shared::keys::{
-    LOCAL_FIELD_MANAGER, LOCAL_STATUS_FIELD_MANAGER, VIRTUAL_NODE_TAINT_KEY,
-};
-use refract_shared::offloading;
-use refract_shared::proto::Capacity;
+use refract_core::inbound::{capacity, labels as node_labels};
+use refract_core::json;
+use refract_core::keys::{LOCAL_FIELD_MANAGER, LOCAL_STATUS_FIELD_MANAGER, VIRTUAL_NODE_TAINT_KEY};
+use refract_core::offloading;
+use refract_wire::proto::Capacity;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -199,7 +197,7 @@ pub async fn run(
                     last_transition_time: Some(last_transition.clone()),
                 }]),
                 node_info: Some(NodeSystemInfo {
-                    kubelet_version: format!("v1.20.2-refract-{}", refract_shared::AGENT_VERSION),
+                    kubelet_version: format!("v1.20.2-refract-{}", refract_core::AGENT_VERSION),
                     operating_system: "linux".into(),
                     architecture: "amd64".into(),
                     os_image: format!("Refract virtual node for {}", config.remote_cluster_id),

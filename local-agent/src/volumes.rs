@@ -17,11 +17,11 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::forge::{self, Context, Decision};
-use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
-use refract_shared::lock::Locked;
-use refract_shared::options::ReflectionOptions;
-use refract_shared::proto::PersistentVolume as VolumeMessage;
+use refract_core::forge::{self, Context, Decision};
+use refract_core::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_core::lock::Locked;
+use refract_core::options::ReflectionOptions;
+use refract_wire::proto::PersistentVolume as VolumeMessage;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -223,8 +223,8 @@ impl VolumeIntake {
 fn claim_of(message: &VolumeMessage) -> String {
     format!(
         "{}/{}",
-        refract_shared::inbound::excerpt(&message.claim_namespace),
-        refract_shared::inbound::excerpt(&message.claim_name)
+        refract_core::inbound::excerpt(&message.claim_namespace),
+        refract_core::inbound::excerpt(&message.claim_name)
     )
 }
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use refract_shared::backoff::Backoff;
+use refract_core::backoff::Backoff;
 
 /// The first retry waits up to this long.
 const MIN: Duration = Duration::from_millis(500);

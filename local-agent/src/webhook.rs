@@ -2,7 +2,7 @@
 //!
 //! A pod created in a namespace with a NamespaceOffloading gets the virtual-node toleration and
 //! the node affinity its `podOffloadingStrategy` and `clusterSelector` require
-//! ([`refract_shared::placement`]), so the stock scheduler places it. Anything else is allowed
+//! ([`refract_core::placement`]), so the stock scheduler places it. Anything else is allowed
 //! unchanged; the webhook never refuses a pod.
 //!
 //! The NamespaceOffloading is looked up in a watch cache first. A `kubectl apply` that creates
@@ -24,7 +24,7 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use refract_shared::placement::{self, Strategy};
+use refract_core::placement::{self, Strategy};
 use refract_shared::tls::serving::ServingCert;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use refract_shared::spdy::frame::{self, Frame, FRAME_HEADER_BYTES};
-use refract_shared::spdy::headers::{HeaderDecoder, HeaderEncoder};
-use refract_shared::spdy::Role;
 use refract_testkit::fuzz::{config, mutated};
+use refract_wire::spdy::frame::{self, Frame, FRAME_HEADER_BYTES};
+use refract_wire::spdy::headers::{HeaderDecoder, HeaderEncoder};
+use refract_wire::spdy::Role;
 use tokio::io::AsyncWriteExt;
 
 /// A client's opening of an exec session and a port-forward: streams with headers, data, a
@@ -81,7 +81,7 @@ fn session_ends(bytes: Vec<u8>) -> usize {
         .unwrap();
     runtime.block_on(async move {
         let (peer, ours) = tokio::io::duplex(64 * 1024);
-        let (session, mut accepted) = refract_shared::spdy::start(ours, Role::Server);
+        let (session, mut accepted) = refract_wire::spdy::start(ours, Role::Server);
         // Take every stream the peer opens, and read what the session answers.
         let streams = tokio::spawn(async move {
             let mut count = 0;

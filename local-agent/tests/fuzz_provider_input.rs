@@ -11,13 +11,13 @@
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
 use proptest::prelude::*;
 use prost::Message;
+use refract_core::inbound::address::PodAddresses;
+use refract_core::inbound::{capacity, labels};
+use refract_core::pod_status::{origin_status, StatusContext};
+use refract_core::quantity::parse_milli;
 use refract_local_agent::events::origin as event_origin;
-use refract_shared::inbound::address::PodAddresses;
-use refract_shared::inbound::{capacity, labels};
-use refract_shared::pod_status::{origin_status, StatusContext};
-use refract_shared::proto::{self, remote_message, RemoteMessage};
-use refract_shared::quantity::parse_milli;
 use refract_testkit::fuzz::{config, json_value, mutated, tricky_text};
+use refract_wire::proto::{self, remote_message, RemoteMessage};
 
 fn valid_messages() -> Vec<Vec<u8>> {
     let status = serde_json::json!({"phase": "Running", "podIP": "10.200.0.5",
@@ -61,7 +61,7 @@ fn valid_event() -> Vec<u8> {
 
 fn addresses() -> PodAddresses {
     PodAddresses {
-        remapping: refract_shared::remap::Remapping(vec!["10.200.0.0/16=10.71.0.0/16"
+        remapping: refract_core::remap::Remapping(vec!["10.200.0.0/16=10.71.0.0/16"
             .parse()
             .unwrap()]),
         allowed: vec!["172.20.0.0/16".parse().unwrap()],

@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use proptest::prelude::*;
+use refract_core::hash::{bucket_digest, bytes_hash};
 use refract_local_agent::resume::{Resume, Step, HOLD_LIMIT};
-use refract_shared::hash::{bucket_digest, bytes_hash};
-use refract_shared::proto::{
+use refract_testkit::fuzz::config;
+use refract_wire::proto::{
     local_message, BucketDigest, Delete, Inventory, InventoryEntry, LocalMessage, ObjectRef,
     SnapshotComplete, Upsert,
 };
-use refract_testkit::fuzz::config;
 
 const NAMESPACES: [&str; 2] = ["a", "b"];
 const NAMES: [&str; 3] = ["x", "y", "z"];

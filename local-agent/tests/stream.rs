@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use refract_certs::{output, Issued, LeafRequest, Role, Validity};
 use refract_local_agent::connector::{ConnectError, Connector};
-use refract_shared::proto::inspect_client::InspectClient;
-use refract_shared::proto::reflection_client::ReflectionClient;
-use refract_shared::proto::{local_message, Hello, ListTenantsRequest, LocalMessage, Tenant};
 use refract_shared::tls::{self, ClusterId, TlsFiles, Watched};
+use refract_wire::proto::inspect_client::InspectClient;
+use refract_wire::proto::reflection_client::ReflectionClient;
+use refract_wire::proto::{local_message, Hello, ListTenantsRequest, LocalMessage, Tenant};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -517,7 +517,7 @@ async fn hello_naming_another_cluster_is_denied() {
         kind: Some(local_message::Kind::Hello(Hello {
             cluster_id: "victim".into(),
             agent_version: "test".into(),
-            protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+            protocol_version: refract_wire::proto::PROTOCOL_VERSION,
             resume: false,
         })),
     };

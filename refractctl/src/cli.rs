@@ -133,7 +133,7 @@ pub struct PeerArgs {
     pub kubelet_port: u16,
 
     /// How long to wait for the agents, the connection and the virtual node.
-    #[arg(long, default_value = "5m", value_parser = refract_shared::duration::parse)]
+    #[arg(long, default_value = "5m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
 }
 
@@ -176,7 +176,7 @@ pub struct UnpeerArgs {
     pub origin_id: Option<ClusterId>,
 
     /// How long a graceful unpeer may take.
-    #[arg(long, default_value = "10m", value_parser = refract_shared::duration::parse)]
+    #[arg(long, default_value = "10m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
 }
 
@@ -210,6 +210,6 @@ pub struct TapArgs {
     pub count: Option<u64>,
 
     /// Stop after this long (e.g. 30s; default: until interrupted).
-    #[arg(long = "for", value_name = "DURATION", value_parser = refract_shared::duration::parse)]
+    #[arg(long = "for", value_name = "DURATION", value_parser = refract_core::duration::parse)]
     pub duration: Option<Duration>,
 }

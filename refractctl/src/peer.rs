@@ -6,7 +6,7 @@ mod ready;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use refract_shared::keys::PEERING_LABEL;
+use refract_core::keys::PEERING_LABEL;
 use refract_shared::tls::ClusterId;
 use serde_json::Value;
 

@@ -8,9 +8,9 @@ use anyhow::{bail, Context};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
-use refract_shared::keys::PEERING_LABEL;
-use refract_shared::proto::inspect_client::InspectClient;
+use refract_core::keys::PEERING_LABEL;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::inspect_client::InspectClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::manifests::NAMESPACE;

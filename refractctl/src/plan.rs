@@ -8,14 +8,14 @@
               every path reached into is there, as this module's tests check for both networks"
 )]
 
-use refract_shared::keys::PEERING_LABEL;
+use refract_core::keys::PEERING_LABEL;
 use refract_shared::tls::ClusterId;
 use serde_json::{json, Value};
 
 use crate::manifests::{self, Agent, NAMESPACE};
 
 /// The provider-side label naming the tenant a record belongs to (as on its namespaces).
-pub const TENANT_LABEL: &str = refract_shared::keys::TENANT_NAMESPACE_LABEL;
+pub const TENANT_LABEL: &str = refract_core::keys::TENANT_NAMESPACE_LABEL;
 /// The provider's peering CA: signs the remote agent's serving certificate and every tenant's
 /// client certificate. Its key never leaves the provider (kept here in cert-manager's CA issuer
 /// layout, `tls.crt` and `tls.key`).

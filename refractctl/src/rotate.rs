@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use refract_certs::Validity;
-use refract_shared::keys::PEERING_LABEL;
+use refract_core::keys::PEERING_LABEL;
 
 use crate::apply;
 use crate::cli::RotateArgs;

@@ -7,9 +7,9 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use refract_core::keys::PEERING_LABEL;
 use refract_local_agent::crd::NamespaceOffloading;
-use refract_shared::keys::PEERING_LABEL;
-use refract_shared::proto::{ListObjectsRequest, ListTenantsRequest, Outcome};
+use refract_wire::proto::{ListObjectsRequest, ListTenantsRequest, Outcome};
 
 use crate::cli::StatusArgs;
 use crate::manifests::NAMESPACE;

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use futures::StreamExt;
-use refract_shared::proto::{
+use refract_wire::proto::{
     local_message, remote_message, tap_event, LocalMessage, Outcome, RemoteMessage, TapEvent,
     TapRequest,
 };
@@ -87,7 +87,7 @@ pub fn line(event: &TapEvent) -> String {
 
 fn local(m: &LocalMessage) -> String {
     use local_message::Kind;
-    let obj = |o: &Option<refract_shared::proto::ObjectRef>| {
+    let obj = |o: &Option<refract_wire::proto::ObjectRef>| {
         o.as_ref().map(|o| o.display()).unwrap_or_default()
     };
     match &m.kind {

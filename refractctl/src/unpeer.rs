@@ -7,9 +7,9 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use refract_core::keys::PEERING_LABEL;
 use refract_local_agent::unpeer::command::UnpeerArgs as AgentUnpeer;
 use refract_remote_agent::RemoveTenantArgs;
-use refract_shared::keys::PEERING_LABEL;
 use refract_shared::tls::ClusterId;
 use serde_json::json;
 
@@ -181,7 +181,7 @@ async fn labelled_on_origin(
 ) -> anyhow::Result<Vec<String>> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-    use refract_shared::keys::REMOTE_CLUSTER_ID_LABEL;
+    use refract_core::keys::REMOTE_CLUSTER_ID_LABEL;
     let by_peering = ListParams::default().labels(&format!("{PEERING_LABEL}={provider}"));
     let mut left = Vec::new();
     let deployments: Api<Deployment> = Api::namespaced(origin.clone(), NAMESPACE);

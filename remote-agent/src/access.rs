@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use refract_shared::lock::Locked;
+use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
 use tokio_util::sync::CancellationToken;
 

@@ -18,22 +18,22 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, GetParams, ListParams, ObjectMeta, Preconditions,
 };
 use kube::ResourceExt;
-use refract_shared::hash::{bytes_hash, desired_hash};
-use refract_shared::keys::{
+use refract_core::hash::{bytes_hash, desired_hash};
+use refract_core::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
     SERVICE_ACCOUNT_LABEL, TENANT_NAMESPACE_LABEL,
 };
-use refract_shared::lock::Locked;
-use refract_shared::options::Kind;
-use refract_shared::proto::{Delete, ObjectRef, Upsert};
+use refract_core::lock::Locked;
+use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{Delete, ObjectRef, Upsert};
 
-use crate::desired::DesiredStore;
-pub use crate::desired::ObjectKey;
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
 use crate::policy::{self, Policies};
 pub use deletion::DeletionSafety;
+pub use desired::ObjectKey;
+use desired::{DesiredStore, Keep};
 pub use error::{answer, Applied, ApplyError};
 use judge::decode_desired;
 use merge::{has_node_ports, keep_node_ports, merge_patch, writes_without_apply, OwnedKeys};
@@ -42,6 +42,7 @@ use tokens::token_kind;
 use write::{Mode, Refused};
 
 mod deletion;
+pub mod desired;
 mod error;
 pub mod judge;
 pub(crate) mod merge;
@@ -51,7 +52,28 @@ mod tests;
 mod tokens;
 mod write;
 
-pub use refract_shared::keys::ORIGINAL_NAME_ANNOTATION;
+pub use refract_core::keys::ORIGINAL_NAME_ANNOTATION;
+
+/// What the desired-state store keeps of an object, by how it is written and restored: twin
+/// namespaces, ShadowPods and pods' token Secrets whole (the provider restores them alone,
+/// keeping pods running while the link is down), an object written with merge patches the keys
+/// it sets (see [`merge`]), any other only its hash (restored from the origin).
+pub(crate) fn keep(kind: Allowed, object: &serde_json::Value) -> Keep {
+    let token = is_token_secret(kind, object);
+    if matches!(kind, Allowed::Namespace | Allowed::ShadowPod) || token {
+        Keep::Whole
+    } else if writes_without_apply(kind, token) {
+        Keep::HashAndKeys
+    } else {
+        Keep::Hash
+    }
+}
+
+/// Whether the watch of tenant objects of `kind` keeps the agent's managedFields entries,
+/// which a merge patch of that kind reads to know the keys the agent set (see [`merge`]).
+pub fn needs_managed_fields(kind: Allowed) -> bool {
+    writes_without_apply(kind, false)
+}
 
 /// Writes tenants' objects into the provider cluster with the remote agent's own identity.
 #[derive(Clone)]
@@ -386,7 +408,8 @@ impl Applier {
         resource_version: Option<String>,
     ) -> ApplyResult {
         if result == Ok(Applied::Unchanged) {
-            self.desired.remember(key, &desired, resource_version);
+            let keep = keep(key.kind, &desired);
+            self.desired.remember(key, &desired, keep, resource_version);
         }
         result
     }
@@ -423,7 +446,8 @@ impl Applier {
         } else {
             None
         };
-        self.desired.begin_write(key.clone(), &desired);
+        self.desired
+            .begin_write(key.clone(), &desired, keep(key.kind, &desired));
         let mut patch = merge_patch(desired, &owned);
         if let Some(live) = live {
             keep_node_ports(&mut patch, &live.data);
@@ -440,7 +464,8 @@ impl Applier {
         desired: serde_json::Value,
         mode: Mode,
     ) -> Result<Applied, Refused> {
-        self.desired.begin_write(key.clone(), &desired);
+        self.desired
+            .begin_write(key.clone(), &desired, keep(key.kind, &desired));
         self.send(api, key, desired, mode).await
     }
 

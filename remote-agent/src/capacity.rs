@@ -14,10 +14,10 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::ORIGIN_LABEL;
-use refract_shared::proto::{remote_message, Capacity, RemoteMessage};
-use refract_shared::quantity::{format_milli, parse_milli};
+use refract_core::keys::ORIGIN_LABEL;
+use refract_core::quantity::{format_milli, parse_milli};
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{remote_message, Capacity, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::Registry;

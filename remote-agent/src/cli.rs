@@ -18,10 +18,41 @@ use crate::policy::Level;
 /// tenant's own namespaces only, with its own Kubernetes identity. Also serves
 /// `grpc.health.v1.Health`, gRPC server reflection and the read-only `refract.v1.Inspect`.
 ///
-/// Also: `remote-agent crd` prints the ShadowPod CRD; `remote-agent remove-tenant --help`
-/// removes everything held for one origin.
+/// Run with the agent's flags to serve; the commands below are tools beside it.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "remote-agent",
+    version,
+    about,
+    long_about,
+    // `remote-agent --tls-cert ...` runs the agent; `remote-agent crd` runs a tool, whose
+    // flags are its own, and the agent's required flags are not asked for.
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    /// A tool to run instead of the agent.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// The agent's flags, when no tool is named.
+    #[command(flatten)]
+    pub agent: Option<Args>,
+}
+
+/// The tools `remote-agent` runs instead of the agent.
+#[derive(Debug, clap::Subcommand)]
+// A tool's help is its arguments' documentation, which a doc comment here would replace.
+#[allow(missing_docs)]
+pub enum Command {
+    /// Prints the ShadowPod CustomResourceDefinition as YAML, for `kubectl apply -f -`.
+    Crd,
+    RemoveTenant(RemoveTenantArgs),
+}
+
+/// The agent's flags (see [`Cli`]).
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "remote-agent", version, about, long_about)]
+#[command(name = "remote-agent", version)]
 pub struct Args {
     /// Address to serve gRPC on.
     #[arg(long, default_value = "0.0.0.0:6443")]
@@ -86,7 +117,7 @@ pub struct Args {
 
     /// The largest object a tenant may send, in bytes of JSON; larger ones are refused with
     /// the outcome INVALID, and the stream goes on.
-    #[arg(long, default_value_t = refract_shared::limits::MAX_OBJECT_BYTES)]
+    #[arg(long, default_value_t = refract_core::limits::MAX_OBJECT_BYTES)]
     pub max_object_bytes: usize,
 
     /// Label suggested for tenants' virtual nodes, KEY=VALUE (repeatable), e.g.
@@ -191,7 +222,6 @@ impl Args {
 /// first (or stop trusting its CA in --client-ca): an origin that still holds a valid
 /// certificate offloads again when it reconnects.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "remote-agent remove-tenant", version)]
 pub struct RemoveTenantArgs {
     /// The tenant: the origin's cluster id, as in its client certificate.
     #[arg(long)]
@@ -215,5 +245,5 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 
 /// Parses durations such as `500ms`, `20s`, `5m`, `1h`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    refract_shared::duration::parse(s)
+    refract_core::duration::parse(s)
 }

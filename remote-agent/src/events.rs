@@ -11,9 +11,9 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef as StoreRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::TENANT_NAMESPACE_LABEL;
-use refract_shared::proto::{self, remote_message, ObjectRef, RemoteMessage};
+use refract_core::keys::TENANT_NAMESPACE_LABEL;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{self, remote_message, ObjectRef, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::Registry;

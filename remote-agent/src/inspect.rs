@@ -1,24 +1,23 @@
 //! `refract.v1.Inspect`: a read-only view for operators.
 //!
 //! A caller sees only its own tenant, unless its identity is one of `--inspect-admin`. Tap
-//! shows messages as they crossed the link, with Secret data redacted ([`redact`]).
+//! shows messages as they crossed the link, with Secret data redacted (the registry redacts
+//! what it copies to the tap).
 
 use std::pin::Pin;
 
 use futures::Stream;
-use refract_shared::proto::inspect_server::Inspect;
-use refract_shared::proto::{
+use refract_shared::tls::ClusterId;
+use refract_wire::proto::inspect_server::Inspect;
+use refract_wire::proto::{
     ListObjectsRequest, ListObjectsResponse, ListTenantsRequest, ListTenantsResponse, TapEvent,
     TapRequest,
 };
-use refract_shared::tls::ClusterId;
 use tokio::sync::broadcast::error::RecvError;
 use tonic::{Request, Response, Status};
 
 use crate::peer::Peer;
 use crate::registry::Registry;
-
-pub mod redact;
 
 /// The Inspect service.
 #[derive(Clone)]

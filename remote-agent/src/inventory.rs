@@ -16,13 +16,13 @@
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
-use refract_shared::hash::bucket_digest;
-use refract_shared::keys::{
+use refract_core::hash::bucket_digest;
+use refract_core::keys::{
     DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL, SERVICE_ACCOUNT_LABEL,
 };
-use refract_shared::options::Kind;
-use refract_shared::proto::{self, BucketDigest, InventoryEntry};
+use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{self, BucketDigest, InventoryEntry};
 
 use crate::kinds::Allowed;
 use crate::objects::Meta;

@@ -1,8 +1,8 @@
 //! The kinds a tenant may write, and how to reach them in the provider's API.
 
 use kube::api::ApiResource;
-use refract_shared::forge::pod::SHADOWPOD_API_VERSION;
-use refract_shared::options::Kind;
+use refract_core::forge::pod::SHADOWPOD_API_VERSION;
+use refract_core::options::Kind;
 
 /// A kind the remote agent accepts from tenants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

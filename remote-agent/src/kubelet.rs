@@ -19,13 +19,13 @@ use futures::Stream;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
-use refract_shared::keys::ORIGIN_LABEL;
-use refract_shared::proto::kubelet_server::Kubelet;
-use refract_shared::proto::{
+use refract_core::keys::ORIGIN_LABEL;
+use refract_shared::tls::ClusterId;
+use refract_wire::proto::kubelet_server::Kubelet;
+use refract_wire::proto::{
     LogChunk, LogsRequest, PodRef, PodStatsRequest, PodStatsResponse, PortForwardInput,
     PortForwardOutput, SessionInput, SessionOutput,
 };
-use refract_shared::tls::ClusterId;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::peer::Peer;
@@ -162,7 +162,7 @@ impl Kubelet for KubeletService {
         &self,
         request: Request<Streaming<PortForwardInput>>,
     ) -> Result<Response<Self::PortForwardStream>, Status> {
-        use refract_shared::proto::port_forward_input::Kind;
+        use refract_wire::proto::port_forward_input::Kind;
         let peer = Peer::tenant_from_request(&request)?;
         let mut inbound = request.into_inner();
         let Some(Kind::Start(start)) = first(&mut inbound).await?.kind else {
@@ -198,7 +198,7 @@ impl KubeletService {
         request: Request<Streaming<SessionInput>>,
         call: remote_command::Call,
     ) -> Result<Response<Output<SessionOutput>>, Status> {
-        use refract_shared::proto::session_input::Kind;
+        use refract_wire::proto::session_input::Kind;
         let peer = Peer::tenant_from_request(&request)?;
         let mut inbound = request.into_inner();
         let Some(Kind::Start(start)) = first(&mut inbound).await?.kind else {

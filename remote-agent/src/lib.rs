@@ -15,7 +15,6 @@ pub mod apply;
 pub mod capacity;
 mod cli;
 pub mod delivered;
-pub mod desired;
 pub mod events;
 pub mod inspect;
 pub mod inventory;
@@ -35,17 +34,17 @@ pub mod tenants;
 pub mod tls_listener;
 pub mod volumes;
 
-pub use cli::{parse_duration, Args, RemoveTenantArgs};
+pub use cli::{parse_duration, Args, Cli, Command, RemoveTenantArgs};
 
 use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context;
-use refract_shared::proto::inspect_server::InspectServer;
-use refract_shared::proto::kubelet_server::KubeletServer;
-use refract_shared::proto::reflection_server::ReflectionServer;
 use refract_shared::telemetry::Admin;
 use refract_shared::tls::{self, TlsFiles, Watched};
+use refract_wire::proto::inspect_server::InspectServer;
+use refract_wire::proto::kubelet_server::KubeletServer;
+use refract_wire::proto::reflection_server::ReflectionServer;
 use tokio_util::sync::CancellationToken;
 
 /// Streams a client may reset before the server accepted them (HTTP/2 rapid-reset guard).
@@ -112,7 +111,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let limits = args.limits()?;
     let client = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let registry = registry::Registry::default();
-    let (objects, changes) = objects::spawn(client.clone(), &args.cluster_id, token.clone());
+    let (objects, changes) = objects::spawn(
+        client.clone(),
+        &args.cluster_id,
+        apply::needs_managed_fields,
+        token.clone(),
+    );
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
     restore::spawn_restorer(applier.clone(), registry.clone(), changes);
     if let Some(expiry) = args.tenant_expiry {
@@ -170,12 +174,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .set_serving::<KubeletServer<kubelet::KubeletService>>()
         .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(refract_shared::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(refract_wire::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     // grpcurl 1.8 and many tools still ask the v1alpha reflection service.
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(refract_shared::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(refract_wire::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
@@ -213,7 +217,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .add_service(reflection_v1alpha)
         .add_service(
             ReflectionServer::new(reflection)
-                .max_decoding_message_size(refract_shared::limits::MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(refract_core::limits::MAX_MESSAGE_BYTES),
         )
         .add_service(InspectServer::new(inspect))
         .add_service(KubeletServer::new(kubelet))

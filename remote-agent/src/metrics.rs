@@ -5,10 +5,10 @@ use std::sync::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use refract_shared::lock::Locked;
-use refract_shared::proto::Outcome;
+use refract_core::lock::Locked;
 use refract_shared::telemetry::Admin;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::Outcome;
 
 use crate::tls_listener::HandshakeCounter;
 

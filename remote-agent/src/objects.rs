@@ -19,13 +19,12 @@ use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
-use refract_shared::lock::RwLocked;
+use refract_core::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_core::lock::RwLocked;
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::merge::writes_without_apply;
 use crate::kinds::Allowed;
 use kept::Kept;
 
@@ -170,9 +169,12 @@ fn insert(objects: &mut Names, obj: &Meta, kept: Kept) {
 }
 
 /// Starts one watch per allowed kind; returns the stores and the stream of changes.
+/// `keeps_managed_fields` says of which kinds the store keeps the agent's managedFields
+/// entries; the writer decides (`apply::needs_managed_fields`), the store only keeps them.
 pub fn spawn(
     client: kube::Client,
     provider: &ClusterId,
+    keeps_managed_fields: fn(Allowed) -> bool,
     shutdown: CancellationToken,
 ) -> (TenantObjects, mpsc::Receiver<Change>) {
     let (changes_tx, changes_rx) = mpsc::channel(1024);
@@ -183,7 +185,7 @@ pub fn spawn(
         stores.insert(kind, store.clone());
         let mut writer = StoreWriter {
             store,
-            own_fields: writes_without_apply(kind, false),
+            own_fields: keeps_managed_fields(kind),
             relisting: None,
         };
         // An Api of partial objects asks for metadata only.
@@ -226,7 +228,7 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use kube::api::ObjectMeta;
-    use refract_shared::options::Kind;
+    use refract_core::options::Kind;
 
     use super::*;
 
@@ -309,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_live_namespace_is_its_tenants_until_it_is_being_deleted() {
-        use refract_shared::keys::TENANT_NAMESPACE_LABEL as TENANT;
+        use refract_core::keys::TENANT_NAMESPACE_LABEL as TENANT;
         let (objects, mut writer) = store_of(Allowed::Namespace);
         let namespace = |name: &str, tenant: &str, deleting: bool| Meta {
             types: None,

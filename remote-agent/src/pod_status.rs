@@ -11,10 +11,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
-use refract_shared::hash::desired_hash;
-use refract_shared::keys::{ORIGIN_LABEL, ORIGIN_UID_LABEL};
-use refract_shared::proto::{remote_message, PodStatus, RemoteMessage};
+use refract_core::hash::desired_hash;
+use refract_core::keys::{ORIGIN_LABEL, ORIGIN_UID_LABEL};
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{remote_message, PodStatus, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::delivered::Delivered;

@@ -283,7 +283,7 @@ pub fn check(
     policy: &TenantPolicy,
     provider: &ProviderNetworks,
 ) -> Result<(), Violation> {
-    use refract_shared::options::Kind;
+    use refract_core::options::Kind;
     match kind {
         Allowed::Namespace => namespace::check(object),
         Allowed::ShadowPod => pod::check(object, policy),

@@ -1,20 +1,23 @@
 //! What the remote agent knows about its tenants: connection state, the objects each has sent
 //! and their last outcome, and a tap of each tenant's live messages. Read by Inspect.
 
+pub(crate) mod in_flight;
+mod redact;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use refract_shared::lock::Locked;
-use refract_shared::proto::{
+use refract_core::lock::Locked;
+use refract_shared::tls::ClusterId;
+use refract_wire::proto::{
     self, local_message, remote_message, tap_event, LocalMessage, ObjectRef, ObjectStatus, Outcome,
     RemoteMessage, TapEvent,
 };
-use refract_shared::tls::ClusterId;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::sync::in_flight::InFlight;
+use in_flight::InFlight;
 
 /// How many messages a slow tap reader may fall behind before it loses some.
 const TAP_BUFFER: usize = 1024;
@@ -347,9 +350,7 @@ impl Registry {
             return;
         }
         let message = match message {
-            TapMessage::FromLocal(m) => {
-                tap_event::Message::FromLocal(crate::inspect::redact::local_message(m))
-            }
+            TapMessage::FromLocal(m) => tap_event::Message::FromLocal(redact::local_message(m)),
             TapMessage::FromRemote(m) => tap_event::Message::FromRemote(m.clone()),
         };
         let _ = t.tap.send(TapEvent {

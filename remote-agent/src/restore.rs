@@ -12,14 +12,14 @@
 
 use kube::runtime::watcher;
 use kube::ResourceExt;
-use refract_shared::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_LABEL, TENANT_REMOVAL_ANNOTATION};
-use refract_shared::options::Kind;
-use refract_shared::proto::{remote_message, Ack, ObjectRef, Outcome, RemoteMessage};
+use refract_core::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_LABEL, TENANT_REMOVAL_ANNOTATION};
+use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{remote_message, Ack, ObjectRef, Outcome, RemoteMessage};
 use tokio::sync::mpsc;
 
+use crate::apply::desired::Restore;
 use crate::apply::{Applier, ObjectKey};
-use crate::desired::Restore;
 use crate::kinds::Allowed;
 use crate::objects::{Change, Meta};
 use crate::registry::Registry;

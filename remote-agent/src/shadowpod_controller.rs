@@ -16,13 +16,13 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
-use refract_shared::backoff::PerKey;
-use refract_shared::forge::pod::SHADOWPOD_API_VERSION;
-use refract_shared::keys::{
+use refract_core::backoff::PerKey;
+use refract_core::forge::pod::SHADOWPOD_API_VERSION;
+use refract_core::keys::{
     DESTINATION_LABEL, MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
     SHADOWPOD_FIELD_MANAGER,
 };
-use refract_shared::lock::Locked;
+use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -347,8 +347,8 @@ pub fn pod_for(shadow: &ShadowPod) -> Pod {
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_SHADOWPOD.into());
     let mut annotations = shadow.annotations().clone();
     // The ShadowPod's write bookkeeping, which changes with every write of it.
-    annotations.remove(refract_shared::keys::DESIRED_HASH_ANNOTATION);
-    annotations.remove(refract_shared::keys::ORIGIN_HASH_ANNOTATION);
+    annotations.remove(refract_core::keys::DESIRED_HASH_ANNOTATION);
+    annotations.remove(refract_core::keys::ORIGIN_HASH_ANNOTATION);
     Pod {
         metadata: kube::api::ObjectMeta {
             name: shadow.metadata.name.clone(),

@@ -4,20 +4,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kube::ResourceExt;
-use refract_shared::lock::Locked;
-use refract_shared::proto::reflection_server::Reflection;
-use refract_shared::proto::{
+use refract_core::lock::Locked;
+use refract_shared::tls::ClusterId;
+use refract_wire::proto::reflection_server::Reflection;
+use refract_wire::proto::{
     local_message, remote_message, Ack, Delete, InventoryRequest, LocalMessage, ObjectRef, Outcome,
     RemoteMessage, SnapshotComplete, UnpeerRequest, UnpeerResponse, Upsert, Welcome,
 };
-use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 mod coalesce;
 mod dispatch;
-pub(crate) mod in_flight;
 
 use crate::apply::{answer, Applier, ObjectKey};
 use crate::inventory::{Bucket, Inventory};
@@ -25,8 +24,8 @@ use crate::kinds::Allowed;
 use crate::metrics::{label, Metrics, StreamRefusal, TenantCounters};
 use crate::objects::Meta;
 use crate::peer::Peer;
+use crate::registry::in_flight::InFlight;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
-use in_flight::InFlight;
 
 /// Names a stream may upsert before its snapshots stop counting: past it, the stream's orphan
 /// collections are skipped (its view is too large to keep), never run on a partial view.
@@ -109,13 +108,13 @@ impl Reflection for ReflectionService {
                 )),
             ));
         }
-        if hello.protocol_version != refract_shared::proto::PROTOCOL_VERSION {
+        if hello.protocol_version != refract_wire::proto::PROTOCOL_VERSION {
             return Err(self.refuse(
                 StreamRefusal::ProtocolVersion,
                 Status::failed_precondition(format!(
                     "protocol version {} is not supported (this remote agent speaks {})",
                     hello.protocol_version,
-                    refract_shared::proto::PROTOCOL_VERSION
+                    refract_wire::proto::PROTOCOL_VERSION
                 )),
             ));
         }
@@ -130,8 +129,8 @@ impl Reflection for ReflectionService {
         let welcome = RemoteMessage {
             kind: Some(remote_message::Kind::Welcome(Welcome {
                 cluster_id: self.cluster_id.to_string(),
-                agent_version: refract_shared::AGENT_VERSION.to_string(),
-                protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+                agent_version: refract_core::AGENT_VERSION.to_string(),
+                protocol_version: refract_wire::proto::PROTOCOL_VERSION,
                 session_id: session_id.clone(),
                 resume: advertised.is_some(),
                 buckets: advertised

@@ -17,7 +17,7 @@ pub mod expiry;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
-use refract_shared::keys::{
+use refract_core::keys::{
     ORIGINAL_NAME_ANNOTATION, TENANT_NAMESPACE_LABEL, TENANT_REMOVAL_ANNOTATION,
 };
 use refract_shared::tls::ClusterId;

@@ -13,10 +13,10 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::hash::desired_hash;
-use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
-use refract_shared::proto::{remote_message, PersistentVolume as VolumeMessage, RemoteMessage};
+use refract_core::hash::desired_hash;
+use refract_core::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{remote_message, PersistentVolume as VolumeMessage, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::delivered::Delivered;

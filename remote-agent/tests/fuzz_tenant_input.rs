@@ -10,13 +10,13 @@
 )]
 use proptest::prelude::*;
 use prost::Message;
+use refract_core::options::Kind;
 use refract_remote_agent::apply::judge::{decode_desired, Judge};
 use refract_remote_agent::kinds::Allowed;
 use refract_remote_agent::policy::{ProviderNetworks, TenantPolicy};
-use refract_shared::options::Kind;
-use refract_shared::proto::{local_message, LocalMessage, ObjectRef, Upsert};
 use refract_shared::tls::ClusterId;
 use refract_testkit::fuzz::{config, json_value, mutated};
+use refract_wire::proto::{local_message, LocalMessage, ObjectRef, Upsert};
 use serde_json::{json, Value};
 
 /// One valid object of each kind a tenant may send, as the local agent forges them.

@@ -14,7 +14,7 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::lock::Locked;
+use refract_core::lock::Locked;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -65,7 +65,7 @@ pub const PANIC_EXIT_CODE: i32 = 101;
 /// on answering `/healthz` with, say, its link or one reflector gone, never restarted. Ended,
 /// it is restarted by its supervisor and resynchronizes; on the provider nothing is deleted by
 /// an agent going away. The hook runs before the panicking thread unwinds, so no lock is ever
-/// seen poisoned ([`crate::lock`]).
+/// seen poisoned ([`refract_core::lock`]).
 pub fn exit_on_panic() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -186,7 +186,7 @@ pub fn register_agent_info<T: Send + Sync + 'static>(
     use prometheus_client::metrics::family::Family;
     use prometheus_client::metrics::gauge::Gauge;
     let info: Family<Vec<(&'static str, &'static str)>, Gauge> = Family::default();
-    info.get_or_create(&vec![("version", crate::AGENT_VERSION)])
+    info.get_or_create(&vec![("version", refract_core::AGENT_VERSION)])
         .set(1);
     let expiry: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
     admin.register(prefix, |r| {

@@ -24,9 +24,9 @@ use kube::core::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
+use refract_core::forge::{self, Context, Decision};
+use refract_core::options::{Kind, ReflectionOptions};
 use refract_local_agent::reflect::queue::WorkQueue;
-use refract_shared::forge::{self, Context, Decision};
-use refract_shared::options::{Kind, ReflectionOptions};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 

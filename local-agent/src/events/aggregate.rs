@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use refract_shared::lock::Locked;
+use refract_core::lock::Locked;
 
 use k8s_openapi::api::core::v1::Event;
 use tokio::sync::Notify;
@@ -207,7 +207,7 @@ impl State {
 
 /// A stable origin event name for an aggregate: the object's name and a digest of the rest.
 fn origin_name(key: &AggregateKey) -> String {
-    let digest = refract_shared::hash::bytes_hash(
+    let digest = refract_core::hash::bytes_hash(
         format!(
             "{}\0{}\0{}\0{}\0{}\0{}",
             key.kind, key.namespace, key.name, key.type_, key.reason, key.message

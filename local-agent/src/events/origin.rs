@@ -3,11 +3,11 @@
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use refract_shared::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
+use refract_core::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
 
 use super::aggregate::Pending;
 use super::EventWriter;
-use crate::reflect::Key;
+use crate::key::Key;
 
 /// The largest provider event, in bytes of JSON, decoded.
 const MAX_EVENT_BYTES: usize = 64 * 1024;
@@ -64,7 +64,7 @@ pub fn decode(json: &[u8]) -> Result<Event, String> {
         other => {
             return Err(format!(
                 "event type {:?} is neither Normal nor Warning",
-                other.map(refract_shared::inbound::excerpt)
+                other.map(refract_core::inbound::excerpt)
             ))
         }
     }
@@ -91,7 +91,7 @@ pub fn origin_event(pending: &Pending, local_id: &str, remote_id: &str) -> Event
     let last = remote.last_timestamp.clone().or_else(|| at.clone());
     let component = source
         .component
-        .map(|c| refract_shared::inbound::excerpt(&c))
+        .map(|c| refract_core::inbound::excerpt(&c))
         .unwrap_or_default();
     Event {
         metadata: kube::api::ObjectMeta {
@@ -117,7 +117,7 @@ pub fn origin_event(pending: &Pending, local_id: &str, remote_id: &str) -> Event
                 .involved_object
                 .field_path
                 .as_deref()
-                .map(refract_shared::inbound::excerpt),
+                .map(refract_core::inbound::excerpt),
             resource_version: None,
         },
         reason: remote.reason.clone(),

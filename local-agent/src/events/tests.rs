@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use refract_shared::proto::{self, ObjectRef};
+use refract_wire::proto::{self, ObjectRef};
 use tokio_util::sync::CancellationToken;
 
 use super::aggregate::Pending;

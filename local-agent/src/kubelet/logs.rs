@@ -4,7 +4,7 @@ use futures::StreamExt;
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use refract_shared::proto::LogsRequest;
+use refract_wire::proto::LogsRequest;
 
 use super::route::Target;
 use super::route::{query_flag, query_value};

@@ -11,12 +11,12 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use refract_shared::kubelet_protocol as kp;
-use refract_shared::proto::kubelet_client::KubeletClient;
-use refract_shared::proto::{
+use refract_wire::kubelet_protocol as kp;
+use refract_wire::proto::kubelet_client::KubeletClient;
+use refract_wire::proto::{
     port_forward_input, port_forward_output, PodRef, PortForwardInput, PortForwardStart,
 };
-use refract_shared::spdy::{headers, Session, Stream};
+use refract_wire::spdy::{headers, Session, Stream};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 

@@ -12,11 +12,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use refract_shared::kubelet_protocol::{self as kp, status_from_exit, take_resizes};
-use refract_shared::proto::{
-    session_input, session_output, ExitStatus, SessionInput, SessionStart,
-};
-use refract_shared::spdy::{headers, Session, Stream, StreamWriter};
+use refract_wire::kubelet_protocol::{self as kp, status_from_exit, take_resizes};
+use refract_wire::proto::{session_input, session_output, ExitStatus, SessionInput, SessionStart};
+use refract_wire::spdy::{headers, Session, Stream, StreamWriter};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -120,7 +118,7 @@ async fn bridge(
     wanted: Wanted,
     start: SessionStart,
     call: Call,
-    mut client: refract_shared::proto::kubelet_client::KubeletClient<tonic::transport::Channel>,
+    mut client: refract_wire::proto::kubelet_client::KubeletClient<tonic::transport::Channel>,
 ) {
     let mut streams = Streams::default();
     let gathered = tokio::time::timeout(STREAMS_TIMEOUT, async {

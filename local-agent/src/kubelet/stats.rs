@@ -2,7 +2,7 @@
 //! figures for the pods this agent offloaded. Provider pods that do not map back to one of
 //! those are dropped; the node's figures are the sums of its pods'.
 
-use refract_shared::proto::{ContainerStats, CpuUsage, MemoryUsage, PodStats};
+use refract_wire::proto::{ContainerStats, CpuUsage, MemoryUsage, PodStats};
 use serde_json::{json, Value};
 
 /// An offloaded pod's figures, named as at the origin.
@@ -209,7 +209,7 @@ fn escape(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use refract_shared::proto::PodRef;
+    use refract_wire::proto::PodRef;
 
     fn pod(name: &str, cores: u64, bytes: u64) -> OriginPodStats {
         OriginPodStats {

@@ -5,8 +5,8 @@ use http::header::{CONNECTION, UPGRADE};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use refract_shared::kubelet_protocol::{PROTOCOL_HEADER, SPDY_UPGRADE};
-use refract_shared::spdy::{self, Role, Session, Stream};
+use refract_wire::kubelet_protocol::{PROTOCOL_HEADER, SPDY_UPGRADE};
+use refract_wire::spdy::{self, Role, Session, Stream};
 use tokio::sync::mpsc;
 
 use super::{full, Body, HttpError};

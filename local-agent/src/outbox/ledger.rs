@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 #[cfg(doc)]
-use refract_shared::hash::bytes_hash;
-use refract_shared::options::Kind;
-use refract_shared::proto::{Ack, ObjectRef, Outcome, Upsert};
+use refract_core::hash::bytes_hash;
+use refract_core::options::Kind;
+use refract_wire::proto::{Ack, ObjectRef, Outcome, Upsert};
 
-use crate::reflect::Key;
+use crate::key::Key;
 
 /// Who produces an origin object's desired state on the provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use refract_shared::options::Kind;
-use refract_shared::proto::{Ack, ObjectRef, Outcome, Upsert};
+use refract_core::options::Kind;
+use refract_wire::proto::{Ack, ObjectRef, Outcome, Upsert};
 
 use super::ledger::{AckState, Admit, Ledger, Origin, Producer, RemoteKey, Request, Times};
-use crate::reflect::Key;
+use crate::key::Key;
 
 fn mk_key(ns: &str, name: &str) -> Key {
     Key {
@@ -69,7 +69,7 @@ fn offload_web(l: &mut Ledger, now: Instant) -> Origin {
 
 /// Records `upsert` as the outbox does, hashing it first.
 fn record(l: &mut Ledger, generation: u64, origin: Origin, upsert: &Upsert, now: Instant) -> Admit {
-    let hash = refract_shared::hash::bytes_hash(&upsert.object_json);
+    let hash = refract_core::hash::bytes_hash(&upsert.object_json);
     let times = Times {
         noticed: now,
         sent: now,
@@ -344,7 +344,7 @@ fn an_answer_carries_when_its_change_was_queued_and_sent() {
     let noticed = Instant::now();
     let sent = noticed + Duration::from_secs(3);
     let up = mk_upsert("ConfigMap", "shop-o", "a", "{}", "1", "u");
-    let hash = refract_shared::hash::bytes_hash(&up.object_json);
+    let hash = refract_core::hash::bytes_hash(&up.object_json);
     let times = Times { noticed, sent };
     l.upsert(1, mk_origin(CONFIGMAPS, "shop", "a"), &up, hash, times);
     let answer = answer(&mut l, "ConfigMap", "shop-o", "a", "1", Outcome::Applied);

@@ -14,10 +14,10 @@ use std::hash::Hash;
 use std::sync::Mutex;
 
 use kube::Resource;
-use refract_shared::forge::Forgeable;
-use refract_shared::keys::SERVICE_NAME_LABEL;
-use refract_shared::lock::Locked;
-use refract_shared::options::Kind;
+use refract_core::forge::Forgeable;
+use refract_core::keys::SERVICE_NAME_LABEL;
+use refract_core::lock::Locked;
+use refract_core::options::Kind;
 
 /// An object: namespace and name.
 type ObjectKey = (String, String);

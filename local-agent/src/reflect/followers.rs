@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use refract_shared::lock::Locked;
+use refract_core::lock::Locked;
 
 /// One callback.
 type Follower<K> = Box<dyn Fn(&K) + Send + Sync>;

@@ -11,8 +11,8 @@ use std::fmt;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use refract_shared::forge::{NodeSite, Nodes};
-use refract_shared::keys::REMOTE_CLUSTER_ID_LABEL;
+use refract_core::forge::{NodeSite, Nodes};
+use refract_core::keys::REMOTE_CLUSTER_ID_LABEL;
 
 /// The origin's nodes in the local agent's watch of them.
 pub struct OriginNodes<'a> {

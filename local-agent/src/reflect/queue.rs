@@ -16,7 +16,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use refract_shared::lock::Locked;
+use refract_core::lock::Locked;
 
 use tokio::sync::Notify;
 

@@ -21,7 +21,7 @@ use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_shared::keys::LAST_APPLIED_ANNOTATION;
+use refract_core::keys::LAST_APPLIED_ANNOTATION;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 

@@ -1,5 +1,5 @@
 use super::*;
-use refract_shared::proto::InventoryEntry;
+use refract_wire::proto::InventoryEntry;
 
 const CM: (&str, &str) = ("v1", "ConfigMap");
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::ResourceExt;
-use refract_shared::keys::{
+use refract_core::keys::{
     REMOTE_CLUSTER_ID_LABEL, UNPEER_ANNOTATION, UNPEER_PROGRESS_ANNOTATION, VIRTUAL_NODE_TYPE,
     VIRTUAL_NODE_TYPE_LABEL,
 };
@@ -43,7 +43,6 @@ const POLL: Duration = Duration::from_millis(500);
 /// Either way the local agent then idles; remove its Deployment (started again, it peers
 /// again). The command needs the origin cluster only: `--kubeconfig` or the usual defaults.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "local-agent unpeer", version, about, long_about)]
 pub struct UnpeerArgs {
     /// The provider's cluster id, as given to the local agent's --remote-cluster-id.
     #[arg(long)]
@@ -66,7 +65,7 @@ pub struct UnpeerArgs {
 
     /// How long a graceful unpeer may take before this command gives up waiting (the agent
     /// goes on).
-    #[arg(long, default_value = "10m", value_parser = refract_shared::duration::parse)]
+    #[arg(long, default_value = "10m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
 }
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
-use refract_shared::keys::{LOCAL_STATUS_FIELD_MANAGER, UNPEER_PROGRESS_ANNOTATION};
+use refract_core::keys::{LOCAL_STATUS_FIELD_MANAGER, UNPEER_PROGRESS_ANNOTATION};
 
 use crate::crd::{self, NamespaceOffloading};
 

@@ -1,7 +1,7 @@
 //! The certificates `peer` keeps in Secrets: kept while they still fit, issued otherwise.
 
 use refract_certs::{Issued, Role};
-use refract_shared::keys::PEERING_LABEL;
+use refract_core::keys::PEERING_LABEL;
 use refract_shared::tls::ClusterId;
 
 use crate::apply;

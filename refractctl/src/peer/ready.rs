@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use refract_shared::keys::PEERING_LABEL;
-use refract_shared::proto::ListTenantsRequest;
+use refract_core::keys::PEERING_LABEL;
+use refract_wire::proto::ListTenantsRequest;
 
 use crate::display;
 use crate::peering;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, ListParams};
-use refract_shared::lock::Locked;
+use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
 use tokio_util::sync::CancellationToken;
 

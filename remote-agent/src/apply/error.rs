@@ -1,8 +1,8 @@
 //! What a request came to: [`Applied`] or a typed [`ApplyError`]. Only the gRPC edge turns
 //! them into the wire's `Outcome` and message ([`answer`]).
 
-use refract_shared::proto::Outcome;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::Outcome;
 
 use crate::policy::Violation;
 

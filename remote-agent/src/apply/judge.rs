@@ -3,12 +3,12 @@
 //! what [`crate::apply::Applier`] writes is exactly what this returns, and the fuzz properties
 //! of tenant input run it directly.
 
-use refract_shared::keys::{
+use refract_core::keys::{
     DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
     PSA_ENFORCE_LABEL, TENANT_NAMESPACE_LABEL,
 };
-use refract_shared::proto::ObjectRef;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::ObjectRef;
 
 use super::{ApplyError, DisplayName};
 use crate::kinds::Allowed;

@@ -22,9 +22,9 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
-use refract_shared::keys::REMOTE_FIELD_MANAGER;
-use refract_shared::options::Kind;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use refract_core::keys::REMOTE_FIELD_MANAGER;
+use refract_core::options::Kind;
 use serde_json::{Map, Value};
 
 use crate::kinds::Allowed;
@@ -94,7 +94,7 @@ impl OwnedKeys {
     }
 
     /// The keys the agent's own entries of `managed` own; their FieldsV1 may be a tree as the
-    /// API server sends it, or the text [`fields_text`] made of one.
+    /// API server sends it, or that tree as JSON text (as the watch store keeps it).
     pub(crate) fn of_managed_fields(managed: &[ManagedFieldsEntry]) -> Self {
         let mut keys = Self::default();
         let ours = managed
@@ -159,16 +159,6 @@ impl OwnedKeys {
     /// Adds `other`'s keys.
     pub(crate) fn extend(&mut self, other: OwnedKeys) {
         self.0.extend(other.0);
-    }
-}
-
-/// A managedFields entry's FieldsV1 as JSON text, which [`OwnedKeys::of_managed_fields`] reads
-/// back. The watch store keeps the agent's entries of every ConfigMap and Secret this way: as a
-/// tree of small maps one cost about 3 KB per object, as text a few hundred bytes.
-pub(crate) fn fields_text(fields: &FieldsV1) -> Box<str> {
-    match &fields.0 {
-        Value::String(text) => text.as_str().into(),
-        tree => refract_shared::json::to_string(tree).into_boxed_str(),
     }
 }
 
@@ -305,10 +295,9 @@ mod tests {
         )];
         let before = OwnedKeys::of_managed_fields(&managed);
         let fields = managed[0].fields_v1.as_mut().unwrap();
-        let text = fields_text(fields);
-        *fields = FieldsV1(Value::String(text.to_string()));
-        // Text again is the same text.
-        assert_eq!(fields_text(fields), text);
+        // As the watch store keeps it (see `objects::kept`).
+        let text = refract_core::json::to_string(&fields.0);
+        *fields = FieldsV1(Value::String(text));
         assert_eq!(OwnedKeys::of_managed_fields(&managed), before);
         assert_eq!(before.0.len(), 2);
     }

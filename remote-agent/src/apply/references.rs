@@ -3,7 +3,7 @@
 //! Secret the provider's controller made for the namespace's `default` ServiceAccount.
 
 use kube::api::GetParams;
-use refract_shared::options::Kind;
+use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
 
 use super::{Applier, ApplyError};

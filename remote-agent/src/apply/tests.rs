@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
-use refract_shared::proto::{Delete, Upsert};
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{Delete, Upsert};
 use serde_json::{json, Value};
 
 use super::{answer, Applied, Applier, ApplyError, DeletionSafety, Limits};
@@ -81,9 +81,9 @@ fn upsert(object: &Value) -> Upsert {
     }
 }
 
-fn object_ref(object: &Value) -> refract_shared::proto::ObjectRef {
+fn object_ref(object: &Value) -> refract_wire::proto::ObjectRef {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    refract_shared::proto::ObjectRef {
+    refract_wire::proto::ObjectRef {
         api_version: s(&object["apiVersion"]),
         kind: s(&object["kind"]),
         namespace: s(&object["metadata"]["namespace"]),
@@ -119,7 +119,7 @@ async fn another_tenants_namespace_is_never_written() {
         matches!(result, Err(ApplyError::NotTenantNamespace { .. })),
         "{result:?}"
     );
-    assert_eq!(answer(&result).0, refract_shared::proto::Outcome::Denied);
+    assert_eq!(answer(&result).0, refract_wire::proto::Outcome::Denied);
     assert!(writes(&log).is_empty(), "{:?}", writes(&log));
 }
 
@@ -182,7 +182,7 @@ async fn refused_objects_cost_no_write_and_say_why() {
     let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "shop"}, "spec": {"externalIPs": ["1.2.3.4"], "ports": [{"port": 80}]}});
     let result = a.apply(&tenant(), &upsert(&svc)).await;
     let (outcome, message) = answer(&result);
-    assert_eq!(outcome, refract_shared::proto::Outcome::Denied);
+    assert_eq!(outcome, refract_wire::proto::Outcome::Denied);
     assert!(message.contains("spec.externalIPs"), "{message}");
 
     let mut big = config_map("shop", "big");
@@ -231,4 +231,29 @@ async fn a_new_object_in_the_tenants_namespace_is_created_in_one_request() {
     let result = a.apply(&tenant(), &upsert(&config_map("shop", "x"))).await;
     assert_eq!(result, Ok(Applied::Written));
     assert_eq!(writes(&log).len(), 1);
+}
+
+#[test]
+fn the_writer_decides_what_the_desired_store_keeps() {
+    use super::{keep, Keep};
+    use crate::kinds::Allowed;
+    use refract_core::keys::SERVICE_ACCOUNT_LABEL;
+    use refract_core::options::Kind;
+
+    let plain = json!({"metadata": {"name": "x"}});
+    let token = json!({"metadata": {"labels": {SERVICE_ACCOUNT_LABEL: "default"}}});
+    // Restored on the provider alone, so pods keep running while the link is down.
+    assert_eq!(keep(Allowed::ShadowPod, &plain), Keep::Whole);
+    assert_eq!(keep(Allowed::Namespace, &plain), Keep::Whole);
+    assert_eq!(keep(Allowed::Reflected(Kind::Secret), &token), Keep::Whole);
+    // Written with merge patches: the keys the next patch removes if the origin drops them.
+    for kind in [Kind::ConfigMap, Kind::Secret, Kind::Service] {
+        assert_eq!(keep(Allowed::Reflected(kind), &plain), Keep::HashAndKeys);
+    }
+    // Server-side apply tracks its fields itself.
+    assert_eq!(keep(Allowed::Reflected(Kind::Ingress), &plain), Keep::Hash);
+    assert_eq!(
+        keep(Allowed::Reflected(Kind::ConfigMap), &token),
+        Keep::HashAndKeys
+    );
 }

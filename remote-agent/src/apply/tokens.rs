@@ -5,11 +5,11 @@
 //! with the pod. It never replaces a reflected Secret of the same name, nor the reverse.
 
 use kube::ResourceExt;
-use refract_shared::forge::token::token_secret_name;
-use refract_shared::keys::{FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
-use refract_shared::options::Kind;
-use refract_shared::proto::ObjectRef;
+use refract_core::forge::token::token_secret_name;
+use refract_core::keys::{FOR_POD_ANNOTATION, SERVICE_ACCOUNT_LABEL};
+use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::ObjectRef;
 
 use super::{Applier, ApplyError};
 use crate::kinds::Allowed;
@@ -45,7 +45,7 @@ impl Applier {
                 ))
             })?;
         desired["metadata"]["ownerReferences"] = serde_json::json!([{
-            "apiVersion": refract_shared::forge::pod::SHADOWPOD_API_VERSION,
+            "apiVersion": refract_core::forge::pod::SHADOWPOD_API_VERSION,
             "kind": "ShadowPod",
             "name": pod,
             "uid": shadow.uid().unwrap_or_default(),

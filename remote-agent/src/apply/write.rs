@@ -7,7 +7,7 @@
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::Request;
-use refract_shared::keys::REMOTE_FIELD_MANAGER;
+use refract_core::keys::REMOTE_FIELD_MANAGER;
 use serde::Deserialize;
 
 use super::ApplyError;

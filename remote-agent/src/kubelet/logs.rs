@@ -4,7 +4,7 @@ use futures::{AsyncReadExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
 use kube::ResourceExt;
-use refract_shared::proto::{LogChunk, LogsRequest};
+use refract_wire::proto::{LogChunk, LogsRequest};
 use tonic::Status;
 
 use super::Output;

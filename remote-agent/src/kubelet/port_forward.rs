@@ -6,8 +6,8 @@
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use refract_shared::kubelet_protocol as kp;
-use refract_shared::proto::{
+use refract_wire::kubelet_protocol as kp;
+use refract_wire::proto::{
     port_forward_input, port_forward_output, PortForwardInput, PortForwardOutput,
 };
 use tokio::sync::mpsc;

@@ -9,12 +9,12 @@
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use refract_shared::json;
-use refract_shared::kubelet_protocol::{self as kp, exit_from_status};
-use refract_shared::proto::{
+use refract_core::json;
+use refract_wire::kubelet_protocol::{self as kp, exit_from_status};
+use refract_wire::proto::{
     session_input, session_output, SessionInput, SessionOutput, SessionStart,
 };
-use refract_shared::spdy::{Session, Stream, StreamWriter};
+use refract_wire::spdy::{Session, Stream, StreamWriter};
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 

@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
-use refract_shared::keys::ORIGIN_LABEL;
-use refract_shared::proto::{ContainerStats, CpuUsage, MemoryUsage, PodRef, PodStats};
+use refract_core::keys::ORIGIN_LABEL;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::{ContainerStats, CpuUsage, MemoryUsage, PodRef, PodStats};
 use serde::Deserialize;
 use tonic::Status;
 

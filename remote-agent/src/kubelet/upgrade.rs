@@ -4,8 +4,8 @@
 use http::header::{CONNECTION, UPGRADE};
 use http::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use refract_shared::kubelet_protocol::{PROTOCOL_HEADER, SPDY_UPGRADE};
-use refract_shared::spdy::{self, Role, Session};
+use refract_wire::kubelet_protocol::{PROTOCOL_HEADER, SPDY_UPGRADE};
+use refract_wire::spdy::{self, Role, Session};
 use tonic::Status;
 
 /// Why the API server did not open the session.

@@ -11,10 +11,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
 use kube::api::ObjectMeta;
-use refract_shared::keys::REMOTE_FIELD_MANAGER;
+use refract_core::keys::REMOTE_FIELD_MANAGER;
 
 use super::Meta;
-use crate::apply::merge::fields_text;
 
 /// The parts of a tenant object's metadata the applier, the inventory and restoring read.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +52,16 @@ fn map(pairs: &Pairs) -> Option<std::collections::BTreeMap<String, String>> {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     })
+}
+
+/// A managedFields entry's FieldsV1 as JSON text, which the merge patch's reading of owned
+/// keys takes as well as the tree. The agent's entries of every ConfigMap and Secret are kept
+/// this way: as a tree of small maps one cost about 3 KB per object, as text a few hundred bytes.
+fn fields_text(fields: &FieldsV1) -> Box<str> {
+    match &fields.0 {
+        serde_json::Value::String(text) => text.as_str().into(),
+        tree => refract_core::json::to_string(tree).into_boxed_str(),
+    }
 }
 
 impl Kept {
@@ -125,7 +134,7 @@ impl Kept {
 mod tests {
     use std::collections::BTreeMap;
 
-    use refract_shared::keys::{DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL};
+    use refract_core::keys::{DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_LABEL};
 
     use super::*;
 

@@ -2,7 +2,7 @@
 //! its own (tenant, origin, destination, Pod Security Admission); of what the origin sent only
 //! the name of the origin namespace it mirrors is kept.
 
-use refract_shared::keys::ORIGINAL_NAME_ANNOTATION;
+use refract_core::keys::ORIGINAL_NAME_ANNOTATION;
 
 use super::Violation;
 

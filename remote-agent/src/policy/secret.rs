@@ -1,8 +1,8 @@
 //! Secrets: never one the provider's token controller would fill with a provider
 //! ServiceAccount's token.
 
-use refract_shared::forge::secret::SA_TOKEN_TYPE;
-use refract_shared::keys::SERVICE_ACCOUNT_NAME_ANNOTATION;
+use refract_core::forge::secret::SA_TOKEN_TYPE;
+use refract_core::keys::SERVICE_ACCOUNT_NAME_ANNOTATION;
 
 use super::Violation;
 

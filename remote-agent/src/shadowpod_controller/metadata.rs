@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
-use refract_shared::keys::SHADOWPOD_FIELD_MANAGER;
+use refract_core::keys::SHADOWPOD_FIELD_MANAGER;
 
 /// The merge patch that brings `pod`'s labels and annotations to `desired`'s, or `None` when
 /// they agree already.

@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use refract_shared::proto::{remote_message, RemoteMessage};
+use refract_wire::proto::{remote_message, RemoteMessage};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 use tonic::Status;
@@ -112,7 +112,7 @@ impl futures::Stream for Outbound {
 mod tests {
     use super::*;
     use futures::{FutureExt, StreamExt};
-    use refract_shared::proto::{Ack, Capacity};
+    use refract_wire::proto::{Ack, Capacity};
 
     fn ack(revision: &str) -> Item {
         Ok(RemoteMessage {

@@ -10,8 +10,8 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use refract_shared::lock::Locked;
-use refract_shared::proto::{local_message, LocalMessage};
+use refract_core::lock::Locked;
+use refract_wire::proto::{local_message, LocalMessage};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
@@ -98,7 +98,7 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use refract_shared::proto::{ObjectRef, Upsert};
+    use refract_wire::proto::{ObjectRef, Upsert};
     use std::time::Duration;
 
     fn upsert(name: &str, revision: &str) -> LocalMessage {
@@ -123,7 +123,7 @@ mod tests {
 
     fn delete(name: &str, revision: &str) -> LocalMessage {
         LocalMessage {
-            kind: Some(local_message::Kind::Delete(refract_shared::proto::Delete {
+            kind: Some(local_message::Kind::Delete(refract_wire::proto::Delete {
                 object: Some(ObjectRef {
                     name: name.into(),
                     ..Default::default()

@@ -12,12 +12,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
-use refract_shared::keys::{LAST_SEEN_ANNOTATION, TENANT_NAMESPACE_LABEL};
+use refract_core::keys::{LAST_SEEN_ANNOTATION, TENANT_NAMESPACE_LABEL};
 use refract_shared::tls::ClusterId;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::desired::DesiredStore;
+use crate::apply::desired::DesiredStore;
 use crate::registry::Registry;
 
 /// Field manager of the last-seen stamp, apart from the applier's own fields.

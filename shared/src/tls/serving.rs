@@ -11,7 +11,7 @@ use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
 use super::files::{parse_chain, parse_key, parse_roots, read, LoadError};
-use crate::lock::RwLocked;
+use refract_core::lock::RwLocked;
 
 /// Resolves every handshake to the current certificate; swapped when the files change.
 #[derive(Debug)]

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use refract_local_agent::connector::Connector;
-use refract_shared::proto::reflection_client::ReflectionClient;
-use refract_shared::proto::{
+use refract_shared::tls::{self, ClusterId, TlsFiles, Watched};
+use refract_wire::proto::reflection_client::ReflectionClient;
+use refract_wire::proto::{
     local_message, remote_message, Ack, Delete, Hello, LocalMessage, ObjectRef, Outcome,
     RemoteMessage, Upsert,
 };
-use refract_shared::tls::{self, ClusterId, TlsFiles, Watched};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -55,7 +55,7 @@ impl Wire {
             kind: Some(local_message::Kind::Hello(Hello {
                 cluster_id: tenant.to_string(),
                 agent_version: "forger".into(),
-                protocol_version: refract_shared::proto::PROTOCOL_VERSION,
+                protocol_version: refract_wire::proto::PROTOCOL_VERSION,
                 resume: false,
             })),
         })

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use refract_e2e::wire::Wire;
 use refract_e2e::{json_of, Peering};
-use refract_shared::proto::Outcome;
+use refract_wire::proto::Outcome;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use refract_e2e::wire::{delete_message, object_ref, upsert_message, Answer, Wire};
 use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
-use refract_shared::proto::Outcome;
+use refract_wire::proto::Outcome;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -602,17 +602,15 @@ async fn mass_and_data_deletions_wait_for_the_grace_period() {
     let empty = Wire::open(&p.remote_addr, "provider", TENANT, &certs)
         .await
         .unwrap();
-    let done = refract_shared::proto::LocalMessage {
-        kind: Some(
-            refract_shared::proto::local_message::Kind::SnapshotComplete(
-                refract_shared::proto::SnapshotComplete {
-                    api_version: "v1".into(),
-                    kind: "ConfigMap".into(),
-                    namespace: NS.into(),
-                    resumed: false,
-                },
-            ),
-        ),
+    let done = refract_wire::proto::LocalMessage {
+        kind: Some(refract_wire::proto::local_message::Kind::SnapshotComplete(
+            refract_wire::proto::SnapshotComplete {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: NS.into(),
+                resumed: false,
+            },
+        )),
     };
     empty.sender().send(done).await.unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -690,10 +688,10 @@ async fn one_connection_holds_no_more_streams_than_allowed() {
         .await
         .unwrap();
     let tap = || {
-        let mut client = refract_shared::proto::inspect_client::InspectClient::new(channel.clone());
+        let mut client = refract_wire::proto::inspect_client::InspectClient::new(channel.clone());
         async move {
             client
-                .tap(refract_shared::proto::TapRequest {
+                .tap(refract_wire::proto::TapRequest {
                     cluster_id: TENANT.into(),
                 })
                 .await

@@ -16,12 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
-use refract_shared::proto::reflection_server::{Reflection, ReflectionServer};
-use refract_shared::proto::{
+use refract_shared::tls::{self, TlsFiles, Watched};
+use refract_wire::proto::reflection_server::{Reflection, ReflectionServer};
+use refract_wire::proto::{
     self, local_message, remote_message, Ack, LocalMessage, ObjectRef, Outcome, RemoteMessage,
     Welcome,
 };
-use refract_shared::tls::{self, TlsFiles, Watched};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -65,8 +65,8 @@ impl Reflection for Hostile {
 
     async fn unpeer(
         &self,
-        _request: Request<refract_shared::proto::UnpeerRequest>,
-    ) -> Result<Response<refract_shared::proto::UnpeerResponse>, Status> {
+        _request: Request<refract_wire::proto::UnpeerRequest>,
+    ) -> Result<Response<refract_wire::proto::UnpeerResponse>, Status> {
         Err(Status::unimplemented("a hostile provider does not unpeer"))
     }
 

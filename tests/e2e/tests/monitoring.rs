@@ -154,7 +154,7 @@ async fn every_metric_the_rules_and_dashboard_name_is_exported_with_live_values(
     );
 
     // Live values.
-    let version = refract_shared::AGENT_VERSION;
+    let version = refract_core::AGENT_VERSION;
     for (admin, side) in [(&p.local_admin, "local"), (&p.remote_admin, "remote")] {
         let info = format!(r#"refract_{side}_build_info{{version="{version}"}}"#);
         assert_eq!(metric(admin, &info).await, 1.0, "{info}");

@@ -17,8 +17,8 @@
 )]
 use std::time::Duration;
 
+use refract_core::keys::REMOTE_CLUSTER_ID_LABEL;
 use refract_e2e::{busybox, kubectl_get, kubectl_stdin, origin_get, Peering, POD_REMAP};
-use refract_shared::keys::REMOTE_CLUSTER_ID_LABEL;
 use refract_testkit::Options;
 
 const WAIT: Duration = Duration::from_secs(150);

@@ -12,13 +12,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use refract_shared::json;
-use refract_shared::keys::DESIRED_HASH_ANNOTATION;
-use refract_shared::lock::Locked;
+use refract_core::json;
+use refract_core::keys::DESIRED_HASH_ANNOTATION;
+use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
 
-use crate::apply::is_token_secret;
-use crate::apply::merge::{writes_without_apply, OwnedKeys};
+use super::merge::OwnedKeys;
 use crate::kinds::Allowed;
 
 /// What the remote agent wants each tenant object to be, for restoring copies edited or
@@ -51,10 +50,18 @@ pub enum Restore {
     FromOrigin,
 }
 
-/// Whether the remote agent keeps the whole desired object of a `kind` object: those it must
-/// restore without the origin (see the module's documentation).
-fn kept_whole(kind: Allowed, object: &serde_json::Value) -> bool {
-    matches!(kind, Allowed::Namespace | Allowed::ShadowPod) || is_token_secret(kind, object)
+/// What the store keeps of a desired object. Its writer decides ([`super::keep`]): the store
+/// does not know how objects are written or restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// The whole object, for a copy the provider restores alone (see the module's
+    /// documentation).
+    Whole,
+    /// Its hash and the keys it sets ([`OwnedKeys::to_text`]), which the next merge patch
+    /// removes if the origin dropped them.
+    HashAndKeys,
+    /// Its hash only.
+    Hash,
 }
 
 #[derive(Clone)]
@@ -83,18 +90,16 @@ struct Remembered {
 
 impl Remembered {
     fn new(
-        kind: Allowed,
+        keep: Keep,
         object: &serde_json::Value,
         resource_version: Option<String>,
         in_flight: bool,
     ) -> Self {
-        let whole = kept_whole(kind, object);
         Self {
             // Straight into a buffer: `Display` would go through `core::fmt`, which showed in
             // a profile of the agent under steady load.
-            object: whole.then(|| json::to_string(object).into_boxed_str()),
-            keys: (!whole && writes_without_apply(kind, false))
-                .then(|| OwnedKeys::of_object(object).to_text()),
+            object: (keep == Keep::Whole).then(|| json::to_string(object).into_boxed_str()),
+            keys: (keep == Keep::HashAndKeys).then(|| OwnedKeys::of_object(object).to_text()),
             hash: object["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]
                 .as_str()
                 .map(Into::into),
@@ -122,16 +127,17 @@ impl DesiredStore {
         &self,
         key: ObjectKey,
         object: &serde_json::Value,
+        keep: Keep,
         resource_version: Option<String>,
     ) {
-        let remembered = Remembered::new(key.kind, object, resource_version, false);
+        let remembered = Remembered::new(keep, object, resource_version, false);
         self.inner.locked().insert(key, remembered);
     }
 
     /// Records the new desired state before it is written, so the write's own watch events are
     /// not mistaken for someone else's edit (and never restore the previous state over it).
-    pub(crate) fn begin_write(&self, key: ObjectKey, object: &serde_json::Value) {
-        let mut remembered = Remembered::new(key.kind, object, None, true);
+    pub(crate) fn begin_write(&self, key: ObjectKey, object: &serde_json::Value, keep: Keep) {
+        let mut remembered = Remembered::new(keep, object, None, true);
         let mut map = self.inner.locked();
         // A restore stays one until a write lands: a create refused because the copy is there
         // is followed by a write over it.
@@ -241,8 +247,7 @@ impl DesiredStore {
 
 #[cfg(test)]
 mod tests {
-    use refract_shared::keys::SERVICE_ACCOUNT_LABEL;
-    use refract_shared::options::Kind;
+    use refract_core::options::Kind;
 
     use super::*;
 
@@ -265,7 +270,7 @@ mod tests {
     fn a_write_whose_answer_was_lost_is_recognised_when_it_lands() {
         let store = DesiredStore::default();
         let key = key(Allowed::ShadowPod);
-        store.begin_write(key.clone(), &desired("new"));
+        store.begin_write(key.clone(), &desired("new"), Keep::Whole);
         store.set_uncertain(&key);
         // The write landed after all: the first version with its hash is not someone's edit.
         assert_eq!(store.needs_restore(&key, Some("7"), Some("new")), None);
@@ -281,7 +286,7 @@ mod tests {
     fn a_lost_write_that_never_landed_is_restored() {
         let store = DesiredStore::default();
         let key = key(Allowed::ShadowPod);
-        store.begin_write(key.clone(), &desired("new"));
+        store.begin_write(key.clone(), &desired("new"), Keep::Whole);
         store.set_uncertain(&key);
         // A version still carrying the previous hash: the write did not land.
         assert_eq!(
@@ -299,7 +304,7 @@ mod tests {
     fn reflected_objects_are_restored_from_the_origin_and_kept_as_hash_and_keys() {
         let store = DesiredStore::default();
         let key = key(CM);
-        store.begin_write(key.clone(), &desired("new"));
+        store.begin_write(key.clone(), &desired("new"), Keep::HashAndKeys);
         store.set_written(&key, Some("7".into()));
         let kept = store.inner.locked().get(&key).cloned().expect("remembered");
         assert!(kept.object.is_none(), "the origin holds the object");
@@ -320,13 +325,13 @@ mod tests {
         assert!(store.drifted(&key));
         // The origin's Upsert is written again: drifted until that write lands, even through
         // a create refused because the copy is there.
-        store.begin_write(key.clone(), &desired("new"));
+        store.begin_write(key.clone(), &desired("new"), Keep::HashAndKeys);
         store.abandon_write(&key);
         assert!(store.drifted(&key));
-        store.begin_write(key.clone(), &desired("new"));
+        store.begin_write(key.clone(), &desired("new"), Keep::HashAndKeys);
         store.set_uncertain(&key);
         assert!(store.drifted(&key));
-        store.begin_write(key.clone(), &desired("new"));
+        store.begin_write(key.clone(), &desired("new"), Keep::HashAndKeys);
         store.set_written(&key, Some("9".into()));
         assert!(!store.drifted(&key));
         // An object never restored is forgotten when its write is refused.
@@ -334,29 +339,26 @@ mod tests {
             name: "other".into(),
             ..key.clone()
         };
-        store.begin_write(other.clone(), &desired("new"));
+        store.begin_write(other.clone(), &desired("new"), Keep::HashAndKeys);
         store.abandon_write(&other);
         assert!(store.keys_of(&other).is_none());
     }
 
     #[test]
-    fn pods_namespaces_and_token_secrets_are_kept_whole_to_be_restored_while_the_link_is_down() {
-        let token = serde_json::json!({"metadata": {"labels": {SERVICE_ACCOUNT_LABEL: "default"}}});
-        assert!(kept_whole(Allowed::ShadowPod, &desired("h")));
-        assert!(kept_whole(Allowed::Namespace, &desired("h")));
-        assert!(kept_whole(Allowed::Reflected(Kind::Secret), &token));
-        assert!(!kept_whole(Allowed::Reflected(Kind::Secret), &desired("h")));
-        assert!(!kept_whole(CM, &token));
+    fn the_store_keeps_what_its_writer_says() {
         let store = DesiredStore::default();
-        store.begin_write(key(Allowed::Reflected(Kind::Service)), &desired("h"));
-        store.begin_write(key(Allowed::Reflected(Kind::Ingress)), &desired("h"));
+        let pod = key(Allowed::ShadowPod);
+        let service = key(Allowed::Reflected(Kind::Service));
+        let ingress = key(Allowed::Reflected(Kind::Ingress));
+        store.begin_write(pod.clone(), &desired("h"), Keep::Whole);
+        store.begin_write(service.clone(), &desired("h"), Keep::HashAndKeys);
+        store.begin_write(ingress.clone(), &desired("h"), Keep::Hash);
         let map = store.inner.locked();
-        let service = &map[&key(Allowed::Reflected(Kind::Service))];
-        assert!(service.object.is_none() && service.keys.is_some());
-        let ingress = &map[&key(Allowed::Reflected(Kind::Ingress))];
-        assert!(
-            ingress.object.is_none() && ingress.keys.is_none(),
-            "server-side apply tracks its fields itself"
-        );
+        assert!(map[&pod].object.is_some() && map[&pod].keys.is_none());
+        assert!(map[&service].object.is_none() && map[&service].keys.is_some());
+        assert!(map[&ingress].object.is_none() && map[&ingress].keys.is_none());
+        assert!([&pod, &service, &ingress]
+            .iter()
+            .all(|k| map[*k].hash() == Some("h")));
     }
 }

@@ -1,8 +1,8 @@
 //! Taking a `std::sync` lock without a panic path.
 //!
 //! A lock is poisoned only when a thread panicked while holding it. In the agents a panic ends
-//! the process before that guard is dropped ([`crate::telemetry::exit_on_panic`]), so no agent
-//! ever sees a poisoned lock. Where the hook is not installed (in-process tests, the
+//! the process before that guard is dropped (`refract_shared::telemetry::exit_on_panic`), so no
+//! agent ever sees a poisoned lock. Where the hook is not installed (in-process tests, the
 //! benchmark's harness), the panic has already failed whatever ran it; the data is taken as it
 //! is rather than turning one panic into a cascade of them.
 

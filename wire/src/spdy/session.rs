@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::frame::{self, Frame, FrameError, FRAME_HEADER_BYTES, MAX_DATA_CHUNK};
 use super::headers::{HeaderDecoder, HeaderEncoder, Headers};
-use crate::lock::Locked;
+use refract_core::lock::Locked;
 
 /// Streams open at once in one session; more are refused. Port-forward uses two per
 /// forwarded connection.

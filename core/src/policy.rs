@@ -5,34 +5,48 @@ use std::collections::BTreeMap;
 use crate::keys::{ALLOW_ANNOTATION, SKIP_ANNOTATION};
 
 /// How a kind decides what to reflect.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Policy {
     /// Reflect everything except objects annotated `liqo.io/skip-reflection`.
     #[default]
-    #[value(name = "DenyList")]
     DenyList,
     /// Reflect nothing except objects annotated `liqo.io/allow-reflection`.
-    #[value(name = "AllowList")]
     AllowList,
 }
 
 impl Policy {
+    /// Every policy, in the order flags and messages list them.
+    pub const ALL: [Policy; 2] = [Policy::DenyList, Policy::AllowList];
+
     /// The name used in flags, files and messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Policy::DenyList => "DenyList",
             Policy::AllowList => "AllowList",
         }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is not a [`Policy`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a reflection policy: DenyList or AllowList")]
+pub struct UnknownPolicy(String);
+
+impl std::str::FromStr for Policy {
+    type Err = UnknownPolicy;
+
+    /// The policy of that exact name, as Liqo's values spell it.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == name)
+            .ok_or_else(|| UnknownPolicy(name.to_string()))
     }
 }
 

@@ -2,7 +2,7 @@
 //! includes the ServiceAccount tokens the origin sends for offloaded pods). Each value is
 //! replaced by its size, so an operator still sees which keys changed.
 
-use refract_shared::proto::{local_message, LocalMessage};
+use refract_wire::proto::{local_message, LocalMessage};
 
 /// `message` with the data of any Secret it carries redacted.
 pub fn local_message(message: &LocalMessage) -> LocalMessage {
@@ -42,7 +42,7 @@ fn redact_object(json: &[u8], named_secret: bool) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use refract_shared::proto::{ObjectRef, Upsert};
+    use refract_wire::proto::{ObjectRef, Upsert};
 
     fn upsert(kind: &str, json: serde_json::Value) -> LocalMessage {
         LocalMessage {

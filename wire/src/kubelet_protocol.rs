@@ -144,7 +144,7 @@ pub fn status_from_exit(exit: &ExitStatus) -> Vec<u8> {
             metadata: Default::default(),
         }
     };
-    crate::json::to_vec(&status)
+    refract_core::json::to_vec(&status)
 }
 
 /// The JSON a client writes on the resize stream.

@@ -18,11 +18,11 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, Pod, PodStatus, Service,
 };
-use refract_shared::forge::{self, Context, NodeLists};
-use refract_shared::inbound::address::PodAddresses;
-use refract_shared::options::{Kind, ReflectionOptions};
-use refract_shared::pod_status::{origin_status, StatusContext};
-use refract_shared::remap::Remapping;
+use refract_core::forge::{self, Context, NodeLists};
+use refract_core::inbound::address::PodAddresses;
+use refract_core::options::{Kind, ReflectionOptions};
+use refract_core::pod_status::{origin_status, StatusContext};
+use refract_core::remap::Remapping;
 use serde_json::{json, Value};
 
 fn run_case(dir: &Path) -> Value {
