@@ -43,7 +43,7 @@ pub struct Cli {
 #[allow(missing_docs)]
 pub enum Command {
     Preview(Box<crate::preview::PreviewArgs>),
-    Unpeer(crate::unpeer::command::UnpeerArgs),
+    Unpeer(refract_admin::unpeer::command::UnpeerArgs),
     /// Prints the NamespaceOffloading CustomResourceDefinition as YAML, for `kubectl apply -f -`.
     Crd,
 }

@@ -11,9 +11,9 @@
 //! [`unpeer`] ends the peering when an operator asks.
 
 mod cli;
+pub use refract_admin::crd;
 pub mod config;
 pub mod connector;
-pub mod crd;
 mod early;
 pub mod events;
 pub mod extension;

@@ -14,10 +14,10 @@ fn main() -> anyhow::Result<()> {
             quiet_when_closed(RuntimeArgs::default().run(refract_local_agent::preview::run(*args)))
         }
         Some(Command::Unpeer(args)) => {
-            RuntimeArgs::default().run(refract_local_agent::unpeer::command::run(args))
+            RuntimeArgs::default().run(refract_admin::unpeer::command::run(args))
         }
         Some(Command::Crd) => {
-            let yaml = refract_local_agent::crd::crd_yaml()?;
+            let yaml = refract_admin::crd::crd_yaml()?;
             quiet_when_closed(write(&yaml).map_err(Into::into))
         }
         None => {

@@ -1,5 +1,5 @@
 //! Unpeering: ending this peering when an operator asks (`local-agent unpeer`, which sets
-//! [`UNPEER_ANNOTATION`] on the virtual node).
+//! `refract.io/unpeer` on the virtual node).
 //!
 //! Graceful: the node is cordoned and its pods evicted, each ending on the provider before it
 //! leaves the origin, as any deleted offloaded pod does. Once none is left, the agent stops its
@@ -14,9 +14,6 @@
 //! Progress is written to the node ([`UNPEER_PROGRESS_ANNOTATION`]) for the command to show.
 //! Once unpeered, the agent idles until it is stopped: started again, it would peer again.
 
-pub mod command;
-pub mod origin;
-
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -24,10 +21,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_core::keys::UNPEER_ANNOTATION;
 use refract_wire::proto::reflection_client::ReflectionClient;
 use refract_wire::proto::UnpeerRequest;
 use tokio_util::sync::CancellationToken;
+
+pub use refract_admin::unpeer::{origin, Mode};
 
 use crate::connector::Connector;
 
@@ -37,42 +35,6 @@ pub use refract_core::keys::UNPEER_PROGRESS_ANNOTATION;
 const RETRY: Duration = Duration::from_secs(2);
 /// How long one Unpeer call may take: deleting a tenant's namespaces is a few API calls.
 const UNPEER_CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How an operator asked to unpeer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Drain, remove the tenant on the provider, then clean up the origin.
-    Graceful,
-    /// Clean up the origin only, without calling the provider.
-    Forced,
-}
-
-impl Mode {
-    /// The annotation's value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Graceful => "graceful",
-            Mode::Forced => "forced",
-        }
-    }
-
-    /// The mode a node's annotations ask for, if any; an unknown value asks for nothing (and is
-    /// reported once by the caller).
-    pub fn requested(node: &Node) -> Result<Option<Mode>, String> {
-        match node
-            .annotations()
-            .get(UNPEER_ANNOTATION)
-            .map(String::as_str)
-        {
-            None => Ok(None),
-            Some("graceful") => Ok(Some(Mode::Graceful)),
-            Some("forced") => Ok(Some(Mode::Forced)),
-            Some(other) => Err(format!(
-                "{UNPEER_ANNOTATION}={other:?} is neither \"graceful\" nor \"forced\""
-            )),
-        }
-    }
-}
 
 /// What unpeering needs.
 pub struct Unpeering {

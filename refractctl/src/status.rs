@@ -7,8 +7,8 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use refract_admin::crd::NamespaceOffloading;
 use refract_core::keys::PEERING_LABEL;
-use refract_local_agent::crd::NamespaceOffloading;
 use refract_wire::proto::{ListObjectsRequest, ListTenantsRequest, Outcome};
 
 use crate::cli::StatusArgs;

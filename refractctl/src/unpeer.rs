@@ -7,9 +7,9 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use refract_admin::tenant::RemoveTenantArgs;
+use refract_admin::unpeer::command::UnpeerArgs as AgentUnpeer;
 use refract_core::keys::PEERING_LABEL;
-use refract_local_agent::unpeer::command::UnpeerArgs as AgentUnpeer;
-use refract_remote_agent::RemoveTenantArgs;
 use refract_shared::tls::ClusterId;
 use serde_json::json;
 
@@ -45,7 +45,7 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
     }
 
     // The agent's own unpeer: drains (graceful) and removes the virtual node.
-    refract_local_agent::unpeer::command::run(AgentUnpeer {
+    refract_admin::unpeer::command::run(AgentUnpeer {
         remote_cluster_id: args.provider_id.clone(),
         node_name: None,
         kubeconfig: args.origin.origin_kubeconfig.clone(),
@@ -124,7 +124,7 @@ async fn clean_provider(
 ) -> anyhow::Result<()> {
     let (provider, _) = peering::connect_cluster(Some(kubeconfig), "provider").await?;
     if force {
-        refract_remote_agent::remove_tenant(RemoveTenantArgs {
+        refract_admin::tenant::run(RemoveTenantArgs {
             cluster_id: tenant.clone(),
             kubeconfig: Some(kubeconfig.to_path_buf()),
             dry_run: false,

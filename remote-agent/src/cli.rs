@@ -47,7 +47,7 @@ pub struct Cli {
 pub enum Command {
     /// Prints the ShadowPod CustomResourceDefinition as YAML, for `kubectl apply -f -`.
     Crd,
-    RemoveTenant(RemoveTenantArgs),
+    RemoveTenant(refract_admin::tenant::RemoveTenantArgs),
 }
 
 /// The agent's flags (see [`Cli`]).
@@ -213,28 +213,6 @@ impl Args {
     pub fn node_labels(&self) -> std::collections::BTreeMap<String, String> {
         self.node_labels.iter().cloned().collect()
     }
-}
-
-/// Removes everything this provider holds for one origin (tenant).
-///
-/// Deletes every namespace labelled as the tenant's (its twin namespaces, with the ShadowPods,
-/// pods and reflected objects in them) and prints each one. Revoke the tenant's certificate
-/// first (or stop trusting its CA in --client-ca): an origin that still holds a valid
-/// certificate offloads again when it reconnects.
-#[derive(Debug, Clone, clap::Parser)]
-pub struct RemoveTenantArgs {
-    /// The tenant: the origin's cluster id, as in its client certificate.
-    #[arg(long)]
-    pub cluster_id: ClusterId,
-
-    /// Kubeconfig of the provider cluster; else the in-cluster service account, else
-    /// $KUBECONFIG.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// List what would be removed, and remove nothing.
-    #[arg(long)]
-    pub dry_run: bool,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {

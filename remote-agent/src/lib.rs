@@ -34,7 +34,7 @@ pub mod tenants;
 pub mod tls_listener;
 pub mod volumes;
 
-pub use cli::{parse_duration, Args, Cli, Command, RemoveTenantArgs};
+pub use cli::{parse_duration, Args, Cli, Command};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -240,32 +240,4 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     token.cancel();
     tracing::info!("remote agent stopped");
     result.context("gRPC server failed")
-}
-
-/// `remote-agent remove-tenant`: deletes the tenant's namespaces and prints each one.
-pub async fn remove_tenant(args: RemoveTenantArgs) -> anyhow::Result<()> {
-    let client = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
-    let removed = tenants::remove(
-        &client,
-        &args.cluster_id,
-        "an operator ran remove-tenant",
-        args.dry_run,
-    )
-    .await
-    .context("failed to remove the tenant's namespaces")?;
-    let verb = if args.dry_run {
-        "would remove"
-    } else {
-        "removed"
-    };
-    if removed.is_empty() {
-        println!(
-            "tenant {}: no namespaces; nothing to remove",
-            args.cluster_id
-        );
-    }
-    for ns in &removed {
-        println!("{verb} namespace {ns}");
-    }
-    Ok(())
 }

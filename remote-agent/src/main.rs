@@ -15,7 +15,7 @@ fn main() -> anyhow::Result<()> {
             quiet_when_closed(write(&yaml).map_err(Into::into))
         }
         Some(Command::RemoveTenant(args)) => {
-            RuntimeArgs::default().run(refract_remote_agent::remove_tenant(args))
+            RuntimeArgs::default().run(refract_admin::tenant::run(args))
         }
         None => {
             // clap asks for the agent's required flags when no command is named, so this

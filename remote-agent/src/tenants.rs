@@ -1,82 +1,8 @@
-//! Removing a tenant: everything this provider holds for one origin.
-//!
-//! A tenant's footprint is its namespaces (labelled [`TENANT_NAMESPACE_LABEL`]); the ShadowPods,
-//! pods and reflected objects all live inside them, so deleting the namespaces removes it all.
-//! Three ways lead here, each logged with what was removed and why:
-//! - the origin unpeers gracefully (`refract.v1.Reflection/Unpeer`);
-//! - the origin has not connected for `--tenant-expiry` ([`spawn_collector`]);
-//! - an operator runs `remote-agent remove-tenant`.
-//!
-//! A link that drops never removes anything: only an expiry the operator chose does. Each
-//! namespace is marked [`TENANT_REMOVAL_ANNOTATION`] before it is deleted, so a remote agent
-//! running meanwhile stops restoring the tenant's objects ([`crate::restore`]); an origin
-//! still holding a valid certificate would offload again when it connects.
+//! Tenants that went away: [`expiry`] removes a tenant whose origin has not connected for
+//! `--tenant-expiry`. The removal itself (`refract_admin::tenant`) is shared with
+//! `remote-agent remove-tenant` and `refractctl unpeer`.
 
 pub mod expiry;
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::ResourceExt;
-use refract_core::keys::{
-    ORIGINAL_NAME_ANNOTATION, TENANT_NAMESPACE_LABEL, TENANT_REMOVAL_ANNOTATION,
-};
-use refract_shared::tls::ClusterId;
-
 pub use expiry::spawn_collector;
-
-/// The namespaces of `tenant`.
-pub async fn namespaces_of(
-    client: &kube::Client,
-    tenant: &ClusterId,
-) -> Result<Vec<Namespace>, kube::Error> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let selector = format!("{TENANT_NAMESPACE_LABEL}={}", tenant.as_str());
-    Ok(api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items)
-}
-
-/// How a removed namespace is shown: `provider-namespace (origin-namespace)`.
-pub fn describe(ns: &Namespace) -> String {
-    match ns.annotations().get(ORIGINAL_NAME_ANNOTATION) {
-        Some(origin) => format!("{} ({origin})", ns.name_any()),
-        None => ns.name_any(),
-    }
-}
-
-/// Deletes every namespace of `tenant` (unless `dry_run`), logging each with `reason`; what
-/// was (or would be) removed, described by [`describe`]. Namespaces already terminating are
-/// listed too: their deletion is under way.
-pub async fn remove(
-    client: &kube::Client,
-    tenant: &ClusterId,
-    reason: &str,
-    dry_run: bool,
-) -> Result<Vec<String>, kube::Error> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let mut removed = Vec::new();
-    for ns in namespaces_of(client, tenant).await? {
-        let shown = describe(&ns);
-        if !dry_run && ns.metadata.deletion_timestamp.is_none() {
-            // Said first, so a remote agent running meanwhile stops restoring the tenant's
-            // objects before their deletion reaches it (see `crate::restore`).
-            let mark = serde_json::json!({"metadata": {"annotations": {TENANT_REMOVAL_ANNOTATION: reason}}});
-            let name = ns.name_any();
-            let removed_now = async {
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&mark))
-                    .await?;
-                api.delete(&name, &DeleteParams::background()).await
-            };
-            match removed_now.await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        tracing::info!(tenant = %tenant, namespace = %shown, reason, dry_run, "removed tenant namespace (its ShadowPods, pods and reflected objects with it)");
-        removed.push(shown);
-    }
-    tracing::info!(tenant = %tenant, namespaces = removed.len(), reason, dry_run, "tenant removed");
-    Ok(removed)
-}
+pub use refract_admin::tenant::remove;

@@ -32,7 +32,7 @@ pub async fn mark_last_seen(client: kube::Client, tenant: ClusterId) {
         field_manager: Some(LAST_SEEN_FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let namespaces = match super::namespaces_of(&client, &tenant).await {
+    let namespaces = match refract_admin::tenant::namespaces_of(&client, &tenant).await {
         Ok(n) => n,
         Err(error) => {
             tracing::warn!(%tenant, %error, "failed to stamp when the tenant was last seen");
@@ -108,7 +108,7 @@ async fn collect(
             shown(expiry)
         );
         desired.forget_tenant(&id);
-        super::remove(client, &id, &reason, false).await?;
+        refract_admin::tenant::remove(client, &id, &reason, false).await?;
     }
     Ok(())
 }
