@@ -32,9 +32,44 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// The agent's flags, when no tool is named.
+    /// The agent's flags, when no tool is named. Read them through [`Invocation`]: clap
+    /// leaves an `Option` of flattened flags `None` when they nest flattened groups of their
+    /// own, as these do (telemetry, runtime), so this field only declares them.
     #[command(flatten)]
-    pub agent: Option<Args>,
+    agent: Option<Args>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Run the agent.
+    Agent(Box<Args>),
+    /// Run a tool instead.
+    Tool(Command),
+}
+
+impl Invocation {
+    /// Parses `argv` (the binary's name first) as the binary does; `--help`, `--version` and
+    /// mistakes come back as clap's error, which `exit()` prints.
+    pub fn try_parse_from<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().try_get_matches_from(argv)?;
+        if matches.subcommand_name().is_some() {
+            Ok(Self::Tool(Command::from_arg_matches(&matches)?))
+        } else {
+            // No tool named: clap has checked the agent's required flags.
+            Ok(Self::Agent(Box::new(Args::from_arg_matches(&matches)?)))
+        }
+    }
+
+    /// The process's own command line; exits with clap's message on `--help` or a mistake.
+    pub fn parse() -> Self {
+        Self::try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
 }
 
 /// The tools `local-agent` runs instead of the agent.
@@ -49,8 +84,9 @@ pub enum Command {
 }
 
 /// The agent's flags (see [`Cli`]).
-#[derive(Debug, Clone, clap::Parser)]
-#[command(name = "local-agent", version, args_override_self = true)]
+// `clap::Args`, not `Parser`: only an `Args` has the group id by which [`Cli`] tells whether
+// the agent's flags were given.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// The remote agent's address: `host:port`, `[ipv6]:port` or `https://host:port`. The
     /// host must be a DNS name or IP in the remote agent's serving certificate (or see
@@ -236,4 +272,51 @@ fn parse_send_window(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(window)
+}
+
+#[cfg(test)]
+mod command_line_tests {
+    use super::{Command, Invocation};
+
+    #[test]
+    fn the_agents_flags_run_the_agent_and_a_tool_runs_alone() {
+        let parsed = Invocation::try_parse_from([
+            "local-agent",
+            "--remote=provider.example:6443",
+            "--tls-cert=/c",
+            "--tls-key=/k",
+            "--server-ca=/ca",
+            "--cluster-id=origin",
+            "--remote-cluster-id",
+            "provider",
+            "--worker-threads=2",
+        ]);
+        let Ok(Invocation::Agent(agent)) = parsed else {
+            panic!("the agent's flags run the agent: {parsed:?}");
+        };
+        assert_eq!(agent.remote_cluster_id.as_str(), "provider");
+        assert_eq!(agent.runtime.worker_threads, 2, "a nested group's flag");
+
+        for tool in [
+            vec!["local-agent", "crd"],
+            vec!["local-agent", "unpeer", "--remote-cluster-id=provider"],
+            vec![
+                "local-agent",
+                "preview",
+                "--cluster-id=origin",
+                "--remote-cluster-id=provider",
+            ],
+        ] {
+            let parsed = Invocation::try_parse_from(&tool);
+            assert!(matches!(parsed, Ok(Invocation::Tool(_))), "{tool:?}");
+        }
+        assert!(matches!(
+            Invocation::try_parse_from(["local-agent", "crd"]),
+            Ok(Invocation::Tool(Command::Crd))
+        ));
+        let missing = Invocation::try_parse_from(["local-agent"])
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("--remote"), "{missing}");
+    }
 }

@@ -37,7 +37,7 @@ pub mod volumes;
 pub mod watch_backoff;
 pub mod webhook;
 
-pub use cli::{Args, Cli, Command};
+pub use cli::{Args, Cli, Command, Invocation};
 
 use std::future::Future;
 use std::sync::Arc;

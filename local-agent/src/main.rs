@@ -1,6 +1,5 @@
 //! The `local-agent` binary: run the agent, or one of its tools (`preview`, `unpeer`, `crd`).
-use clap::{CommandFactory, Parser};
-use refract_local_agent::{Cli, Command};
+use refract_local_agent::{Command, Invocation};
 use refract_shared::runtime::RuntimeArgs;
 use refract_shared::stdout::{quiet_when_closed, write};
 
@@ -8,34 +7,23 @@ use refract_shared::stdout::{quiet_when_closed, write};
 static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Preview(args)) => {
+    match Invocation::parse() {
+        Invocation::Tool(Command::Preview(args)) => {
             quiet_when_closed(RuntimeArgs::default().run(refract_local_agent::preview::run(*args)))
         }
-        Some(Command::Unpeer(args)) => {
+        Invocation::Tool(Command::Unpeer(args)) => {
             RuntimeArgs::default().run(refract_admin::unpeer::command::run(args))
         }
-        Some(Command::Crd) => {
+        Invocation::Tool(Command::Crd) => {
             let yaml = refract_admin::crd::crd_yaml()?;
             quiet_when_closed(write(&yaml).map_err(Into::into))
         }
-        None => {
-            // clap asks for the agent's required flags when no command is named, so this
-            // answer is only a fallback that keeps the binary free of a panic path.
-            let Some(args) = cli.agent else {
-                Cli::command()
-                    .error(
-                        clap::error::ErrorKind::MissingRequiredArgument,
-                        "name a command or give the agent's flags",
-                    )
-                    .exit()
-            };
+        Invocation::Agent(args) => {
             refract_shared::telemetry::init_logging(&args.telemetry)?;
             refract_shared::telemetry::exit_on_panic();
             let runtime = args.runtime.clone();
             runtime.run(refract_local_agent::run(
-                args,
+                *args,
                 refract_shared::telemetry::shutdown_signal(),
             ))
         }

@@ -14,7 +14,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use refract_certs::{output, Issued, LeafRequest, Role, Validity};
 use refract_local_agent::connector::{ConnectError, Connector};
 use refract_shared::tls::{self, ClusterId, TlsFiles, Watched};
@@ -111,7 +110,13 @@ fn start_remote(pki: &Pki, port: u16, extra: &[&str]) -> Running {
     .map(|s| s.to_string())
     .collect();
     argv.extend(extra.iter().map(|s| s.to_string()));
-    let args = refract_remote_agent::Args::parse_from(argv);
+    // Parsed as the binary parses its command line.
+    let refract_remote_agent::Invocation::Agent(args) =
+        refract_remote_agent::Invocation::try_parse_from(argv).expect("the agent's flags")
+    else {
+        panic!("the agent's flags run the agent");
+    };
+    let args = *args;
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(refract_remote_agent::run(args, async move {
         let _ = stopped.await;
@@ -152,7 +157,12 @@ fn start_local(pki: &Pki, client: &str, port: u16, remote_id: &str) -> Running {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let args = refract_local_agent::Args::parse_from(argv);
+    let refract_local_agent::Invocation::Agent(args) =
+        refract_local_agent::Invocation::try_parse_from(argv).expect("the agent's flags")
+    else {
+        panic!("the agent's flags run the agent");
+    };
+    let args = *args;
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(refract_local_agent::run(args, async move {
         let _ = stopped.await;

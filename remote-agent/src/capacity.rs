@@ -1,11 +1,17 @@
 //! What the provider can offer each tenant, streamed as `Capacity`.
 //!
+//! Computed again when a node or a pod changes (changes within [`SETTLE`] counted once), when
+//! a tenant connects, and when the provider's API server turns ready or not; put in each
+//! connected tenant's [`Outbox`], which sends it only when it differs from what that session
+//! has.
+//!
 //! Free = allocatable of Ready, schedulable nodes − requests of pods that have not finished,
 //! for every resource the nodes report (GPUs included). A tenant's own pods are not
 //! subtracted: they already run inside its virtual node's capacity, and counting them again
 //! would shrink the node under its own workload.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -14,63 +20,84 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
+use refract_core::hash::bytes_hash;
 use refract_core::keys::ORIGIN_LABEL;
 use refract_core::quantity::{format_milli, parse_milli};
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::{remote_message, Capacity, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
+use tokio::sync::Notify;
+
+use crate::outbox::{Outbox, Subject};
 use crate::registry::Registry;
+use crate::shadowpod_controller::Stores;
 
-/// How often capacity is recomputed.
-const INTERVAL: Duration = Duration::from_secs(3);
+/// How long capacity waits after a change for the changes that come with it (a Deployment
+/// scaled, a node draining) before it is computed once for all of them.
+const SETTLE: Duration = Duration::from_secs(1);
+/// How often the provider's API server is asked whether it is ready (the virtual node shows
+/// it); this probe is the only periodic request.
+const PROBE_EVERY: Duration = Duration::from_secs(3);
 
-/// Starts the capacity stream.
+/// Starts the capacity stream over `stores`' pods and a watch of the provider's nodes.
 pub fn spawn(
     client: kube::Client,
+    stores: Stores,
     registry: Registry,
+    outbox: Outbox,
     node_labels: BTreeMap<String, String>,
     shutdown: CancellationToken,
 ) {
     let (nodes, nodes_writer) = reflector::store::<Node>();
-    let (pods, pods_writer) = reflector::store::<Pod>();
-    let watch_nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(nodes_writer)
-        .for_each(|_| futures::future::ready(()));
-    let watch_pods = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(pods_writer)
-        .for_each(|_| futures::future::ready(()));
+    let nodes_changed = Arc::new(Notify::new());
+    let watch_nodes = {
+        let nodes_changed = nodes_changed.clone();
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .reflect(nodes_writer)
+            .for_each(move |_| {
+                nodes_changed.notify_one();
+                futures::future::ready(())
+            })
+    };
+    let pods = stores.pods.clone();
     let stream = async move {
         let _ = nodes.wait_until_ready().await;
         let _ = pods.wait_until_ready().await;
         tracing::debug!("capacity stores ready");
-        // tenant → (session, message) last sent
-        let mut sent: HashMap<ClusterId, (String, Capacity)> = HashMap::new();
-        let mut tick = tokio::time::interval(INTERVAL);
+        let mut opened = outbox.sessions_opened();
+        let mut probe = tokio::time::interval(PROBE_EVERY);
+        probe.tick().await;
+        let mut api_server_ready = client.apiserver_version().await.is_ok();
         loop {
-            tick.tick().await;
-            let api_server_ready = client.apiserver_version().await.is_ok();
             for tenant in registry.connected() {
-                let Some(session) = registry.session_of(&tenant) else {
-                    continue;
-                };
                 let capacity = Capacity {
                     free: free_for(&nodes, &pods, &tenant),
                     node_labels: node_labels.clone(),
                     api_server_ready,
                 };
-                if sent.get(&tenant) == Some(&(session.clone(), capacity.clone())) {
-                    continue;
-                }
+                let hash = bytes_hash(format!("{capacity:?}").as_bytes());
                 let message = RemoteMessage {
-                    kind: Some(remote_message::Kind::Capacity(capacity.clone())),
+                    kind: Some(remote_message::Kind::Capacity(capacity)),
                 };
-                tracing::debug!(%tenant, ?capacity, "sending capacity");
-                if registry.send_to(&tenant, message) {
-                    sent.insert(tenant, (session, capacity));
+                outbox.put(&tenant, Subject::capacity(), hash, message);
+            }
+            loop {
+                let ready = tokio::select! {
+                    _ = probe.tick() => Some(client.apiserver_version().await.is_ok()),
+                    _ = nodes_changed.notified() => None,
+                    _ = stores.pods_changed.notified() => None,
+                    _ = opened.changed() => None,
+                };
+                match ready {
+                    // The same answer as before: nothing to compute.
+                    Some(ready) if ready == api_server_ready => continue,
+                    Some(ready) => api_server_ready = ready,
+                    // A change: let the changes that come with it arrive first.
+                    None => tokio::time::sleep(SETTLE).await,
                 }
+                break;
             }
         }
     };
@@ -78,7 +105,6 @@ pub fn spawn(
         tokio::select! {
             _ = shutdown.cancelled() => {}
             _ = watch_nodes => {}
-            _ = watch_pods => {}
             _ = stream => {}
         }
     });

@@ -35,9 +35,44 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// The agent's flags, when no tool is named.
+    /// The agent's flags, when no tool is named. Read them through [`Invocation`]: clap
+    /// leaves an `Option` of flattened flags `None` when they nest flattened groups of their
+    /// own, as these do (telemetry, runtime), so this field only declares them.
     #[command(flatten)]
-    pub agent: Option<Args>,
+    agent: Option<Args>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Run the agent.
+    Agent(Box<Args>),
+    /// Run a tool instead.
+    Tool(Command),
+}
+
+impl Invocation {
+    /// Parses `argv` (the binary's name first) as the binary does; `--help`, `--version` and
+    /// mistakes come back as clap's error, which `exit()` prints.
+    pub fn try_parse_from<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().try_get_matches_from(argv)?;
+        if matches.subcommand_name().is_some() {
+            Ok(Self::Tool(Command::from_arg_matches(&matches)?))
+        } else {
+            // No tool named: clap has checked the agent's required flags.
+            Ok(Self::Agent(Box::new(Args::from_arg_matches(&matches)?)))
+        }
+    }
+
+    /// The process's own command line; exits with clap's message on `--help` or a mistake.
+    pub fn parse() -> Self {
+        Self::try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
 }
 
 /// The tools `remote-agent` runs instead of the agent.
@@ -51,8 +86,9 @@ pub enum Command {
 }
 
 /// The agent's flags (see [`Cli`]).
-#[derive(Debug, Clone, clap::Parser)]
-#[command(name = "remote-agent", version)]
+// `clap::Args`, not `Parser`: only an `Args` has the group id by which [`Cli`] tells whether
+// the agent's flags were given.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Address to serve gRPC on.
     #[arg(long, default_value = "0.0.0.0:6443")]
@@ -224,4 +260,45 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 /// Parses durations such as `500ms`, `20s`, `5m`, `1h`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     refract_core::duration::parse(s)
+}
+
+#[cfg(test)]
+mod command_line_tests {
+    use super::{Command, Invocation};
+
+    #[test]
+    fn the_agents_flags_run_the_agent_and_a_tool_runs_alone() {
+        let parsed = Invocation::try_parse_from([
+            "remote-agent",
+            "--tls-cert=/c",
+            "--tls-key=/k",
+            "--client-ca",
+            "/ca",
+            "--cluster-id=provider",
+            "--log-level=debug",
+        ]);
+        let Ok(Invocation::Agent(agent)) = parsed else {
+            panic!("the agent's flags run the agent: {parsed:?}");
+        };
+        assert_eq!(agent.cluster_id.as_str(), "provider");
+        assert_eq!(agent.telemetry.log_level, "debug", "a nested group's flag");
+
+        let tool = Invocation::try_parse_from(["remote-agent", "remove-tenant", "--cluster-id=o"]);
+        assert!(matches!(
+            tool,
+            Ok(Invocation::Tool(Command::RemoveTenant(_)))
+        ));
+        assert!(matches!(
+            Invocation::try_parse_from(["remote-agent", "crd"]),
+            Ok(Invocation::Tool(Command::Crd))
+        ));
+
+        // Neither: the agent's required flags are asked for by name.
+        let missing = Invocation::try_parse_from(["remote-agent"])
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("--tls-cert"), "{missing}");
+        // A tool does not take the agent's flags.
+        assert!(Invocation::try_parse_from(["remote-agent", "crd", "--tls-cert=/c"]).is_err());
+    }
 }

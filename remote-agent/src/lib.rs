@@ -6,15 +6,15 @@
 //! closes their connections), checks Hello, and runs the tenant's session:
 //! each Upsert/Delete goes to [`apply`] and is answered with an Ack. [`registry`] keeps
 //! per-tenant state that [`inspect`] serves read-only. [`metrics`] are served on the admin port.
-//! Back to the origin: pod status ([`pod_status`]), events ([`events`]), free capacity
-//! ([`capacity`]) and the volumes bound to tenants' claims ([`volumes`]). [`kubelet`] serves
+//! Back to the origin: pod status ([`pod_status`]), free capacity ([`capacity`]) and the
+//! volumes bound to tenants' claims ([`volumes`]) through each tenant's [`outbox`], which
+//! sends a session what it lacks; events ([`events`]) as they happen. [`kubelet`] serves
 //! logs, exec, attach, port-forward and stats of a tenant's offloaded pods.
 
 pub mod access;
 pub mod apply;
 pub mod capacity;
 mod cli;
-pub mod delivered;
 pub mod events;
 pub mod inspect;
 pub mod inventory;
@@ -22,6 +22,7 @@ pub mod kinds;
 pub mod kubelet;
 pub mod metrics;
 pub mod objects;
+pub mod outbox;
 pub mod peer;
 pub mod pod_status;
 pub mod policy;
@@ -34,7 +35,7 @@ pub mod tenants;
 pub mod tls_listener;
 pub mod volumes;
 
-pub use cli::{parse_duration, Args, Cli, Command};
+pub use cli::{parse_duration, Args, Cli, Command, Invocation};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -129,18 +130,21 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             token.clone(),
         );
     }
+    let outbox = outbox::Outbox::default();
     let stores = shadowpod_controller::spawn(client.clone(), &args.cluster_id, token.clone());
-    pod_status::spawn(stores.clone(), registry.clone(), token.clone());
+    pod_status::spawn(stores.clone(), outbox.clone(), token.clone());
     capacity::spawn(
         client.clone(),
+        stores.clone(),
         registry.clone(),
+        outbox.clone(),
         args.node_labels(),
         token.clone(),
     );
     volumes::spawn(
         client.clone(),
         &args.cluster_id,
-        registry.clone(),
+        outbox.clone(),
         token.clone(),
     );
     let kubelet = kubelet::KubeletService {
@@ -153,6 +157,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),
+        outbox,
         applier,
         metrics: metrics.clone(),
         shutdown: token.clone(),

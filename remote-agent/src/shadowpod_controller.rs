@@ -7,6 +7,7 @@
 //! its labels and annotations follow the ShadowPod's ([`metadata`]).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -24,7 +25,7 @@ use refract_core::keys::{
 };
 use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
@@ -34,15 +35,26 @@ pub mod metadata;
 /// The value of [`MANAGED_BY_LABEL`] on the pods the controller created.
 pub const MANAGED_BY_SHADOWPOD: &str = "shadowpod";
 
-/// The stores the controller keeps, shared with the status stream.
+/// The stores the controller keeps, shared with the status stream, capacity and the kubelet
+/// calls: the provider's one watch of ShadowPods and its one watch of pods.
 #[derive(Clone)]
 pub struct Stores {
     /// ShadowPods destined to this provider.
     pub shadows: Store<ShadowPod>,
-    /// Pods created from ShadowPods.
+    /// Every pod of the provider: capacity subtracts every pod's requests, so the pods of
+    /// ShadowPods (labelled [`MANAGED_BY_LABEL`] = [`MANAGED_BY_SHADOWPOD`], owned by their
+    /// ShadowPod) are read from the same store rather than watched a second time.
     pub pods: Store<Pod>,
-    /// `(namespace, name)` of every ShadowPod or pod that changed, for the status stream.
+    /// `(namespace, name)` of every ShadowPod or pod of a ShadowPod that changed, for the
+    /// status stream.
     pub changed: ChangedKeys,
+    /// Woken when any pod changes, for capacity.
+    pub pods_changed: Arc<Notify>,
+}
+
+/// Whether `pod` was created by the controller from a ShadowPod.
+pub fn of_shadowpod(pod: &Pod) -> bool {
+    pod.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_SHADOWPOD)
 }
 
 /// Keys of objects that changed since they were last taken, and a wake-up for whoever takes
@@ -83,13 +95,11 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
     .default_backoff()
     .reflect(shadows_writer)
     .touched_objects();
-    let pod_events = watcher(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_SHADOWPOD}")),
-    )
-    .default_backoff()
-    .reflect(pods_writer)
-    .touched_objects();
+    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(pods_writer)
+        .touched_objects();
+    let pods_changed = Arc::new(Notify::new());
     let changed = ChangedKeys::default();
     let feed = |tx: mpsc::Sender<(String, String)>| {
         let changed = changed.clone();
@@ -110,14 +120,23 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
     let shadow_feed = shadow_events
         .map(|r| r.map(|o: ShadowPod| (o.namespace().unwrap_or_default(), o.name_any())))
         .for_each(feed(key_tx.clone()));
-    let pod_feed = pod_events
-        .map(|r| r.map(|o: Pod| (o.namespace().unwrap_or_default(), o.name_any())))
-        .for_each(feed(key_tx.clone()));
+    // Every pod change wakes capacity; only those of ShadowPods go on to the controller.
+    let pod_feed = {
+        let pods_changed = pods_changed.clone();
+        pod_events
+            .filter(move |r| {
+                pods_changed.notify_one();
+                futures::future::ready(r.as_ref().map_or(true, of_shadowpod))
+            })
+            .map(|r| r.map(|o: Pod| (o.namespace().unwrap_or_default(), o.name_any())))
+            .for_each(feed(key_tx.clone()))
+    };
 
     let stores = Stores {
         shadows,
         pods,
         changed,
+        pods_changed,
     };
     let recorder = Recorder::new(
         client.clone(),

@@ -23,6 +23,7 @@ use crate::inventory::{Bucket, Inventory};
 use crate::kinds::Allowed;
 use crate::metrics::{label, Metrics, StreamRefusal, TenantCounters};
 use crate::objects::Meta;
+use crate::outbox::Outbox;
 use crate::peer::Peer;
 use crate::registry::in_flight::InFlight;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
@@ -48,6 +49,8 @@ pub struct ReflectionService {
     pub cluster_id: ClusterId,
     /// Tenant bookkeeping.
     pub registry: Registry,
+    /// What each tenant is told besides answers (pod status, volumes, capacity).
+    pub outbox: Outbox,
     /// Kubernetes writer.
     pub applier: Applier,
     /// Metrics.
@@ -152,6 +155,15 @@ impl Reflection for ReflectionService {
             },
             tx.clone(),
         );
+        // The sender of pod status, volumes and capacity lives as long as the session's task.
+        let session_done = tokio_util::sync::CancellationToken::new();
+        self.outbox.spawn_sender(
+            peer.cluster_id.clone(),
+            session_id.clone(),
+            tx.clone(),
+            self.registry.clone(),
+            session_done.clone(),
+        );
         let session = std::sync::Arc::new(TenantSession {
             service: self.clone(),
             tenant: peer.cluster_id.clone(),
@@ -176,6 +188,7 @@ impl Reflection for ReflectionService {
         tokio::spawn(
             async move {
                 metrics.streams.inc();
+                let _sender = session_done.drop_guard();
                 let guard = guard;
                 match session.run(&mut inbound).await {
                     Ok(()) => tracing::info!("tenant closed the stream"),

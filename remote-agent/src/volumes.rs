@@ -1,11 +1,9 @@
 //! Streams the persistent volumes the provider bound to tenants' claims back to their origin.
 //!
-//! Level-triggered like the pod status stream: every few seconds (and at every change) each
-//! bound volume of a tenant claim is sent unless the tenant's current session already has it,
-//! so a reconnecting origin gets them all again without asking. A volume is only sent to the
-//! tenant whose labels its claim carries.
-
-use std::time::Duration;
+//! Like the pod status stream: when a volume or a tenant's claim changes, the volume bound to
+//! it is put in the tenant's [`Outbox`] (sent unless the tenant's current session has it, and
+//! again to a reconnecting origin), or taken out once it is no longer bound. A volume is only
+//! sent to the tenant whose labels its claim carries.
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -19,79 +17,110 @@ use refract_shared::tls::ClusterId;
 use refract_wire::proto::{remote_message, PersistentVolume as VolumeMessage, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
-use crate::delivered::Delivered;
-use crate::registry::Registry;
+use crate::outbox::{Outbox, Subject};
 
-/// How often every volume is re-checked against what each session has.
-const RESCAN: Duration = Duration::from_secs(2);
+/// What changed: a volume (by name), or a claim naming the volume it is bound to.
+enum Changed {
+    Volume(String),
+    Claim(Option<String>),
+}
 
 /// Starts the volume stream.
 pub fn spawn(
     client: kube::Client,
     provider: &ClusterId,
-    registry: Registry,
+    outbox: Outbox,
     shutdown: CancellationToken,
 ) {
     let (volumes, volumes_writer) = reflector::store::<PersistentVolume>();
     let (claims, claims_writer) = reflector::store::<PersistentVolumeClaim>();
-    let volume_feed = watcher(
+    let volume_changes = watcher(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
     .reflect(volumes_writer)
-    .for_each(|_| futures::future::ready(()));
-    let claim_feed = watcher(
+    .touched_objects()
+    .filter_map(|r| futures::future::ready(r.ok().map(|v| Changed::Volume(v.name_any()))));
+    let claim_changes = watcher(
         Api::<PersistentVolumeClaim>::all(client),
         watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
     )
     .default_backoff()
     .reflect(claims_writer)
-    .for_each(|_| futures::future::ready(()));
-    let stream = send_loop(volumes, claims, registry);
+    .touched_objects()
+    .filter_map(|r| {
+        futures::future::ready(
+            r.ok()
+                .map(|c| Changed::Claim(c.spec.and_then(|s| s.volume_name))),
+        )
+    });
+    let mut changes = futures::stream::select(volume_changes, claim_changes).boxed();
     tokio::spawn(async move {
+        let ready = async {
+            let _ = volumes.wait_until_ready().await;
+            let _ = claims.wait_until_ready().await;
+        };
+        // The watches run (the stream is polled) while the stores list.
+        let listed = async {
+            tokio::pin!(ready);
+            loop {
+                tokio::select! {
+                    _ = &mut ready => return true,
+                    c = changes.next() => if c.is_none() { return false },
+                }
+            }
+        };
         tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = volume_feed => {}
-            _ = claim_feed => {}
-            _ = stream => {}
+            _ = shutdown.cancelled() => return,
+            listed = listed => if !listed { return },
+        }
+        for volume in volumes.state() {
+            offer(&volumes, &claims, &outbox, &volume.name_any());
+        }
+        loop {
+            let change = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                c = changes.next() => match c {
+                    Some(c) => c,
+                    None => return,
+                },
+            };
+            match change {
+                Changed::Volume(name) | Changed::Claim(Some(name)) => {
+                    offer(&volumes, &claims, &outbox, &name)
+                }
+                Changed::Claim(None) => {}
+            }
         }
     });
 }
 
-async fn send_loop(
-    volumes: Store<PersistentVolume>,
-    claims: Store<PersistentVolumeClaim>,
-    registry: Registry,
+/// Puts volume `name` in the outbox of the tenant whose claim it is bound to, or takes it out.
+fn offer(
+    volumes: &Store<PersistentVolume>,
+    claims: &Store<PersistentVolumeClaim>,
+    outbox: &Outbox,
+    name: &str,
 ) {
-    let mut delivered = Delivered::default();
-    let mut tick = tokio::time::interval(RESCAN);
-    loop {
-        tick.tick().await;
-        for volume in volumes.state() {
-            let Some((tenant, message)) = message_for(&volume, &claims) else {
-                continue;
-            };
-            let Some(session) = registry.session_of(&tenant) else {
-                continue;
-            };
-            let hash = desired_hash(&serde_json::json!([volume.metadata.name, volume.spec]));
-            let uid = volume.uid().unwrap_or_default();
-            if delivered.has(&uid, &session, &hash) {
-                continue;
-            }
-            let message = RemoteMessage {
-                kind: Some(remote_message::Kind::PersistentVolume(message)),
-            };
-            if registry.send_to(&tenant, message) {
-                tracing::info!(%tenant, volume = %volume.name_any(), "sent a provider volume to its origin");
-                delivered.record(uid, session, hash);
-            }
-        }
-        let live: std::collections::HashSet<String> =
-            volumes.state().iter().filter_map(|v| v.uid()).collect();
-        delivered.retain(&live);
-    }
+    let subject = Subject::volume(name);
+    let bound = volumes
+        .get(&ObjectRef::new(name))
+        .and_then(|volume| Some((message_for(&volume, claims)?, volume)));
+    let Some(((tenant, message), volume)) = bound else {
+        outbox.remove(&subject);
+        return;
+    };
+    let hash = desired_hash(&serde_json::json!([volume.metadata.name, volume.spec]));
+    tracing::debug!(%tenant, volume = %name, "a provider volume for its origin");
+    outbox.put(
+        &tenant,
+        subject,
+        hash,
+        RemoteMessage {
+            kind: Some(remote_message::Kind::PersistentVolume(message)),
+        },
+    );
 }
 
 /// The tenant and message for `volume`, when it is bound to a tenant's claim.

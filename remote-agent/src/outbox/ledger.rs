@@ -1,0 +1,203 @@
+//! The pure part of the provider's outbox: per tenant, the latest state of everything the
+//! provider streams back on its own (pod status, volumes, capacity), and what the tenant's
+//! current session already has of it.
+//!
+//! No channels, no clock, no Kubernetes client: what to send, what a new session needs and
+//! what a producer's change means are decided here and tested synchronously
+//! ([`super::tests`]). The shell ([`super::Outbox`]) holds it under a lock and runs one sender
+//! per session.
+
+use std::collections::{BTreeSet, HashMap};
+
+use refract_shared::tls::ClusterId;
+use refract_wire::proto::RemoteMessage;
+
+/// What a message is the state of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Topic {
+    /// The provider's free capacity for the tenant's virtual node (one per tenant). First, so
+    /// a new session learns its node's size before the statuses of its pods.
+    Capacity,
+    /// The status of one offloaded pod.
+    PodStatus,
+    /// A volume the provider bound to one of the tenant's claims.
+    Volume,
+}
+
+/// One thing a tenant is told the state of.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Subject {
+    /// What kind of state.
+    pub topic: Topic,
+    /// Which object: `namespace/name` of a provider pod, a volume's name, empty for capacity.
+    pub name: String,
+}
+
+impl Subject {
+    /// The tenant's capacity.
+    pub fn capacity() -> Self {
+        Self {
+            topic: Topic::Capacity,
+            name: String::new(),
+        }
+    }
+
+    /// The status of the provider pod `namespace/name`.
+    pub fn pod(namespace: &str, name: &str) -> Self {
+        Self {
+            topic: Topic::PodStatus,
+            name: format!("{namespace}/{name}"),
+        }
+    }
+
+    /// The volume `name`.
+    pub fn volume(name: &str) -> Self {
+        Self {
+            topic: Topic::Volume,
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A message a session lacks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Due {
+    /// What it is the state of.
+    pub subject: Subject,
+    /// The state's hash, recorded as delivered once sent.
+    pub hash: String,
+    /// The message.
+    pub message: RemoteMessage,
+}
+
+/// The latest state of one subject.
+#[derive(Debug, Clone)]
+struct Latest {
+    hash: String,
+    message: RemoteMessage,
+}
+
+/// One tenant's record.
+#[derive(Debug, Default)]
+struct Tenant {
+    /// The latest state of each subject, kept while the tenant is away so that its next
+    /// session gets it without the producers being asked.
+    latest: HashMap<Subject, Latest>,
+    /// The current session's id.
+    session: Option<String>,
+    /// What the current session has: subject → hash.
+    delivered: HashMap<Subject, String>,
+    /// Subjects the current session may lack, in the order they are sent.
+    due: BTreeSet<Subject>,
+}
+
+impl Tenant {
+    fn lacks(&self, subject: &Subject) -> bool {
+        match (self.latest.get(subject), self.delivered.get(subject)) {
+            (Some(latest), Some(hash)) => latest.hash != *hash,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+}
+
+/// Every tenant's record.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    tenants: HashMap<ClusterId, Tenant>,
+}
+
+impl Ledger {
+    /// Records the latest state of `subject` for `tenant`. True when the tenant's current
+    /// session lacks it (its sender has something to do); false when nothing changed or the
+    /// tenant is not connected.
+    pub fn put(
+        &mut self,
+        tenant: &ClusterId,
+        subject: Subject,
+        hash: String,
+        message: RemoteMessage,
+    ) -> bool {
+        let t = self.tenants.entry(tenant.clone()).or_default();
+        if t.latest.get(&subject).is_some_and(|l| l.hash == hash) {
+            return false;
+        }
+        t.latest.insert(subject.clone(), Latest { hash, message });
+        if t.session.is_none() || !t.lacks(&subject) {
+            return false;
+        }
+        t.due.insert(subject);
+        true
+    }
+
+    /// Forgets `subject` wherever it is (its object is gone): nothing more is sent about it.
+    pub fn remove(&mut self, subject: &Subject) {
+        for t in self.tenants.values_mut() {
+            t.latest.remove(subject);
+            t.delivered.remove(subject);
+            t.due.remove(subject);
+        }
+    }
+
+    /// Starts session `session` of `tenant`, replacing any other: it has nothing yet, so every
+    /// latest state is due. True when something is.
+    pub fn open(&mut self, tenant: &ClusterId, session: &str) -> bool {
+        let t = self.tenants.entry(tenant.clone()).or_default();
+        t.session = Some(session.to_string());
+        t.delivered.clear();
+        t.due = t.latest.keys().cloned().collect();
+        !t.due.is_empty()
+    }
+
+    /// Ends session `session` of `tenant`, unless a newer one replaced it already. Its
+    /// capacity goes with it: capacity is computed for connected tenants only, so one kept
+    /// would be stale by the time the tenant is back.
+    pub fn close(&mut self, tenant: &ClusterId, session: &str) {
+        if let Some(t) = self.tenants.get_mut(tenant) {
+            if t.session.as_deref() == Some(session) {
+                t.session = None;
+                t.delivered.clear();
+                t.due.clear();
+                t.latest.retain(|s, _| s.topic != Topic::Capacity);
+            }
+        }
+    }
+
+    /// The next message session `session` of `tenant` lacks; `None` when it has everything
+    /// (or is no longer the tenant's current session).
+    pub fn next(&mut self, tenant: &ClusterId, session: &str) -> Option<Due> {
+        let t = self.tenants.get_mut(tenant)?;
+        if t.session.as_deref() != Some(session) {
+            return None;
+        }
+        while let Some(subject) = t.due.pop_first() {
+            if !t.lacks(&subject) {
+                continue;
+            }
+            let latest = t.latest.get(&subject)?;
+            return Some(Due {
+                hash: latest.hash.clone(),
+                message: latest.message.clone(),
+                subject,
+            });
+        }
+        None
+    }
+
+    /// Session `session` of `tenant` was sent `subject` at `hash`.
+    pub fn delivered(&mut self, tenant: &ClusterId, session: &str, subject: Subject, hash: String) {
+        if let Some(t) = self.tenants.get_mut(tenant) {
+            if t.session.as_deref() == Some(session) && t.latest.contains_key(&subject) {
+                t.delivered.insert(subject, hash);
+            }
+        }
+    }
+
+    /// How many subjects `tenant` has of `topic`.
+    #[cfg(test)]
+    pub fn count(&self, tenant: &ClusterId, topic: Topic) -> usize {
+        self.tenants
+            .get(tenant)
+            .map_or(0, |t| t.latest.keys().filter(|s| s.topic == topic).count())
+    }
+}

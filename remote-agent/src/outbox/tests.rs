@@ -1,0 +1,185 @@
+//! The provider outbox's decisions, without channels or a cluster.
+
+use refract_shared::tls::ClusterId;
+use refract_wire::proto::{remote_message, Capacity, PodStatus, RemoteMessage};
+
+use super::ledger::{Ledger, Subject, Topic};
+
+fn mk_tenant(id: &str) -> ClusterId {
+    ClusterId::parse(id).unwrap()
+}
+
+fn mk_status(name: &str, phase: &str) -> RemoteMessage {
+    RemoteMessage {
+        kind: Some(remote_message::Kind::PodStatus(PodStatus {
+            origin_uid: format!("uid-{name}"),
+            namespace: "apps".into(),
+            name: name.into(),
+            status_json: format!(r#"{{"phase":"{phase}"}}"#).into_bytes(),
+            recreations: 0,
+            sent_unix_millis: 0,
+        })),
+    }
+}
+
+fn mk_capacity(cpu: &str) -> RemoteMessage {
+    RemoteMessage {
+        kind: Some(remote_message::Kind::Capacity(Capacity {
+            free: [("cpu".to_string(), cpu.to_string())].into(),
+            ..Default::default()
+        })),
+    }
+}
+
+/// Puts `name`'s status in `phase` (its hash is the phase).
+fn put_status(ledger: &mut Ledger, tenant: &ClusterId, name: &str, phase: &str) -> bool {
+    ledger.put(
+        tenant,
+        Subject::pod("apps", name),
+        phase.into(),
+        mk_status(name, phase),
+    )
+}
+
+/// Sends everything `session` lacks; returns the subjects and hashes sent, in order.
+fn drain(ledger: &mut Ledger, tenant: &ClusterId, session: &str) -> Vec<(Subject, String)> {
+    let mut sent = Vec::new();
+    while let Some(due) = ledger.next(tenant, session) {
+        sent.push((due.subject.clone(), due.hash.clone()));
+        ledger.delivered(tenant, session, due.subject, due.hash);
+    }
+    sent
+}
+
+#[test]
+fn a_state_recorded_while_the_tenant_is_away_is_sent_when_it_connects() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    assert!(
+        !put_status(&mut ledger, &tenant, "web", "Running"),
+        "no session to wake"
+    );
+    assert!(ledger.open(&tenant, "s1"), "the new session lacks it");
+    assert_eq!(
+        drain(&mut ledger, &tenant, "s1"),
+        vec![(Subject::pod("apps", "web"), "Running".to_string())]
+    );
+    assert_eq!(ledger.next(&tenant, "s1"), None, "sent once");
+}
+
+#[test]
+fn only_a_change_is_sent_again_and_a_change_undone_before_sending_is_not() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    ledger.open(&tenant, "s1");
+    assert!(put_status(&mut ledger, &tenant, "web", "Pending"));
+    drain(&mut ledger, &tenant, "s1");
+    assert!(
+        !put_status(&mut ledger, &tenant, "web", "Pending"),
+        "the same state again is nothing new"
+    );
+    assert!(put_status(&mut ledger, &tenant, "web", "Running"));
+    assert!(
+        !put_status(&mut ledger, &tenant, "web", "Pending"),
+        "back to what the session has"
+    );
+    assert_eq!(drain(&mut ledger, &tenant, "s1"), vec![]);
+    assert!(put_status(&mut ledger, &tenant, "web", "Succeeded"));
+    assert_eq!(
+        drain(&mut ledger, &tenant, "s1"),
+        vec![(Subject::pod("apps", "web"), "Succeeded".to_string())]
+    );
+}
+
+#[test]
+fn a_reconnect_gets_every_latest_state_again_capacity_first_and_the_old_session_nothing() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    ledger.open(&tenant, "s1");
+    put_status(&mut ledger, &tenant, "a", "Running");
+    put_status(&mut ledger, &tenant, "b", "Running");
+    ledger.put(&tenant, Subject::capacity(), "4".into(), mk_capacity("4"));
+    drain(&mut ledger, &tenant, "s1");
+    put_status(&mut ledger, &tenant, "b", "Failed");
+
+    assert!(ledger.open(&tenant, "s2"));
+    assert_eq!(ledger.next(&tenant, "s1"), None, "replaced");
+    let sent = drain(&mut ledger, &tenant, "s2");
+    assert_eq!(
+        sent,
+        vec![
+            (Subject::capacity(), "4".to_string()),
+            (Subject::pod("apps", "a"), "Running".to_string()),
+            (Subject::pod("apps", "b"), "Failed".to_string()),
+        ]
+    );
+    // The old session's late bookkeeping and its end change nothing for the new one.
+    ledger.delivered(&tenant, "s1", Subject::pod("apps", "a"), "Gone".into());
+    ledger.close(&tenant, "s1");
+    assert!(put_status(&mut ledger, &tenant, "a", "Succeeded"));
+    assert_eq!(drain(&mut ledger, &tenant, "s2").len(), 1);
+}
+
+#[test]
+fn a_subject_whose_object_is_gone_is_never_sent_again() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    ledger.open(&tenant, "s1");
+    put_status(&mut ledger, &tenant, "web", "Running");
+    ledger.remove(&Subject::pod("apps", "web"));
+    assert_eq!(
+        drain(&mut ledger, &tenant, "s1"),
+        vec![],
+        "removed before sending"
+    );
+    ledger.close(&tenant, "s1");
+    assert!(
+        !ledger.open(&tenant, "s2"),
+        "nothing kept for the next session"
+    );
+    assert_eq!(ledger.count(&tenant, Topic::PodStatus), 0);
+}
+
+#[test]
+fn tenants_are_told_only_their_own_states() {
+    let mut ledger = Ledger::default();
+    let (a, b) = (mk_tenant("a"), mk_tenant("b"));
+    ledger.open(&a, "sa");
+    ledger.open(&b, "sb");
+    assert!(put_status(&mut ledger, &a, "web", "Running"));
+    assert_eq!(drain(&mut ledger, &b, "sb"), vec![]);
+    assert_eq!(drain(&mut ledger, &a, "sa").len(), 1);
+    assert_eq!(
+        ledger.next(&a, "sb"),
+        None,
+        "a session id of another tenant"
+    );
+}
+
+#[test]
+fn a_closed_session_is_woken_by_nothing_and_keeps_the_latest_state() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    ledger.open(&tenant, "s1");
+    ledger.close(&tenant, "s1");
+    assert!(!put_status(&mut ledger, &tenant, "web", "Running"));
+    assert_eq!(ledger.next(&tenant, "s1"), None);
+    assert_eq!(ledger.count(&tenant, Topic::PodStatus), 1);
+}
+
+#[test]
+fn capacity_is_not_kept_for_an_absent_tenant_since_it_would_be_stale() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    ledger.open(&tenant, "s1");
+    ledger.put(&tenant, Subject::capacity(), "4".into(), mk_capacity("4"));
+    put_status(&mut ledger, &tenant, "web", "Running");
+    ledger.close(&tenant, "s1");
+    assert_eq!(ledger.count(&tenant, Topic::Capacity), 0);
+    ledger.open(&tenant, "s2");
+    assert_eq!(
+        drain(&mut ledger, &tenant, "s2"),
+        vec![(Subject::pod("apps", "web"), "Running".to_string())],
+        "the pods' statuses are still current: their producer kept them"
+    );
+}
