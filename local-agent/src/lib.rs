@@ -67,31 +67,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .spawn(args.telemetry.admin_listen, admin_token.clone())
         .await?;
 
-    let files = TlsFiles {
-        cert: args.tls_cert.clone(),
-        key: args.tls_key.clone(),
-        ca: args.server_ca.clone(),
-    };
-    let client_tls: Watched<Arc<rustls::ClientConfig>> = Watched::spawn(
-        files,
-        args.cert_poll_interval,
-        tls::client_config,
-        token.clone(),
-    )
-    .context("failed to load the client certificate")?;
-    refract_shared::telemetry::register_agent_info(
-        &admin,
-        "refract_local",
-        client_tls.clone(),
-        token.clone(),
-    );
-    let own = client_tls.current().identity.clone();
-    if own != args.cluster_id {
-        anyhow::bail!(
-            "--tls-cert identifies cluster {own:?} but --cluster-id is {:?}; issue the client certificate for this cluster",
-            args.cluster_id.as_str()
-        );
-    }
+    let client_tls = client_identity(&args, &admin, &token)?;
     let server_name = args
         .remote
         .server_name(args.tls_server_name.as_deref())
@@ -132,7 +108,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     if !pod_addresses.is_bounded() {
         tracing::warn!("neither --remote-pod-cidr nor --remote-pod-remap is set: any provider pod IP but loopback, link-local, multicast and unspecified ones reaches origin EndpointSlices; name the provider's pod ranges to refuse the rest");
     }
-    let (inbound_tx, mut inbound_rx) = mpsc::channel(1024);
+    let (inbound_tx, inbound_rx) = mpsc::channel(1024);
     // The virtual node's labels, published by the node as it applies them.
     let (labels_tx, labels_rx) = watch::channel(offloading::virtual_node_labels(
         args.remote_cluster_id.as_str(),
@@ -151,7 +127,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         connector: connector.clone(),
         work: token.clone(),
     };
-    let mut sessions = link::spawn_link(
+    let sessions = link::spawn_link(
         link::LinkConfig {
             connector,
             cluster_id: args.cluster_id.clone(),
@@ -221,69 +197,19 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         labels_tx,
         token.clone(),
     )));
-    let pods = pods::spawn(
-        origin.clone(),
-        pods::PodConfig {
-            node_name: args.node_name(),
-            node_ip: args.node_ip.clone(),
-            pod_addresses: pod_addresses.clone(),
-            workers: args.pod_reflection_workers,
-            refused: metrics.refused_counter("pod_status"),
-            running_latency: metrics.pod_running_latency.clone(),
-            status_latency: metrics.pod_status_latency.clone(),
-        },
-        options.clone(),
-        extension_rx.clone(),
-        recorder.clone(),
+    let pods = spawn_pods_and_tokens(
+        &origin,
+        &args,
+        pod_addresses,
+        &metrics,
+        &options,
+        &extension_rx,
+        &recorder,
         &outbox,
-        token.clone(),
+        readiness_rx,
+        &token,
     );
-    let tokens = tokens::spawn(
-        origin.clone(),
-        tokens::TokenConfig {
-            pods: pods.pods(),
-            refresh_percentage: args.token_refresh_percentage,
-        },
-        options.clone(),
-        extension_rx.clone(),
-        recorder.clone(),
-        &outbox,
-        token.clone(),
-    );
-    let follower = pods.clone();
-    tokio::spawn(token.clone().run_until_cancelled_owned(async move {
-        follower.follow_node_readiness(readiness_rx).await
-    }));
-    if let Some(tokens) = tokens {
-        pods.follow(move |pod| tokens.pod_changed(pod));
-    }
-    if let (Some(listen), Some(cert), Some(key)) =
-        (args.kubelet_listen, &args.kubelet_cert, &args.kubelet_key)
-    {
-        kubelet::spawn(
-            kubelet::KubeletConfig {
-                listen,
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: args.kubelet_client_ca.clone(),
-                cert_poll: args.cert_poll_interval,
-            },
-            kubelet::Backend {
-                origin: origin.clone(),
-                sessions: sessions.clone(),
-                pods: pods.clone(),
-                node_name: args.node_name(),
-                started_unix_nanos: k8s_openapi::jiff::Timestamp::now()
-                    .as_nanosecond()
-                    .clamp(0, i64::MAX as i128) as i64,
-                decisions: Default::default(),
-            },
-            token.clone(),
-        )
-        .await?;
-    } else {
-        tracing::warn!("no --kubelet-listen: kubectl logs, exec, attach and port-forward will not work for offloaded pods");
-    }
+    spawn_kubelet(&args, &origin, &sessions, &pods, &token).await?;
     let reflectors = spawn_reflectors(
         origin.clone(),
         options.clone(),
@@ -293,26 +219,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         metrics.relists.clone(),
         token.clone(),
     );
-    // Provider events resolve through what the outbox sent: pods by their ShadowPods.
-    let mut reflected = events::ReflectedKinds::new();
-    for kind in Kind::ALL {
-        let resolver: Arc<dyn events::Reflected> = outbox.resolver(outbox::Producer::Objects(kind));
-        reflected.insert(kind.kind(), resolver);
-    }
-    for kind in ["Pod", "ShadowPod"] {
-        reflected.insert(kind, outbox.resolver(outbox::Producer::Pods));
-    }
-    let events = events::EventIntake::spawn(
-        reflected,
-        events::origin::KubeEventWriter {
-            client: origin.clone(),
-            local_id: args.cluster_id.to_string(),
-            remote_id: args.remote_cluster_id.to_string(),
-        },
-        args.event_rate,
-        metrics.events.clone(),
-        token.clone(),
-    );
+    let events = spawn_event_intake(&outbox, &origin, &args, &metrics, &token);
     let volumes = reflectors.claims.map(|claims| {
         volumes::VolumeIntake::spawn(origin, options, extension_rx, claims, token.clone())
     });
@@ -325,6 +232,29 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     };
     tracing::info!(remote = %args.remote, cluster_id = %args.cluster_id, remote_cluster_id = %args.remote_cluster_id, "local agent started");
 
+    serve(
+        shutdown, unpeering, sessions, inbound_rx, inbound, &admin, &token, &args,
+    )
+    .await;
+    token.cancel();
+    admin_token.cancel();
+    tracing::info!("local agent stopped");
+    Ok(())
+}
+
+/// Dispatches what the provider sends until `shutdown`, or until an operator unpeers (then
+/// the work stops and the agent idles until `shutdown`). Ready once the first session is up.
+#[allow(clippy::too_many_arguments)]
+async fn serve(
+    shutdown: impl Future<Output = ()>,
+    unpeering: unpeer::Unpeering,
+    mut sessions: watch::Receiver<Option<link::SessionTx>>,
+    mut inbound_rx: mpsc::Receiver<refract_wire::proto::RemoteMessage>,
+    inbound: inbound::Inbound,
+    admin: &Admin,
+    token: &CancellationToken,
+    args: &Args,
+) {
     tokio::pin!(shutdown);
     let unpeered = tokio::spawn(unpeering.run());
     tokio::pin!(unpeered);
@@ -353,10 +283,6 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             Some(message) = inbound_rx.recv() => inbound.dispatch(message),
         }
     }
-    token.cancel();
-    admin_token.cancel();
-    tracing::info!("local agent stopped");
-    Ok(())
 }
 
 /// The reflectors other parts look objects up in.
@@ -393,6 +319,163 @@ impl Start<'_> {
             self.token.clone(),
         )
     }
+}
+
+/// The client certificate, followed on disk, after checking it names `--cluster-id`.
+fn client_identity(
+    args: &Args,
+    admin: &Admin,
+    token: &CancellationToken,
+) -> anyhow::Result<Watched<Arc<rustls::ClientConfig>>> {
+    let files = TlsFiles {
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+        ca: args.server_ca.clone(),
+    };
+    let client_tls: Watched<Arc<rustls::ClientConfig>> = Watched::spawn(
+        files,
+        args.cert_poll_interval,
+        tls::client_config,
+        token.clone(),
+    )
+    .context("failed to load the client certificate")?;
+    refract_shared::telemetry::register_agent_info(
+        admin,
+        "refract_local",
+        client_tls.clone(),
+        token.clone(),
+    );
+    let own = client_tls.current().identity.clone();
+    if own != args.cluster_id {
+        anyhow::bail!(
+            "--tls-cert identifies cluster {own:?} but --cluster-id is {:?}; issue the client certificate for this cluster",
+            args.cluster_id.as_str()
+        );
+    }
+    Ok(client_tls)
+}
+
+/// Starts pod offloading and the reflection of offloaded pods' ServiceAccount tokens, which
+/// follows the pods; the pods follow the virtual node's readiness.
+#[allow(clippy::too_many_arguments)]
+fn spawn_pods_and_tokens(
+    origin: &kube::Client,
+    args: &Args,
+    pod_addresses: refract_core::inbound::address::PodAddresses,
+    metrics: &metrics::Metrics,
+    options: &Arc<ReflectionOptions>,
+    extension_rx: &watch::Receiver<extension::Extension>,
+    recorder: &Recorder,
+    outbox: &outbox::Outbox,
+    readiness_rx: watch::Receiver<Option<bool>>,
+    token: &CancellationToken,
+) -> Arc<pods::PodOffloader> {
+    let pods = pods::spawn(
+        origin.clone(),
+        pods::PodConfig {
+            node_name: args.node_name(),
+            node_ip: args.node_ip.clone(),
+            pod_addresses,
+            workers: args.pod_reflection_workers,
+            refused: metrics.refused_counter("pod_status"),
+            running_latency: metrics.pod_running_latency.clone(),
+            status_latency: metrics.pod_status_latency.clone(),
+        },
+        options.clone(),
+        extension_rx.clone(),
+        recorder.clone(),
+        outbox,
+        token.clone(),
+    );
+    let tokens = tokens::spawn(
+        origin.clone(),
+        tokens::TokenConfig {
+            pods: pods.pods(),
+            refresh_percentage: args.token_refresh_percentage,
+        },
+        options.clone(),
+        extension_rx.clone(),
+        recorder.clone(),
+        outbox,
+        token.clone(),
+    );
+    let follower = pods.clone();
+    tokio::spawn(token.clone().run_until_cancelled_owned(async move {
+        follower.follow_node_readiness(readiness_rx).await
+    }));
+    if let Some(tokens) = tokens {
+        pods.follow(move |pod| tokens.pod_changed(pod));
+    }
+    pods
+}
+
+/// Serves the virtual node's kubelet API (logs, exec, attach, port-forward, stats) when
+/// `--kubelet-listen` is set.
+async fn spawn_kubelet(
+    args: &Args,
+    origin: &kube::Client,
+    sessions: &watch::Receiver<Option<link::SessionTx>>,
+    pods: &Arc<pods::PodOffloader>,
+    token: &CancellationToken,
+) -> anyhow::Result<()> {
+    if let (Some(listen), Some(cert), Some(key)) =
+        (args.kubelet_listen, &args.kubelet_cert, &args.kubelet_key)
+    {
+        kubelet::spawn(
+            kubelet::KubeletConfig {
+                listen,
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.kubelet_client_ca.clone(),
+                cert_poll: args.cert_poll_interval,
+            },
+            kubelet::Backend {
+                origin: origin.clone(),
+                sessions: sessions.clone(),
+                pods: pods.clone(),
+                node_name: args.node_name(),
+                started_unix_nanos: k8s_openapi::jiff::Timestamp::now()
+                    .as_nanosecond()
+                    .clamp(0, i64::MAX as i128) as i64,
+                decisions: Default::default(),
+            },
+            token.clone(),
+        )
+        .await?;
+    } else {
+        tracing::warn!("no --kubelet-listen: kubectl logs, exec, attach and port-forward will not work for offloaded pods");
+    }
+    Ok(())
+}
+
+/// Starts the intake of provider events, which resolves each through what the outbox sent.
+fn spawn_event_intake(
+    outbox: &outbox::Outbox,
+    origin: &kube::Client,
+    args: &Args,
+    metrics: &metrics::Metrics,
+    token: &CancellationToken,
+) -> Arc<events::EventIntake> {
+    // Provider events resolve through what the outbox sent: pods by their ShadowPods.
+    let mut reflected = events::ReflectedKinds::new();
+    for kind in Kind::ALL {
+        let resolver: Arc<dyn events::Reflected> = outbox.resolver(outbox::Producer::Objects(kind));
+        reflected.insert(kind.kind(), resolver);
+    }
+    for kind in ["Pod", "ShadowPod"] {
+        reflected.insert(kind, outbox.resolver(outbox::Producer::Pods));
+    }
+    events::EventIntake::spawn(
+        reflected,
+        events::origin::KubeEventWriter {
+            client: origin.clone(),
+            local_id: args.cluster_id.to_string(),
+            remote_id: args.remote_cluster_id.to_string(),
+        },
+        args.event_rate,
+        metrics.events.clone(),
+        token.clone(),
+    )
 }
 
 /// Starts one reflector per enabled kind, plus the Node and Service stores EndpointSlices need.

@@ -21,6 +21,8 @@ pub mod inventory;
 pub mod kinds;
 pub mod kubelet;
 pub mod metrics;
+#[cfg(test)]
+mod mock_api;
 pub mod objects;
 pub mod outbox;
 pub mod peer;
@@ -112,12 +114,22 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let limits = args.limits()?;
     let client = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let registry = registry::Registry::default();
-    let (objects, changes) = objects::spawn(
+    // ShadowPods and claims are watched whole by their controller and the volume stream;
+    // those watches feed the tenant objects' stores too, so each kind is watched once.
+    let claims = kinds::Allowed::Reflected(refract_core::options::Kind::PersistentVolumeClaim);
+    let (objects, changes, mut feeds) = objects::spawn(
         client.clone(),
         &args.cluster_id,
         apply::needs_managed_fields,
+        &[kinds::Allowed::ShadowPod, claims],
         token.clone(),
     );
+    let (Some(shadow_feed), Some(claim_feed)) = (
+        feeds.remove(&kinds::Allowed::ShadowPod),
+        feeds.remove(&claims),
+    ) else {
+        anyhow::bail!("ShadowPods and claims are not among the kinds tenants may write");
+    };
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
     restore::spawn_restorer(applier.clone(), registry.clone(), changes);
     if let Some(expiry) = args.tenant_expiry {
@@ -131,7 +143,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         );
     }
     let outbox = outbox::Outbox::default();
-    let stores = shadowpod_controller::spawn(client.clone(), &args.cluster_id, token.clone());
+    let stores =
+        shadowpod_controller::spawn(client.clone(), &args.cluster_id, shadow_feed, token.clone());
     pod_status::spawn(stores.clone(), outbox.clone(), token.clone());
     capacity::spawn(
         client.clone(),
@@ -144,6 +157,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     volumes::spawn(
         client.clone(),
         &args.cluster_id,
+        claim_feed,
         outbox.clone(),
         token.clone(),
     );
@@ -153,7 +167,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         registry: registry.clone(),
         max_sessions: args.max_kubelet_sessions as usize,
     };
-    events::spawn(client.clone(), registry.clone(), token.clone());
+    events::spawn(
+        client.clone(),
+        registry.clone(),
+        applier.objects().clone(),
+        token.clone(),
+    );
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),

@@ -19,8 +19,8 @@ use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_core::keys::{DESTINATION_LABEL, ORIGIN_LABEL};
-use refract_core::lock::RwLocked;
+use refract_core::keys::{DESTINATION_LABEL, ORIGIN_LABEL, TENANT_NAMESPACE_LABEL};
+use refract_core::lock::{Locked, RwLocked};
 use refract_shared::tls::ClusterId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -38,11 +38,22 @@ pub type Change = (Allowed, watcher::Event<Meta>);
 type Names = HashMap<Box<str>, HashMap<Box<str>, Kept>>;
 
 /// What the watch of one kind has seen.
-#[derive(Default)]
 struct KindStore {
     objects: RwLock<Names>,
     /// The watch has listed at least once.
     listed: AtomicBool,
+    /// Counts the store's changes, for readers that follow it.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for KindStore {
+    fn default() -> Self {
+        Self {
+            objects: RwLock::default(),
+            listed: AtomicBool::default(),
+            changed: tokio::sync::watch::channel(0).0,
+        }
+    }
 }
 
 /// Read access to the watched tenant objects; clones share the stores.
@@ -72,6 +83,29 @@ impl TenantObjects {
             .get("")
             .and_then(|names| names.get(name))
             .is_some_and(|kept| kept.label(key) == Some(value) && !kept.deleting())
+    }
+
+    /// Every live tenant namespace the watch has, with the tenant it is labelled for.
+    pub fn tenant_namespaces(&self) -> BTreeMap<String, ClusterId> {
+        let Some(store) = self.stores.get(&Allowed::Namespace) else {
+            return BTreeMap::new();
+        };
+        let objects = store.objects.read_locked();
+        objects
+            .get("")
+            .into_iter()
+            .flatten()
+            .filter(|(_, kept)| !kept.deleting())
+            .filter_map(|(name, kept)| {
+                let tenant = ClusterId::parse(kept.label(TENANT_NAMESPACE_LABEL)?).ok()?;
+                Some((name.to_string(), tenant))
+            })
+            .collect()
+    }
+
+    /// Changes whenever the store of `kind` changes.
+    pub fn follow(&self, kind: Allowed) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.stores.get(&kind)?.changed.subscribe())
     }
 
     /// Every object of `tenant` (by its origin label) in every kind's store, once each has
@@ -128,6 +162,14 @@ struct StoreWriter {
 
 impl StoreWriter {
     fn apply(&mut self, event: &watcher::Event<Meta>) {
+        self.keep(event);
+        if !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
+            // What a listing gathers shows when it is complete.
+            self.store.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    fn keep(&mut self, event: &watcher::Event<Meta>) {
         match event {
             watcher::Event::Init => self.relisting = Some(Names::new()),
             watcher::Event::InitApply(obj) => {
@@ -168,17 +210,66 @@ fn insert(objects: &mut Names, obj: &Meta, kept: Kept) {
         .insert(obj.name_any().into_boxed_str(), kept);
 }
 
-/// Starts one watch per allowed kind; returns the stores and the stream of changes.
+/// The store of a kind that another part of the agent watches whole, with the same selector
+/// (ShadowPods for their controller, claims for the volume stream): that one watch feeds it,
+/// so the kind is watched once. Clones feed the same store.
+#[derive(Clone)]
+pub struct Feed {
+    kind: Allowed,
+    writer: Arc<std::sync::Mutex<StoreWriter>>,
+    changes: mpsc::Sender<Change>,
+}
+
+impl Feed {
+    /// Keeps the store as the metadata watch would have, and passes the change on.
+    pub async fn apply<K>(&self, event: &watcher::Event<K>)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let event = meta_event(event);
+        self.writer.locked().apply(&event);
+        let _ = self.changes.send((self.kind, event)).await;
+    }
+}
+
+/// The feeds of the kinds [`spawn`] was told are watched elsewhere.
+pub type Feeds = BTreeMap<Allowed, Feed>;
+
+/// `event` with its objects' metadata only.
+fn meta_event<K: kube::Resource<DynamicType = ()>>(
+    event: &watcher::Event<K>,
+) -> watcher::Event<Meta> {
+    let meta = |obj: &K| Meta {
+        types: Some(kube::core::TypeMeta {
+            api_version: K::api_version(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
+        }),
+        metadata: obj.meta().clone(),
+        _phantom: Default::default(),
+    };
+    match event {
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(meta(obj)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+        watcher::Event::Apply(obj) => watcher::Event::Apply(meta(obj)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(meta(obj)),
+    }
+}
+
+/// Starts one watch per allowed kind, except the kinds in `fed`, whose stores are fed by
+/// another watch ([`Feed`]); returns the stores, the stream of changes and the feeds.
 /// `keeps_managed_fields` says of which kinds the store keeps the agent's managedFields
 /// entries; the writer decides (`apply::needs_managed_fields`), the store only keeps them.
 pub fn spawn(
     client: kube::Client,
     provider: &ClusterId,
     keeps_managed_fields: fn(Allowed) -> bool,
+    fed: &[Allowed],
     shutdown: CancellationToken,
-) -> (TenantObjects, mpsc::Receiver<Change>) {
+) -> (TenantObjects, mpsc::Receiver<Change>, Feeds) {
     let (changes_tx, changes_rx) = mpsc::channel(1024);
     let mut stores = BTreeMap::new();
+    let mut feeds = Feeds::new();
     for kind in Allowed::all() {
         let resource = kind.resource();
         let store = Arc::new(KindStore::default());
@@ -188,6 +279,15 @@ pub fn spawn(
             own_fields: keeps_managed_fields(kind),
             relisting: None,
         };
+        if fed.contains(&kind) {
+            let feed = Feed {
+                kind,
+                writer: Arc::new(std::sync::Mutex::new(writer)),
+                changes: changes_tx.clone(),
+            };
+            feeds.insert(kind, feed);
+            continue;
+        }
         // An Api of partial objects asks for metadata only.
         let api: Api<Meta> = Api::all_with(client.clone(), &resource);
         let selector = format!("{DESTINATION_LABEL}={provider}");
@@ -222,6 +322,7 @@ pub fn spawn(
             stores: Arc::new(stores),
         },
         changes_rx,
+        feeds,
     )
 }
 

@@ -98,10 +98,7 @@ pub fn spawn(stores: Stores, outbox: Outbox, shutdown: CancellationToken) {
     tokio::spawn(async move {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = async {
-                let _ = stores.shadows.wait_until_ready().await;
-                let _ = stores.pods.wait_until_ready().await;
-            } => {}
+            _ = stores.listed() => {}
         }
         // Whatever changed while the stores listed is in them now.
         stores.changed.take();

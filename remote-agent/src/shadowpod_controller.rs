@@ -25,12 +25,15 @@ use refract_core::keys::{
 };
 use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::objects::Feed;
 use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
 
 pub mod metadata;
+#[cfg(test)]
+mod tests;
 
 /// The value of [`MANAGED_BY_LABEL`] on the pods the controller created.
 pub const MANAGED_BY_SHADOWPOD: &str = "shadowpod";
@@ -50,6 +53,18 @@ pub struct Stores {
     pub changed: ChangedKeys,
     /// Woken when any pod changes, for capacity.
     pub pods_changed: Arc<Notify>,
+    /// True once both stores have listed (see [`Stores::listed`]).
+    pub ready: watch::Receiver<bool>,
+}
+
+impl Stores {
+    /// Waits until both stores have listed. Readers wait here, never on a store itself: a
+    /// store's readiness wakes only the last of several tasks waiting on it at once (kube's
+    /// `Store::wait_until_ready` keeps one waker), so the controller alone waits there and
+    /// tells the others.
+    pub async fn listed(&self) {
+        let _ = self.ready.clone().wait_for(|listed| *listed).await;
+    }
 }
 
 /// Whether `pod` was created by the controller from a ShadowPod.
@@ -82,8 +97,14 @@ impl ChangedKeys {
     }
 }
 
-/// Starts the controller; returns its stores.
-pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationToken) -> Stores {
+/// Starts the controller; returns its stores. Its watch of ShadowPods also feeds the tenant
+/// objects' store of them (`feed`).
+pub fn spawn(
+    client: kube::Client,
+    provider: &ClusterId,
+    feed: Feed,
+    shutdown: CancellationToken,
+) -> Stores {
     let (shadows, shadows_writer) = reflector::store::<ShadowPod>();
     let (pods, pods_writer) = reflector::store::<Pod>();
     let (key_tx, mut key_rx) = mpsc::channel::<(String, String)>(1024);
@@ -93,6 +114,15 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
         watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
     )
     .default_backoff()
+    .then(move |event| {
+        let feed = feed.clone();
+        async move {
+            if let Ok(event) = &event {
+                feed.apply(event).await;
+            }
+            event
+        }
+    })
     .reflect(shadows_writer)
     .touched_objects();
     let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
@@ -132,11 +162,13 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
             .for_each(feed(key_tx.clone()))
     };
 
+    let (ready_tx, ready) = watch::channel(false);
     let stores = Stores {
         shadows,
         pods,
         changed,
         pods_changed,
+        ready,
     };
     let recorder = Recorder::new(
         client.clone(),
@@ -151,6 +183,7 @@ pub fn spawn(client: kube::Client, provider: &ClusterId, shutdown: CancellationT
         async move {
             let _ = stores.shadows.wait_until_ready().await;
             let _ = stores.pods.wait_until_ready().await;
+            ready_tx.send_replace(true);
             // Level-triggered: re-check everything now and then, in case an event was missed.
             let mut resync = tokio::time::interval(RESYNC);
             let mut retries = Retries::default();

@@ -17,6 +17,7 @@ use refract_shared::tls::ClusterId;
 use refract_wire::proto::{remote_message, PersistentVolume as VolumeMessage, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
+use crate::objects::Feed;
 use crate::outbox::{Outbox, Subject};
 
 /// What changed: a volume (by name), or a claim naming the volume it is bound to.
@@ -26,9 +27,12 @@ enum Changed {
 }
 
 /// Starts the volume stream.
+///
+/// Its watch of claims also feeds the tenant objects' store of them (`feed`).
 pub fn spawn(
     client: kube::Client,
     provider: &ClusterId,
+    feed: Feed,
     outbox: Outbox,
     shutdown: CancellationToken,
 ) {
@@ -47,6 +51,15 @@ pub fn spawn(
         watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
     )
     .default_backoff()
+    .then(move |event| {
+        let feed = feed.clone();
+        async move {
+            if let Ok(event) = &event {
+                feed.apply(event).await;
+            }
+            event
+        }
+    })
     .reflect(claims_writer)
     .touched_objects()
     .filter_map(|r| {

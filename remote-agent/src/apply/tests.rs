@@ -2,52 +2,15 @@
 //! write, and nothing written for a refused request. The mock answers from a table of
 //! `(method, path)` and records every request it gets.
 
-use std::sync::{Arc, Mutex};
-
-use http::{Method, Request, Response, StatusCode};
-use kube::client::Body;
+use http::Method;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::{Delete, Upsert};
 use serde_json::{json, Value};
 
 use super::{answer, Applied, Applier, ApplyError, DeletionSafety, Limits};
+use crate::mock_api::{conflict, provider, writes};
 use crate::objects::TenantObjects;
 use crate::policy::{Policies, ProviderNetworks, TenantPolicy};
-
-type Log = Arc<Mutex<Vec<(Method, String)>>>;
-
-/// A provider API answering `routes` (method, path prefix → status, body); 404 otherwise.
-fn provider(routes: Vec<(Method, &'static str, u16, Value)>) -> (kube::Client, Log) {
-    let log: Log = Arc::default();
-    let seen = log.clone();
-    let service = tower::service_fn(move |req: Request<Body>| {
-        let (method, path) = (req.method().clone(), req.uri().path().to_string());
-        seen.lock().unwrap().push((method.clone(), path.clone()));
-        let (status, body) = routes
-            .iter()
-            .find(|(m, p, _, _)| *m == method && path == *p)
-            .map(|(_, _, s, b)| (*s, b.clone()))
-            .unwrap_or((404, not_found()));
-        async move {
-            Ok::<_, std::convert::Infallible>(
-                Response::builder()
-                    .status(StatusCode::from_u16(status).unwrap())
-                    .header("content-type", "application/json")
-                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
-                    .unwrap(),
-            )
-        }
-    });
-    (kube::Client::new(service, "default"), log)
-}
-
-fn not_found() -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
-}
-
-fn conflict() -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409, "message": "already exists"})
-}
 
 fn tenant() -> ClusterId {
     ClusterId::parse("tenant-a").unwrap()
@@ -93,15 +56,6 @@ fn object_ref(object: &Value) -> refract_wire::proto::ObjectRef {
 
 fn config_map(ns: &str, name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"a": "b"}})
-}
-
-fn writes(log: &Log) -> Vec<(Method, String)> {
-    log.lock()
-        .unwrap()
-        .iter()
-        .filter(|(m, _)| *m != Method::GET)
-        .cloned()
-        .collect()
 }
 
 #[tokio::test]
