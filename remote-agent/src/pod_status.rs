@@ -130,3 +130,138 @@ pub fn spawn(stores: Stores, outbox: Outbox, shutdown: CancellationToken) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{Pod, PodStatus as K8sPodStatus};
+    use kube::runtime::reflector::{self, store::Writer};
+    use kube::runtime::watcher;
+    use refract_core::keys::MANAGED_BY_LABEL;
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::shadowpod::{ShadowPodSpec, ShadowPodStatus};
+    use crate::shadowpod_controller::{ChangedKeys, MANAGED_BY_SHADOWPOD};
+
+    fn mk_labels(managed: bool) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([
+            (ORIGIN_LABEL.to_string(), "origin".to_string()),
+            (ORIGIN_UID_LABEL.to_string(), "uid-web".to_string()),
+        ]);
+        if managed {
+            labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_SHADOWPOD.into());
+        }
+        labels
+    }
+
+    fn mk_pod(name: &str, labels: BTreeMap<String, String>, phase: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.namespace = Some("apps-origin".into());
+        pod.metadata.labels = Some(labels);
+        pod.status = Some(K8sPodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        pod
+    }
+
+    fn mk_shadow(name: &str, status: ShadowPodStatus) -> ShadowPod {
+        let mut shadow = ShadowPod::new(name, ShadowPodSpec::default());
+        shadow.metadata.namespace = Some("apps-origin".into());
+        shadow.metadata.labels = Some(mk_labels(false));
+        shadow.status = Some(status);
+        shadow
+    }
+
+    fn mk_stores(pods: Vec<Pod>, shadows: Vec<ShadowPod>) -> Stores {
+        let (pod_store, mut pod_writer): (_, Writer<Pod>) = reflector::store();
+        for pod in pods {
+            pod_writer.apply_watcher_event(&watcher::Event::Apply(pod));
+        }
+        let (shadow_store, mut shadow_writer): (_, Writer<ShadowPod>) = reflector::store();
+        for shadow in shadows {
+            shadow_writer.apply_watcher_event(&watcher::Event::Apply(shadow));
+        }
+        Stores {
+            shadows: shadow_store,
+            pods: pod_store,
+            changed: ChangedKeys::default(),
+            pods_changed: Arc::new(Notify::new()),
+            ready: tokio::sync::watch::channel(true).1,
+        }
+    }
+
+    fn status_of(message: &RemoteMessage) -> (serde_json::Value, u32) {
+        let Some(remote_message::Kind::PodStatus(status)) = &message.kind else {
+            panic!("not a pod status: {message:?}");
+        };
+        (
+            serde_json::from_slice(&status.status_json).unwrap(),
+            status.recreations,
+        )
+    }
+
+    #[test]
+    fn a_provider_pod_reports_for_its_tenant_with_the_shadowpods_recreations() {
+        let recreated = ShadowPodStatus {
+            recreations: 2,
+            ..Default::default()
+        };
+        let stores = mk_stores(
+            vec![mk_pod("web", mk_labels(true), "Running")],
+            vec![mk_shadow("web", recreated)],
+        );
+        let (tenant, message, hash) = report(&stores, "apps-origin", "web").expect("a status");
+        assert_eq!(tenant.as_str(), "origin");
+        let (status, recreations) = status_of(&message);
+        assert_eq!(
+            (status["phase"].as_str(), recreations),
+            (Some("Running"), 2)
+        );
+        // The same state hashes the same; a new phase does not.
+        let again = report(&stores, "apps-origin", "web").unwrap().2;
+        assert_eq!(hash, again);
+        let pending = mk_stores(vec![mk_pod("web", mk_labels(true), "Pending")], vec![]);
+        assert_ne!(report(&pending, "apps-origin", "web").unwrap().2, hash);
+    }
+
+    #[test]
+    fn a_shadowpod_whose_pod_cannot_be_created_reports_pending_with_the_reason() {
+        let failing = ShadowPodStatus {
+            reason: Some(FAILED_CREATE.into()),
+            message: Some("exceeded quota".into()),
+            ..Default::default()
+        };
+        let stores = mk_stores(vec![], vec![mk_shadow("web", failing)]);
+        let (_, message, _) = report(&stores, "apps-origin", "web").expect("a status");
+        let (status, _) = status_of(&message);
+        assert_eq!(status["phase"], "Pending");
+        assert_eq!(status["reason"], PROVIDER_FAILED_CREATE);
+        assert_eq!(status["conditions"][0]["message"], "exceeded quota");
+    }
+
+    #[test]
+    fn nothing_is_reported_for_pods_that_are_not_a_tenants_offloaded_pods() {
+        // Not created from a ShadowPod: the provider's own pod in the same store.
+        let own = mk_stores(vec![mk_pod("web", mk_labels(false), "Running")], vec![]);
+        assert!(report(&own, "apps-origin", "web").is_none());
+        // No origin labels.
+        let unlabelled = mk_stores(
+            vec![mk_pod(
+                "web",
+                BTreeMap::from([(MANAGED_BY_LABEL.into(), MANAGED_BY_SHADOWPOD.into())]),
+                "Running",
+            )],
+            vec![],
+        );
+        assert!(report(&unlabelled, "apps-origin", "web").is_none());
+        // A ShadowPod whose pod does not exist yet, without a failure: nothing to say.
+        let waiting = mk_stores(vec![], vec![mk_shadow("web", ShadowPodStatus::default())]);
+        assert!(report(&waiting, "apps-origin", "web").is_none());
+        assert!(report(&waiting, "apps-origin", "other").is_none());
+    }
+}
