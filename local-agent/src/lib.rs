@@ -43,11 +43,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context;
-use futures::StreamExt;
-use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{reflector, watcher, WatchStreamExt};
-use kube::ResourceExt;
 use refract_core::offloading;
 use refract_core::options::{Kind, ReflectionOptions};
 use refract_shared::telemetry::Admin;
@@ -210,7 +206,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &token,
     );
     spawn_kubelet(&args, &origin, &sessions, &pods, &token).await?;
-    let reflectors = spawn_reflectors(
+    let reflectors = reflect::start::spawn_all(
         origin.clone(),
         options.clone(),
         extension_rx.clone(),
@@ -282,42 +278,6 @@ async fn serve(
             }
             Some(message) = inbound_rx.recv() => inbound.dispatch(message),
         }
-    }
-}
-
-/// The reflectors other parts look objects up in.
-struct Reflectors {
-    /// Claims, for the volume intake (none when claims are not reflected).
-    claims: Option<Arc<reflect::Reflector<k8s_openapi::api::core::v1::PersistentVolumeClaim>>>,
-}
-
-/// What starting a reflector needs; its kind is its object type's.
-#[derive(Clone, Copy)]
-struct Start<'a> {
-    client: &'a kube::Client,
-    shared: &'a reflect::Shared,
-    outbox: &'a outbox::Outbox,
-    token: &'a CancellationToken,
-}
-
-impl Start<'_> {
-    /// Starts the reflector (none when the kind's workers are 0).
-    fn spawn<K: reflect::Reflectable>(self) -> Option<Arc<reflect::Reflector<K>>> {
-        self.spawn_into(None)
-    }
-
-    /// Like [`Start::spawn`], the watch filling `store`.
-    fn spawn_into<K: reflect::Reflectable>(
-        self,
-        store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
-    ) -> Option<Arc<reflect::Reflector<K>>> {
-        reflect::spawn::<K>(
-            self.client.clone(),
-            self.shared.clone(),
-            self.outbox,
-            store,
-            self.token.clone(),
-        )
     }
 }
 
@@ -476,135 +436,4 @@ fn spawn_event_intake(
         metrics.events.clone(),
         token.clone(),
     )
-}
-
-/// Starts one reflector per enabled kind, plus the Node and Service stores EndpointSlices need.
-fn spawn_reflectors(
-    client: kube::Client,
-    options: Arc<ReflectionOptions>,
-    extension: watch::Receiver<extension::Extension>,
-    outbox: &outbox::Outbox,
-    recorder: Recorder,
-    relists: prometheus_client::metrics::family::Family<
-        Vec<(&'static str, &'static str)>,
-        prometheus_client::metrics::counter::Counter,
-    >,
-    token: CancellationToken,
-) -> Reflectors {
-    use k8s_openapi::api::{core::v1, discovery, networking};
-    use reflect::dependencies::ServicesListed;
-    let (nodes, nodes_writer) = reflector::store::<v1::Node>();
-    let (nodes_listed_tx, nodes_listed) = watch::channel(false);
-    let (services, services_writer) = reflector::store::<v1::Service>();
-    let (services_listed_tx, services_listed) = watch::channel(ServicesListed::default());
-    let shared = reflect::Shared {
-        options,
-        extension,
-        nodes,
-        nodes_listed,
-        services,
-        services_listed,
-        recorder,
-        relists,
-    };
-    let start = Start {
-        client: &client,
-        shared: &shared,
-        outbox,
-        token: &token,
-    };
-    start.spawn::<v1::ConfigMap>();
-    start.spawn::<v1::Secret>();
-    // The Service reflector's watch fills the store EndpointSlices read; without Service
-    // reflection, a watch of its own does.
-    let mut services_writer = Some(services_writer);
-    let service_reflector = if shared.options.kind(Kind::Service).workers > 0 {
-        let store = services_writer.take().map(|w| (shared.services.clone(), w));
-        start.spawn_into::<v1::Service>(store)
-    } else {
-        None
-    };
-    start.spawn::<networking::v1::Ingress>();
-    let claims = start.spawn::<v1::PersistentVolumeClaim>();
-    let Some(slices) = start.spawn::<discovery::v1::EndpointSlice>() else {
-        return Reflectors { claims };
-    };
-    // A slice's reflection depends on its Service's annotations and on the nodes.
-    let slices_of_nodes = slices.clone();
-    let requeue_slices = move |svc: &v1::Service| {
-        if let Some(namespace) = &svc.metadata.namespace {
-            slices.enqueue_following(namespace, &svc.name_any());
-        }
-    };
-    match (service_reflector, services_writer) {
-        (Some(services), _) => {
-            services.follow(requeue_slices);
-            // The slices of a namespace wait for its Services, which the Service reflector
-            // lists as it extends the namespace.
-            let mut listed = services.listed();
-            let token = token.clone();
-            tokio::spawn(async move {
-                loop {
-                    let namespaces = listed.borrow_and_update().clone();
-                    services_listed_tx.send_replace(ServicesListed::In(namespaces));
-                    tokio::select! {
-                        _ = token.cancelled() => return,
-                        changed = listed.changed() => if changed.is_err() { return },
-                    }
-                }
-            });
-        }
-        // The Service reflector returns itself whenever it took the writer: never both.
-        (None, None) => {}
-        (None, Some(writer)) => {
-            let watch_services = watcher(
-                Api::<v1::Service>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .backoff(crate::watch_backoff::watch_backoff())
-            .reflect(writer)
-            .for_each(move |event| {
-                match event {
-                    Ok(watcher::Event::Apply(svc) | watcher::Event::InitApply(svc)) => {
-                        requeue_slices(&svc)
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        services_listed_tx.send_replace(ServicesListed::Everywhere);
-                    }
-                    _ => {}
-                }
-                futures::future::ready(())
-            });
-            let token = token.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = token.cancelled() => {}
-                    _ = watch_services => {}
-                }
-            });
-        }
-    }
-    let mut sites = reflect::origin_nodes::NodeSites::default();
-    let watch_nodes = watcher(Api::<v1::Node>::all(client), watcher::Config::default())
-        .backoff(crate::watch_backoff::watch_backoff())
-        .reflect(nodes_writer)
-        .for_each(move |event| {
-            if let Ok(event) = event {
-                if matches!(event, watcher::Event::InitDone) {
-                    // Before the slices are queued: they are not forged until it is set.
-                    nodes_listed_tx.send_replace(true);
-                }
-                for node in sites.changed(&event) {
-                    slices_of_nodes.enqueue_on_node(&node);
-                }
-            }
-            futures::future::ready(())
-        });
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = token.cancelled() => {}
-            _ = watch_nodes => {}
-        }
-    });
-    Reflectors { claims }
 }

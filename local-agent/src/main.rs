@@ -1,5 +1,5 @@
 //! The `local-agent` binary: run the agent, or one of its tools (`preview`, `unpeer`, `crd`).
-use refract_local_agent::{Command, Invocation};
+use refract_local_agent::{Cli, Command, Invocation};
 use refract_shared::runtime::RuntimeArgs;
 use refract_shared::stdout::{quiet_when_closed, write};
 
@@ -7,7 +7,7 @@ use refract_shared::stdout::{quiet_when_closed, write};
 static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
 
 fn main() -> anyhow::Result<()> {
-    match Invocation::parse() {
+    match Invocation::parse::<Cli>() {
         Invocation::Tool(Command::Preview(args)) => {
             quiet_when_closed(RuntimeArgs::default().run(refract_local_agent::preview::run(*args)))
         }

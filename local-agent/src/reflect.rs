@@ -12,6 +12,7 @@ pub mod followers;
 pub mod origin_nodes;
 pub mod queue;
 pub mod scoped;
+pub mod start;
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;

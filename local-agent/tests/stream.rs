@@ -112,7 +112,8 @@ fn start_remote(pki: &Pki, port: u16, extra: &[&str]) -> Running {
     argv.extend(extra.iter().map(|s| s.to_string()));
     // Parsed as the binary parses its command line.
     let refract_remote_agent::Invocation::Agent(args) =
-        refract_remote_agent::Invocation::try_parse_from(argv).expect("the agent's flags")
+        refract_remote_agent::Invocation::try_parse_from::<refract_remote_agent::Cli, _, _>(argv)
+            .expect("the agent's flags")
     else {
         panic!("the agent's flags run the agent");
     };
@@ -158,7 +159,8 @@ fn start_local(pki: &Pki, client: &str, port: u16, remote_id: &str) -> Running {
     .map(|s| s.to_string())
     .collect();
     let refract_local_agent::Invocation::Agent(args) =
-        refract_local_agent::Invocation::try_parse_from(argv).expect("the agent's flags")
+        refract_local_agent::Invocation::try_parse_from::<refract_local_agent::Cli, _, _>(argv)
+            .expect("the agent's flags")
     else {
         panic!("the agent's flags run the agent");
     };

@@ -14,19 +14,14 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use kube::api::{
-    Api, DeleteParams, DynamicObject, GetParams, ListParams, ObjectMeta, Preconditions,
-};
+use kube::api::{Api, DynamicObject, GetParams, ObjectMeta};
 use kube::ResourceExt;
 use refract_core::hash::{bytes_hash, desired_hash};
-use refract_core::keys::{
-    DESIRED_HASH_ANNOTATION, DESTINATION_LABEL, ORIGIN_HASH_ANNOTATION, ORIGIN_LABEL,
-    SERVICE_ACCOUNT_LABEL, TENANT_NAMESPACE_LABEL,
-};
+use refract_core::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_HASH_ANNOTATION, SERVICE_ACCOUNT_LABEL};
 use refract_core::lock::Locked;
 use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
-use refract_wire::proto::{Delete, ObjectRef, Upsert};
+use refract_wire::proto::{ObjectRef, Upsert};
 
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
@@ -46,6 +41,7 @@ pub mod desired;
 mod error;
 pub mod judge;
 pub(crate) mod merge;
+mod ownership;
 mod references;
 #[cfg(test)]
 mod tests;
@@ -150,71 +146,6 @@ impl Applier {
             Allowed::Namespace => Api::all_with(self.client.clone(), &ar),
             _ => Api::namespaced_with(self.client.clone(), namespace, &ar),
         }
-    }
-
-    fn is_ours(&self, tenant: &ClusterId, meta: &ObjectMeta) -> bool {
-        let label = |k: &str| {
-            meta.labels
-                .as_ref()
-                .and_then(|l| l.get(k))
-                .map(String::as_str)
-        };
-        label(ORIGIN_LABEL) == Some(tenant.as_str())
-            && label(DESTINATION_LABEL) == Some(self.provider.as_str())
-    }
-
-    /// Whether an object of `kind` with `meta` is `tenant`'s: a namespace by its tenant label,
-    /// anything else by its origin and destination labels.
-    fn owns(&self, tenant: &ClusterId, kind: Allowed, meta: &ObjectMeta) -> bool {
-        match kind {
-            Allowed::Namespace => {
-                meta.labels
-                    .as_ref()
-                    .and_then(|l| l.get(TENANT_NAMESPACE_LABEL))
-                    .map(String::as_str)
-                    == Some(tenant.as_str())
-            }
-            _ => self.is_ours(tenant, meta),
-        }
-    }
-
-    /// Whether `namespace` exists and belongs to `tenant`. Answered from the watch of tenant
-    /// namespaces when it knows the namespace as the tenant's; asked of the API server
-    /// otherwise (a namespace created a moment ago may not have reached the watch yet).
-    async fn owns_namespace(
-        &self,
-        tenant: &ClusterId,
-        namespace: &str,
-    ) -> Result<bool, ApplyError> {
-        if self
-            .objects
-            .has_live_namespace(namespace, TENANT_NAMESPACE_LABEL, tenant.as_str())
-        {
-            return Ok(true);
-        }
-        let ns = self.api(Allowed::Namespace, "").get_opt(namespace).await?;
-        Ok(ns.is_some_and(|ns| self.owns(tenant, Allowed::Namespace, &ns.metadata)))
-    }
-
-    /// Checks a request's kind and namespace against the tenant's rights.
-    async fn authorize(
-        &self,
-        tenant: &ClusterId,
-        object: &ObjectRef,
-    ) -> Result<Allowed, ApplyError> {
-        let kind = Allowed::lookup(&object.api_version, &object.kind).ok_or_else(|| {
-            ApplyError::KindNotAllowed {
-                api_version: object.api_version.clone(),
-                kind: object.kind.clone(),
-            }
-        })?;
-        if kind != Allowed::Namespace && !self.owns_namespace(tenant, &object.namespace).await? {
-            return Err(ApplyError::NotTenantNamespace {
-                tenant: tenant.clone(),
-                namespace: object.namespace.clone(),
-            });
-        }
-        Ok(kind)
     }
 
     /// Applies one Upsert for `tenant`: the one write path (see the module's documentation).
@@ -539,194 +470,6 @@ impl Applier {
             networks: &self.networks,
         }
         .judge(kind, value)
-    }
-
-    /// Applies one Delete for `tenant`. A foreign object is never deleted.
-    pub async fn delete(&self, tenant: &ClusterId, delete: &Delete) -> ApplyResult {
-        let object = delete
-            .object
-            .as_ref()
-            .ok_or_else(|| ApplyError::Malformed("Delete without object".into()))?;
-        let kind = match Allowed::lookup(&object.api_version, &object.kind) {
-            Some(Allowed::Namespace) => Allowed::Namespace,
-            _ => self.authorize(tenant, object).await?,
-        };
-        self.desired.forget(&ObjectKey {
-            tenant: tenant.clone(),
-            kind,
-            namespace: object.namespace.clone(),
-            name: object.name.clone(),
-        });
-        self.delete_owned(
-            tenant,
-            kind,
-            &object.namespace,
-            &object.name,
-            delete.grace_period_seconds,
-            None,
-        )
-        .await
-    }
-
-    /// Deletes `tenant`'s object, if it is the tenant's. With `unchanged_since`, only if
-    /// nothing has written it since that resourceVersion. A twin namespace holding claims is
-    /// deleted after the grace period ([`deletion`]).
-    async fn delete_owned(
-        &self,
-        tenant: &ClusterId,
-        kind: Allowed,
-        namespace: &str,
-        name: &str,
-        grace: Option<i64>,
-        unchanged_since: Option<String>,
-    ) -> ApplyResult {
-        if kind != Allowed::Namespace {
-            return self
-                .delete_now(tenant, kind, namespace, name, grace, unchanged_since)
-                .await;
-        }
-        if self.owned_meta(tenant, kind, "", name).await?.is_none() {
-            return Ok(Applied::AlreadyAbsent);
-        }
-        self.delete_namespace(tenant, name, unchanged_since).await
-    }
-
-    /// The metadata of `tenant`'s object as the API server has it: `None` when it is absent,
-    /// `Conflict` when it is someone else's.
-    async fn owned_meta(
-        &self,
-        tenant: &ClusterId,
-        kind: Allowed,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<ObjectMeta>, ApplyError> {
-        let Some(existing) = self.api(kind, namespace).get_metadata_opt(name).await? else {
-            return Ok(None);
-        };
-        if !self.owns(tenant, kind, &existing.metadata) {
-            return Err(ApplyError::Conflict(format!(
-                "{} {namespace}/{name} is not the tenant's; left untouched",
-                kind.kind()
-            )));
-        }
-        Ok(Some(existing.metadata))
-    }
-
-    /// Deletes `tenant`'s object now, if it is the tenant's (see [`Applier::delete_owned`]).
-    async fn delete_now(
-        &self,
-        tenant: &ClusterId,
-        kind: Allowed,
-        namespace: &str,
-        name: &str,
-        grace: Option<i64>,
-        unchanged_since: Option<String>,
-    ) -> ApplyResult {
-        let Some(existing) = self.owned_meta(tenant, kind, namespace, name).await? else {
-            return Ok(Applied::AlreadyAbsent);
-        };
-        let guarded = unchanged_since.is_some();
-        if guarded && existing.resource_version != unchanged_since {
-            return Ok(Applied::WrittenSince);
-        }
-        if kind == Allowed::ShadowPod {
-            // Stop the pod with the origin's grace period; the ShadowPod's own deletion would
-            // leave it to the garbage collector with the pod's default.
-            let pods: Api<k8s_openapi::api::core::v1::Pod> =
-                Api::namespaced(self.client.clone(), namespace);
-            let params = DeleteParams {
-                grace_period_seconds: grace.map(|g| g.max(0) as u32),
-                ..Default::default()
-            };
-            match pods.delete(name, &params).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let mut params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: existing.uid,
-                resource_version: unchanged_since,
-            }),
-            ..Default::default()
-        };
-        if let Some(g) = grace {
-            params.grace_period_seconds = Some(g.max(0) as u32);
-        }
-        match self.api(kind, namespace).delete(name, &params).await {
-            Ok(_) => Ok(Applied::Deleted),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Applied::AlreadyAbsent),
-            // The resourceVersion precondition failed: written meanwhile, so it stays.
-            Err(kube::Error::Api(s)) if guarded && s.code == 409 => Ok(Applied::WrittenSince),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Deletes `tenant`'s objects of `kind` in `namespace` that `keep` does not name: called
-    /// only after the tenant said it sent every such object (SnapshotComplete).
-    ///
-    /// The tenant's stream goes on meanwhile, so `keep` is asked about each object just before
-    /// it is deleted (an Upsert received since the SnapshotComplete counts), and the delete
-    /// holds only while the object is as listed: one written since (by an Upsert received
-    /// after that check) stays. An Upsert answered `Unchanged` in that gap is remembered after
-    /// the object is forgotten here, so the restorer re-creates the object from it.
-    pub async fn delete_orphans(
-        &self,
-        tenant: &ClusterId,
-        kind: Allowed,
-        namespace: &str,
-        keep: impl Fn(&str) -> bool,
-    ) -> Result<Vec<String>, ApplyError> {
-        if kind != Allowed::Namespace && !self.owns_namespace(tenant, namespace).await? {
-            return Ok(Vec::new());
-        }
-        let mut selector = format!(
-            "{ORIGIN_LABEL}={tenant},{DESTINATION_LABEL}={}",
-            self.provider
-        );
-        // Token Secrets follow their ShadowPod (owner reference), not the Secret snapshot.
-        if kind == Allowed::Reflected(Kind::Secret) {
-            selector.push_str(&format!(",!{SERVICE_ACCOUNT_LABEL}"));
-        }
-        let list = self
-            .api(kind, namespace)
-            .list_metadata(&ListParams::default().labels(&selector))
-            .await?;
-        let total = list.items.len();
-        let orphans: Vec<_> = list
-            .items
-            .into_iter()
-            .filter(|o| !keep(&o.name_any()))
-            .collect();
-        if self.safety.holds_back(orphans.len(), total) {
-            let grace = self.safety.grace;
-            tracing::warn!(
-                %tenant, kind = kind.kind(), %namespace, removing = orphans.len(), of = total, ?grace,
-                "the tenant's snapshot would remove most of its objects at once; waiting for the grace period first"
-            );
-            tokio::time::sleep(grace).await;
-        }
-        let mut deleted = Vec::new();
-        for obj in orphans {
-            let name = obj.name_any();
-            if keep(&name) {
-                continue;
-            }
-            self.desired.forget(&ObjectKey {
-                tenant: tenant.clone(),
-                kind,
-                namespace: namespace.to_string(),
-                name: name.clone(),
-            });
-            let result = self
-                .delete_owned(tenant, kind, namespace, &name, None, obj.resource_version())
-                .await;
-            if result == Ok(Applied::Deleted) {
-                deleted.push(name);
-            }
-        }
-        Ok(deleted)
     }
 }
 

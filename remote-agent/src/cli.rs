@@ -35,45 +35,14 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// The agent's flags, when no tool is named. Read them through [`Invocation`]: clap
-    /// leaves an `Option` of flattened flags `None` when they nest flattened groups of their
-    /// own, as these do (telemetry, runtime), so this field only declares them.
+    /// Declares the agent's flags, used when no tool is named. Always `None` once parsed
+    /// (see `refract_shared::cli`): read the flags through [`Invocation`].
     #[command(flatten)]
-    agent: Option<Args>,
+    pub agent: Option<Args>,
 }
 
-/// What the command line asks for.
-#[derive(Debug)]
-pub enum Invocation {
-    /// Run the agent.
-    Agent(Box<Args>),
-    /// Run a tool instead.
-    Tool(Command),
-}
-
-impl Invocation {
-    /// Parses `argv` (the binary's name first) as the binary does; `--help`, `--version` and
-    /// mistakes come back as clap's error, which `exit()` prints.
-    pub fn try_parse_from<I, T>(argv: I) -> Result<Self, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        use clap::{CommandFactory, FromArgMatches};
-        let matches = Cli::command().try_get_matches_from(argv)?;
-        if matches.subcommand_name().is_some() {
-            Ok(Self::Tool(Command::from_arg_matches(&matches)?))
-        } else {
-            // No tool named: clap has checked the agent's required flags.
-            Ok(Self::Agent(Box::new(Args::from_arg_matches(&matches)?)))
-        }
-    }
-
-    /// The process's own command line; exits with clap's message on `--help` or a mistake.
-    pub fn parse() -> Self {
-        Self::try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
-    }
-}
+/// What the command line asks for: the agent's flags, or a tool.
+pub type Invocation = refract_shared::cli::Invocation<Args, Command>;
 
 /// The tools `remote-agent` runs instead of the agent.
 #[derive(Debug, clap::Subcommand)]
@@ -264,11 +233,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod command_line_tests {
-    use super::{Command, Invocation};
+    use super::{Cli, Command, Invocation};
 
     #[test]
     fn the_agents_flags_run_the_agent_and_a_tool_runs_alone() {
-        let parsed = Invocation::try_parse_from([
+        let parsed = Invocation::try_parse_from::<Cli, _, _>([
             "remote-agent",
             "--tls-cert=/c",
             "--tls-key=/k",
@@ -283,22 +252,29 @@ mod command_line_tests {
         assert_eq!(agent.cluster_id.as_str(), "provider");
         assert_eq!(agent.telemetry.log_level, "debug", "a nested group's flag");
 
-        let tool = Invocation::try_parse_from(["remote-agent", "remove-tenant", "--cluster-id=o"]);
+        let tool = Invocation::try_parse_from::<Cli, _, _>([
+            "remote-agent",
+            "remove-tenant",
+            "--cluster-id=o",
+        ]);
         assert!(matches!(
             tool,
             Ok(Invocation::Tool(Command::RemoveTenant(_)))
         ));
         assert!(matches!(
-            Invocation::try_parse_from(["remote-agent", "crd"]),
+            Invocation::try_parse_from::<Cli, _, _>(["remote-agent", "crd"]),
             Ok(Invocation::Tool(Command::Crd))
         ));
 
         // Neither: the agent's required flags are asked for by name.
-        let missing = Invocation::try_parse_from(["remote-agent"])
+        let missing = Invocation::try_parse_from::<Cli, _, _>(["remote-agent"])
             .unwrap_err()
             .to_string();
         assert!(missing.contains("--tls-cert"), "{missing}");
         // A tool does not take the agent's flags.
-        assert!(Invocation::try_parse_from(["remote-agent", "crd", "--tls-cert=/c"]).is_err());
+        assert!(
+            Invocation::try_parse_from::<Cli, _, _>(["remote-agent", "crd", "--tls-cert=/c"])
+                .is_err()
+        );
     }
 }

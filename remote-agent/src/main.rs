@@ -1,5 +1,5 @@
 //! The `remote-agent` binary: run the agent, or one of its tools (`crd`, `remove-tenant`).
-use refract_remote_agent::{Command, Invocation};
+use refract_remote_agent::{Cli, Command, Invocation};
 use refract_shared::runtime::RuntimeArgs;
 use refract_shared::stdout::{quiet_when_closed, write};
 
@@ -7,7 +7,7 @@ use refract_shared::stdout::{quiet_when_closed, write};
 static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
 
 fn main() -> anyhow::Result<()> {
-    match Invocation::parse() {
+    match Invocation::parse::<Cli>() {
         Invocation::Tool(Command::Crd) => {
             let yaml = refract_remote_agent::shadowpod::crd_yaml()?;
             quiet_when_closed(write(&yaml).map_err(Into::into))

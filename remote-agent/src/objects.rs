@@ -230,6 +230,26 @@ impl Feed {
         self.writer.locked().apply(&event);
         let _ = self.changes.send((self.kind, event)).await;
     }
+
+    /// `events` (a watch of the kind), each applied to the store on its way.
+    pub fn feeding<K, S>(
+        self,
+        events: S,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>
+    where
+        K: kube::Resource<DynamicType = ()>,
+        S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    {
+        events.then(move |event| {
+            let feed = self.clone();
+            async move {
+                if let Ok(event) = &event {
+                    feed.apply(event).await;
+                }
+                event
+            }
+        })
+    }
 }
 
 /// The feeds of the kinds [`spawn`] was told are watched elsewhere.

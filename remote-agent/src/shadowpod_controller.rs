@@ -109,22 +109,16 @@ pub fn spawn(
     let (pods, pods_writer) = reflector::store::<Pod>();
     let (key_tx, mut key_rx) = mpsc::channel::<(String, String)>(1024);
 
-    let shadow_events = watcher(
-        Api::<ShadowPod>::all(client.clone()),
-        watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
-    )
-    .default_backoff()
-    .then(move |event| {
-        let feed = feed.clone();
-        async move {
-            if let Ok(event) = &event {
-                feed.apply(event).await;
-            }
-            event
-        }
-    })
-    .reflect(shadows_writer)
-    .touched_objects();
+    let shadow_events = feed
+        .feeding(
+            watcher(
+                Api::<ShadowPod>::all(client.clone()),
+                watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
+            )
+            .default_backoff(),
+        )
+        .reflect(shadows_writer)
+        .touched_objects();
     let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .reflect(pods_writer)

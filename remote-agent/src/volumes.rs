@@ -46,28 +46,22 @@ pub fn spawn(
     .reflect(volumes_writer)
     .touched_objects()
     .filter_map(|r| futures::future::ready(r.ok().map(|v| Changed::Volume(v.name_any()))));
-    let claim_changes = watcher(
-        Api::<PersistentVolumeClaim>::all(client),
-        watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
-    )
-    .default_backoff()
-    .then(move |event| {
-        let feed = feed.clone();
-        async move {
-            if let Ok(event) = &event {
-                feed.apply(event).await;
-            }
-            event
-        }
-    })
-    .reflect(claims_writer)
-    .touched_objects()
-    .filter_map(|r| {
-        futures::future::ready(
-            r.ok()
-                .map(|c| Changed::Claim(c.spec.and_then(|s| s.volume_name))),
+    let claim_changes = feed
+        .feeding(
+            watcher(
+                Api::<PersistentVolumeClaim>::all(client),
+                watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
+            )
+            .default_backoff(),
         )
-    });
+        .reflect(claims_writer)
+        .touched_objects()
+        .filter_map(|r| {
+            futures::future::ready(
+                r.ok()
+                    .map(|c| Changed::Claim(c.spec.and_then(|s| s.volume_name))),
+            )
+        });
     let mut changes = futures::stream::select(volume_changes, claim_changes).boxed();
     tokio::spawn(async move {
         let ready = async {

@@ -3,6 +3,7 @@
 //!
 //! - [`tls`]: certificate identity (`spiffe://refract/cluster/<id>`), loading and validating
 //!   PEM files, and rustls configurations that follow their files on disk.
+//! - [`cli`]: an agent's command line, its flags or one of its tools.
 //! - [`kubeconfig`]: the client each agent builds for its own cluster.
 //! - [`runtime`]: the tokio runtime flags and the allocator every binary uses.
 //! - [`stdout`]: command output that ends quietly when its reader closes the pipe.
@@ -12,6 +13,7 @@
 //! The remote agent authorizes a tenant by the identity [`tls`] extracts from the verified
 //! client certificate; nothing a message says chooses it.
 
+pub mod cli;
 pub mod kubeconfig;
 pub mod runtime;
 pub mod stdout;

@@ -119,45 +119,29 @@ async fn main() -> anyhow::Result<()> {
         args.objects, args.pods
     ));
     let configmaps: Api<ConfigMap> = Api::namespaced(origin.clone(), NS);
-    futures::stream::iter(0..args.objects)
-        .map(|i| {
-            let api = configmaps.clone();
-            async move {
-                let cm: ConfigMap = serde_json::from_value(json!({
-                    "metadata": {"name": format!("cm-{i:05}")},
-                    "data": {"value": format!("{i}")}
-                }))?;
-                api.create(&PostParams::default(), &cm).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<()>>()
-        .await
-        .context("failed to create the ConfigMaps")?;
+    create_all(
+        &configmaps,
+        args.objects,
+        32,
+        |i| json!({"metadata": {"name": format!("cm-{i:05}")}, "data": {"value": format!("{i}")}}),
+    )
+    .await
+    .context("failed to create the ConfigMaps")?;
     let pods: Api<Pod> = Api::namespaced(origin.clone(), NS);
-    futures::stream::iter(0..args.pods)
-        .map(|i| {
-            let api = pods.clone();
-            async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("pod-{i:05}")},
-                    "spec": {
-                        "nodeName": VIRTUAL_NODE,
-                        "automountServiceAccountToken": false,
-                        "terminationGracePeriodSeconds": 0,
-                        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"],
-                                        "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}}]
-                    }
-                }))?;
-                api.create(&PostParams::default(), &pod).await?;
-                anyhow::Ok(())
+    create_all(&pods, args.pods, 16, |i| {
+        json!({
+            "metadata": {"name": format!("pod-{i:05}")},
+            "spec": {
+                "nodeName": VIRTUAL_NODE,
+                "automountServiceAccountToken": false,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"],
+                                "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}}]
             }
         })
-        .buffer_unordered(16)
-        .try_collect::<Vec<()>>()
-        .await
-        .context("failed to create the pods")?;
+    })
+    .await
+    .context("failed to create the pods")?;
 
     say("waiting until every ConfigMap is on the provider and every pod Running at the origin");
     let twin_configmaps: Api<ConfigMap> = Api::namespaced(provider.clone(), TWIN);
@@ -251,6 +235,31 @@ async fn main() -> anyhow::Result<()> {
         say(&format!("wrote {}", path.display()));
     }
     Ok(())
+}
+
+/// Creates `n` objects made by `object(i)`, `parallel` at a time.
+async fn create_all<K>(
+    api: &Api<K>,
+    n: usize,
+    parallel: usize,
+    object: impl Fn(usize) -> serde_json::Value,
+) -> anyhow::Result<()>
+where
+    K: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let body = object(i);
+            async move {
+                let object: K = serde_json::from_value(body)?;
+                api.create(&PostParams::default(), &object).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(parallel)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(|_| ())
 }
 
 /// How many objects `api` lists with `fields` (a field selector, or none).

@@ -1,4 +1,5 @@
-//! Deletion safety: what a tenant's request may delete at once.
+//! Deletion: a tenant's Delete, its orphan collection after a snapshot, and what a request
+//! may delete at once. A foreign object is never deleted.
 //!
 //! Two deletions wait for a grace period instead of happening at once, and say so in the
 //! remote agent's log and in the answer: a twin namespace that holds PersistentVolumeClaims
@@ -13,12 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Preconditions};
+use kube::ResourceExt;
+use refract_core::keys::{DESTINATION_LABEL, ORIGIN_LABEL, SERVICE_ACCOUNT_LABEL};
 use refract_core::lock::Locked;
+use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
+use refract_wire::proto::Delete;
 use tokio_util::sync::CancellationToken;
 
-use super::{Applied, Applier, ApplyError};
+use super::{Applied, Applier, ApplyError, ApplyResult, ObjectKey};
 use crate::kinds::Allowed;
 
 /// How deletions are held back.
@@ -123,6 +128,197 @@ impl Applier {
         if let Some(token) = self.deferred.locked().remove(&key) {
             token.cancel();
         }
+    }
+}
+
+/// A tenant's deletions.
+impl Applier {
+    /// Applies one Delete for `tenant`. A foreign object is never deleted.
+    pub async fn delete(&self, tenant: &ClusterId, delete: &Delete) -> ApplyResult {
+        let object = delete
+            .object
+            .as_ref()
+            .ok_or_else(|| ApplyError::Malformed("Delete without object".into()))?;
+        let kind = match Allowed::lookup(&object.api_version, &object.kind) {
+            Some(Allowed::Namespace) => Allowed::Namespace,
+            _ => self.authorize(tenant, object).await?,
+        };
+        self.desired.forget(&ObjectKey {
+            tenant: tenant.clone(),
+            kind,
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+        });
+        self.delete_owned(
+            tenant,
+            kind,
+            &object.namespace,
+            &object.name,
+            delete.grace_period_seconds,
+            None,
+        )
+        .await
+    }
+
+    /// Deletes `tenant`'s object, if it is the tenant's. With `unchanged_since`, only if
+    /// nothing has written it since that resourceVersion. A twin namespace holding claims is
+    /// deleted after the grace period ([`deletion`]).
+    async fn delete_owned(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+        name: &str,
+        grace: Option<i64>,
+        unchanged_since: Option<String>,
+    ) -> ApplyResult {
+        if kind != Allowed::Namespace {
+            return self
+                .delete_now(tenant, kind, namespace, name, grace, unchanged_since)
+                .await;
+        }
+        if self.owned_meta(tenant, kind, "", name).await?.is_none() {
+            return Ok(Applied::AlreadyAbsent);
+        }
+        self.delete_namespace(tenant, name, unchanged_since).await
+    }
+
+    /// The metadata of `tenant`'s object as the API server has it: `None` when it is absent,
+    /// `Conflict` when it is someone else's.
+    async fn owned_meta(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ObjectMeta>, ApplyError> {
+        let Some(existing) = self.api(kind, namespace).get_metadata_opt(name).await? else {
+            return Ok(None);
+        };
+        if !self.owns(tenant, kind, &existing.metadata) {
+            return Err(ApplyError::Conflict(format!(
+                "{} {namespace}/{name} is not the tenant's; left untouched",
+                kind.kind()
+            )));
+        }
+        Ok(Some(existing.metadata))
+    }
+
+    /// Deletes `tenant`'s object now, if it is the tenant's (see [`Applier::delete_owned`]).
+    async fn delete_now(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+        name: &str,
+        grace: Option<i64>,
+        unchanged_since: Option<String>,
+    ) -> ApplyResult {
+        let Some(existing) = self.owned_meta(tenant, kind, namespace, name).await? else {
+            return Ok(Applied::AlreadyAbsent);
+        };
+        let guarded = unchanged_since.is_some();
+        if guarded && existing.resource_version != unchanged_since {
+            return Ok(Applied::WrittenSince);
+        }
+        if kind == Allowed::ShadowPod {
+            // Stop the pod with the origin's grace period; the ShadowPod's own deletion would
+            // leave it to the garbage collector with the pod's default.
+            let pods: Api<k8s_openapi::api::core::v1::Pod> =
+                Api::namespaced(self.client.clone(), namespace);
+            let params = DeleteParams {
+                grace_period_seconds: grace.map(|g| g.max(0) as u32),
+                ..Default::default()
+            };
+            match pods.delete(name, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: existing.uid,
+                resource_version: unchanged_since,
+            }),
+            ..Default::default()
+        };
+        if let Some(g) = grace {
+            params.grace_period_seconds = Some(g.max(0) as u32);
+        }
+        match self.api(kind, namespace).delete(name, &params).await {
+            Ok(_) => Ok(Applied::Deleted),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Applied::AlreadyAbsent),
+            // The resourceVersion precondition failed: written meanwhile, so it stays.
+            Err(kube::Error::Api(s)) if guarded && s.code == 409 => Ok(Applied::WrittenSince),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes `tenant`'s objects of `kind` in `namespace` that `keep` does not name: called
+    /// only after the tenant said it sent every such object (SnapshotComplete).
+    ///
+    /// The tenant's stream goes on meanwhile, so `keep` is asked about each object just before
+    /// it is deleted (an Upsert received since the SnapshotComplete counts), and the delete
+    /// holds only while the object is as listed: one written since (by an Upsert received
+    /// after that check) stays. An Upsert answered `Unchanged` in that gap is remembered after
+    /// the object is forgotten here, so the restorer re-creates the object from it.
+    pub async fn delete_orphans(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<String>, ApplyError> {
+        if kind != Allowed::Namespace && !self.owns_namespace(tenant, namespace).await? {
+            return Ok(Vec::new());
+        }
+        let mut selector = format!(
+            "{ORIGIN_LABEL}={tenant},{DESTINATION_LABEL}={}",
+            self.provider
+        );
+        // Token Secrets follow their ShadowPod (owner reference), not the Secret snapshot.
+        if kind == Allowed::Reflected(Kind::Secret) {
+            selector.push_str(&format!(",!{SERVICE_ACCOUNT_LABEL}"));
+        }
+        let list = self
+            .api(kind, namespace)
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await?;
+        let total = list.items.len();
+        let orphans: Vec<_> = list
+            .items
+            .into_iter()
+            .filter(|o| !keep(&o.name_any()))
+            .collect();
+        if self.safety.holds_back(orphans.len(), total) {
+            let grace = self.safety.grace;
+            tracing::warn!(
+                %tenant, kind = kind.kind(), %namespace, removing = orphans.len(), of = total, ?grace,
+                "the tenant's snapshot would remove most of its objects at once; waiting for the grace period first"
+            );
+            tokio::time::sleep(grace).await;
+        }
+        let mut deleted = Vec::new();
+        for obj in orphans {
+            let name = obj.name_any();
+            if keep(&name) {
+                continue;
+            }
+            self.desired.forget(&ObjectKey {
+                tenant: tenant.clone(),
+                kind,
+                namespace: namespace.to_string(),
+                name: name.clone(),
+            });
+            let result = self
+                .delete_owned(tenant, kind, namespace, &name, None, obj.resource_version())
+                .await;
+            if result == Ok(Applied::Deleted) {
+                deleted.push(name);
+            }
+        }
+        Ok(deleted)
     }
 }
 
