@@ -3,7 +3,8 @@
 //! Starts two control planes (a scheduler and controllers on the provider, fake-kubelet nodes
 //! there), offloads a namespace, reflects `--objects` ConfigMaps and offloads `--pods` pods
 //! into it, waits until every ConfigMap is on the provider and every origin pod shows
-//! `Running`, lets it settle, then reads both agents' CPU time and wake-ups (voluntary context
+//! `Running` and the provider's events about them are written at the origin, lets it settle,
+//! then reads both agents' CPU time and wake-ups (voluntary context
 //! switches) over `--idle-seconds` in which nothing changes, and prints them per minute. Also
 //! counts the watches the remote agent holds on the provider's API server, by kind: the API
 //! server's `apiserver_registered_watchers` with the agent running, less without it.
@@ -25,7 +26,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use refract_bench::procfs::Usage;
-use refract_e2e::{kubectl, Peering};
+use refract_e2e::{kubectl, metric, Peering};
 use refract_testkit::fake_kubelet::{self, FakeNode};
 use refract_testkit::Options;
 use serde_json::json;
@@ -54,6 +55,8 @@ struct Args {
 /// The offloaded namespace, and its twin on the provider (the default naming).
 const NS: &str = "idle";
 const TWIN: &str = "idle-origin";
+/// Provider events the local agent wrote at the origin.
+const EVENTS_WRITTEN: &str = "refract_local_provider_events_written_total";
 /// The virtual node's name (`refract-<provider>`).
 const VIRTUAL_NODE: &str = "refract-provider";
 
@@ -164,7 +167,20 @@ async fn main() -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    say("settling for 20 s");
+    // The provider's events about the new pods (the scheduler's) reach the origin paced by
+    // the local agent's event rate: the window starts once they are all written.
+    say("settling: until the provider's events are written at the origin and 20 s more");
+    let mut written = -1.0;
+    loop {
+        let now = metric(&p.local_admin, EVENTS_WRITTEN).await;
+        if now == written {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "events still being written after {timeout:?}");
+        written = now;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    say(&format!("{written} provider events written at the origin"));
     tokio::time::sleep(Duration::from_secs(20)).await;
 
     let pids = [
@@ -187,6 +203,17 @@ async fn main() -> anyhow::Result<()> {
         "measuring {} s with nothing changing",
         args.idle_seconds
     ));
+    // What crosses the link in the window: the origin's stream bytes, and the statuses and
+    // events it writes. All stay 0 when nothing changes.
+    let traffic = [
+        "refract_local_stream_sent_bytes_total",
+        "refract_local_pod_status_seconds_count",
+        EVENTS_WRITTEN,
+    ];
+    let mut traffic_before = Vec::new();
+    for series in traffic {
+        traffic_before.push(metric(&p.local_admin, series).await);
+    }
     let before: Vec<Usage> = pids.iter().map(|(_, pid)| Usage::of(*pid)).collect();
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let per_minute = 60.0 / args.idle_seconds as f64;
@@ -206,6 +233,13 @@ async fn main() -> anyhow::Result<()> {
             name.to_string(),
             json!({"cpu_ms_per_minute": cpu_ms, "wakeups_per_minute": wakeups}),
         );
+    }
+
+    let mut crossed = serde_json::Map::new();
+    for (series, before) in traffic.iter().zip(traffic_before) {
+        let during = metric(&p.local_admin, series).await - before;
+        println!("{series} in the window: {during}");
+        crossed.insert(series.to_string(), json!(during));
     }
 
     say("counting the remote agent's watches on the provider (with it, then without)");
@@ -229,6 +263,7 @@ async fn main() -> anyhow::Result<()> {
             "pods": args.pods,
             "idle_seconds": args.idle_seconds,
             "per_minute": figures,
+            "in_the_window": crossed,
             "remote_agent_watches": watches,
         });
         std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
