@@ -176,7 +176,10 @@ async fn main() -> anyhow::Result<()> {
         if now == written {
             break;
         }
-        anyhow::ensure!(Instant::now() < deadline, "events still being written after {timeout:?}");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "events still being written after {timeout:?}"
+        );
         written = now;
         tokio::time::sleep(Duration::from_secs(10)).await;
     }
