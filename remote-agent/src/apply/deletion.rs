@@ -162,7 +162,7 @@ impl Applier {
 
     /// Deletes `tenant`'s object, if it is the tenant's. With `unchanged_since`, only if
     /// nothing has written it since that resourceVersion. A twin namespace holding claims is
-    /// deleted after the grace period ([`deletion`]).
+    /// deleted after the grace period (see the module's documentation).
     async fn delete_owned(
         &self,
         tenant: &ClusterId,
