@@ -64,7 +64,7 @@ pub fn spawn(
     let pods = stores.pods.clone();
     let stream = async move {
         let _ = nodes.wait_until_ready().await;
-        stores.listed().await;
+        stores.pods_listed().await;
         tracing::debug!("capacity stores ready");
         let mut opened = outbox.sessions_opened();
         let mut probe = tokio::time::interval(PROBE_EVERY);

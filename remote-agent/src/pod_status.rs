@@ -192,6 +192,7 @@ mod tests {
             changed: ChangedKeys::default(),
             pods_changed: Arc::new(Notify::new()),
             ready: tokio::sync::watch::channel(true).1,
+            pods_ready: tokio::sync::watch::channel(true).1,
         }
     }
 

@@ -55,15 +55,23 @@ pub struct Stores {
     pub pods_changed: Arc<Notify>,
     /// True once both stores have listed (see [`Stores::listed`]).
     pub ready: watch::Receiver<bool>,
+    /// True once the pod store has listed (see [`Stores::pods_listed`]).
+    pub pods_ready: watch::Receiver<bool>,
 }
 
 impl Stores {
     /// Waits until both stores have listed. Readers wait here, never on a store itself: a
     /// store's readiness wakes only the last of several tasks waiting on it at once (kube's
-    /// `Store::wait_until_ready` keeps one waker), so the controller alone waits there and
-    /// tells the others.
+    /// `Store::wait_until_ready` keeps one waker), so one task waits on each store and tells
+    /// the others.
     pub async fn listed(&self) {
         let _ = self.ready.clone().wait_for(|listed| *listed).await;
+    }
+
+    /// Waits until the pod store has listed, whatever becomes of the ShadowPods' watch: capacity
+    /// needs the pods only, and must not wait on a ShadowPod CRD the provider may lack.
+    pub async fn pods_listed(&self) {
+        let _ = self.pods_ready.clone().wait_for(|listed| *listed).await;
     }
 }
 
@@ -157,12 +165,24 @@ pub fn spawn(
     };
 
     let (ready_tx, ready) = watch::channel(false);
+    let (pods_ready_tx, pods_ready) = watch::channel(false);
     let stores = Stores {
         shadows,
         pods,
         changed,
         pods_changed,
         ready,
+        pods_ready,
+    };
+    // The one waiter on the pod store's readiness (see `Stores::listed`).
+    let pods_listing = {
+        let pods = stores.pods.clone();
+        async move {
+            let _ = pods.wait_until_ready().await;
+            pods_ready_tx.send_replace(true);
+            // Readers wait on the channel, which closes with this task.
+            futures::future::pending::<()>().await
+        }
     };
     let recorder = Recorder::new(
         client.clone(),
@@ -176,7 +196,7 @@ pub fn spawn(
         let resync_tx = key_tx.clone();
         async move {
             let _ = stores.shadows.wait_until_ready().await;
-            let _ = stores.pods.wait_until_ready().await;
+            stores.pods_listed().await;
             ready_tx.send_replace(true);
             // Level-triggered: re-check everything now and then, in case an event was missed.
             let mut resync = tokio::time::interval(RESYNC);
@@ -224,6 +244,7 @@ pub fn spawn(
             _ = shutdown.cancelled() => {}
             _ = shadow_feed => {}
             _ = pod_feed => {}
+            _ = pods_listing => {}
             _ = controller => {}
         }
     });

@@ -71,6 +71,7 @@ fn mk_stores(shadow: ShadowPod) -> Stores {
         changed: ChangedKeys::default(),
         pods_changed: Arc::new(Notify::new()),
         ready: tokio::sync::watch::channel(true).1,
+        pods_ready: tokio::sync::watch::channel(true).1,
     }
 }
 
