@@ -40,6 +40,16 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// it); this probe is the only periodic request.
 const PROBE_EVERY: Duration = Duration::from_secs(3);
 
+/// Why capacity may need computing again.
+enum Woken {
+    /// The API server's readiness, probed.
+    Probed(bool),
+    /// A node or a pod changed.
+    Changed,
+    /// A tenant connected.
+    SessionOpened,
+}
+
 /// Starts the capacity stream over `stores`' pods and a watch of the provider's nodes.
 pub fn spawn(
     client: kube::Client,
@@ -84,18 +94,20 @@ pub fn spawn(
                 outbox.put(&tenant, Subject::capacity(), hash, message);
             }
             loop {
-                let ready = tokio::select! {
-                    _ = probe.tick() => Some(client.apiserver_version().await.is_ok()),
-                    _ = nodes_changed.notified() => None,
-                    _ = stores.pods_changed.notified() => None,
-                    _ = opened.changed() => None,
+                let woken = tokio::select! {
+                    _ = probe.tick() => Woken::Probed(client.apiserver_version().await.is_ok()),
+                    _ = nodes_changed.notified() => Woken::Changed,
+                    _ = stores.pods_changed.notified() => Woken::Changed,
+                    // A new session's virtual node is NotReady until its capacity arrives.
+                    _ = opened.changed() => Woken::SessionOpened,
                 };
-                match ready {
+                match woken {
                     // The same answer as before: nothing to compute.
-                    Some(ready) if ready == api_server_ready => continue,
-                    Some(ready) => api_server_ready = ready,
-                    // A change: let the changes that come with it arrive first.
-                    None => tokio::time::sleep(SETTLE).await,
+                    Woken::Probed(ready) if ready == api_server_ready => continue,
+                    Woken::Probed(ready) => api_server_ready = ready,
+                    // Let the changes that come with it arrive first.
+                    Woken::Changed => tokio::time::sleep(SETTLE).await,
+                    Woken::SessionOpened => {}
                 }
                 break;
             }
