@@ -92,6 +92,16 @@ async fn run(
     (result, log)
 }
 
+/// The ShadowPod status subresource, answering every write.
+fn status_route() -> (Method, &'static str, u16, Value) {
+    (
+        Method::PATCH,
+        STATUS,
+        200,
+        status_json(ShadowPodStatus::default()),
+    )
+}
+
 fn status_json(status: ShadowPodStatus) -> Value {
     json!({"apiVersion": "offloading.refract.io/v1alpha1", "kind": "ShadowPod",
            "metadata": {"name": "web", "namespace": NS}, "spec": {"pod": {"containers": []}},
@@ -102,15 +112,7 @@ fn status_json(status: ShadowPodStatus) -> Value {
 async fn a_new_shadowpod_gets_its_pod_owned_by_it_and_its_uid_in_the_status() {
     let created = mk_pod_json("pod-1", "Pending");
     let (result, log) = run(
-        vec![
-            (Method::POST, PODS, 201, created),
-            (
-                Method::PATCH,
-                STATUS,
-                200,
-                status_json(ShadowPodStatus::default()),
-            ),
-        ],
+        vec![(Method::POST, PODS, 201, created), status_route()],
         mk_shadow(None, &[]),
     )
     .await;
@@ -142,12 +144,7 @@ async fn a_pod_gone_is_re_created_and_counted() {
     let (result, log) = run(
         vec![
             (Method::POST, PODS, 201, mk_pod_json("pod-2", "Pending")),
-            (
-                Method::PATCH,
-                STATUS,
-                200,
-                status_json(ShadowPodStatus::default()),
-            ),
+            status_route(),
         ],
         mk_shadow(Some(before), &[]),
     )
@@ -192,12 +189,7 @@ async fn a_running_pod_has_its_phase_mirrored_and_is_left_alone() {
     let (result, log) = run(
         vec![
             (Method::GET, POD, 200, mk_pod_json("pod-1", "Running")),
-            (
-                Method::PATCH,
-                STATUS,
-                200,
-                status_json(ShadowPodStatus::default()),
-            ),
+            status_route(),
         ],
         mk_shadow(None, &[]),
     )
@@ -215,12 +207,7 @@ async fn a_refused_create_is_reported_on_the_shadowpod_and_retried() {
     let (result, log) = run(
         vec![
             (Method::POST, PODS, 403, forbidden("exceeded quota: pods")),
-            (
-                Method::PATCH,
-                STATUS,
-                200,
-                status_json(ShadowPodStatus::default()),
-            ),
+            status_route(),
         ],
         mk_shadow(None, &[]),
     )
