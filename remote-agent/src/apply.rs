@@ -27,11 +27,14 @@ use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
 use crate::policy::{self, Policies};
 pub use deletion::DeletionSafety;
+use desired::DesiredStore;
 pub use desired::ObjectKey;
-use desired::{DesiredStore, Keep};
 pub use error::{answer, Applied, ApplyError};
 use judge::decode_desired;
-use merge::{has_node_ports, keep_node_ports, merge_patch, writes_without_apply, OwnedKeys};
+use merge::{has_node_ports, keep_node_ports, merge_patch, OwnedKeys};
+pub(crate) use strategy::keep;
+pub use strategy::needs_managed_fields;
+use strategy::{Purpose, Strategy};
 pub(crate) use tokens::is_token_secret;
 use tokens::token_kind;
 use write::{Mode, Refused};
@@ -43,33 +46,13 @@ pub mod judge;
 pub(crate) mod merge;
 mod ownership;
 mod references;
+mod strategy;
 #[cfg(test)]
 mod tests;
 mod tokens;
 mod write;
 
 pub use refract_core::keys::ORIGINAL_NAME_ANNOTATION;
-
-/// What the desired-state store keeps of an object, by how it is written and restored: twin
-/// namespaces, ShadowPods and pods' token Secrets whole (the provider restores them alone,
-/// keeping pods running while the link is down), an object written with merge patches the keys
-/// it sets (see [`merge`]), any other only its hash (restored from the origin).
-pub(crate) fn keep(kind: Allowed, object: &serde_json::Value) -> Keep {
-    let token = is_token_secret(kind, object);
-    if matches!(kind, Allowed::Namespace | Allowed::ShadowPod) || token {
-        Keep::Whole
-    } else if writes_without_apply(kind, token) {
-        Keep::HashAndKeys
-    } else {
-        Keep::Hash
-    }
-}
-
-/// Whether the watch of tenant objects of `kind` keeps the agent's managedFields entries,
-/// which a merge patch of that kind reads to know the keys the agent set (see [`merge`]).
-pub fn needs_managed_fields(kind: Allowed) -> bool {
-    writes_without_apply(kind, false)
-}
 
 /// Writes tenants' objects into the provider cluster with the remote agent's own identity.
 #[derive(Clone)]
@@ -91,7 +74,7 @@ pub struct Applier {
     objects: TenantObjects,
     /// The desired state of every tenant object this process has been sent.
     pub desired: DesiredStore,
-    /// Kinds whose API refuses guarded creates (see [`write::Mode::CreateOnly`]): their new
+    /// Kinds whose API refuses guarded creates (see [`Purpose::Create`]): their new
     /// objects are read before being created.
     unguarded: Arc<Mutex<BTreeSet<Allowed>>>,
 }
@@ -189,7 +172,7 @@ impl Applier {
             name: object.name.clone(),
         };
         let api = self.api(kind, &object.namespace);
-        let merges = writes_without_apply(kind, token);
+        let strategy = Strategy::of(kind, token);
         // The watch knows every object of ours: one it has is checked without a request, and
         // one it does not have is most likely new, so it is created in one request that cannot
         // take over an existing object. Only when that create finds the object there (someone
@@ -202,16 +185,13 @@ impl Applier {
                     return self.settle(result, key, desired, known.resource_version());
                 }
                 return self
-                    .update(&api, key, desired, merges, &known.metadata)
+                    .update(&api, key, desired, strategy, &known.metadata)
                     .await
                     .map_err(Refused::into_error);
             }
             None if self.guards_creates(kind) => {
-                let mode = if merges {
-                    Mode::Create
-                } else {
-                    Mode::CreateOnly
-                };
+                let create = Purpose::Create { guarded: true };
+                let mode = strategy.mode(create);
                 match self.write(&api, key.clone(), desired.clone(), mode).await {
                     Err(Refused::Exists) => consistent_read = true,
                     Err(Refused::GuardUnsupported) => {
@@ -245,11 +225,15 @@ impl Applier {
         }
         let written = match &existing {
             Some(existing) => {
-                self.update(&api, key, desired, merges, &existing.metadata)
+                self.update(&api, key, desired, strategy, &existing.metadata)
                     .await
             }
-            None if merges => self.write(&api, key, desired, Mode::Create).await,
-            None => self.write(&api, key, desired, Mode::Apply).await,
+            None => {
+                let create = Purpose::Create {
+                    guarded: self.guards_creates(kind),
+                };
+                self.write(&api, key, desired, strategy.mode(create)).await
+            }
         };
         written.map_err(Refused::into_error)
     }
@@ -345,23 +329,24 @@ impl Applier {
         result
     }
 
-    /// Whether creates of `kind` go through the guarded apply (see [`write::Mode`]).
+    /// Whether creates of `kind` are guarded (see [`Purpose::Create`]).
     fn guards_creates(&self, kind: Allowed) -> bool {
         !self.unguarded.locked().contains(&kind)
     }
 
-    /// Writes a change of an object the provider has, whose metadata is `existing`: a merge
-    /// patch where `merges` (see [`merge`]), a server-side apply otherwise.
+    /// Writes a change of an object the provider has, whose metadata is `existing`, the way
+    /// `strategy` writes it.
     async fn update(
         &self,
         api: &Api<DynamicObject>,
         key: ObjectKey,
         desired: serde_json::Value,
-        merges: bool,
+        strategy: Strategy,
         existing: &ObjectMeta,
     ) -> Result<Applied, Refused> {
-        if !merges {
-            return self.write(api, key, desired, Mode::Apply).await;
+        let mode = strategy.mode(Purpose::Update);
+        if strategy == Strategy::ServerSideApply {
+            return self.write(api, key, desired, mode).await;
         }
         let managed = existing.managed_fields.as_deref().unwrap_or_default();
         let mut owned = OwnedKeys::of_managed_fields(managed);
@@ -383,7 +368,7 @@ impl Applier {
         if let Some(live) = live {
             keep_node_ports(&mut patch, &live.data);
         }
-        self.send(api, key, patch, Mode::Merge).await
+        self.send(api, key, patch, mode).await
     }
 
     /// Writes `desired`, recording it as the agent's own write while it is under way (so its
@@ -437,7 +422,8 @@ impl Applier {
         observed: Option<&str>,
     ) -> ApplyResult {
         let mut judged = self.judged(&key.tenant, key.kind, desired.clone())?;
-        if is_token_secret(key.kind, desired) {
+        let token = is_token_secret(key.kind, desired);
+        if token {
             // Set by this agent when the Secret was first applied, from its ShadowPod.
             judged["metadata"]["ownerReferences"] = desired["metadata"]["ownerReferences"].clone();
         }
@@ -449,7 +435,8 @@ impl Applier {
             judged["metadata"]["resourceVersion"] = rv.into();
         }
         let api = self.api(key.kind, &key.namespace);
-        let rv = write::write(&api, &self.client, &key.name, judged, Mode::Apply)
+        let mode = Strategy::of(key.kind, token).mode(Purpose::Restore);
+        let rv = write::write(&api, &self.client, &key.name, judged, mode)
             .await
             .map_err(Refused::into_error)?;
         self.desired.set_written(key, rv);

@@ -50,7 +50,7 @@ pub enum Restore {
     FromOrigin,
 }
 
-/// What the store keeps of a desired object. Its writer decides ([`super::keep`]): the store
+/// What the store keeps of a desired object. Its writer decides (`apply::keep`): the store
 /// does not know how objects are written or restored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Keep {

@@ -24,10 +24,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use refract_core::keys::REMOTE_FIELD_MANAGER;
-use refract_core::options::Kind;
 use serde_json::{Map, Value};
-
-use crate::kinds::Allowed;
 
 /// A map whose keys the agent owns one by one: its path in an object, and its path in a
 /// managedFields entry's FieldsV1 (where each of its keys is "f:<key>").
@@ -68,18 +65,6 @@ const SECTIONS: [Section; 6] = [
 /// Fields the API server allocates and then refuses to change: an owned one the desired
 /// state lacks is left as it is, as server-side apply leaves a field its owner dropped.
 const NEVER_REMOVED: [&str; 2] = ["clusterIP", "clusterIPs"];
-
-/// Whether objects of `kind` are written with a POST and merge patches rather than
-/// server-side apply. Token Secrets keep server-side apply: the provider's token controller
-/// writes their data.
-pub(crate) fn writes_without_apply(kind: Allowed, token: bool) -> bool {
-    matches!(
-        kind,
-        Allowed::Reflected(Kind::ConfigMap)
-            | Allowed::Reflected(Kind::Secret)
-            | Allowed::Reflected(Kind::Service)
-    ) && !token
-}
 
 /// Keys of the [`SECTIONS`] the agent has set on an object, by section.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -405,30 +390,5 @@ mod tests {
             merge_patch(desired, &owned),
             json!({"spec": {"selector": null, "ports": [{"port": 80}]}})
         );
-    }
-
-    #[test]
-    fn only_plain_configmaps_secrets_and_services_skip_server_side_apply() {
-        assert!(writes_without_apply(
-            Allowed::Reflected(Kind::ConfigMap),
-            false
-        ));
-        assert!(writes_without_apply(
-            Allowed::Reflected(Kind::Secret),
-            false
-        ));
-        assert!(!writes_without_apply(
-            Allowed::Reflected(Kind::Secret),
-            true
-        ));
-        assert!(writes_without_apply(
-            Allowed::Reflected(Kind::Service),
-            false
-        ));
-        assert!(!writes_without_apply(
-            Allowed::Reflected(Kind::EndpointSlice),
-            false
-        ));
-        assert!(!writes_without_apply(Allowed::ShadowPod, false));
     }
 }

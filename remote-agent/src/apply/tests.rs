@@ -186,28 +186,3 @@ async fn a_new_object_in_the_tenants_namespace_is_created_in_one_request() {
     assert_eq!(result, Ok(Applied::Written));
     assert_eq!(writes(&log).len(), 1);
 }
-
-#[test]
-fn the_writer_decides_what_the_desired_store_keeps() {
-    use super::{keep, Keep};
-    use crate::kinds::Allowed;
-    use refract_core::keys::SERVICE_ACCOUNT_LABEL;
-    use refract_core::options::Kind;
-
-    let plain = json!({"metadata": {"name": "x"}});
-    let token = json!({"metadata": {"labels": {SERVICE_ACCOUNT_LABEL: "default"}}});
-    // Restored on the provider alone, so pods keep running while the link is down.
-    assert_eq!(keep(Allowed::ShadowPod, &plain), Keep::Whole);
-    assert_eq!(keep(Allowed::Namespace, &plain), Keep::Whole);
-    assert_eq!(keep(Allowed::Reflected(Kind::Secret), &token), Keep::Whole);
-    // Written with merge patches: the keys the next patch removes if the origin drops them.
-    for kind in [Kind::ConfigMap, Kind::Secret, Kind::Service] {
-        assert_eq!(keep(Allowed::Reflected(kind), &plain), Keep::HashAndKeys);
-    }
-    // Server-side apply tracks its fields itself.
-    assert_eq!(keep(Allowed::Reflected(Kind::Ingress), &plain), Keep::Hash);
-    assert_eq!(
-        keep(Allowed::Reflected(Kind::ConfigMap), &token),
-        Keep::HashAndKeys
-    );
-}
