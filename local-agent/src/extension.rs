@@ -10,27 +10,25 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+use kube::ResourceExt;
 use refract_core::json;
-use refract_core::keys::LOCAL_STATUS_FIELD_MANAGER;
 use refract_core::offloading;
 use refract_wire::proto::{ObjectRef, Outcome, Upsert};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::crd::{self, NamespaceOffloading, NamespaceOffloadingStatus, RemoteNamespaceCondition};
+use crate::crd::{self, NamespaceOffloading};
 use crate::key::Key;
 use crate::link::SessionTx;
 use crate::outbox::{Origin, Outbox, Producer};
-use crate::recorder::publish_event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+mod offloadings;
 mod rewrites;
+mod status;
+
+pub use offloadings::{watch_offloadings, Offloadings};
 
 /// How long the remote agent has to answer a namespace request before it is retried.
 const ACK_TIMEOUT: Duration = Duration::from_secs(15);
@@ -89,52 +87,6 @@ enum Failure {
     Refused(String),
     /// Will be retried (link down, timeout, transient error).
     Pending(String),
-}
-
-/// The NamespaceOffloadings of the origin, watched once for the agent: the store, and a signal
-/// after every change (coalesced) for the extension controller and for the scheduling gate.
-/// The webhook reads the same store.
-pub struct Offloadings {
-    /// Every NamespaceOffloading, as the watch sees them.
-    pub store: Store<NamespaceOffloading>,
-    /// Gets a message after changes.
-    pub changed: mpsc::Receiver<()>,
-    /// Notified after changes, for the scheduling gate ([`crate::scheduling_gate`]).
-    pub gate: std::sync::Arc<tokio::sync::Notify>,
-}
-
-/// Starts the watch of NamespaceOffloadings; it runs until `shutdown`.
-pub fn watch_offloadings(client: kube::Client, shutdown: CancellationToken) -> Offloadings {
-    let api: Api<NamespaceOffloading> = Api::all(client);
-    let (store, writer) = reflector::store();
-    let (changed_tx, changed) = mpsc::channel::<()>(1);
-    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
-    let notify_gate = gate.clone();
-    tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default())
-            .backoff(crate::watch_backoff::watch_backoff())
-            .reflect(writer)
-            .touched_objects()
-            .boxed();
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                event = events.next() => match event {
-                    Some(Ok(_)) => {
-                        let _ = changed_tx.try_send(());
-                        notify_gate.notify_one();
-                    }
-                    Some(Err(error)) => tracing::warn!(%error, "NamespaceOffloading watch error"),
-                    None => return,
-                },
-            }
-        }
-    });
-    Offloadings {
-        store,
-        changed,
-        gate,
-    }
 }
 
 /// Runs the controller until `shutdown`.
@@ -363,177 +315,6 @@ impl State {
             }
         }
     }
-
-    async fn write_statuses(&mut self, desired: &BTreeMap<String, Result<String, String>>) {
-        let offloadings = self.store.state();
-        let namespaces: BTreeSet<String> =
-            offloadings.iter().filter_map(|o| o.namespace()).collect();
-        self.rewrites.retain(|ns| namespaces.contains(ns));
-        for nso in offloadings {
-            if nso.name_any() != crd::NAME || nso.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let Some(ns) = nso.namespace() else { continue };
-            let (mine, view) = self.status_for(&nso, &ns, desired.get(&ns));
-            if nso.status.as_ref() == Some(&view) {
-                continue;
-            }
-            let api: Api<NamespaceOffloading> = Api::namespaced(self.client.clone(), &ns);
-            let patch = serde_json::json!({
-                "apiVersion": "offloading.refract.io/v1alpha1",
-                "kind": "NamespaceOffloading",
-                "status": mine,
-            });
-            // One field manager per peer: each local agent owns its own entry of the
-            // conditions, so agents of several peerings never overwrite each other's.
-            let manager = format!(
-                "{LOCAL_STATUS_FIELD_MANAGER}-{}",
-                self.config.remote_cluster_id
-            );
-            let params = PatchParams::apply(&manager).force();
-            match api
-                .patch_status(crd::NAME, &params, &Patch::Apply(&patch))
-                .await
-            {
-                Ok(_) => {
-                    let peer = &self.config.remote_cluster_id;
-                    // Counted when written: a write that failed is retried, not undone.
-                    let entry = mine
-                        .remote_namespaces_conditions
-                        .get(peer)
-                        .map(Vec::as_slice)
-                        .unwrap_or_default();
-                    if let Some(count) = self.rewrites.record(&ns, entry, std::time::Instant::now())
-                    {
-                        tracing::warn!(
-                            namespace = %ns,
-                            peer = %peer,
-                            "this agent wrote its entry of the NamespaceOffloading status {count} times unchanged within a minute: another writer keeps changing it. Is a second local agent peered with the same provider from this origin? Run one agent pair per peering"
-                        );
-                    }
-                    if let Some((type_, reason, note)) =
-                        ready_change(nso.status.as_ref(), &mine, peer)
-                    {
-                        publish_event(
-                            &self.config.recorder,
-                            nso.object_ref(&()),
-                            type_,
-                            reason,
-                            note,
-                        )
-                        .await;
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(namespace = %ns, %error, "failed to update NamespaceOffloading status")
-                }
-            }
-        }
-    }
-
-    /// What this peer applies (its own conditions, and the phase of them all as it sees
-    /// them), and the whole status as it should then read.
-    fn status_for(
-        &self,
-        nso: &NamespaceOffloading,
-        ns: &str,
-        desired: Option<&Result<String, String>>,
-    ) -> (NamespaceOffloadingStatus, NamespaceOffloadingStatus) {
-        let cond = |type_: &str, ok: bool, reason: &str, message: &str| RemoteNamespaceCondition {
-            type_: type_.into(),
-            status: if ok { "True" } else { "False" }.into(),
-            reason: reason.into(),
-            message: message.into(),
-        };
-        let (remote, conditions) = match desired {
-            None => (
-                None,
-                vec![cond(
-                    "OffloadingRequired",
-                    false,
-                    "ClusterNotSelected",
-                    "the cluster selector does not select this peer",
-                )],
-            ),
-            Some(target) => {
-                let selected = cond("OffloadingRequired", true, "ClusterSelected", "");
-                let remote = target.as_ref().ok().cloned();
-                match (self.confirmed.get(ns), self.failures.get(ns)) {
-                    (Some(_), _) => (
-                        remote,
-                        vec![selected, cond("Ready", true, "NamespaceCreated", "")],
-                    ),
-                    (None, Some(Failure::Refused(m))) => (
-                        remote,
-                        vec![selected, cond("Ready", false, "CreationLoopBackOff", m)],
-                    ),
-                    (None, Some(Failure::Pending(m))) => {
-                        (remote, vec![selected, cond("Ready", false, "Creating", m)])
-                    }
-                    (None, None) => (remote, vec![selected, cond("Ready", false, "Creating", "")]),
-                }
-            }
-        };
-        let peer = self.config.remote_cluster_id.clone();
-        let mut view = nso.status.clone().unwrap_or_default();
-        view.remote_namespaces_conditions
-            .insert(peer.clone(), conditions.clone());
-        let phase = crd::phase_of(&view.remote_namespaces_conditions);
-        view.offloading_phase = Some(phase.into());
-        view.remote_namespace_name = remote.clone().or(view.remote_namespace_name);
-        view.conditions = vec![crd::ready_condition(
-            phase,
-            &view.conditions,
-            nso.metadata.generation,
-            Time(k8s_openapi::jiff::Timestamp::now()),
-        )];
-        let mine = NamespaceOffloadingStatus {
-            remote_namespace_name: remote,
-            offloading_phase: view.offloading_phase.clone(),
-            remote_namespaces_conditions: BTreeMap::from([(peer, conditions)]),
-            conditions: view.conditions.clone(),
-        };
-        (mine, view)
-    }
-}
-
-/// The event a change of this peer's Ready condition deserves: its namespace became ready on
-/// the provider, or the provider refused it. Waiting states make no event (they change with
-/// every retry).
-fn ready_change(
-    before: Option<&NamespaceOffloadingStatus>,
-    after: &NamespaceOffloadingStatus,
-    peer: &str,
-) -> Option<(EventType, &'static str, String)> {
-    let ready = |s: Option<&NamespaceOffloadingStatus>| {
-        s.and_then(|s| s.remote_namespaces_conditions.get(peer))
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-            .cloned()
-    };
-    let now = ready(Some(after))?;
-    let was = ready(before);
-    let same = was
-        .as_ref()
-        .is_some_and(|w| w.status == now.status && w.reason == now.reason);
-    if same {
-        return None;
-    }
-    match (now.status.as_str(), now.reason.as_str()) {
-        ("True", _) => Some((
-            EventType::Normal,
-            "NamespaceExtended",
-            format!(
-                "extended to provider {peer} as namespace {}",
-                after.remote_namespace_name.clone().unwrap_or_default()
-            ),
-        )),
-        (_, "CreationLoopBackOff") => Some((
-            EventType::Warning,
-            "ExtensionRefused",
-            format!("provider {peer}: {}", now.message),
-        )),
-        _ => None,
-    }
 }
 
 fn namespace_ref(name: &str) -> ObjectRef {
@@ -562,7 +343,7 @@ mod tests {
 
     fn mk_extension(generation: u64, namespaces: &[(&str, &str)]) -> Extension {
         let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
-        let (tx, _) = mpsc::channel(1);
+        let (tx, _) = tokio::sync::mpsc::channel(1);
         let session = (generation > 0).then(|| SessionTx {
             generation,
             session_id: String::new(),
@@ -592,34 +373,5 @@ mod tests {
         let reconnected = mk_extension(2, &[("a", "a-o"), ("b", "b-o")]);
         assert_eq!(names(reconnected.to_resend(&last)), vec!["a", "b"]);
         assert!(last.to_resend(&last).is_empty());
-    }
-
-    #[test]
-    fn only_reaching_ready_or_being_refused_makes_an_event() {
-        let status = |status: &str, reason: &str| NamespaceOffloadingStatus {
-            remote_namespace_name: Some("apps-origin".into()),
-            remote_namespaces_conditions: BTreeMap::from([(
-                "provider".to_string(),
-                vec![RemoteNamespaceCondition {
-                    type_: "Ready".into(),
-                    status: status.into(),
-                    reason: reason.into(),
-                    message: "taken".into(),
-                }],
-            )]),
-            ..Default::default()
-        };
-        let creating = status("False", "Creating");
-        let ready = status("True", "NamespaceCreated");
-        let refused = status("False", "CreationLoopBackOff");
-        let (kind, reason, note) = ready_change(Some(&creating), &ready, "provider").unwrap();
-        assert_eq!((kind, reason), (EventType::Normal, "NamespaceExtended"));
-        assert!(note.contains("apps-origin"));
-        assert_eq!(ready_change(Some(&ready), &ready, "provider"), None);
-        assert_eq!(ready_change(None, &creating, "provider"), None);
-        let (kind, reason, note) = ready_change(Some(&creating), &refused, "provider").unwrap();
-        assert_eq!((kind, reason), (EventType::Warning, "ExtensionRefused"));
-        assert!(note.contains("taken"));
-        assert_eq!(ready_change(Some(&ready), &ready, "other"), None);
     }
 }
