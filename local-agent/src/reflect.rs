@@ -7,11 +7,13 @@
 //! re-sends every object of each extended namespace and then `SnapshotComplete`, after which
 //! the remote agent removes that namespace's objects the origin no longer has.
 
+mod answers;
 pub mod dependencies;
 pub mod followers;
 pub mod origin_nodes;
 pub mod queue;
 pub mod scoped;
+mod snapshot;
 pub mod start;
 
 use std::collections::BTreeSet;
@@ -31,7 +33,7 @@ use refract_core::forge::{self, Context, Decision};
 use refract_core::json;
 use refract_core::keys::SERVICE_NAME_LABEL;
 use refract_core::options::{Kind, ReflectionOptions};
-use refract_wire::proto::{ObjectRef, Outcome, Upsert};
+use refract_wire::proto::{ObjectRef, Upsert};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -39,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::extension::Extension;
 use crate::key::Key;
-use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
+use crate::outbox::{Origin, Outbox, Producer};
 use crate::recorder::publish_event;
 use dependencies::{Dependencies, ServicesListed};
 use followers::Followers;
@@ -135,7 +137,7 @@ pub fn spawn<K: Reflectable>(
     if workers == 0 {
         tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
         if kind != Kind::PersistentVolumeClaim {
-            spawn_until(shutdown, withdraw(kind, shared, outbox.clone()));
+            spawn_until(shutdown, snapshot::withdraw(kind, shared, outbox.clone()));
         }
         return None;
     }
@@ -209,34 +211,6 @@ pub fn spawn<K: Reflectable>(
     let r2 = r.clone();
     spawn_until(shutdown, async move { r2.follow_extension().await });
     Some(r)
-}
-
-/// For a kind whose reflection is off: on every session, and for every namespace extended
-/// later, tells the provider that nothing of the kind is wanted in the twin namespace, so that
-/// copies an earlier configuration left there are removed. Claims never come here: a provider
-/// claim's volume holds data that turning the storage fabric off must not delete.
-async fn withdraw(kind: Kind, shared: Shared, outbox: Outbox) {
-    let mut rx = shared.extension.clone();
-    let mut last = Extension::default();
-    loop {
-        let current = rx.borrow_and_update().clone();
-        if let Some(session) = &current.session {
-            for (_, remote_ns) in current.to_resend(&last) {
-                outbox
-                    .snapshot_complete(
-                        session,
-                        Producer::Objects(kind),
-                        kind.api_version(),
-                        &remote_ns,
-                    )
-                    .await;
-            }
-        }
-        last = current;
-        if rx.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 fn spawn_until(
@@ -350,88 +324,6 @@ impl<K: Reflectable> Reflector<K> {
     /// watched.
     pub fn listed(&self) -> watch::Receiver<BTreeSet<String>> {
         self.listed.clone()
-    }
-
-    /// Re-sends extended namespaces when the session or the set of namespaces changes.
-    async fn follow_extension(&self) {
-        let mut rx = self.shared.extension.clone();
-        let mut last = Extension::default();
-        let mut listed = self.listed.clone();
-        let (mut nodes, mut services) = (
-            self.shared.nodes_listed.clone(),
-            self.shared.services_listed.clone(),
-        );
-        let reads_others = self.dependencies.is_some();
-        loop {
-            let mut current = rx.borrow_and_update().clone();
-            // A namespace's snapshot is sent once its objects are all in the store, and what
-            // their forge reads besides them (a slice's nodes and Service): after it, the
-            // remote agent removes what the snapshot did not have, and a slice forged without
-            // its nodes would lose their endpoints there.
-            loop {
-                let waiting = {
-                    let listed = listed.borrow_and_update();
-                    current
-                        .namespaces
-                        .keys()
-                        .any(|ns| !listed.contains(ns) || !self.inputs_listed(ns))
-                };
-                if !waiting {
-                    break;
-                }
-                tokio::select! {
-                    changed = listed.changed() => if changed.is_err() { return },
-                    Ok(()) = nodes.changed(), if reads_others => {}
-                    Ok(()) = services.changed(), if reads_others => {}
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                        current = rx.borrow_and_update().clone();
-                    }
-                }
-            }
-            // The twin namespace of a namespace no longer extended goes with everything in
-            // it: forget what was sent there.
-            for ns in last.namespaces.keys() {
-                if !current.namespaces.contains_key(ns) {
-                    self.outbox.forget_namespace(self.producer(), ns);
-                }
-            }
-            let resync = current.to_resend(&last);
-            if let Some(session) = &current.session {
-                for (ns, remote_ns) in resync {
-                    let keys: Vec<Key> = self
-                        .store
-                        .state()
-                        .iter()
-                        .filter(|o| o.namespace().as_deref() == Some(ns.as_str()))
-                        .map(|o| Key {
-                            namespace: ns.clone(),
-                            name: o.name_any(),
-                        })
-                        .collect();
-                    let count = keys.len();
-                    for key in keys {
-                        let key = self.queue.claim(key).await;
-                        self.reconcile(&key).await;
-                    }
-                    self.outbox
-                        .snapshot_complete(
-                            session,
-                            self.producer(),
-                            K::KIND.api_version(),
-                            &remote_ns,
-                        )
-                        .await;
-                    tracing::debug!(kind = K::KIND.kind(), namespace = %ns, count, "namespace snapshot sent");
-                }
-            }
-            last = current;
-            if rx.changed().await.is_err() {
-                return;
-            }
-        }
     }
 
     /// Brings the provider in line with the current state of one object.
@@ -549,59 +441,5 @@ impl<K: Reflectable> Reflector<K> {
             nodes: &nodes,
         };
         obj.forge(&ctx)
-    }
-}
-
-impl<K: Reflectable> Recipient for Reflector<K> {
-    fn on_answer(&self, answer: Answer) {
-        if answer.request != Request::Upsert {
-            return;
-        }
-        let key = answer.origin.key;
-        match answer.outcome {
-            Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
-                self.retries.succeeded(&key)
-            }
-            Outcome::Resend => {
-                // The outbox forgot it: reconciling it now sends it again.
-                tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
-                self.queue.add(key);
-            }
-            Outcome::Transient => {
-                // The outbox forgot it: the retry sends it again.
-                let delay = self.retries.failed(&key);
-                tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "transient failure on the provider; retrying");
-                self.queue.add_after(key, delay);
-            }
-            Outcome::Conflict | Outcome::Denied | Outcome::Invalid => {
-                let outcome = answer.outcome;
-                tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %answer.message, "provider refused object");
-                let Some(obj) = self
-                    .store
-                    .get(&StoreRef::new(&key.name).within(&key.namespace))
-                else {
-                    return;
-                };
-                let note = match outcome {
-                    Outcome::Conflict => format!(
-                        "Error reflecting object to cluster {:?}: remote object already exists ({})",
-                        self.shared.options.remote_cluster_id, answer.message
-                    ),
-                    _ => format!("Error reflecting object to cluster {:?}: {}", self.shared.options.remote_cluster_id, answer.message),
-                };
-                let reference = obj.object_ref(&());
-                let recorder = self.shared.recorder.clone();
-                tokio::spawn(async move {
-                    publish_event(
-                        &recorder,
-                        reference,
-                        EventType::Warning,
-                        "FailedReflection",
-                        note,
-                    )
-                    .await
-                });
-            }
-        }
     }
 }

@@ -1,0 +1,64 @@
+//! What the provider answered about an object: a retry after a transient failure, a resend
+//! when asked, an event on the origin object when refused.
+
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef as StoreRef;
+use refract_wire::proto::Outcome;
+
+use super::{Reflectable, Reflector};
+use crate::outbox::{Answer, Recipient, Request};
+use crate::recorder::publish_event;
+
+impl<K: Reflectable> Recipient for Reflector<K> {
+    fn on_answer(&self, answer: Answer) {
+        if answer.request != Request::Upsert {
+            return;
+        }
+        let key = answer.origin.key;
+        match answer.outcome {
+            Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
+                self.retries.succeeded(&key)
+            }
+            Outcome::Resend => {
+                // The outbox forgot it: reconciling it now sends it again.
+                tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
+                self.queue.add(key);
+            }
+            Outcome::Transient => {
+                // The outbox forgot it: the retry sends it again.
+                let delay = self.retries.failed(&key);
+                tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "transient failure on the provider; retrying");
+                self.queue.add_after(key, delay);
+            }
+            Outcome::Conflict | Outcome::Denied | Outcome::Invalid => {
+                let outcome = answer.outcome;
+                tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %answer.message, "provider refused object");
+                let Some(obj) = self
+                    .store
+                    .get(&StoreRef::new(&key.name).within(&key.namespace))
+                else {
+                    return;
+                };
+                let note = match outcome {
+                    Outcome::Conflict => format!(
+                        "Error reflecting object to cluster {:?}: remote object already exists ({})",
+                        self.shared.options.remote_cluster_id, answer.message
+                    ),
+                    _ => format!("Error reflecting object to cluster {:?}: {}", self.shared.options.remote_cluster_id, answer.message),
+                };
+                let reference = obj.object_ref(&());
+                let recorder = self.shared.recorder.clone();
+                tokio::spawn(async move {
+                    publish_event(
+                        &recorder,
+                        reference,
+                        EventType::Warning,
+                        "FailedReflection",
+                        note,
+                    )
+                    .await
+                });
+            }
+        }
+    }
+}
