@@ -1,6 +1,6 @@
 //! `refract.v1.Reflection`: accepting a tenant's stream and running its session.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -8,8 +8,8 @@ use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::reflection_server::Reflection;
 use refract_wire::proto::{
-    local_message, remote_message, Ack, Delete, InventoryRequest, LocalMessage, ObjectRef, Outcome,
-    RemoteMessage, SnapshotComplete, UnpeerRequest, UnpeerResponse, Upsert, Welcome,
+    local_message, remote_message, Ack, InventoryRequest, LocalMessage, ObjectRef, Outcome,
+    RemoteMessage, SnapshotComplete, UnpeerRequest, UnpeerResponse, Welcome,
 };
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
@@ -17,6 +17,8 @@ use tracing::Instrument;
 
 mod coalesce;
 mod dispatch;
+mod hello;
+mod listing;
 
 use crate::apply::{answer, Applier, ObjectKey};
 use crate::inventory::{Bucket, Inventory};
@@ -27,6 +29,7 @@ use crate::outbox::Outbox;
 use crate::peer::Peer;
 use crate::registry::in_flight::InFlight;
 use crate::registry::{local_kind, Registry, Session, TapMessage};
+use listing::Listing;
 
 /// Names a stream may upsert before its snapshots stop counting: past it, the stream's orphan
 /// collections are skipped (its view is too large to keep), never run on a partial view.
@@ -79,48 +82,18 @@ impl Reflection for ReflectionService {
     ) -> Result<Response<Self::SyncStream>, Status> {
         let peer = Peer::tenant_from_request(&request)?;
         let mut inbound = request.into_inner();
-        let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
+        let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
             Err(_) => {
-                return Err(self.refuse(
-                    StreamRefusal::HelloTimeout,
-                    Status::deadline_exceeded("no Hello within 10s"),
-                ))
+                return Err(self.refuse(hello::Refusal {
+                    reason: StreamRefusal::HelloTimeout,
+                    status: Status::deadline_exceeded("no Hello within 10s"),
+                }))
             }
             Ok(Err(status)) => return Err(status),
             Ok(Ok(None)) => return Err(Status::cancelled("stream closed before Hello")),
-            Ok(Ok(Some(LocalMessage {
-                kind: Some(local_message::Kind::Hello(hello)),
-            }))) => hello,
-            Ok(Ok(Some(other))) => {
-                return Err(self.refuse(
-                    StreamRefusal::NoHello,
-                    Status::failed_precondition(format!(
-                        "first message must be Hello, got {}",
-                        local_kind(&other)
-                    )),
-                ))
-            }
+            Ok(Ok(Some(first))) => first,
         };
-        if hello.cluster_id != peer.cluster_id.as_str() {
-            return Err(self.refuse(
-                StreamRefusal::IdentityMismatch,
-                Status::permission_denied(format!(
-                    "Hello names cluster {:?} but the client certificate identifies {:?}",
-                    hello.cluster_id,
-                    peer.cluster_id.as_str()
-                )),
-            ));
-        }
-        if hello.protocol_version != refract_wire::proto::PROTOCOL_VERSION {
-            return Err(self.refuse(
-                StreamRefusal::ProtocolVersion,
-                Status::failed_precondition(format!(
-                    "protocol version {} is not supported (this remote agent speaks {})",
-                    hello.protocol_version,
-                    refract_wire::proto::PROTOCOL_VERSION
-                )),
-            ));
-        }
+        let hello = hello::accept(&peer.cluster_id, first).map_err(|r| self.refuse(r))?;
 
         let session_id = format!("{:016x}", fastrand::u64(..));
         let advertised = if hello.resume {
@@ -168,7 +141,7 @@ impl Reflection for ReflectionService {
             service: self.clone(),
             tenant: peer.cluster_id.clone(),
             tx,
-            seen: std::sync::Mutex::new(Some(Seen::default())),
+            listing: std::sync::Mutex::new(Listing::new(MAX_SEEN)),
             replaced: guard.replaced.clone(),
             in_flight: self.registry.in_flight(&peer.cluster_id),
             advertised,
@@ -263,7 +236,8 @@ impl ReflectionService {
         Some(inventory)
     }
 
-    fn refuse(&self, reason: StreamRefusal, status: Status) -> Status {
+    fn refuse(&self, refusal: hello::Refusal) -> Status {
+        let hello::Refusal { reason, status } = refusal;
         tracing::warn!(
             reason = reason.as_str(),
             message = status.message(),
@@ -277,21 +251,13 @@ impl ReflectionService {
     }
 }
 
-/// Names upserted on a stream, by kind and namespace, and how many in all.
-#[derive(Default)]
-struct Seen {
-    names: BTreeMap<(Allowed, String), BTreeSet<String>>,
-    count: usize,
-}
-
 /// One open stream of one tenant.
 struct TenantSession {
     service: ReflectionService,
     tenant: ClusterId,
     tx: mpsc::Sender<Result<RemoteMessage, Status>>,
-    /// Names upserted on this stream, by kind and namespace: what a SnapshotComplete keeps.
-    /// `None` once over [`MAX_SEEN`].
-    seen: std::sync::Mutex<Option<Seen>>,
+    /// Names upserted on this stream: what a SnapshotComplete keeps.
+    listing: std::sync::Mutex<Listing>,
     /// Cancelled when a newer stream of the tenant took over: this one's requests not yet
     /// started are dropped, and it ends.
     replaced: tokio_util::sync::CancellationToken,
@@ -352,13 +318,7 @@ impl TenantSession {
                 Some(local_message::Kind::Delete(d)) => self.see(d.object.as_ref(), false),
                 _ => {}
             }
-            let key = match &message.kind {
-                Some(local_message::Kind::Upsert(Upsert { object, .. }))
-                | Some(local_message::Kind::Delete(Delete { object, .. })) => object
-                    .as_ref()
-                    .map(|o| (o.kind.clone(), o.namespace.clone(), o.name.clone())),
-                _ => None,
-            };
+            let key = dispatch::object_of(&message);
             let session = self.clone();
             match key {
                 Some(key) => {
@@ -422,32 +382,18 @@ impl TenantSession {
         }
     }
 
+    /// Adds an Upsert's object to the stream's listing, or takes a Delete's out of it.
     fn see(&self, object: Option<&ObjectRef>, present: bool) {
         let Some(object) = object else { return };
         let Some(kind) = Allowed::lookup(&object.api_version, &object.kind) else {
             return;
         };
-        let mut guard = self.seen.locked();
-        let Some(seen) = guard.as_mut() else { return };
-        let key = (kind, object.namespace.clone());
-        if present {
-            if seen
-                .names
-                .entry(key)
-                .or_default()
-                .insert(object.name.clone())
-            {
-                seen.count += 1;
-            }
-        } else if let Some(names) = seen.names.get_mut(&key) {
-            // A Delete never adds an entry: deletes naming ever new namespaces cost nothing.
-            if names.remove(&object.name) {
-                seen.count -= 1;
-            }
-        }
-        if seen.count > MAX_SEEN {
+        let overflowed =
+            self.listing
+                .locked()
+                .record(kind, &object.namespace, &object.name, present);
+        if overflowed {
             tracing::warn!(limit = MAX_SEEN, "the tenant sent more objects than one stream keeps track of; its snapshots no longer collect orphans");
-            *guard = None;
         }
     }
 
@@ -497,11 +443,7 @@ impl TenantSession {
         let keep = |name: &str| {
             self.replaced.is_cancelled()
                 || described(name)
-                || self.seen.locked().as_ref().is_none_or(|seen| {
-                    seen.names
-                        .get(&(kind, done.namespace.clone()))
-                        .is_some_and(|names| names.contains(name))
-                })
+                || self.listing.locked().holds(kind, &done.namespace, name)
         };
         match self
             .service

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use refract_core::lock::Locked;
-use refract_wire::proto::{local_message, LocalMessage};
+use refract_wire::proto::{local_message, Delete, LocalMessage, Upsert};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
@@ -22,6 +22,22 @@ pub type Key = (String, String, String);
 pub struct Dispatcher {
     permits: Arc<Semaphore>,
     waiting: Arc<Mutex<HashMap<Key, VecDeque<LocalMessage>>>>,
+}
+
+/// The object a message is about, whose requests run in order: an Upsert's or a Delete's.
+/// Other messages (SnapshotComplete, InventoryRequest, ...) and requests naming no object run
+/// aside, off the reader.
+pub fn object_of(message: &LocalMessage) -> Option<Key> {
+    let object = match &message.kind {
+        Some(local_message::Kind::Upsert(Upsert { object, .. }))
+        | Some(local_message::Kind::Delete(Delete { object, .. })) => object.as_ref(),
+        _ => None,
+    }?;
+    Some((
+        object.kind.clone(),
+        object.namespace.clone(),
+        object.name.clone(),
+    ))
 }
 
 fn is_upsert(m: &LocalMessage) -> bool {
@@ -98,7 +114,7 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use refract_wire::proto::{ObjectRef, Upsert};
+    use refract_wire::proto::{ObjectRef, SnapshotComplete};
     use std::time::Duration;
 
     fn upsert(name: &str, revision: &str) -> LocalMessage {
@@ -140,6 +156,41 @@ mod tests {
             Some(local_message::Kind::Delete(d)) => d.revision.clone(),
             _ => String::new(),
         }
+    }
+
+    #[test]
+    fn upserts_and_deletes_are_ordered_by_their_object_and_the_rest_runs_aside() {
+        let named = |kind: &str, namespace: &str, name: &str| ObjectRef {
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            ..Default::default()
+        };
+        let mut m = upsert("a", "1");
+        if let Some(local_message::Kind::Upsert(u)) = &mut m.kind {
+            u.object = Some(named("ConfigMap", "shop", "a"));
+        }
+        let key = ("ConfigMap".to_string(), "shop".to_string(), "a".to_string());
+        assert_eq!(object_of(&m), Some(key.clone()));
+        let mut d = delete("a", "2");
+        if let Some(local_message::Kind::Delete(del)) = &mut d.kind {
+            del.object = Some(named("ConfigMap", "shop", "a"));
+        }
+        assert_eq!(
+            object_of(&d),
+            Some(key),
+            "an object's delete queues behind its upsert"
+        );
+        let snapshot = LocalMessage {
+            kind: Some(local_message::Kind::SnapshotComplete(
+                SnapshotComplete::default(),
+            )),
+        };
+        assert_eq!(object_of(&snapshot), None);
+        let nameless = LocalMessage {
+            kind: Some(local_message::Kind::Upsert(Upsert::default())),
+        };
+        assert_eq!(object_of(&nameless), None, "refused aside, as malformed");
     }
 
     #[test]
