@@ -79,6 +79,26 @@ pub fn not_found() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
 }
 
+/// An applier for tenant `provider`'s objects writing through `client`, with the default policy
+/// and limits, and no watch of tenant objects.
+pub fn applier(client: kube::Client) -> crate::apply::Applier {
+    use crate::apply::{Applier, DeletionSafety, Limits};
+    use crate::policy::{Policies, ProviderNetworks, TenantPolicy};
+    #[allow(clippy::unwrap_used, reason = "a valid id")]
+    let provider = refract_shared::tls::ClusterId::parse("provider").unwrap();
+    Applier::new(
+        client,
+        provider,
+        Limits {
+            policies: Policies::uniform(TenantPolicy::default()),
+            networks: ProviderNetworks::default(),
+            max_object_bytes: 64 * 1024,
+            safety: DeletionSafety::default(),
+        },
+        crate::objects::TenantObjects::none(),
+    )
+}
+
 /// A 409 Status.
 pub fn conflict() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409, "message": "already exists"})

@@ -288,10 +288,11 @@ impl Registry {
     }
 
     /// Queues a message on `tenant`'s open stream; false when the tenant is not connected or
-    /// its stream's buffer is full. Never waits: the provider-side watchers serve every tenant
-    /// from one loop, so a tenant that stops reading must not hold up the others. What they
-    /// send is state (pod status, capacity, volumes), sent again on their next pass when it
-    /// was not queued.
+    /// its stream's buffer is full. Never waits: the event stream and the restorer serve every
+    /// tenant from one loop, so a tenant that stops reading must not hold up the others. Each
+    /// decides what a message not queued costs: an event is missed (a later count of it is
+    /// sent), a restore asks again. State (pod status, volumes, capacity) goes through the
+    /// provider's outbox instead, which waits for room on the tenant's own stream.
     pub fn send_to(&self, tenant: &ClusterId, message: RemoteMessage) -> bool {
         let outbound = self
             .inner

@@ -154,3 +154,6 @@ fn ask_origin(applier: &Applier, registry: &Registry, key: &ObjectKey, what: &st
         tracing::warn!(tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "the tenant's stream stayed full; the copy is restored on its next session or change");
     });
 }
+
+#[cfg(test)]
+mod tests;

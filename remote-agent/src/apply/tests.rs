@@ -7,27 +7,11 @@ use refract_shared::tls::ClusterId;
 use refract_wire::proto::{Delete, Upsert};
 use serde_json::{json, Value};
 
-use super::{answer, Applied, Applier, ApplyError, DeletionSafety, Limits};
-use crate::mock_api::{conflict, provider, writes};
-use crate::objects::TenantObjects;
-use crate::policy::{Policies, ProviderNetworks, TenantPolicy};
+use super::{answer, Applied, ApplyError};
+use crate::mock_api::{applier, conflict, provider, writes};
 
 fn tenant() -> ClusterId {
     ClusterId::parse("tenant-a").unwrap()
-}
-
-fn applier(client: kube::Client) -> Applier {
-    Applier::new(
-        client,
-        ClusterId::parse("provider").unwrap(),
-        Limits {
-            policies: Policies::uniform(TenantPolicy::default()),
-            networks: ProviderNetworks::default(),
-            max_object_bytes: 64 * 1024,
-            safety: DeletionSafety::default(),
-        },
-        TenantObjects::none(),
-    )
 }
 
 /// A namespace labelled as `owner`'s.
