@@ -2,7 +2,12 @@
 //! and their last outcome, and a tap of each tenant's live messages. Read by Inspect.
 
 pub(crate) mod in_flight;
+mod kubelet_sessions;
 mod redact;
+mod tap;
+
+pub use kubelet_sessions::{KubeletSessionGuard, TooManySessions};
+pub use tap::{local_kind, remote_kind, TapMessage};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,10 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
-use refract_wire::proto::{
-    self, local_message, remote_message, tap_event, LocalMessage, ObjectRef, ObjectStatus, Outcome,
-    RemoteMessage, TapEvent,
-};
+use refract_wire::proto::{self, ObjectRef, ObjectStatus, Outcome, RemoteMessage, TapEvent};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -135,31 +137,6 @@ fn object_key(o: &ObjectRef) -> (String, String, String) {
     (o.kind.clone(), o.namespace.clone(), o.name.clone())
 }
 
-/// Keeps a kubelet call listed in Inspect while it is open.
-pub struct KubeletSessionGuard {
-    registry: Registry,
-    tenant: ClusterId,
-    id: u64,
-}
-
-impl Drop for KubeletSessionGuard {
-    fn drop(&mut self) {
-        if let Some(t) = self.registry.inner.locked().get_mut(&self.tenant) {
-            t.kubelet_sessions.remove(&self.id);
-        }
-    }
-}
-
-/// A tenant already has as many kubelet calls open as it may.
-#[derive(Debug, thiserror::Error)]
-#[error("{open} kubelet calls are open for this tenant, the most allowed; close one first")]
-pub struct TooManySessions {
-    /// How many are open.
-    pub open: usize,
-}
-
-static NEXT_KUBELET_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
 impl Registry {
     /// The tenant's count of requests being applied, shared by all its streams.
     pub fn in_flight(&self, tenant: &ClusterId) -> InFlight {
@@ -181,39 +158,6 @@ impl Registry {
         {
             current.cancel();
         }
-    }
-
-    /// Lists a kubelet call of `tenant` until the guard drops, unless `limit` calls are open.
-    pub fn open_kubelet_session(
-        &self,
-        tenant: &ClusterId,
-        call: &str,
-        pod: String,
-        limit: usize,
-    ) -> Result<KubeletSessionGuard, TooManySessions> {
-        let mut tenants = self.inner.locked();
-        let t = tenants
-            .entry(tenant.clone())
-            .or_insert_with(TenantState::new);
-        if t.kubelet_sessions.len() >= limit {
-            return Err(TooManySessions {
-                open: t.kubelet_sessions.len(),
-            });
-        }
-        let id = NEXT_KUBELET_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        t.kubelet_sessions.insert(
-            id,
-            proto::KubeletSession {
-                call: call.to_string(),
-                pod,
-                opened_at: now(),
-            },
-        );
-        Ok(KubeletSessionGuard {
-            registry: self.clone(),
-            tenant: tenant.clone(),
-            id,
-        })
     }
 
     /// Records a new stream of `tenant` sending on `outbound`; the returned guard marks it
@@ -343,35 +287,6 @@ impl Registry {
         }
     }
 
-    /// Copies a message to the tenant's tap readers, if any. Never blocks.
-    pub fn tap(&self, tenant: &ClusterId, message: TapMessage<'_>) {
-        let tenants = self.inner.locked();
-        let Some(t) = tenants.get(tenant) else { return };
-        if t.tap.receiver_count() == 0 {
-            return;
-        }
-        let message = match message {
-            TapMessage::FromLocal(m) => tap_event::Message::FromLocal(redact::local_message(m)),
-            TapMessage::FromRemote(m) => tap_event::Message::FromRemote(m.clone()),
-        };
-        let _ = t.tap.send(TapEvent {
-            at: now(),
-            message: Some(message),
-            dropped_before: 0,
-        });
-    }
-
-    /// Subscribes to a tenant's live messages (creating the tenant entry if needed, so a tap
-    /// can wait for a tenant that has not connected yet).
-    pub fn subscribe(&self, tenant: &ClusterId) -> broadcast::Receiver<TapEvent> {
-        self.inner
-            .locked()
-            .entry(tenant.clone())
-            .or_insert_with(TenantState::new)
-            .tap
-            .subscribe()
-    }
-
     /// Every tenant that has connected, or only `only` when given.
     pub fn tenants(&self, only: Option<&ClusterId>) -> Vec<proto::Tenant> {
         self.inner
@@ -418,41 +333,6 @@ impl Registry {
                 updated_at: rfc3339(r.at),
             })
             .collect()
-    }
-}
-
-/// A message to copy to tap readers.
-pub enum TapMessage<'a> {
-    /// Sent by the local agent.
-    FromLocal(&'a LocalMessage),
-    /// Sent by the remote agent.
-    FromRemote(&'a RemoteMessage),
-}
-
-/// A short name of a message's kind, for logs and metrics.
-pub fn local_kind(m: &LocalMessage) -> &'static str {
-    match &m.kind {
-        Some(local_message::Kind::Hello(_)) => "hello",
-        Some(local_message::Kind::Upsert(_)) => "upsert",
-        Some(local_message::Kind::Delete(_)) => "delete",
-        Some(local_message::Kind::SnapshotComplete(_)) => "snapshot_complete",
-        Some(local_message::Kind::StatusAck(_)) => "status_ack",
-        Some(local_message::Kind::InventoryRequest(_)) => "inventory_request",
-        None => "empty",
-    }
-}
-
-/// See [`local_kind`].
-pub fn remote_kind(m: &RemoteMessage) -> &'static str {
-    match &m.kind {
-        Some(remote_message::Kind::Welcome(_)) => "welcome",
-        Some(remote_message::Kind::Ack(_)) => "ack",
-        Some(remote_message::Kind::PodStatus(_)) => "pod_status",
-        Some(remote_message::Kind::Event(_)) => "event",
-        Some(remote_message::Kind::Capacity(_)) => "capacity",
-        Some(remote_message::Kind::PersistentVolume(_)) => "persistent_volume",
-        Some(remote_message::Kind::Inventory(_)) => "inventory",
-        None => "empty",
     }
 }
 
