@@ -3,25 +3,27 @@
 //! Events are watched in the tenants' namespaces only: one watch per live tenant namespace,
 //! started and stopped as the tenant objects' store of namespaces changes, so the provider's
 //! own events are never read. An event whose involved object is one of the reflected kinds
-//! (or a ShadowPod) is sent once per session; the origin records it on the matching local
-//! object.
+//! (or a ShadowPod) goes to the tenant's record in the provider's outbox ([`crate::outbox`]),
+//! its count as its state: each session gets each count once, a tenant away gets the events
+//! still there when it is back, and an event the API server expired is forgotten. The origin
+//! records it on the matching local object, folding repeats of one event by name, so an event
+//! sent again to a new session is counted once there.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashSet};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::Api;
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
-use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::{self, remote_message, ObjectRef, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
-use crate::registry::Registry;
+use crate::outbox::{Outbox, Subject};
 
 /// Kinds whose events are sent back.
 pub const EVENT_KINDS: &[&str] = &[
@@ -35,13 +37,10 @@ pub const EVENT_KINDS: &[&str] = &[
     "PersistentVolumeClaim",
 ];
 
-/// Per tenant: the session and the keys of the events sent on it.
-type Sent = Arc<Mutex<HashMap<ClusterId, (String, HashSet<String>)>>>;
-
 /// Starts the event stream: follows the tenant namespaces in `objects`.
 pub fn spawn(
     client: kube::Client,
-    registry: Registry,
+    outbox: Outbox,
     objects: TenantObjects,
     shutdown: CancellationToken,
 ) {
@@ -49,7 +48,6 @@ pub fn spawn(
         return;
     };
     tokio::spawn(async move {
-        let sent = Sent::default();
         // namespace → (its tenant, the token that stops its watch)
         let mut watched: BTreeMap<String, (ClusterId, CancellationToken)> = BTreeMap::new();
         loop {
@@ -68,12 +66,15 @@ pub fn spawn(
                 let stop = shutdown.child_token();
                 watched.insert(ns.clone(), (tenant.clone(), stop.clone()));
                 let watch =
-                    watch_namespace(client.clone(), registry.clone(), sent.clone(), ns, tenant);
+                    watch_namespace(client.clone(), outbox.clone(), ns.clone(), tenant.clone());
+                let outbox = outbox.clone();
                 tokio::spawn(async move {
                     tokio::select! {
                         _ = stop.cancelled() => {}
                         _ = watch => {}
                     }
+                    // The namespace is gone, or no longer the tenant's: so are its events.
+                    outbox.remove_events_of(&tenant, &ns);
                 });
             }
             tokio::select! {
@@ -84,62 +85,69 @@ pub fn spawn(
     });
 }
 
-/// Sends `tenant` the events of its namespace `ns` as they come.
-async fn watch_namespace(
-    client: kube::Client,
-    registry: Registry,
-    sent: Sent,
-    ns: String,
-    tenant: ClusterId,
-) {
+/// Records `tenant`'s events of its namespace `ns` in the outbox as they come and go.
+async fn watch_namespace(client: kube::Client, outbox: Outbox, ns: String, tenant: ClusterId) {
     let mut events = watcher(
         Api::<Event>::namespaced(client, &ns),
         watcher::Config::default(),
     )
     .default_backoff()
-    .applied_objects()
     .boxed();
-    while let Some(event) = events.next().await {
-        let Ok(event) = event else { continue };
-        let involved = &event.involved_object;
-        let kind = involved.kind.clone().unwrap_or_default();
-        if !EVENT_KINDS.contains(&kind.as_str()) {
-            continue;
-        }
-        let Some(session) = registry.session_of(&tenant) else {
-            continue;
-        };
-        let key = format!("{}/{}/{}", ns, event.name_any(), event.count.unwrap_or(1));
-        {
-            let mut sent = sent.locked();
-            let entry = sent
-                .entry(tenant.clone())
-                .or_insert_with(|| (session.clone(), HashSet::new()));
-            if entry.0 != session {
-                *entry = (session.clone(), HashSet::new());
+    // The names of the events recorded, and while the watch lists again those the list had:
+    // an event that expired while the watch was away is reported by no Delete.
+    let mut recorded: HashSet<String> = HashSet::new();
+    let mut listing: Option<HashSet<String>> = None;
+    while let Some(change) = events.next().await {
+        let Ok(change) = change else { continue };
+        match change {
+            watcher::Event::Init => listing = Some(HashSet::new()),
+            watcher::Event::InitApply(event) | watcher::Event::Apply(event) => {
+                let name = event.name_any();
+                if let Some(listing) = listing.as_mut() {
+                    listing.insert(name.clone());
+                }
+                if record(&outbox, &tenant, &ns, event) {
+                    recorded.insert(name);
+                }
             }
-            if !entry.1.insert(key.clone()) {
-                continue;
+            watcher::Event::InitDone => {
+                let listed = listing.take().unwrap_or_default();
+                for gone in recorded.difference(&listed) {
+                    outbox.remove(&Subject::event(&ns, gone));
+                }
+                recorded.retain(|name| listed.contains(name));
             }
-        }
-        let message = RemoteMessage {
-            kind: Some(remote_message::Kind::Event(proto::Event {
-                involved: Some(ObjectRef {
-                    api_version: involved.api_version.clone().unwrap_or_default(),
-                    kind,
-                    namespace: ns.clone(),
-                    name: involved.name.clone().unwrap_or_default(),
-                }),
-                origin_uid: String::new(),
-                event_json: serde_json::to_vec(&event).unwrap_or_default(),
-            })),
-        };
-        if !registry.send_to(&tenant, message) {
-            // A tenant not reading its stream misses this event, not everyone else theirs;
-            // a later count of the same event is sent again.
-            if let Some((_, keys)) = sent.locked().get_mut(&tenant) {
-                keys.remove(&key);
+            watcher::Event::Delete(event) => {
+                let name = event.name_any();
+                recorded.remove(&name);
+                outbox.remove(&Subject::event(&ns, &name));
             }
         }
     }
+}
+
+/// Records `event` for `tenant` if it is about a kind whose events go back; true if it was.
+fn record(outbox: &Outbox, tenant: &ClusterId, ns: &str, event: Event) -> bool {
+    let involved = &event.involved_object;
+    let kind = involved.kind.clone().unwrap_or_default();
+    if !EVENT_KINDS.contains(&kind.as_str()) {
+        return false;
+    }
+    let subject = Subject::event(ns, &event.name_any());
+    // The count is the event's state: a new count is sent, anything else about it is not.
+    let count = event.count.unwrap_or(1).to_string();
+    let message = RemoteMessage {
+        kind: Some(remote_message::Kind::Event(proto::Event {
+            involved: Some(ObjectRef {
+                api_version: involved.api_version.clone().unwrap_or_default(),
+                kind,
+                namespace: ns.to_string(),
+                name: involved.name.clone().unwrap_or_default(),
+            }),
+            origin_uid: String::new(),
+            event_json: serde_json::to_vec(&event).unwrap_or_default(),
+        })),
+    };
+    outbox.put(tenant, subject, count, message);
+    true
 }

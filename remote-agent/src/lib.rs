@@ -169,7 +169,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     };
     events::spawn(
         client.clone(),
-        registry.clone(),
+        outbox.clone(),
         applier.objects().clone(),
         token.clone(),
     );

@@ -1,6 +1,6 @@
 //! The provider's outbox: one record per tenant of what the provider streams back on its own
-//! (pod status, volumes, capacity), and one sender per session that sends what the session
-//! lacks. The mirror of the origin's outbox.
+//! (pod status, volumes, capacity, events), and one sender per session that sends what the
+//! session lacks. The mirror of the origin's outbox.
 //!
 //! Producers say what changed, when it changes ([`Outbox::put`], [`Outbox::remove`]); nothing
 //! rescans. The record keeps the latest state of every subject while its tenant is away, so a
@@ -23,7 +23,7 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use ledger::Ledger;
-pub use ledger::{Subject, Topic};
+pub use ledger::{Put, Subject, Topic};
 
 use crate::registry::{Outbound, Registry, TapMessage};
 
@@ -51,15 +51,26 @@ impl Outbox {
     /// Records the latest state of `subject` for `tenant` (`hash` identifies it, whatever in
     /// `message` changes on every send) and wakes the tenant's sender if its session lacks it.
     pub fn put(&self, tenant: &ClusterId, subject: Subject, hash: String, message: RemoteMessage) {
-        let due = self.ledger.locked().put(tenant, subject, hash, message);
-        if due {
-            self.wake(tenant);
+        let put = self.ledger.locked().put(tenant, subject, hash, message);
+        match put {
+            Put::Due => self.wake(tenant),
+            Put::Held => {}
+            Put::Refused { first } => {
+                if first {
+                    tracing::warn!(%tenant, limit = ledger::MAX_EVENTS, "the tenant's namespaces hold more events than are kept for it; newer events are not sent until older ones expire");
+                }
+            }
         }
     }
 
     /// Forgets `subject`: its object is gone.
     pub fn remove(&self, subject: &Subject) {
         self.ledger.locked().remove(subject);
+    }
+
+    /// Forgets the events of `tenant`'s namespace `namespace`: it is no longer watched.
+    pub fn remove_events_of(&self, tenant: &ClusterId, namespace: &str) {
+        self.ledger.locked().remove_events_of(tenant, namespace);
     }
 
     /// Changes whenever a session opens.

@@ -1,6 +1,6 @@
 //! The pure part of the provider's outbox: per tenant, the latest state of everything the
-//! provider streams back on its own (pod status, volumes, capacity), and what the tenant's
-//! current session already has of it.
+//! provider streams back on its own (pod status, volumes, capacity, events), and what the
+//! tenant's current session already has of it.
 //!
 //! No channels, no clock, no Kubernetes client: what to send, what a new session needs and
 //! what a producer's change means are decided here and tested synchronously
@@ -22,6 +22,28 @@ pub enum Topic {
     PodStatus,
     /// A volume the provider bound to one of the tenant's claims.
     Volume,
+    /// An event about one of the tenant's objects: its state is its count. Last, after the
+    /// objects it is about. At most [`MAX_EVENTS`] are kept per tenant.
+    Event,
+}
+
+/// Events kept per tenant: the provider's API server keeps events for an hour, and a tenant
+/// whose pods fail in a loop must not grow the agent's memory past this. Events beyond it are
+/// not recorded until others expire.
+pub const MAX_EVENTS: usize = 10_000;
+
+/// What recording a state did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Put {
+    /// The tenant's current session lacks it: its sender has something to do.
+    Due,
+    /// Recorded, nothing to send now (unchanged, or the tenant is not connected).
+    Held,
+    /// Not recorded: the tenant holds [`MAX_EVENTS`] events already.
+    Refused {
+        /// The first refusal since the tenant was last under the limit.
+        first: bool,
+    },
 }
 
 /// One thing a tenant is told the state of.
@@ -57,6 +79,23 @@ impl Subject {
             name: name.to_string(),
         }
     }
+
+    /// The provider event `namespace/name`.
+    pub fn event(namespace: &str, name: &str) -> Self {
+        Self {
+            topic: Topic::Event,
+            name: format!("{namespace}/{name}"),
+        }
+    }
+
+    /// Whether this is an event of namespace `namespace`.
+    fn is_event_of(&self, namespace: &str) -> bool {
+        self.topic == Topic::Event
+            && self
+                .name
+                .strip_prefix(namespace)
+                .is_some_and(|rest| rest.starts_with('/'))
+    }
 }
 
 /// A message a session lacks.
@@ -89,9 +128,23 @@ struct Tenant {
     delivered: HashMap<Subject, String>,
     /// Subjects the current session may lack, in the order they are sent.
     due: BTreeSet<Subject>,
+    /// How many of `latest` are events.
+    events: usize,
+    /// Whether an event was refused since the tenant was last under [`MAX_EVENTS`].
+    events_refused: bool,
 }
 
 impl Tenant {
+    /// Forgets `subject` entirely.
+    fn forget(&mut self, subject: &Subject) {
+        if self.latest.remove(subject).is_some() && subject.topic == Topic::Event {
+            self.events -= 1;
+            self.events_refused = false;
+        }
+        self.delivered.remove(subject);
+        self.due.remove(subject);
+    }
+
     fn lacks(&self, subject: &Subject) -> bool {
         match (self.latest.get(subject), self.delivered.get(subject)) {
             (Some(latest), Some(hash)) => latest.hash != *hash,
@@ -108,34 +161,55 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Records the latest state of `subject` for `tenant`. True when the tenant's current
-    /// session lacks it (its sender has something to do); false when nothing changed or the
-    /// tenant is not connected.
+    /// Records the latest state of `subject` for `tenant` (see [`Put`]).
     pub fn put(
         &mut self,
         tenant: &ClusterId,
         subject: Subject,
         hash: String,
         message: RemoteMessage,
-    ) -> bool {
+    ) -> Put {
         let t = self.tenants.entry(tenant.clone()).or_default();
-        if t.latest.get(&subject).is_some_and(|l| l.hash == hash) {
-            return false;
+        match t.latest.get(&subject) {
+            Some(latest) if latest.hash == hash => return Put::Held,
+            Some(_) => {}
+            None if subject.topic == Topic::Event => {
+                if t.events >= MAX_EVENTS {
+                    let first = !std::mem::replace(&mut t.events_refused, true);
+                    return Put::Refused { first };
+                }
+                t.events += 1;
+            }
+            None => {}
         }
         t.latest.insert(subject.clone(), Latest { hash, message });
         if t.session.is_none() || !t.lacks(&subject) {
-            return false;
+            return Put::Held;
         }
         t.due.insert(subject);
-        true
+        Put::Due
     }
 
     /// Forgets `subject` wherever it is (its object is gone): nothing more is sent about it.
     pub fn remove(&mut self, subject: &Subject) {
         for t in self.tenants.values_mut() {
-            t.latest.remove(subject);
-            t.delivered.remove(subject);
-            t.due.remove(subject);
+            t.forget(subject);
+        }
+    }
+
+    /// Forgets every event of `tenant`'s namespace `namespace` (no longer watched).
+    pub fn remove_events_of(&mut self, tenant: &ClusterId, namespace: &str) {
+        let Some(t) = self.tenants.get_mut(tenant) else {
+            return;
+        };
+        let gone: Vec<Subject> = t
+            .latest
+            .keys()
+            .filter(|s| s.is_event_of(namespace))
+            .cloned()
+            .collect();
+        for subject in &gone {
+            t.forget(subject);
         }
     }
 

@@ -1,9 +1,9 @@
 //! The provider outbox's decisions, without channels or a cluster.
 
 use refract_shared::tls::ClusterId;
-use refract_wire::proto::{remote_message, Capacity, PodStatus, RemoteMessage};
+use refract_wire::proto::{remote_message, Capacity, Event, PodStatus, RemoteMessage};
 
-use super::ledger::{Ledger, Subject, Topic};
+use super::ledger::{Ledger, Put, Subject, Topic, MAX_EVENTS};
 
 fn mk_tenant(id: &str) -> ClusterId {
     ClusterId::parse(id).unwrap()
@@ -32,12 +32,43 @@ fn mk_capacity(cpu: &str) -> RemoteMessage {
 }
 
 /// Puts `name`'s status in `phase` (its hash is the phase).
+/// True when the session lacks it.
 fn put_status(ledger: &mut Ledger, tenant: &ClusterId, name: &str, phase: &str) -> bool {
-    ledger.put(
+    let put = ledger.put(
         tenant,
         Subject::pod("apps", name),
         phase.into(),
         mk_status(name, phase),
+    );
+    put == Put::Due
+}
+
+fn mk_event(namespace: &str, name: &str, count: i32) -> RemoteMessage {
+    RemoteMessage {
+        kind: Some(remote_message::Kind::Event(Event {
+            involved: None,
+            origin_uid: String::new(),
+            event_json: format!(
+                r#"{{"metadata":{{"namespace":"{namespace}","name":"{name}"}},"count":{count}}}"#
+            )
+            .into_bytes(),
+        })),
+    }
+}
+
+/// Puts event `namespace/name` at `count` (its hash is the count).
+fn put_event(
+    ledger: &mut Ledger,
+    tenant: &ClusterId,
+    namespace: &str,
+    name: &str,
+    count: i32,
+) -> Put {
+    ledger.put(
+        tenant,
+        Subject::event(namespace, name),
+        count.to_string(),
+        mk_event(namespace, name, count),
     )
 }
 
@@ -182,4 +213,94 @@ fn capacity_is_not_kept_for_an_absent_tenant_since_it_would_be_stale() {
         vec![(Subject::pod("apps", "web"), "Running".to_string())],
         "the pods' statuses are still current: their producer kept them"
     );
+}
+
+#[test]
+fn an_event_is_sent_once_per_count_and_after_the_objects_it_is_about() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    ledger.open(&tenant, "s1");
+    assert_eq!(
+        put_event(&mut ledger, &tenant, "apps", "web.1", 1),
+        Put::Due
+    );
+    put_status(&mut ledger, &tenant, "web", "Running");
+    assert_eq!(
+        drain(&mut ledger, &tenant, "s1"),
+        [
+            (Subject::pod("apps", "web"), "Running".to_string()),
+            (Subject::event("apps", "web.1"), "1".to_string()),
+        ]
+    );
+    assert_eq!(
+        put_event(&mut ledger, &tenant, "apps", "web.1", 1),
+        Put::Held
+    );
+    assert_eq!(
+        put_event(&mut ledger, &tenant, "apps", "web.1", 2),
+        Put::Due
+    );
+    assert_eq!(
+        drain(&mut ledger, &tenant, "s1"),
+        [(Subject::event("apps", "web.1"), "2".to_string())]
+    );
+}
+
+#[test]
+fn events_while_the_tenant_is_away_reach_its_next_session_and_expired_ones_do_not() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    assert_eq!(put_event(&mut ledger, &tenant, "apps", "a", 1), Put::Held);
+    assert_eq!(put_event(&mut ledger, &tenant, "apps", "b", 1), Put::Held);
+    ledger.remove(&Subject::event("apps", "b"));
+    ledger.open(&tenant, "s1");
+    assert_eq!(
+        drain(&mut ledger, &tenant, "s1"),
+        [(Subject::event("apps", "a"), "1".to_string())]
+    );
+}
+
+#[test]
+fn a_namespace_no_longer_watched_takes_its_events_and_no_other() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    put_event(&mut ledger, &tenant, "apps", "a", 1);
+    put_event(&mut ledger, &tenant, "apps-2", "b", 1);
+    put_status(&mut ledger, &tenant, "web", "Running");
+    ledger.remove_events_of(&tenant, "apps");
+    assert_eq!(ledger.count(&tenant, Topic::Event), 1);
+    assert_eq!(ledger.count(&tenant, Topic::PodStatus), 1);
+}
+
+#[test]
+fn a_tenant_holds_at_most_max_events_and_is_told_once_when_it_reaches_them() {
+    let mut ledger = Ledger::default();
+    let (tenant, other) = (mk_tenant("origin"), mk_tenant("other"));
+    for i in 0..MAX_EVENTS {
+        assert_eq!(
+            put_event(&mut ledger, &tenant, "apps", &format!("e{i}"), 1),
+            Put::Held
+        );
+    }
+    assert_eq!(
+        put_event(&mut ledger, &tenant, "apps", "over", 1),
+        Put::Refused { first: true }
+    );
+    assert_eq!(
+        put_event(&mut ledger, &tenant, "apps", "over-again", 1),
+        Put::Refused { first: false }
+    );
+    // A newer count of an event it holds is still recorded; so are other tenants' events and
+    // the tenant's pod status.
+    assert_eq!(put_event(&mut ledger, &tenant, "apps", "e0", 2), Put::Held);
+    assert_eq!(put_event(&mut ledger, &other, "apps", "x", 1), Put::Held);
+    assert!(!put_status(&mut ledger, &tenant, "web", "Running"));
+    assert_eq!(ledger.count(&tenant, Topic::PodStatus), 1);
+    // Room again once one expires.
+    ledger.remove(&Subject::event("apps", "e1"));
+    assert_eq!(
+        put_event(&mut ledger, &tenant, "apps", "over", 1),
+        Put::Held
+    );
+    assert_eq!(ledger.count(&tenant, Topic::Event), MAX_EVENTS);
 }
