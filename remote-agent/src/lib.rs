@@ -131,7 +131,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         anyhow::bail!("ShadowPods and claims are not among the kinds tenants may write");
     };
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
-    restore::spawn_restorer(applier.clone(), registry.clone(), changes);
+    let outbox = outbox::Outbox::default();
+    restore::spawn_restorer(applier.clone(), outbox.clone(), changes);
     if let Some(expiry) = args.tenant_expiry {
         let desired = applier.desired.clone();
         tenants::spawn_collector(
@@ -142,7 +143,6 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             token.clone(),
         );
     }
-    let outbox = outbox::Outbox::default();
     let stores =
         shadowpod_controller::spawn(client.clone(), &args.cluster_id, shadow_feed, token.clone());
     pod_status::spawn(stores.clone(), outbox.clone(), token.clone());

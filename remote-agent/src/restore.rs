@@ -6,9 +6,9 @@
 //! namespaces, ShadowPods and token Secrets are restored here, from the desired state kept
 //! whole: server-side apply with force takes back the fields Refract owns, and is a no-op (no
 //! write) when nothing of ours changed. Every other kind is restored from the origin: the
-//! tenant is answered [`Outcome::Resend`] for the object and sends it again, through the one
-//! write path; a tenant not connected gets it on its next session, whose inventory leaves the
-//! object out. A tenant whose namespace is marked for removal is forgotten instead.
+//! tenant is answered [`Outcome::Resend`] for the object (through the provider's outbox, see
+//! [`crate::outbox`]) and sends it again, through the one write path; a tenant not connected
+//! gets it on its next session, whose inventory leaves the object out. A tenant whose namespace is marked for removal is forgotten instead.
 
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -22,17 +22,17 @@ use crate::apply::desired::Restore;
 use crate::apply::{Applier, ObjectKey};
 use crate::kinds::Allowed;
 use crate::objects::{Change, Meta};
-use crate::registry::Registry;
+use crate::outbox::{Outbox, Subject};
 
 /// Restores tenant objects as their changes arrive, until the stream ends.
-pub fn spawn_restorer(applier: Applier, registry: Registry, mut changes: mpsc::Receiver<Change>) {
+pub fn spawn_restorer(applier: Applier, outbox: Outbox, mut changes: mpsc::Receiver<Change>) {
     tokio::spawn(async move {
         while let Some((kind, event)) = changes.recv().await {
             match event {
                 watcher::Event::Apply(obj) if obj.metadata.deletion_timestamp.is_none() => {
                     check(
                         &applier,
-                        &registry,
+                        &outbox,
                         kind,
                         &obj,
                         obj.resource_version().as_deref(),
@@ -43,7 +43,7 @@ pub fn spawn_restorer(applier: Applier, registry: Registry, mut changes: mpsc::R
                 // new, empty volume behind the origin's back (Liqo does the same).
                 watcher::Event::Delete(_)
                     if kind == Allowed::Reflected(Kind::PersistentVolumeClaim) => {}
-                watcher::Event::Delete(obj) => check(&applier, &registry, kind, &obj, None).await,
+                watcher::Event::Delete(obj) => check(&applier, &outbox, kind, &obj, None).await,
                 _ => {}
             }
         }
@@ -52,7 +52,7 @@ pub fn spawn_restorer(applier: Applier, registry: Registry, mut changes: mpsc::R
 
 async fn check(
     applier: &Applier,
-    registry: &Registry,
+    outbox: &Outbox,
     kind: Allowed,
     obj: &Meta,
     resource_version: Option<&str>,
@@ -94,7 +94,7 @@ async fn check(
     let desired = match restore {
         Restore::Here(desired) => desired,
         Restore::FromOrigin => {
-            ask_origin(applier, registry, &key, what);
+            ask_origin(outbox, &key, what);
             return;
         }
     };
@@ -110,15 +110,10 @@ async fn check(
     }
 }
 
-/// How often, and how many times, a tenant that is connected but whose stream is full is
-/// asked again for a copy to restore.
-const ASK_AGAIN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-const ASK_AT_MOST: u32 = 60;
-
-/// Asks the tenant to send `key` again. A tenant not connected gets it on its next session,
-/// whose inventory leaves the copy out; one whose stream is full is asked again, each second
-/// for a minute, until the copy is written or the tenant goes.
-fn ask_origin(applier: &Applier, registry: &Registry, key: &ObjectKey, what: &str) {
+/// Asks the tenant to send `key` again, through its record in the provider's outbox: a
+/// tenant whose stream is full is asked when it has room; one not connected gets the copy on
+/// its next session, whose inventory leaves it out.
+fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
     let object = ObjectRef {
         api_version: key.kind.resource().api_version,
         kind: key.kind.kind().into(),
@@ -134,25 +129,12 @@ fn ask_origin(applier: &Applier, registry: &Registry, key: &ObjectKey, what: &st
             message: format!("the copy was {what} on the provider; send it again to restore it"),
         })),
     };
-    let asked = registry.send_to(&key.tenant, message.clone());
     tracing::info!(
-        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, asked,
-        "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
+        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
+        "reflected object {what} on the provider; restoring it from the origin"
     );
-    if asked || registry.session_of(&key.tenant).is_none() {
-        return;
-    }
-    let (desired, registry, key) = (applier.desired.clone(), registry.clone(), key.clone());
-    tokio::spawn(async move {
-        for _ in 0..ASK_AT_MOST {
-            tokio::time::sleep(ASK_AGAIN_EVERY).await;
-            let waiting = desired.drifted(&key) && registry.session_of(&key.tenant).is_some();
-            if !waiting || registry.send_to(&key.tenant, message.clone()) {
-                return;
-            }
-        }
-        tracing::warn!(tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "the tenant's stream stayed full; the copy is restored on its next session or change");
-    });
+    let subject = Subject::resend(key.kind.kind(), &key.namespace, &key.name);
+    outbox.put(&key.tenant, subject, String::new(), message);
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The pure part of the provider's outbox: per tenant, the latest state of everything the
-//! provider streams back on its own (pod status, volumes, capacity, events), and what the
-//! tenant's current session already has of it.
+//! provider streams back on its own (pod status, volumes, capacity, events, requests to send
+//! an object again), and what the tenant's current session already has of it.
 //!
 //! No channels, no clock, no Kubernetes client: what to send, what a new session needs and
 //! what a producer's change means are decided here and tested synchronously
@@ -22,6 +22,11 @@ pub enum Topic {
     PodStatus,
     /// A volume the provider bound to one of the tenant's claims.
     Volume,
+    /// A request that the tenant send one of its objects again, to restore a copy changed on
+    /// the provider ([`crate::restore`]). Sent once: delivered, it is forgotten, and a
+    /// session's end forgets it too (the next session's inventory leaves the copy out, so the
+    /// tenant sends it anyway).
+    Resend,
     /// An event about one of the tenant's objects: its state is its count. Last, after the
     /// objects it is about. At most [`MAX_EVENTS`] are kept per tenant.
     Event,
@@ -77,6 +82,14 @@ impl Subject {
         Self {
             topic: Topic::Volume,
             name: name.to_string(),
+        }
+    }
+
+    /// A request to send object `kind` `namespace/name` again.
+    pub fn resend(kind: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            topic: Topic::Resend,
+            name: format!("{kind}/{namespace}/{name}"),
         }
     }
 
@@ -225,14 +238,16 @@ impl Ledger {
 
     /// Ends session `session` of `tenant`, unless a newer one replaced it already. Its
     /// capacity goes with it: capacity is computed for connected tenants only, so one kept
-    /// would be stale by the time the tenant is back.
+    /// would be stale by the time the tenant is back. So do its requests to send objects
+    /// again (see [`Topic::Resend`]).
     pub fn close(&mut self, tenant: &ClusterId, session: &str) {
         if let Some(t) = self.tenants.get_mut(tenant) {
             if t.session.as_deref() == Some(session) {
                 t.session = None;
                 t.delivered.clear();
                 t.due.clear();
-                t.latest.retain(|s, _| s.topic != Topic::Capacity);
+                t.latest
+                    .retain(|s, _| !matches!(s.topic, Topic::Capacity | Topic::Resend));
             }
         }
     }
@@ -261,7 +276,13 @@ impl Ledger {
     /// Session `session` of `tenant` was sent `subject` at `hash`.
     pub fn delivered(&mut self, tenant: &ClusterId, session: &str, subject: Subject, hash: String) {
         if let Some(t) = self.tenants.get_mut(tenant) {
-            if t.session.as_deref() == Some(session) && t.latest.contains_key(&subject) {
+            if t.session.as_deref() != Some(session) || !t.latest.contains_key(&subject) {
+                return;
+            }
+            if subject.topic == Topic::Resend {
+                // Asked once; asking again is a new request.
+                t.latest.remove(&subject);
+            } else {
                 t.delivered.insert(subject, hash);
             }
         }

@@ -304,3 +304,41 @@ fn a_tenant_holds_at_most_max_events_and_is_told_once_when_it_reaches_them() {
     );
     assert_eq!(ledger.count(&tenant, Topic::Event), MAX_EVENTS);
 }
+
+#[test]
+fn a_request_to_send_an_object_again_is_sent_once_and_not_to_a_later_session() {
+    let mut ledger = Ledger::default();
+    let tenant = mk_tenant("origin");
+    let resend = || RemoteMessage { kind: None };
+    let subject = Subject::resend("ConfigMap", "apps", "settings");
+    ledger.open(&tenant, "s1");
+    assert_eq!(
+        ledger.put(&tenant, subject.clone(), String::new(), resend()),
+        Put::Due
+    );
+    assert_eq!(
+        ledger.put(&tenant, subject.clone(), String::new(), resend()),
+        Put::Held,
+        "asked already, not yet sent"
+    );
+    assert_eq!(
+        drain(&mut ledger, &tenant, "s1"),
+        [(subject.clone(), String::new())]
+    );
+    assert_eq!(
+        ledger.count(&tenant, Topic::Resend),
+        0,
+        "forgotten once sent"
+    );
+    assert_eq!(
+        ledger.put(&tenant, subject.clone(), String::new(), resend()),
+        Put::Due,
+        "changed again: asked again"
+    );
+    ledger.close(&tenant, "s1");
+    ledger.open(&tenant, "s2");
+    assert!(
+        drain(&mut ledger, &tenant, "s2").is_empty(),
+        "the next session's inventory leaves the copy out instead"
+    );
+}

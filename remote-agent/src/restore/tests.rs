@@ -1,5 +1,5 @@
 //! What the restorer does with a change the watch of tenant objects reports, against a mocked
-//! provider API and a registry with or without the tenant's stream.
+//! provider API and an outbox with or without the tenant's stream.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,7 +21,8 @@ use crate::apply::{Applier, ObjectKey};
 use crate::kinds::Allowed;
 use crate::mock_api::{applier, bodies, provider, writes, Log};
 use crate::objects::Meta;
-use crate::registry::{Registry, Session};
+use crate::outbox::Outbox;
+use crate::registry::Registry;
 
 const NAMESPACE: Allowed = Allowed::Namespace;
 const CONFIG_MAP: Allowed = Allowed::Reflected(Kind::ConfigMap);
@@ -76,12 +77,17 @@ fn remembered_namespace(applier: &Applier) -> ObjectKey {
     key
 }
 
-/// A ConfigMap the tenant sent, remembered by its hash as written at resourceVersion 5.
+/// The ConfigMap `settings` the tenant sent, remembered by its hash as written at
+/// resourceVersion 5.
 fn remembered_config_map(applier: &Applier) -> ObjectKey {
-    let key = mk_key(CONFIG_MAP, "shop-origin", "settings");
+    remembered_config_map_named(applier, "settings")
+}
+
+fn remembered_config_map_named(applier: &Applier, name: &str) -> ObjectKey {
+    let key = mk_key(CONFIG_MAP, "shop-origin", name);
     let object = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "settings", "namespace": "shop-origin",
+        "metadata": {"name": name, "namespace": "shop-origin",
                      "annotations": {DESIRED_HASH_ANNOTATION: "h1"}},
         "data": {"a": "b"},
     });
@@ -91,27 +97,37 @@ fn remembered_config_map(applier: &Applier) -> ObjectKey {
     key
 }
 
-/// A registry in which the tenant's stream is open, buffering `room` messages.
+/// An outbox whose sender serves the tenant's open stream, buffering `room` messages; the
+/// guard ends the session.
 fn connected(
     room: usize,
 ) -> (
-    Registry,
+    Outbox,
     mpsc::Receiver<Result<RemoteMessage, Status>>,
-    impl Drop,
+    tokio_util::sync::DropGuard,
 ) {
-    let registry = Registry::default();
+    let outbox = Outbox::default();
     let (tx, rx) = mpsc::channel(room);
-    let guard = registry.connect(
-        &tenant(),
-        Session {
-            agent_version: "test".into(),
-            peer: None,
-            session_id: "s1".into(),
-            cert_not_after: time::OffsetDateTime::now_utc(),
-        },
-        tx,
-    );
-    (registry, rx, guard)
+    let done = tokio_util::sync::CancellationToken::new();
+    outbox.spawn_sender(tenant(), "s1".into(), tx, Registry::default(), done.clone());
+    (outbox, rx, done.drop_guard())
+}
+
+/// The next message on the stream, waiting for it a little.
+async fn next(
+    rx: &mut mpsc::Receiver<Result<RemoteMessage, Status>>,
+) -> Result<RemoteMessage, Status> {
+    tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("a message within 5 s")
+        .expect("the stream is open")
+}
+
+/// Whether nothing more comes on the stream for a moment.
+async fn quiet(rx: &mut mpsc::Receiver<Result<RemoteMessage, Status>>) -> bool {
+    tokio::time::timeout(Duration::from_millis(200), rx.recv())
+        .await
+        .is_err()
 }
 
 /// The object and outcome of an Ack, if `message` is one.
@@ -136,10 +152,11 @@ async fn a_namespace_edited_on_the_provider_is_put_back_from_its_whole_desired_s
     let (client, log) = provider(vec![(Method::PATCH, path, 200, written)]);
     let applier = applier(client);
     let key = remembered_namespace(&applier);
+    let (outbox, mut rx, _session) = connected(4);
 
     check(
         &applier,
-        &Registry::default(),
+        &outbox,
         NAMESPACE,
         &mk_meta(&key, "7", &[]),
         Some("7"),
@@ -158,6 +175,7 @@ async fn a_namespace_edited_on_the_provider_is_put_back_from_its_whole_desired_s
     assert!(body["metadata"]["annotations"][DESIRED_HASH_ANNOTATION].is_string());
     // The restore is the agent's own write: its watch event restores nothing again.
     assert_eq!(applier.desired.needs_restore(&key, Some("8"), None), None);
+    assert!(quiet(&mut rx).await, "the origin is not asked");
 }
 
 #[tokio::test]
@@ -165,11 +183,11 @@ async fn the_agents_own_write_seen_by_the_watch_is_left_alone() {
     let (client, log) = provider(vec![]);
     let applier = applier(client);
     let key = remembered_namespace(&applier);
-    let (registry, mut rx, _guard) = connected(4);
+    let (outbox, mut rx, _session) = connected(4);
 
     check(
         &applier,
-        &registry,
+        &outbox,
         NAMESPACE,
         &mk_meta(&key, "5", &[]),
         Some("5"),
@@ -177,38 +195,72 @@ async fn the_agents_own_write_seen_by_the_watch_is_left_alone() {
     .await;
 
     assert!(no_requests(&log));
-    assert!(rx.try_recv().is_err());
+    assert!(quiet(&mut rx).await);
 }
 
 #[tokio::test]
-async fn a_config_map_changed_on_the_provider_is_asked_of_the_connected_origin() {
+async fn a_config_map_changed_on_the_provider_is_asked_of_the_origin_once() {
     let (client, log) = provider(vec![]);
     let applier = applier(client);
     let key = remembered_config_map(&applier);
-    let (registry, mut rx, _guard) = connected(4);
+    let (outbox, mut rx, _session) = connected(4);
 
     let meta = mk_meta(&key, "7", &[(DESIRED_HASH_ANNOTATION, "h1")]);
-    check(&applier, &registry, CONFIG_MAP, &meta, Some("7")).await;
+    check(&applier, &outbox, CONFIG_MAP, &meta, Some("7")).await;
 
     assert!(no_requests(&log), "the provider keeps only its hash");
     assert_eq!(
-        ack_of(rx.try_recv().unwrap()),
+        ack_of(next(&mut rx).await),
         ("settings".to_string(), Outcome::Resend)
     );
+    assert!(quiet(&mut rx).await, "asked once");
     // Its next Upsert is written even though the copy still carries that hash, and a
     // reconnect's inventory leaves it out.
     assert!(applier.desired.drifted(&key));
 }
 
 #[tokio::test]
-async fn a_tenant_not_connected_is_asked_nothing_until_its_next_session() {
+async fn a_full_stream_is_asked_when_it_has_room() {
+    let (client, _log) = provider(vec![]);
+    let applier = applier(client);
+    let key = remembered_config_map(&applier);
+    let (outbox, mut rx, _session) = connected(1);
+    // Two requests for a stream with room for one: the second waits for the reader.
+    let other = remembered_config_map_named(&applier, "other");
+
+    check(
+        &applier,
+        &outbox,
+        CONFIG_MAP,
+        &mk_meta(&key, "7", &[]),
+        Some("7"),
+    )
+    .await;
+    check(
+        &applier,
+        &outbox,
+        CONFIG_MAP,
+        &mk_meta(&other, "7", &[]),
+        Some("7"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut asked = vec![ack_of(next(&mut rx).await).0, ack_of(next(&mut rx).await).0];
+    asked.sort();
+    assert_eq!(asked, ["other", "settings"]);
+    assert!(quiet(&mut rx).await);
+}
+
+#[tokio::test]
+async fn a_tenant_not_connected_gets_the_copy_through_its_next_sessions_inventory() {
     let (client, log) = provider(vec![]);
     let applier = applier(client);
     let key = remembered_config_map(&applier);
 
     check(
         &applier,
-        &Registry::default(),
+        &Outbox::default(),
         CONFIG_MAP,
         &mk_meta(&key, "7", &[]),
         Some("7"),
@@ -216,38 +268,7 @@ async fn a_tenant_not_connected_is_asked_nothing_until_its_next_session() {
     .await;
 
     assert!(no_requests(&log));
-    assert!(applier.desired.drifted(&key));
-}
-
-#[tokio::test]
-async fn a_full_stream_is_asked_again_each_second_until_it_has_room() {
-    let (client, _log) = provider(vec![]);
-    let applier = applier(client);
-    let key = remembered_config_map(&applier);
-    let (registry, mut rx, _guard) = connected(1);
-    assert!(registry.send_to(&tenant(), RemoteMessage { kind: None }));
-
-    check(
-        &applier,
-        &registry,
-        CONFIG_MAP,
-        &mk_meta(&key, "7", &[]),
-        Some("7"),
-    )
-    .await;
-
-    assert_eq!(
-        rx.recv().await.unwrap().unwrap().kind,
-        None,
-        "what filled it"
-    );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        ack_of(rx.try_recv().unwrap()),
-        ("settings".to_string(), Outcome::Resend)
-    );
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert!(rx.try_recv().is_err(), "asked once it had room, not again");
+    assert!(applier.desired.drifted(&key), "left out of its inventory");
 }
 
 #[tokio::test]
@@ -262,9 +283,9 @@ async fn a_claim_deleted_on_the_provider_is_not_recreated_but_a_config_map_is_as
         Some("5".into()),
     );
     let config_map = remembered_config_map(&applier);
-    let (registry, mut rx, _guard) = connected(4);
+    let (outbox, mut rx, _session) = connected(4);
     let (changes, watch) = mpsc::channel(4);
-    spawn_restorer(applier.clone(), registry, watch);
+    spawn_restorer(applier.clone(), outbox, watch);
 
     let deleted = |key: &ObjectKey| watcher::Event::Delete(mk_meta(key, "6", &[]));
     changes.send((CLAIM, deleted(&claim))).await.unwrap();
@@ -273,12 +294,11 @@ async fn a_claim_deleted_on_the_provider_is_not_recreated_but_a_config_map_is_as
         .await
         .unwrap();
 
-    let asked = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
     assert_eq!(
-        ack_of(asked.unwrap().unwrap()),
+        ack_of(next(&mut rx).await),
         ("settings".to_string(), Outcome::Resend)
     );
-    assert!(rx.try_recv().is_err(), "nothing asked for the claim");
+    assert!(quiet(&mut rx).await, "nothing asked for the claim");
     assert!(!applier.desired.drifted(&claim));
     assert!(no_requests(&log));
 }
@@ -289,13 +309,13 @@ async fn a_tenant_being_removed_is_forgotten_and_nothing_of_it_comes_back() {
     let applier = applier(client);
     let namespace = remembered_namespace(&applier);
     let config_map = remembered_config_map(&applier);
-    let (registry, mut rx, _guard) = connected(4);
+    let (outbox, mut rx, _session) = connected(4);
 
     let marked = mk_meta(&namespace, "7", &[(TENANT_REMOVAL_ANNOTATION, "unpeered")]);
-    check(&applier, &registry, NAMESPACE, &marked, Some("7")).await;
+    check(&applier, &outbox, NAMESPACE, &marked, Some("7")).await;
     check(
         &applier,
-        &registry,
+        &outbox,
         CONFIG_MAP,
         &mk_meta(&config_map, "7", &[]),
         None,
@@ -303,7 +323,7 @@ async fn a_tenant_being_removed_is_forgotten_and_nothing_of_it_comes_back() {
     .await;
 
     assert!(no_requests(&log));
-    assert!(rx.try_recv().is_err());
+    assert!(quiet(&mut rx).await);
     assert_eq!(applier.desired.needs_restore(&namespace, None, None), None);
 }
 
@@ -314,10 +334,10 @@ async fn an_object_not_labelled_as_a_tenants_is_not_the_restorers() {
     let key = remembered_namespace(&applier);
     let mut meta = mk_meta(&key, "7", &[]);
     meta.metadata.labels = None;
-    let (registry, mut rx, _guard) = connected(4);
+    let (outbox, mut rx, _session) = connected(4);
 
-    check(&applier, &registry, NAMESPACE, &meta, Some("7")).await;
+    check(&applier, &outbox, NAMESPACE, &meta, Some("7")).await;
 
     assert!(no_requests(&log));
-    assert!(rx.try_recv().is_err());
+    assert!(quiet(&mut rx).await);
 }
