@@ -131,7 +131,7 @@ fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
     };
     tracing::info!(
         tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
-        "reflected object {what} on the provider; restoring it from the origin"
+        "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
     );
     let subject = Subject::resend(key.kind.kind(), &key.namespace, &key.name);
     outbox.put(&key.tenant, subject, String::new(), message);
