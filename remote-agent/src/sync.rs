@@ -19,6 +19,8 @@ mod coalesce;
 mod dispatch;
 mod hello;
 mod listing;
+#[cfg(test)]
+mod tests;
 
 use crate::apply::{answer, Applier, ObjectKey};
 use crate::inventory::{Bucket, Inventory};
