@@ -191,6 +191,13 @@ async fn a_snapshot_removes_the_tenants_objects_this_stream_did_not_list() {
             200,
             mk_copy("orphan"),
         ),
+        // Read if it were taken for an orphan, so that its delete would show in the log.
+        (
+            Method::GET,
+            "/api/v1/namespaces/shop/configmaps/kept",
+            200,
+            mk_copy("kept"),
+        ),
         (
             Method::DELETE,
             "/api/v1/namespaces/shop/configmaps/orphan",
