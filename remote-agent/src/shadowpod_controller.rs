@@ -307,9 +307,17 @@ async fn reconcile(
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), ns);
-    match pods.get_opt(name).await? {
+    // The pod as the watch has it: every change of it (its deletion too) reconciles its
+    // ShadowPod again, so a resync of every ShadowPod costs the API server nothing. Only a pod
+    // the ShadowPod's status names and the store lacks is read: one created a moment ago may
+    // not have reached the watch yet, and must not be counted as gone and re-created.
+    let mut pod = stores.pods.get(&ObjectRef::new(name).within(ns));
+    if pod.is_none() && status.pod_uid.is_some() {
+        pod = pods.get_opt(name).await?.map(Arc::new);
+    }
+    match pod.as_deref() {
         Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
-            if let Some(patch) = metadata::metadata_patch(&pod, &pod_for(&shadow)) {
+            if let Some(patch) = metadata::metadata_patch(pod, &pod_for(&shadow)) {
                 tracing::debug!(namespace = %ns, %name, "pod labels or annotations follow the ShadowPod");
                 pods.patch(name, &shadowpod_params(), &Patch::Merge(patch))
                     .await?;

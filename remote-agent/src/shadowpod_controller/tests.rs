@@ -60,11 +60,15 @@ fn mk_pod_json(uid: &str, phase: &str) -> Value {
     })
 }
 
-/// Stores holding `shadow`, as the controller's watch would have them.
-fn mk_stores(shadow: ShadowPod) -> Stores {
+/// Stores holding `shadow` and `pod`, as the controller's watches would have them.
+fn mk_stores(shadow: ShadowPod, pod: Option<Value>) -> Stores {
     let (shadows, mut writer): (_, Writer<ShadowPod>) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Apply(shadow));
-    let (pods, _): (_, Writer<Pod>) = reflector::store();
+    let (pods, mut pods_writer): (_, Writer<Pod>) = reflector::store();
+    if let Some(pod) = pod {
+        let pod: Pod = serde_json::from_value(pod).unwrap();
+        pods_writer.apply_watcher_event(&watcher::Event::Apply(pod));
+    }
     Stores {
         shadows,
         pods,
@@ -79,6 +83,15 @@ async fn run(
     routes: Vec<(Method, &'static str, u16, Value)>,
     shadow: ShadowPod,
 ) -> (Result<(), kube::Error>, Log) {
+    run_with_pod(routes, shadow, None).await
+}
+
+/// Reconciles `shadow` with `pod` in the pod store, against an API answering `routes`.
+async fn run_with_pod(
+    routes: Vec<(Method, &'static str, u16, Value)>,
+    shadow: ShadowPod,
+    pod: Option<Value>,
+) -> (Result<(), kube::Error>, Log) {
     let (client, log) = provider(routes);
     let recorder = Recorder::new(
         client.clone(),
@@ -87,7 +100,7 @@ async fn run(
             instance: None,
         },
     );
-    let stores = mk_stores(shadow);
+    let stores = mk_stores(shadow, pod);
     let result = reconcile(&client, &recorder, &stores, NS, "web").await;
     (result, log)
 }
@@ -186,19 +199,48 @@ async fn a_finished_pod_is_never_re_created() {
 
 #[tokio::test]
 async fn a_running_pod_has_its_phase_mirrored_and_is_left_alone() {
-    let (result, log) = run(
-        vec![
-            (Method::GET, POD, 200, mk_pod_json("pod-1", "Running")),
-            status_route(),
-        ],
+    let (result, log) = run_with_pod(
+        vec![status_route()],
         mk_shadow(None, &[]),
+        Some(mk_pod_json("pod-1", "Running")),
     )
     .await;
     result.unwrap();
     assert!(bodies(&log, Method::POST, PODS).is_empty());
+    assert!(
+        !log.lock().unwrap().iter().any(|s| s.method == Method::GET),
+        "the pod is read from the watch's store, not the API"
+    );
     assert_eq!(
         bodies(&log, Method::PATCH, STATUS)[0]["status"],
         json!({"phase": "Running", "recreations": 0, "podUid": "pod-1"})
+    );
+}
+
+#[tokio::test]
+async fn a_pod_just_created_that_the_watch_has_not_seen_is_read_not_re_created() {
+    let created = ShadowPodStatus {
+        phase: Some("Pending".into()),
+        pod_uid: Some("pod-1".into()),
+        ..Default::default()
+    };
+    let (result, log) = run(
+        vec![
+            (Method::GET, POD, 200, mk_pod_json("pod-1", "Pending")),
+            status_route(),
+        ],
+        mk_shadow(Some(created), &[]),
+    )
+    .await;
+    result.unwrap();
+    assert!(
+        bodies(&log, Method::POST, PODS).is_empty(),
+        "{:?}",
+        writes(&log)
+    );
+    assert!(
+        bodies(&log, Method::PATCH, STATUS).is_empty(),
+        "no recreation counted"
     );
 }
 
