@@ -37,7 +37,7 @@ static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::
 
 /// Copies an origin namespace's ConfigMaps and Services into a provider namespace directly.
 #[derive(Debug, clap::Parser)]
-#[command(name = "direct-copier", version, about, long_about)]
+#[command(name = "direct-copier", version)]
 struct Args {
     /// Kubeconfig of the origin cluster.
     #[arg(long)]

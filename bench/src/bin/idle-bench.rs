@@ -33,7 +33,7 @@ use serde_json::json;
 
 /// Measures both agents' CPU and wake-ups per idle minute with many objects and pods.
 #[derive(Debug, Parser)]
-#[command(name = "idle-bench", version, about)]
+#[command(name = "idle-bench", version)]
 struct Args {
     /// ConfigMaps reflected.
     #[arg(long, default_value_t = 10_000)]

@@ -28,7 +28,7 @@ use refract_e2e::{busybox, kubectl_stdin, origin_get, Peering};
 
 /// Measures logs, exec and reflection latency under log streams, through Refract and directly.
 #[derive(Debug, Parser)]
-#[command(name = "kubelet-bench", version, about)]
+#[command(name = "kubelet-bench", version)]
 struct Args {
     /// Turns of each command per side.
     #[arg(long, default_value_t = 20)]

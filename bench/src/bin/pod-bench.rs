@@ -31,7 +31,7 @@ use serde_json::json;
 
 /// Times offloaded pods and a Deployment against the same created directly on the provider.
 #[derive(Debug, Parser)]
-#[command(name = "pod-bench", version, about)]
+#[command(name = "pod-bench", version)]
 struct Args {
     /// Single pods timed per side.
     #[arg(long, default_value_t = 50)]

@@ -29,7 +29,7 @@ use refract_e2e::{kubectl_stdin, metric, Peering};
 
 /// Measures what a reconnect sends and writes with many objects reflected.
 #[derive(Debug, Parser)]
-#[command(name = "resume-bench", version, about)]
+#[command(name = "resume-bench", version)]
 struct Args {
     /// ConfigMaps reflected.
     #[arg(long, default_value_t = 10_000)]

@@ -45,7 +45,7 @@ mod churn;
 
 /// Measures one remote agent serving many origin tenants at once.
 #[derive(Debug, Parser)]
-#[command(name = "tenants-bench", version, about, long_about)]
+#[command(name = "tenants-bench", version)]
 struct Args {
     /// Origin tenants: local agents with distinct cluster ids, one namespace each.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=99))]
