@@ -141,6 +141,12 @@ fn ack_of(message: Result<RemoteMessage, Status>) -> (String, Outcome) {
     }
 }
 
+/// The watch reports `key` at resourceVersion `rv`: changed by someone, unless `rv` is what
+/// the agent wrote.
+async fn seen_at(applier: &Applier, outbox: &Outbox, key: &ObjectKey, rv: &str) {
+    check(applier, outbox, key.kind, &mk_meta(key, rv, &[]), Some(rv)).await
+}
+
 fn no_requests(log: &Log) -> bool {
     log.lock().unwrap().is_empty()
 }
@@ -154,14 +160,7 @@ async fn a_namespace_edited_on_the_provider_is_put_back_from_its_whole_desired_s
     let key = remembered_namespace(&applier);
     let (outbox, mut rx, _session) = connected(4);
 
-    check(
-        &applier,
-        &outbox,
-        NAMESPACE,
-        &mk_meta(&key, "7", &[]),
-        Some("7"),
-    )
-    .await;
+    seen_at(&applier, &outbox, &key, "7").await;
 
     assert_eq!(writes(&log), [(Method::PATCH, path.to_string())]);
     let body = &bodies(&log, Method::PATCH, path)[0];
@@ -185,14 +184,7 @@ async fn the_agents_own_write_seen_by_the_watch_is_left_alone() {
     let key = remembered_namespace(&applier);
     let (outbox, mut rx, _session) = connected(4);
 
-    check(
-        &applier,
-        &outbox,
-        NAMESPACE,
-        &mk_meta(&key, "5", &[]),
-        Some("5"),
-    )
-    .await;
+    seen_at(&applier, &outbox, &key, "5").await;
 
     assert!(no_requests(&log));
     assert!(quiet(&mut rx).await);
@@ -228,22 +220,8 @@ async fn a_full_stream_is_asked_when_it_has_room() {
     // Two requests for a stream with room for one: the second waits for the reader.
     let other = remembered_config_map_named(&applier, "other");
 
-    check(
-        &applier,
-        &outbox,
-        CONFIG_MAP,
-        &mk_meta(&key, "7", &[]),
-        Some("7"),
-    )
-    .await;
-    check(
-        &applier,
-        &outbox,
-        CONFIG_MAP,
-        &mk_meta(&other, "7", &[]),
-        Some("7"),
-    )
-    .await;
+    seen_at(&applier, &outbox, &key, "7").await;
+    seen_at(&applier, &outbox, &other, "7").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let mut asked = vec![ack_of(next(&mut rx).await).0, ack_of(next(&mut rx).await).0];
@@ -258,14 +236,7 @@ async fn a_tenant_not_connected_gets_the_copy_through_its_next_sessions_inventor
     let applier = applier(client);
     let key = remembered_config_map(&applier);
 
-    check(
-        &applier,
-        &Outbox::default(),
-        CONFIG_MAP,
-        &mk_meta(&key, "7", &[]),
-        Some("7"),
-    )
-    .await;
+    seen_at(&applier, &Outbox::default(), &key, "7").await;
 
     assert!(no_requests(&log));
     assert!(applier.desired.drifted(&key), "left out of its inventory");
