@@ -19,7 +19,8 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
 use kube::{Resource, ResourceExt};
 use refract_core::forge::token::{
-    origin_tokens, service_account_of, token_secret, token_secret_name, token_sources, TokenSource,
+    origin_tokens, requested_lifetime, service_account_of, token_secret, token_secret_name,
+    token_sources, TokenSource,
 };
 use refract_core::forge::Context;
 use refract_core::json;
@@ -303,7 +304,7 @@ impl TokenReflector {
         let request = TokenRequest {
             spec: TokenRequestSpec {
                 audiences: source.audience.clone().into_iter().collect(),
-                expiration_seconds: Some(source.expiration_seconds),
+                expiration_seconds: Some(requested_lifetime(source.expiration_seconds)),
                 bound_object_ref: Some(BoundObjectReference {
                     api_version: Some("v1".into()),
                     kind: Some("Pod".into()),

@@ -424,8 +424,16 @@ impl Applier {
         let mut judged = self.judged(&key.tenant, key.kind, desired.clone())?;
         let token = is_token_secret(key.kind, desired);
         if token {
-            // Set by this agent when the Secret was first applied, from its ShadowPod.
-            judged["metadata"]["ownerReferences"] = desired["metadata"]["ownerReferences"].clone();
+            // Owned by its ShadowPod as it is now: one restored with its namespace is a new
+            // object, and a Secret naming the old one would be taken by the garbage collector.
+            let object = ObjectRef {
+                api_version: "v1".into(),
+                kind: "Secret".into(),
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            };
+            self.own_token_secret(&key.tenant, &object, &mut judged)
+                .await?;
         }
         if let Some(origin) = desired["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION].as_str() {
             judged["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION] = origin.into();

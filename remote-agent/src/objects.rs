@@ -85,6 +85,18 @@ impl TenantObjects {
             .is_some_and(|kept| kept.label(key) == Some(value) && !kept.deleting())
     }
 
+    /// Whether the watch has the namespace `name` and it is being deleted.
+    pub fn namespace_terminating(&self, name: &str) -> bool {
+        let Some(store) = self.stores.get(&Allowed::Namespace) else {
+            return false;
+        };
+        let objects = store.objects.read_locked();
+        objects
+            .get("")
+            .and_then(|names| names.get(name))
+            .is_some_and(|kept| kept.deleting())
+    }
+
     /// Every live tenant namespace the watch has, with the tenant it is labelled for.
     pub fn tenant_namespaces(&self) -> BTreeMap<String, ClusterId> {
         let Some(store) = self.stores.get(&Allowed::Namespace) else {

@@ -8,7 +8,10 @@
 //! write) when nothing of ours changed. Every other kind is restored from the origin: the
 //! tenant is answered [`Outcome::Resend`] for the object (through the provider's outbox, see
 //! [`crate::outbox`]) and sends it again, through the one write path; a tenant not connected
-//! gets it on its next session, whose inventory leaves the object out. A tenant whose namespace is marked for removal is forgotten instead.
+//! gets it on its next session, whose inventory leaves the object out. A twin namespace
+//! deleted on the provider is re-created once its deletion completes, and everything that was
+//! in it restored the same way ([`refill`]); while it terminates, its objects' deletions are
+//! left to that. A tenant whose namespace is marked for removal is forgotten instead.
 
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -76,6 +79,11 @@ async fn check(
         name: obj.name_any(),
     };
     tracing::debug!(tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name, ?resource_version, "tenant object changed on the provider");
+    if kind != Allowed::Namespace && applier.objects().namespace_terminating(&key.namespace) {
+        // Deleted with its namespace, which refuses writes until it is gone: everything of it
+        // is restored once the namespace is back (see `refill`).
+        return;
+    }
     let observed_hash = obj
         .annotations()
         .get(DESIRED_HASH_ANNOTATION)
@@ -98,15 +106,59 @@ async fn check(
             return;
         }
     };
-    match applier.restore(&key, &desired, resource_version).await {
-        Ok(_) => tracing::info!(
-            tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name,
-            "reflected object {what} on the provider; restored the tenant's desired state"
-        ),
-        Err(error) => tracing::warn!(
-            tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name,
-            %error, "reflected object {what} on the provider; restoring it failed"
-        ),
+    let restored = restore_here(applier, &key, &desired, resource_version, what).await;
+    if restored && kind == Allowed::Namespace && resource_version.is_none() {
+        refill(applier, outbox, &key.tenant, &key.name, what).await;
+    }
+}
+
+/// Puts back `key` from its whole desired state; true when it was written.
+async fn restore_here(
+    applier: &Applier,
+    key: &ObjectKey,
+    desired: &serde_json::Value,
+    resource_version: Option<&str>,
+    what: &str,
+) -> bool {
+    let kind = key.kind.kind();
+    match applier.restore(key, desired, resource_version).await {
+        Ok(_) => {
+            tracing::info!(
+                tenant = %key.tenant, kind, namespace = %key.namespace, name = %key.name,
+                "reflected object {what} on the provider; restored the tenant's desired state"
+            );
+            true
+        }
+        Err(error) => {
+            tracing::warn!(
+                tenant = %key.tenant, kind, namespace = %key.namespace, name = %key.name,
+                %error, "reflected object {what} on the provider; restoring it failed"
+            );
+            false
+        }
+    }
+}
+
+/// Puts back everything of `tenant` in its twin namespace `namespace`, which was deleted with
+/// it and has just been re-created: ShadowPods (whose controller starts their pods again) and
+/// token Secrets from here, every other object from the origin.
+async fn refill(
+    applier: &Applier,
+    outbox: &Outbox,
+    tenant: &ClusterId,
+    namespace: &str,
+    what: &str,
+) {
+    let contents = applier.desired.refill(tenant, namespace);
+    tracing::info!(%tenant, %namespace, objects = contents.len(), "twin namespace {what} on the provider and re-created; restoring its objects");
+    let what = format!("{what} with its namespace");
+    for (key, restore) in contents {
+        match restore {
+            Restore::Here(desired) => {
+                restore_here(applier, &key, &desired, None, &what).await;
+            }
+            Restore::FromOrigin => ask_origin(outbox, &key, &what),
+        }
     }
 }
 

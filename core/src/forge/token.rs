@@ -26,6 +26,19 @@ use crate::keys::{
 /// Lifetime of a projected token that does not say (the Kubernetes default).
 pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
 
+/// The longest lifetime of an origin token handed to the provider. The default
+/// `kube-api-access` volume asks 3607 s, which origin API servers extend to a year by default
+/// (`--service-account-extend-token-expiration`); a provider then holds a token of the origin
+/// for a year. Capped, every token the provider holds expires within the hour, and the local
+/// agent renews it before then.
+pub const MAX_EXPIRATION_SECONDS: i64 = 3600;
+
+/// The lifetime the local agent asks the origin for, for a token the pod asks `asked` seconds
+/// of: at most [`MAX_EXPIRATION_SECONDS`], and never the 3607 s an API server would extend.
+pub fn requested_lifetime(asked: i64) -> i64 {
+    asked.min(MAX_EXPIRATION_SECONDS)
+}
+
 /// One projected token a pod mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenSource {
@@ -201,6 +214,15 @@ pub fn token_secret(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origin_tokens_are_asked_for_an_hour_at_most() {
+        // The default kube-api-access volume's 3607 s, which an API server extends to a year.
+        assert_eq!(requested_lifetime(3607), 3600);
+        assert_eq!(requested_lifetime(86_400), 3600);
+        assert_eq!(requested_lifetime(600), 600);
+        assert_eq!(requested_lifetime(DEFAULT_EXPIRATION_SECONDS), 3600);
+    }
 
     #[test]
     fn keys_are_stable_and_distinguish_paths() {

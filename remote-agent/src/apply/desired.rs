@@ -225,6 +225,34 @@ impl DesiredStore {
         }
     }
 
+    /// How to restore every object of `tenant` in its namespace `namespace`, which was
+    /// deleted with them and is back: those kept whole from here, ShadowPods first (the token
+    /// Secrets they own name them); the others from the origin, marked as drifted so that
+    /// their next Upsert is written and a reconnect's inventory leaves them out.
+    pub fn refill(&self, tenant: &ClusterId, namespace: &str) -> Vec<(ObjectKey, Restore)> {
+        let mut map = self.inner.locked();
+        let mut contents: Vec<(ObjectKey, Restore)> = map
+            .iter_mut()
+            .filter(|(key, _)| {
+                key.tenant == *tenant
+                    && key.namespace == namespace
+                    && key.kind != Allowed::Namespace
+            })
+            .map(|(key, r)| {
+                let restore = match r.object.as_deref().and_then(Remembered::object) {
+                    Some(object) => Restore::Here(object),
+                    None => {
+                        r.drifted = true;
+                        Restore::FromOrigin
+                    }
+                };
+                (key.clone(), restore)
+            })
+            .collect();
+        contents.sort_by_key(|(key, _)| key.kind != Allowed::ShadowPod);
+        contents
+    }
+
     pub(crate) fn set_written(&self, key: &ObjectKey, resource_version: Option<String>) {
         self.finish_write(key, resource_version, false);
     }
@@ -280,6 +308,38 @@ mod tests {
             store.needs_restore(&key, Some("8"), Some("new")),
             Some(Restore::Here(desired("new")))
         );
+    }
+
+    #[test]
+    fn a_namespace_back_is_refilled_shadowpods_first_the_rest_from_the_origin() {
+        let store = DesiredStore::default();
+        let named = |kind, namespace: &str, name: &str| ObjectKey {
+            namespace: namespace.into(),
+            name: name.into(),
+            ..key(kind)
+        };
+        let secret = named(Allowed::Reflected(Kind::Secret), "apps-origin", "web-token");
+        let shadow = named(Allowed::ShadowPod, "apps-origin", "web");
+        let config = named(CM, "apps-origin", "cfg");
+        let elsewhere = named(CM, "other-origin", "cfg");
+        let twin = named(Allowed::Namespace, "", "apps-origin");
+        store.remember(secret.clone(), &desired("s"), Keep::Whole, None);
+        store.remember(shadow.clone(), &desired("p"), Keep::Whole, None);
+        store.remember(config.clone(), &desired("c"), Keep::Hash, None);
+        store.remember(elsewhere.clone(), &desired("e"), Keep::Hash, None);
+        store.remember(twin, &desired("n"), Keep::Whole, None);
+
+        let refill = store.refill(&shadow.tenant, "apps-origin");
+        let order: Vec<&ObjectKey> = refill.iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            order[0], &shadow,
+            "the token Secret names its ShadowPod as owner"
+        );
+        assert_eq!(order.len(), 3, "{order:?}");
+        assert!(refill.contains(&(secret, Restore::Here(desired("s")))));
+        assert!(refill.contains(&(config.clone(), Restore::FromOrigin)));
+        assert!(store.drifted(&config), "its next Upsert is written");
+        assert!(!store.drifted(&elsewhere));
     }
 
     #[test]

@@ -312,3 +312,72 @@ async fn an_object_not_labelled_as_a_tenants_is_not_the_restorers() {
     assert!(no_requests(&log));
     assert!(quiet(&mut rx).await);
 }
+
+#[tokio::test]
+async fn a_twin_namespace_deleted_on_the_provider_comes_back_with_what_was_in_it() {
+    let namespace_path = "/api/v1/namespaces/shop-origin";
+    let shadow_path = "/apis/offloading.refract.io/v1alpha1/namespaces/shop-origin/shadowpods/web";
+    let secret_path = "/api/v1/namespaces/shop-origin/secrets/web-token";
+    let written = json!({"metadata": {"resourceVersion": "20"}});
+    let shadow_now = json!({"apiVersion": "offloading.refract.io/v1alpha1", "kind": "ShadowPod",
+        "metadata": {"name": "web", "namespace": "shop-origin", "uid": "new-uid",
+                     "labels": {ORIGIN_LABEL: "origin", "offloading.refract.io/destination": "provider"}},
+        "spec": {"pod": {"containers": [{"name": "c", "image": "busybox"}]}}});
+    let (client, log) = provider(vec![
+        (Method::PATCH, namespace_path, 200, written.clone()),
+        (Method::PATCH, shadow_path, 200, written.clone()),
+        (Method::GET, shadow_path, 200, shadow_now),
+        (Method::PATCH, secret_path, 200, written),
+    ]);
+    let applier = applier(client);
+    let namespace = remembered_namespace(&applier);
+    remembered_config_map(&applier);
+    let shadow = mk_key(Allowed::ShadowPod, "shop-origin", "web");
+    applier.desired.remember(
+        shadow,
+        &json!({"apiVersion": "offloading.refract.io/v1alpha1", "kind": "ShadowPod",
+                "metadata": {"name": "web", "namespace": "shop-origin"},
+                "spec": {"pod": {"containers": [{"name": "c", "image": "busybox"}]}}}),
+        Keep::Whole,
+        Some("5".into()),
+    );
+    let secret = mk_key(Allowed::Reflected(Kind::Secret), "shop-origin", "web-token");
+    applier.desired.remember(
+        secret,
+        &json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "web-token", "namespace": "shop-origin",
+                             "labels": {"offloading.refract.io/service-account-name": "default"},
+                             "annotations": {"offloading.refract.io/service-account-for-pod-name": "web"},
+                             "ownerReferences": [{"apiVersion": "offloading.refract.io/v1alpha1",
+                                                  "kind": "ShadowPod", "name": "web", "uid": "old-uid"}]},
+                "data": {"token": "dG9rZW4="}}),
+        Keep::Whole,
+        Some("5".into()),
+    );
+    let (outbox, mut rx, _session) = connected(4);
+
+    let deleted = PartialObjectMeta {
+        metadata: ObjectMeta {
+            resource_version: None,
+            ..mk_meta(&namespace, "9", &[]).metadata
+        },
+        ..mk_meta(&namespace, "9", &[])
+    };
+    check(&applier, &outbox, NAMESPACE, &deleted, None).await;
+
+    let patched: Vec<String> = writes(&log).into_iter().map(|(_, path)| path).collect();
+    assert_eq!(
+        patched,
+        [namespace_path, shadow_path, secret_path],
+        "the namespace, then its ShadowPod before the Secret it owns"
+    );
+    let secret_body = &bodies(&log, Method::PATCH, secret_path)[0];
+    assert_eq!(
+        secret_body["metadata"]["ownerReferences"][0]["uid"], "new-uid",
+        "owned by the ShadowPod as it is now, not the one deleted"
+    );
+    assert_eq!(
+        ack_of(next(&mut rx).await),
+        ("settings".to_string(), Outcome::Resend)
+    );
+}

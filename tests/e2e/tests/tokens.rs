@@ -3,7 +3,8 @@
 //! against the origin API server as the pod's service account, are renewed, and go with the
 //! pod; with API server support off, none of it happens; without the home API server's address,
 //! each pod is warned once; a pod annotated `liqo.io/api-server-support: remote` runs as a
-//! provider ServiceAccount the provider's policy allows, with that ServiceAccount's token.
+//! provider ServiceAccount the provider's policy allows, with that ServiceAccount's token; and
+//! whatever lifetime a pod asks, the provider holds origin tokens of an hour at most.
 
 #![allow(
     clippy::unwrap_used,
@@ -17,8 +18,14 @@ use refract_e2e::{busybox, kubectl_get, kubectl_stdin, run, Peering};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The offloaded pod: two projected tokens, the local busybox image (nothing is pulled).
+/// The offloaded pod: two projected tokens of 600 s, the local busybox image (nothing is
+/// pulled).
 fn pod_yaml() -> String {
+    pod_yaml_asking(600, 600)
+}
+
+/// The offloaded pod, its tokens asking `api_seconds` and `vault_seconds`.
+fn pod_yaml_asking(api_seconds: u32, vault_seconds: u32) -> String {
     let image = busybox();
     format!(
         r#"
@@ -52,9 +59,9 @@ spec:
         - {{name: vault-token, mountPath: /var/run/secrets/vault}}
   volumes:
     - name: api-token
-      projected: {{sources: [{{serviceAccountToken: {{path: token, expirationSeconds: 600}}}}]}}
+      projected: {{sources: [{{serviceAccountToken: {{path: token, expirationSeconds: {api_seconds}}}}}]}}
     - name: vault-token
-      projected: {{sources: [{{serviceAccountToken: {{path: token, audience: vault, expirationSeconds: 600}}}}]}}
+      projected: {{sources: [{{serviceAccountToken: {{path: token, audience: vault, expirationSeconds: {vault_seconds}}}}}]}}
 "#
     )
 }
@@ -270,6 +277,46 @@ async fn offloaded_pods_get_origin_tokens_that_work_renew_and_go_with_them() {
     assert!(
         !pod_event_reasons(&p).contains("HomeAPIServerUnset"),
         "a pod was warned although the home API server is set"
+    );
+}
+
+/// A JWT's lifetime: its `exp` less its `iat`, in seconds.
+fn lifetime(token: &str) -> i64 {
+    let payload = token.split('.').nth(1).expect("a JWT");
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .expect("a base64url payload");
+    let claims: serde_json::Value = serde_json::from_slice(&claims).unwrap();
+    claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn origin_tokens_given_to_the_provider_live_an_hour_at_most() {
+    let p = Peering::start_offloading().await.expect("peering");
+    extend(&p);
+    // 3607 s is what the default kube-api-access volume asks, and what the origin API server
+    // (at its defaults, as here) extends to a year.
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &pod_yaml_asking(3607, 86_400),
+    );
+    remote_pod_running(&p).await;
+    let (_, data) = p
+        .eventually(WAIT, "the pod's token Secret on the provider", || {
+            token_secret(&p)
+        })
+        .await;
+    let api = lifetime(&token_for(&data, "api-token"));
+    let vault = lifetime(&token_for(&data, "vault-token"));
+    println!(
+        "token lifetimes on the provider: asked 3607 s, got {api} s; asked 86400 s, got {vault} s"
+    );
+    assert_eq!((api, vault), (3600, 3600));
+    // Still the pod's working tokens.
+    assert_eq!(
+        review(&p, &token_for(&data, "api-token"), None).as_deref(),
+        Some("system:serviceaccount:apps:reader")
     );
 }
 
