@@ -63,6 +63,8 @@ pub struct Applier {
     policies: Arc<Policies>,
     /// The provider's own networks, which no tenant endpoint may point into.
     networks: Arc<policy::ProviderNetworks>,
+    /// Namespace names no tenant may have.
+    reserved: Arc<policy::ReservedNames>,
     /// The largest object (its JSON, in bytes) a tenant may send.
     max_object_bytes: usize,
     /// Which deletions wait for a grace period.
@@ -93,6 +95,8 @@ pub struct Limits {
     pub max_object_bytes: usize,
     /// Which deletions wait for a grace period.
     pub safety: DeletionSafety,
+    /// The namespace the remote agent runs in, which no tenant may have.
+    pub own_namespace: String,
 }
 
 impl Applier {
@@ -112,6 +116,10 @@ impl Applier {
         Self {
             client,
             provider,
+            reserved: Arc::new(policy::ReservedNames {
+                own_namespace: limits.own_namespace,
+                tenants: limits.policies.named_tenants(),
+            }),
             policies: Arc::new(limits.policies),
             networks: Arc::new(limits.networks),
             max_object_bytes: limits.max_object_bytes,
@@ -463,6 +471,7 @@ impl Applier {
             provider: &self.provider,
             policy: self.policies.of(tenant),
             networks: &self.networks,
+            reserved: &self.reserved,
         }
         .judge(kind, value)
     }

@@ -92,10 +92,17 @@ pub struct Args {
     /// YAML file of what tenants may have written: `defaults` for every tenant and `tenants:
     /// {<cluster-id>: ...}` overriding them field by field (pod security level, priority
     /// classes, tolerated taints, Service types and addresses, endpoint ranges, Ingress
-    /// annotations and classes, storage classes). See the README, "Provider policy". Read at
+    /// annotations and classes, storage classes, twin namespace names). See the README,
+    /// "Provider policy". Read at
     /// start; an invalid file stops the agent.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+
+    /// The namespace this agent runs in (from the pod's `POD_NAMESPACE`, which `deploy/` sets):
+    /// no tenant may have a twin namespace of that name, as none may have `default` or
+    /// `kube-*`.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "refract-system")]
+    pub own_namespace: String,
 
     /// The provider's own pod and Service ranges (repeatable): no tenant EndpointSlice may
     /// point into them.
@@ -211,6 +218,7 @@ impl Args {
                 max_share_percent: self.max_orphan_share,
                 ..Default::default()
             },
+            own_namespace: self.own_namespace.clone(),
         })
     }
 

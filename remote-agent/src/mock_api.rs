@@ -94,6 +94,7 @@ pub fn applier(client: kube::Client) -> crate::apply::Applier {
             networks: ProviderNetworks::default(),
             max_object_bytes: 64 * 1024,
             safety: DeletionSafety::default(),
+            own_namespace: "refract-system".into(),
         },
         crate::objects::TenantObjects::none(),
     )

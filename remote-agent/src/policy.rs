@@ -17,12 +17,13 @@ use serde::Deserialize;
 use crate::kinds::Allowed;
 
 mod exposition;
-mod namespace;
+pub mod namespace;
 mod pod;
 pub mod pod_security;
 mod secret;
 mod storage;
 
+pub use namespace::ReservedNames;
 pub use pod::secrets_read;
 pub use pod_security::Level;
 
@@ -75,6 +76,10 @@ pub struct TenantPolicy {
     /// remote`). The provider's operator creates them and grants their rights. Empty: none;
     /// tenant pods run as `default` without any provider token.
     pub service_accounts: Vec<String>,
+    /// Names the tenant's twin namespaces may have besides those carrying its identity
+    /// (`<namespace>-<tenant>`, the default naming): exact names, or prefixes ending in `*`
+    /// (`*` alone: any name but the provider's own). Empty: only names carrying its identity.
+    pub namespaces: Vec<String>,
 }
 
 impl Default for TenantPolicy {
@@ -89,6 +94,7 @@ impl Default for TenantPolicy {
             ingress: IngressPolicy::default(),
             storage_classes: Vec::new(),
             service_accounts: Vec::new(),
+            namespaces: Vec::new(),
         }
     }
 }
@@ -227,6 +233,11 @@ impl Policies {
     pub fn of(&self, tenant: &ClusterId) -> &TenantPolicy {
         self.tenants.get(tenant.as_str()).unwrap_or(&self.defaults)
     }
+
+    /// The tenants the file names.
+    pub fn named_tenants(&self) -> Vec<String> {
+        self.tenants.keys().cloned().collect()
+    }
 }
 
 /// `top` laid over `base`: maps are merged key by key, anything else replaces.
@@ -270,6 +281,7 @@ impl serde::Serialize for BaseView<'_> {
             },
             "storageClasses": p.storage_classes,
             "serviceAccounts": p.service_accounts,
+            "namespaces": p.namespaces,
         })
         .serialize(s)
     }

@@ -13,7 +13,7 @@ use prost::Message;
 use refract_core::options::Kind;
 use refract_remote_agent::apply::judge::{decode_desired, Judge};
 use refract_remote_agent::kinds::Allowed;
-use refract_remote_agent::policy::{ProviderNetworks, TenantPolicy};
+use refract_remote_agent::policy::{ProviderNetworks, ReservedNames, TenantPolicy};
 use refract_shared::tls::ClusterId;
 use refract_testkit::fuzz::{config, json_value, mutated};
 use refract_wire::proto::{local_message, LocalMessage, ObjectRef, Upsert};
@@ -83,6 +83,7 @@ fn check_twice(kind: Allowed, object: Value) {
         provider: &provider,
         policy: &policy,
         networks: &networks,
+        reserved: &ReservedNames::default(),
     };
     if let Ok(judged) = judge.judge(kind, object) {
         let again = judge.judge(kind, judged.clone());

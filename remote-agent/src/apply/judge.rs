@@ -12,7 +12,7 @@ use refract_wire::proto::ObjectRef;
 
 use super::{ApplyError, DisplayName};
 use crate::kinds::Allowed;
-use crate::policy::{self, ProviderNetworks, TenantPolicy};
+use crate::policy::{self, ProviderNetworks, ReservedNames, TenantPolicy};
 
 /// Decodes a request's object and checks it names what the envelope names.
 pub fn decode_desired(
@@ -58,6 +58,8 @@ pub struct Judge<'a> {
     pub policy: &'a TenantPolicy,
     /// The provider's own networks, which no tenant endpoint may point into.
     pub networks: &'a ProviderNetworks,
+    /// Namespace names no tenant may have.
+    pub reserved: &'a ReservedNames,
 }
 
 impl Judge<'_> {
@@ -72,6 +74,15 @@ impl Judge<'_> {
         let malformed = |m: &str| ApplyError::Malformed(m.into());
         if !value.is_object() || !value["metadata"].is_object() {
             return Err(malformed("object has no metadata"));
+        }
+        if kind == Allowed::Namespace {
+            let name = value["metadata"]["name"].as_str().unwrap_or_default();
+            policy::namespace::check_name(
+                name,
+                self.tenant.as_str(),
+                &self.policy.namespaces,
+                self.reserved,
+            )?;
         }
         policy::check(kind, &mut value, self.policy, self.networks)?;
         policy::strip_server_fields(&mut value);

@@ -397,7 +397,15 @@ spec:
 
 #[tokio::test]
 async fn policies_and_skip_lists_decide_what_is_reflected() {
-    let mut p = Peering::start_with(
+    // A twin namespace of the same name as the origin's needs the provider's consent.
+    let policy = tempfile::NamedTempFile::new().expect("policy file");
+    std::fs::write(
+        policy.path(),
+        "tenants:\n  origin:\n    namespaces: [lab]\n",
+    )
+    .expect("policy file");
+    let policy_flag = format!("--policy={}", policy.path().display());
+    let mut p = Peering::start_with_flags(
         false,
         &[
             "--configmap-reflection-type=AllowList",
@@ -405,6 +413,7 @@ async fn policies_and_skip_lists_decide_what_is_reflected() {
             "--skip-annotation=internal/audit",
             "--ingress-reflection-workers=0",
         ],
+        &[&policy_flag],
     )
     .await
     .expect("peering");
@@ -827,6 +836,11 @@ async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
             r#"{{"upsert":{{"object":{{"apiVersion":"v1","kind":"Namespace","namespace":"","name":"evil-ns"}},"revision":"1","objectJson":"{}"}}}}"#,
             b64("not json")
         ),
+        // Squatting a name the provider may install later.
+        format!(
+            r#"{{"upsert":{{"object":{{"apiVersion":"v1","kind":"Namespace","namespace":"","name":"monitoring"}},"revision":"1","objectJson":"{}"}}}}"#,
+            b64(r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"monitoring"}}"#)
+        ),
     ];
     let out = p.grpcurl_with(
         Some("client"),
@@ -838,7 +852,8 @@ async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
         "OUTCOME_DENIED",
         "is not a namespace of tenant origin",
         "is not a kind tenants may write",
-        "OUTCOME_CONFLICT",
+        "namespace kube-system is one of the provider's own",
+        "twin namespace monitoring does not carry tenant origin's identity",
         "OUTCOME_INVALID",
     ] {
         assert!(
@@ -857,6 +872,7 @@ async fn requests_outside_the_tenant_are_denied_and_written_nowhere() {
     )
     .unwrap_or_default()
     .is_empty());
+    assert!(kubectl_get(&p.provider, &["namespace", "monitoring"]).is_none());
 }
 
 /// The orphan collection after a SnapshotComplete runs while the tenant's stream goes on: an

@@ -1,7 +1,10 @@
-//! A twin namespace deleted by hand on the provider: the remote agent re-creates it once its
-//! deletion completes and puts back what was in it (a reflected ConfigMap from the origin, a
-//! ShadowPod and its token Secret from its own record), and the pod runs again on the
-//! provider's real node through its ShadowPod.
+//! Twin namespaces are the tenant's. One deleted by hand on the provider: the remote agent
+//! re-creates it once its deletion completes and puts back what was in it (a reflected
+//! ConfigMap from the origin, a ShadowPod and its token Secret from its own record), and the
+//! pod runs again on the provider's real node through its ShadowPod. One whose name does not
+//! carry the tenant's identity (`EnforceSameName` for `monitoring`, a name the provider may
+//! install later) is refused at the provider's defaults, and the NamespaceOffloading says
+//! which policy key would allow it.
 
 #![allow(
     clippy::unwrap_used,
@@ -10,7 +13,7 @@
 )]
 use std::time::{Duration, Instant};
 
-use refract_e2e::{busybox, kubectl_stdin, provider_get, Peering};
+use refract_e2e::{busybox, kubectl_get, kubectl_stdin, origin_get, provider_get, Peering};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -153,4 +156,34 @@ spec:
         "back in {:?}: ConfigMap, ShadowPod, token Secret, pod",
         back.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_name_not_carrying_the_tenants_identity_is_refused_at_the_defaults() {
+    let p = Peering::start(false).await.expect("peering");
+    p.extend("monitoring", "{namespaceMappingStrategy: EnforceSameName}");
+    let message = p
+        .eventually(WAIT, "the NamespaceOffloading refused with the reason", || {
+            let reason = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "monitoring",
+                    "namespaceoffloading",
+                    "offloading",
+                    "-o",
+                    "jsonpath={.status.remoteNamespacesConditions.provider[?(@.type==\"Ready\")].reason}|{.status.remoteNamespacesConditions.provider[?(@.type==\"Ready\")].message}",
+                ],
+            )?;
+            let (reason, message) = reason.split_once('|')?;
+            (reason == "CreationLoopBackOff").then(|| message.to_string())
+        })
+        .await;
+    println!("NamespaceOffloading monitoring: {message}");
+    assert!(
+        message.contains("does not carry tenant origin's identity")
+            && message.contains("namespaces: [\"monitoring\"] under tenants.origin"),
+        "{message}"
+    );
+    assert!(kubectl_get(&p.provider, &["namespace", "monitoring"]).is_none());
 }
