@@ -110,6 +110,10 @@ pub struct ServicePolicy {
     pub allow_load_balancer_ip: bool,
     /// Chosen node port numbers (otherwise the provider allocates them).
     pub allow_node_ports: bool,
+    /// Services of type ExternalName: a name in the provider's DNS that the tenant chooses,
+    /// which could be one of the provider's own Services (`kubernetes.default.svc`) reached
+    /// through the tenant's Ingresses. Off by default.
+    pub allow_external_name: bool,
 }
 
 impl Default for ServicePolicy {
@@ -118,6 +122,7 @@ impl Default for ServicePolicy {
             allow_load_balancer: true,
             allow_load_balancer_ip: false,
             allow_node_ports: false,
+            allow_external_name: false,
         }
     }
 }
@@ -127,16 +132,59 @@ impl Default for ServicePolicy {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct IngressPolicy {
     /// Annotation keys allowed on Ingresses: exact keys, or prefixes ending in `*`. Keys
-    /// naming a configuration snippet are refused whatever this says.
+    /// naming a configuration snippet are refused whatever this says. Default:
+    /// [`SAFE_INGRESS_ANNOTATIONS`].
     pub allowed_annotations: Vec<String>,
     /// Ingress classes the tenant may use. Empty: any.
     pub classes: Vec<String>,
 }
 
+/// Ingress annotations allowed by default: routing, TLS redirects, timeouts and sizes, CORS,
+/// rate limits and session affinity of ingress-nginx, which act on the tenant's own traffic
+/// only. Left out: authentication (`auth-url`, `auth-tls-*`: requests to and trust in
+/// addresses the tenant chooses), mirroring (`mirror-*`: copies of traffic sent anywhere),
+/// snippets and the other configuration families, custom backends and upstream rewrites, and
+/// certificate issuers (the provider's to grant). A provider widens the list per tenant in its
+/// policy.
+pub const SAFE_INGRESS_ANNOTATIONS: &[&str] = &[
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "kubernetes.io/ingress.class",
+    "nginx.ingress.kubernetes.io/rewrite-target",
+    "nginx.ingress.kubernetes.io/use-regex",
+    "nginx.ingress.kubernetes.io/app-root",
+    "nginx.ingress.kubernetes.io/ssl-redirect",
+    "nginx.ingress.kubernetes.io/force-ssl-redirect",
+    "nginx.ingress.kubernetes.io/backend-protocol",
+    "nginx.ingress.kubernetes.io/proxy-body-size",
+    "nginx.ingress.kubernetes.io/proxy-connect-timeout",
+    "nginx.ingress.kubernetes.io/proxy-read-timeout",
+    "nginx.ingress.kubernetes.io/proxy-send-timeout",
+    "nginx.ingress.kubernetes.io/proxy-buffering",
+    "nginx.ingress.kubernetes.io/enable-cors",
+    "nginx.ingress.kubernetes.io/cors-allow-origin",
+    "nginx.ingress.kubernetes.io/cors-allow-methods",
+    "nginx.ingress.kubernetes.io/cors-allow-headers",
+    "nginx.ingress.kubernetes.io/cors-allow-credentials",
+    "nginx.ingress.kubernetes.io/cors-max-age",
+    "nginx.ingress.kubernetes.io/limit-rps",
+    "nginx.ingress.kubernetes.io/limit-rpm",
+    "nginx.ingress.kubernetes.io/limit-connections",
+    "nginx.ingress.kubernetes.io/whitelist-source-range",
+    "nginx.ingress.kubernetes.io/affinity",
+    "nginx.ingress.kubernetes.io/affinity-mode",
+    "nginx.ingress.kubernetes.io/session-cookie-name",
+    "nginx.ingress.kubernetes.io/session-cookie-path",
+    "nginx.ingress.kubernetes.io/session-cookie-max-age",
+    "nginx.ingress.kubernetes.io/session-cookie-expires",
+];
+
 impl Default for IngressPolicy {
     fn default() -> Self {
         Self {
-            allowed_annotations: vec!["*".into()],
+            allowed_annotations: SAFE_INGRESS_ANNOTATIONS
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
             classes: Vec::new(),
         }
     }
@@ -273,6 +321,7 @@ impl serde::Serialize for BaseView<'_> {
                 "allowLoadBalancer": p.services.allow_load_balancer,
                 "allowLoadBalancerIP": p.services.allow_load_balancer_ip,
                 "allowNodePorts": p.services.allow_node_ports,
+                "allowExternalName": p.services.allow_external_name,
             },
             "endpointRanges": p.endpoint_ranges.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "ingress": {

@@ -40,6 +40,12 @@ pub(super) fn check_service(
         }
     }
     let type_ = spec["type"].as_str().unwrap_or("ClusterIP");
+    if type_ == "ExternalName" && !policy.allow_external_name {
+        return Err(Violation::new(
+            "spec.type",
+            "Services of type ExternalName are not allowed for this tenant: the name could be one of the provider's own Services (services.allowExternalName in the provider's policy)",
+        ));
+    }
     if type_ == "LoadBalancer" && !policy.allow_load_balancer {
         return Err(Violation::new(
             "spec.type",
@@ -180,7 +186,7 @@ pub(super) fn check_ingress(
         {
             return Err(Violation::new(
                 field(),
-                "this annotation is not in the provider's allowlist for Ingresses",
+                "this annotation is not in the provider's allowlist for Ingresses (ingress.allowedAnnotations in the provider's policy)",
             ));
         }
     }
@@ -259,7 +265,12 @@ mod tests {
             allow_load_balancer: true,
             allow_load_balancer_ip: true,
             allow_node_ports: true,
+            allow_external_name: true,
         };
+        let external =
+            json!({"type": "ExternalName", "externalName": "kubernetes.default.svc.cluster.local"});
+        assert_eq!(service(external.clone(), &p).as_deref(), Some("spec.type"));
+        assert_eq!(service(external, &open), None);
         let chosen = json!({"type": "LoadBalancer", "loadBalancerIP": "1.2.3.4", "ports": [{"port": 80, "nodePort": 30080}]});
         assert_eq!(service(chosen, &open), None);
         let closed = ServicePolicy {
@@ -316,8 +327,41 @@ mod tests {
     }
 
     #[test]
+    fn by_default_ingresses_carry_only_annotations_known_to_be_safe() {
+        let default = IngressPolicy::default();
+        let with = |key: &str| json!({"metadata": {"annotations": {key: "x"}}, "spec": {}});
+        for safe in [
+            "nginx.ingress.kubernetes.io/rewrite-target",
+            "nginx.ingress.kubernetes.io/ssl-redirect",
+            "kubectl.kubernetes.io/last-applied-configuration",
+        ] {
+            assert_eq!(check_ingress(&with(safe), &default), Ok(()), "{safe}");
+        }
+        // CVE-2025-24514 (auth-url), -1097 (auth-tls-match-cn), -1098 (mirror-target), and the
+        // rest of their families.
+        for unsafe_ in [
+            "nginx.ingress.kubernetes.io/auth-url",
+            "nginx.ingress.kubernetes.io/auth-tls-match-cn",
+            "nginx.ingress.kubernetes.io/mirror-target",
+            "nginx.ingress.kubernetes.io/mirror-uri",
+            "nginx.ingress.kubernetes.io/custom-http-errors",
+            "nginx.ingress.kubernetes.io/upstream-vhost",
+            "cert-manager.io/cluster-issuer",
+        ] {
+            let refused = check_ingress(&with(unsafe_), &default).unwrap_err();
+            assert!(
+                refused.reason.contains("ingress.allowedAnnotations"),
+                "{unsafe_}: {refused}"
+            );
+        }
+    }
+
+    #[test]
     fn ingresses_carry_only_allowed_annotations_and_classes() {
-        let open = IngressPolicy::default();
+        let open = IngressPolicy {
+            allowed_annotations: vec!["*".into()],
+            ..IngressPolicy::default()
+        };
         let with = |a: serde_json::Value| json!({"metadata": {"annotations": a}, "spec": {}});
         assert_eq!(
             check_ingress(
