@@ -42,7 +42,14 @@ async fn forger_with(policy: &str, extra: &[&str]) -> (Peering, Wire, tempfile::
         .map(String::as_str)
         .chain(extra.iter().copied())
         .collect();
-    let p = Peering::start_with_flags(false, &[], &flags)
+    let (p, wire) = forger_on(&flags).await;
+    (p, wire, file)
+}
+
+/// The forging tenant against a remote agent run with `flags` on top of those `deploy/`
+/// ships, connected with a namespace of its own.
+async fn forger_on(flags: &[&str]) -> (Peering, Wire) {
+    let p = Peering::start_with_flags(false, &[], flags)
         .await
         .expect("peering");
     let certs = p.certs.issue("mallory", TENANT, "client", &[]);
@@ -63,7 +70,7 @@ async fn forger_with(policy: &str, extra: &[&str]) -> (Peering, Wire, tempfile::
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS,
         "annotations": {"refract.io/original-name": "shop"}}});
     applied(wire.upsert(&ns).await.unwrap(), "the tenant's namespace");
-    (p, wire, file)
+    (p, wire)
 }
 
 fn applied(answer: Answer, what: &str) {
@@ -428,12 +435,26 @@ async fn forged_namespaces_are_refused_or_sanitized() {
         "already mirrors origin namespace \"shop\"",
     );
 
-    // Another tenant's namespace is not this tenant's, to write into or to take over.
+    // Another tenant's namespace is not this tenant's, to write into or to take over: its name
+    // does not even carry this tenant's identity.
     let origin_ns =
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-origin"}});
     kubectl_stdin(&p.provider, &["apply", "-f", "-"], "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop-origin, labels: {refract.io/tenant: origin, offloading.refract.io/origin: origin, offloading.refract.io/destination: provider}}\n");
     refused(
         wire.upsert(&origin_ns).await.unwrap(),
+        Outcome::Denied,
+        "does not carry tenant mallory's identity",
+    );
+    // One whose name carries it but that is someone else's is left alone.
+    kubectl_stdin(
+        &p.provider,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ops-mallory}\n",
+    );
+    let foreign =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ops-mallory"}});
+    refused(
+        wire.upsert(&foreign).await.unwrap(),
         Outcome::Conflict,
         "was not reflected by mallory",
     );
@@ -446,6 +467,84 @@ async fn forged_namespaces_are_refused_or_sanitized() {
     let deleted = wire.delete(object_ref(&origin_ns)).await.unwrap();
     assert_eq!(deleted.outcome, Outcome::Conflict, "{deleted:?}");
     assert!(kubectl_get(&p.provider, &["namespace", "shop-origin", "-o", "name"]).is_some());
+}
+
+/// No policy file and no `--provider-cidr`: the remote agent as `deploy/` runs it. The bypasses
+/// its defaults close are tried over the wire and refused, and nothing of them is written.
+#[tokio::test]
+async fn at_the_shipped_defaults_the_known_bypasses_are_refused() {
+    let (p, mut wire) = forger_on(&[]).await;
+    let namespace =
+        |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    for (name, reason) in [
+        ("monitoring", "does not carry tenant mallory's identity"),
+        ("cert-manager", "does not carry tenant mallory's identity"),
+        ("kube-mallory", "is one of the provider's own"),
+        ("default", "is one of the provider's own"),
+        ("refract-system", "is one of the provider's own"),
+    ] {
+        refused(
+            wire.upsert(&namespace(name)).await.unwrap(),
+            Outcome::Denied,
+            reason,
+        );
+    }
+    let external = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": NS},
+        "spec": {"type": "ExternalName", "externalName": "kubernetes.default.svc.cluster.local"}});
+    refused(
+        wire.upsert(&external).await.unwrap(),
+        Outcome::Denied,
+        "ExternalName are not allowed",
+    );
+    let ingress = |name: &str, key: &str, value: &str| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": name, "namespace": NS, "annotations": {key: value}},
+            "spec": {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}})
+    };
+    for (name, key, value) in [
+        (
+            "auth",
+            "nginx.ingress.kubernetes.io/auth-url",
+            "http://10.96.0.1/",
+        ),
+        (
+            "auth-tls",
+            "nginx.ingress.kubernetes.io/auth-tls-match-cn",
+            "CN=x",
+        ),
+        (
+            "mirror",
+            "nginx.ingress.kubernetes.io/mirror-target",
+            "http://10.96.0.1/",
+        ),
+    ] {
+        refused(
+            wire.upsert(&ingress(name, key, value)).await.unwrap(),
+            Outcome::Denied,
+            "not in the provider's allowlist for Ingresses",
+        );
+    }
+    applied(
+        wire.upsert(&ingress(
+            "web",
+            "nginx.ingress.kubernetes.io/rewrite-target",
+            "/",
+        ))
+        .await
+        .unwrap(),
+        "an Ingress with a safe annotation",
+    );
+    for name in ["monitoring", "cert-manager", "kube-mallory"] {
+        assert!(
+            kubectl_get(&p.provider, &["namespace", name, "-o", "name"]).is_none(),
+            "{name}"
+        );
+    }
+    assert!(!provider_has(&p, "service/api"));
+    for name in ["auth", "auth-tls", "mirror"] {
+        assert!(!provider_has(&p, &format!("ingress/{name}")), "{name}");
+    }
+    assert!(provider_has(&p, "ingress/web"));
 }
 
 #[tokio::test]
