@@ -56,7 +56,7 @@ async fn a_tenant_cut_off_is_disconnected_at_once_and_refused_while_others_stay(
     let mut bystander = Wire::open(&p.remote_addr, "provider", "bystander", &bystander_certs)
         .await
         .expect("the second tenant connects");
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bystander-shop",
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-bystander",
         "annotations": {"refract.io/original-name": "shop"}}});
     assert_eq!(
         bystander.upsert(&ns).await.unwrap().outcome,
@@ -98,7 +98,7 @@ async fn a_tenant_cut_off_is_disconnected_at_once_and_refused_while_others_stay(
 
     // The other tenant's stream went on throughout.
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "after-the-cut", "namespace": "bystander-shop"}, "data": {"a": "b"}});
+        "metadata": {"name": "after-the-cut", "namespace": "shop-bystander"}, "data": {"a": "b"}});
     assert_eq!(
         bystander.upsert(&cm).await.unwrap().outcome,
         Outcome::Applied,
@@ -154,7 +154,7 @@ async fn a_tenant_cut_off_is_disconnected_at_once_and_refused_while_others_stay(
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "api-client-token", "namespace": "bystander-shop"},
+        "metadata": {"name": "api-client-token", "namespace": "shop-bystander"},
         "data": {"api-token-3c469e": token}});
     assert_eq!(
         bystander.upsert(&secret).await.unwrap().outcome,

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The forging tenant's cluster id, and its twin namespace on the provider.
 const TENANT: &str = "mallory";
-const NS: &str = "mallory-shop";
+const NS: &str = "shop-mallory";
 /// The provider's own pod range in these tests (`--provider-cidr`).
 const PROVIDER_CIDR: &str = "10.200.0.0/16";
 
@@ -395,7 +395,7 @@ async fn forged_claims_are_refused_or_sanitized() {
 async fn forged_namespaces_are_refused_or_sanitized() {
     let (p, mut wire, _policy) = forger("{}\n").await;
     // Namespace labels and annotations are the provider's, whatever the tenant sends.
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mallory-admin",
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "admin-mallory",
         "labels": {"pod-security.kubernetes.io/enforce": "privileged", "refract.io/tenant": "origin"},
         "annotations": {"refract.io/original-name": "admin", "scheduler.alpha.kubernetes.io/node-selector": "role=control-plane"}}});
     applied(wire.upsert(&ns).await.unwrap(), "a namespace");
@@ -403,7 +403,7 @@ async fn forged_namespaces_are_refused_or_sanitized() {
         &p.provider,
         &[
             "namespace",
-            "mallory-admin",
+            "admin-mallory",
             "-o",
             "jsonpath={.metadata.labels}",
         ],
@@ -419,7 +419,7 @@ async fn forged_namespaces_are_refused_or_sanitized() {
         &p.provider,
         &[
             "namespace",
-            "mallory-admin",
+            "admin-mallory",
             "-o",
             "jsonpath={.metadata.annotations.scheduler\\.alpha\\.kubernetes\\.io/node-selector}",
         ],
@@ -615,7 +615,7 @@ fn rss_kib(pid: u32) -> u64 {
 async fn slowest_ack(bob: &mut Wire, n: usize) -> Duration {
     let mut slowest = Duration::ZERO;
     for i in 0..n {
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{}", i % 5), "namespace": "bob-shop"}, "data": {"i": format!("{n}-{i}")}});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{}", i % 5), "namespace": "shop-bob"}, "data": {"i": format!("{n}-{i}")}});
         let started = std::time::Instant::now();
         applied(bob.upsert(&cm).await.unwrap(), "bob's ConfigMap");
         slowest = slowest.max(started.elapsed());
@@ -631,7 +631,7 @@ async fn a_tenant_that_floods_and_stops_reading_delays_no_other() {
     let mut bob = Wire::open(&p.remote_addr, "provider", "bob", &bob_certs)
         .await
         .unwrap();
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bob-shop"}});
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-bob"}});
     applied(bob.upsert(&ns).await.unwrap(), "bob's namespace");
     let pid = p
         .remote
