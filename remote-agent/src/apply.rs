@@ -12,18 +12,19 @@
 //! Results are typed ([`Applied`], [`ApplyError`]); only the gRPC edge maps them to the wire.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use kube::api::{Api, DynamicObject, GetParams, ObjectMeta};
 use kube::ResourceExt;
 use refract_core::hash::{bytes_hash, desired_hash};
 use refract_core::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_HASH_ANNOTATION, SERVICE_ACCOUNT_LABEL};
-use refract_core::lock::Locked;
+use refract_core::lock::{Locked, RwLocked};
 use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::{ObjectRef, Upsert};
 
 use crate::kinds::Allowed;
+use crate::networks::SharedNetworks;
 use crate::objects::TenantObjects;
 use crate::policy::{self, Policies};
 pub use deletion::DeletionSafety;
@@ -61,8 +62,9 @@ pub struct Applier {
     provider: ClusterId,
     /// What each tenant may have written.
     policies: Arc<Policies>,
-    /// The provider's own networks, which no tenant endpoint may point into.
-    networks: Arc<policy::ProviderNetworks>,
+    /// The provider's own networks, which no tenant endpoint may point into; kept current by
+    /// [`crate::networks`].
+    networks: SharedNetworks,
     /// Namespace names no tenant may have.
     reserved: Arc<policy::ReservedNames>,
     /// The largest object (its JSON, in bytes) a tenant may send.
@@ -121,7 +123,7 @@ impl Applier {
                 tenants: limits.policies.named_tenants(),
             }),
             policies: Arc::new(limits.policies),
-            networks: Arc::new(limits.networks),
+            networks: Arc::new(RwLock::new(limits.networks)),
             max_object_bytes: limits.max_object_bytes,
             safety: limits.safety,
             deferred: Arc::default(),
@@ -459,6 +461,11 @@ impl Applier {
         Ok(Applied::Written)
     }
 
+    /// The provider's own networks, for [`crate::networks`] to keep current.
+    pub fn networks(&self) -> SharedNetworks {
+        self.networks.clone()
+    }
+
     /// The object as the provider will hold it for `tenant` ([`judge::Judge`]).
     fn judged(
         &self,
@@ -470,7 +477,7 @@ impl Applier {
             tenant,
             provider: &self.provider,
             policy: self.policies.of(tenant),
-            networks: &self.networks,
+            networks: &self.networks.read_locked(),
             reserved: &self.reserved,
         }
         .judge(kind, value)

@@ -27,7 +27,7 @@ use refract_shared::tls::ClusterId;
 use refract_wire::proto::{remote_message, Capacity, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 use crate::outbox::{Outbox, Subject};
 use crate::registry::Registry;
@@ -50,7 +50,17 @@ enum Woken {
     SessionOpened,
 }
 
-/// Starts the capacity stream over `stores`' pods and a watch of the provider's nodes.
+/// The provider's nodes as capacity's watch has them, for the other readers of nodes
+/// ([`crate::networks`]): the store, and a count that changes with every node change.
+pub struct Nodes {
+    /// Every node.
+    pub store: Store<Node>,
+    /// Changes after each node change.
+    pub changed: watch::Receiver<u64>,
+}
+
+/// Starts the capacity stream over `stores`' pods and a watch of the provider's nodes, which
+/// it returns for the other readers of nodes.
 pub fn spawn(
     client: kube::Client,
     stores: Stores,
@@ -58,9 +68,10 @@ pub fn spawn(
     outbox: Outbox,
     node_labels: BTreeMap<String, String>,
     shutdown: CancellationToken,
-) {
+) -> Nodes {
     let (nodes, nodes_writer) = reflector::store::<Node>();
     let nodes_changed = Arc::new(Notify::new());
+    let (epoch, changed) = watch::channel(0u64);
     let watch_nodes = {
         let nodes_changed = nodes_changed.clone();
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
@@ -68,8 +79,13 @@ pub fn spawn(
             .reflect(nodes_writer)
             .for_each(move |_| {
                 nodes_changed.notify_one();
+                epoch.send_modify(|n| *n = n.wrapping_add(1));
                 futures::future::ready(())
             })
+    };
+    let shared = Nodes {
+        store: nodes.clone(),
+        changed,
     };
     let pods = stores.pods.clone();
     let stream = async move {
@@ -120,6 +136,7 @@ pub fn spawn(
             _ = stream => {}
         }
     });
+    shared
 }
 
 fn free_for(

@@ -23,6 +23,7 @@ pub mod kubelet;
 pub mod metrics;
 #[cfg(test)]
 mod mock_api;
+pub mod networks;
 pub mod objects;
 pub mod outbox;
 pub mod peer;
@@ -131,6 +132,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         anyhow::bail!("ShadowPods and claims are not among the kinds tenants may write");
     };
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
+    // Before any tenant is served: no EndpointSlice is judged without the discovered networks.
+    let api_service = networks::discover(&client, &args.provider_cidrs, &applier.networks()).await;
     let outbox = outbox::Outbox::default();
     restore::spawn_restorer(applier.clone(), outbox.clone(), changes);
     if let Some(expiry) = args.tenant_expiry {
@@ -146,12 +149,20 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let stores =
         shadowpod_controller::spawn(client.clone(), &args.cluster_id, shadow_feed, token.clone());
     pod_status::spawn(stores.clone(), outbox.clone(), token.clone());
-    capacity::spawn(
+    let nodes = capacity::spawn(
         client.clone(),
         stores.clone(),
         registry.clone(),
         outbox.clone(),
         args.node_labels(),
+        token.clone(),
+    );
+    networks::follow(
+        nodes.store,
+        nodes.changed,
+        args.provider_cidrs.clone(),
+        api_service,
+        applier.networks(),
         token.clone(),
     );
     volumes::spawn(

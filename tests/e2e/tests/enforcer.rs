@@ -534,6 +534,30 @@ async fn at_the_shipped_defaults_the_known_bypasses_are_refused() {
         .unwrap(),
         "an Ingress with a safe annotation",
     );
+    // The provider's API server behind its Service address, found without --provider-cidr.
+    let api = kubectl_get(
+        &p.provider,
+        &[
+            "-n",
+            "default",
+            "service",
+            "kubernetes",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ],
+    )
+    .unwrap();
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "api-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "api"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": [api]}], "ports": [{"port": 443}]});
+    refused(
+        wire.upsert(&slice).await.unwrap(),
+        Outcome::Denied,
+        &format!("{api} is in the provider's own range {api}/32"),
+    );
+    assert!(p
+        .remote_log()
+        .contains("no tenant EndpointSlice may point into the provider's own networks"));
     for name in ["monitoring", "cert-manager", "kube-mallory"] {
         assert!(
             kubectl_get(&p.provider, &["namespace", name, "-o", "name"]).is_none(),
@@ -541,6 +565,7 @@ async fn at_the_shipped_defaults_the_known_bypasses_are_refused() {
         );
     }
     assert!(!provider_has(&p, "service/api"));
+    assert!(!provider_has(&p, "endpointslice/api-1"));
     for name in ["auth", "auth-tls", "mirror"] {
         assert!(!provider_has(&p, &format!("ingress/{name}")), "{name}");
     }
