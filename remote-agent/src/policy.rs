@@ -20,6 +20,7 @@ mod exposition;
 pub mod namespace;
 mod pod;
 pub mod pod_security;
+mod scheduling;
 mod secret;
 mod storage;
 
@@ -80,6 +81,11 @@ pub struct TenantPolicy {
     /// (`<namespace>-<tenant>`, the default naming): exact names, or prefixes ending in `*`
     /// (`*` alone: any name but the provider's own). Empty: only names carrying its identity.
     pub namespaces: Vec<String>,
+    /// Node label keys the tenant's pods may select (`nodeSelector`, node affinity, and the
+    /// topology keys of pod affinity and spread constraints): exact keys, or prefixes ending in
+    /// `*`. Default: the well-known topology and platform labels
+    /// ([`scheduling::DEFAULT_NODE_LABEL_KEYS`]).
+    pub node_label_keys: Vec<String>,
 }
 
 impl Default for TenantPolicy {
@@ -95,6 +101,10 @@ impl Default for TenantPolicy {
             storage_classes: Vec::new(),
             service_accounts: Vec::new(),
             namespaces: Vec::new(),
+            node_label_keys: scheduling::DEFAULT_NODE_LABEL_KEYS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
         }
     }
 }
@@ -331,6 +341,7 @@ impl serde::Serialize for BaseView<'_> {
             "storageClasses": p.storage_classes,
             "serviceAccounts": p.service_accounts,
             "namespaces": p.namespaces,
+            "nodeLabelKeys": p.node_label_keys,
         })
         .serialize(s)
     }

@@ -1,6 +1,7 @@
 //! ShadowPods: the pod must meet the tenant's Pod Security Standards level, stay off node
-//! placement the provider decides (`nodeName`, priority, control-plane tolerations), and never
-//! run with the provider's own ServiceAccount credentials.
+//! placement the provider decides (`nodeName`, priority, control-plane tolerations, node labels
+//! and schedulers, see [`super::scheduling`]), and never run with the provider's own
+//! ServiceAccount credentials.
 //!
 //! Tokens a tenant's pod may mount come only from Secrets the tenant itself sent (checked by
 //! the write path, which can read the Secrets), or from a ServiceAccount of its namespace the
@@ -11,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodSpec;
 
-use super::{decode, pod_security, TenantPolicy, Violation};
+use super::{decode, pod_security, scheduling, TenantPolicy, Violation};
 
 /// Taint keys of the control plane: tolerating them would put tenant pods next to it.
 const CONTROL_PLANE_TAINTS: &[&str] = &[
@@ -48,6 +49,7 @@ pub(super) fn check(
         },
     )?;
     placement(&spec, policy).map_err(prefixed)?;
+    scheduling::check(&spec, policy).map_err(prefixed)?;
     if !credentials(&spec, policy).map_err(prefixed)? {
         // The pod never gets the token of a ServiceAccount its tenant may not use.
         shadow["spec"]["pod"]["automountServiceAccountToken"] = false.into();

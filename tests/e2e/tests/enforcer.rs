@@ -534,6 +534,40 @@ async fn at_the_shipped_defaults_the_known_bypasses_are_refused() {
         .unwrap(),
         "an Ingress with a safe annotation",
     );
+    // Pods placed by labels of the provider's own node roles, by another scheduler, or next to
+    // another tenant's pods.
+    let placed = |name: &str, placement: Value| {
+        let mut pod = json!({"containers": [container()]});
+        for (k, v) in placement.as_object().unwrap() {
+            pod[k] = v.clone();
+        }
+        shadow(name, pod)
+    };
+    for (name, placement, reason) in [
+        (
+            "on-control-plane",
+            json!({"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}),
+            "node label \"node-role.kubernetes.io/control-plane\" is not one this tenant may select",
+        ),
+        (
+            "own-scheduler",
+            json!({"schedulerName": "tenant-scheduler"}),
+            "only the provider's default-scheduler places tenant pods",
+        ),
+        (
+            "next-to-others",
+            json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "namespaces": ["shop-origin"], "labelSelector": {}}]}}}),
+            "pod affinity may only look at the pod's own namespace",
+        ),
+    ] {
+        refused(
+            wire.upsert(&placed(name, placement)).await.unwrap(),
+            Outcome::Denied,
+            reason,
+        );
+        assert!(!provider_has(&p, &format!("shadowpod/{name}")), "{name}");
+    }
     // The provider's API server behind its Service address, found without --provider-cidr.
     let api = kubectl_get(
         &p.provider,
