@@ -60,13 +60,11 @@ pub use refract_core::keys::ORIGINAL_NAME_ANNOTATION;
 pub struct Applier {
     client: kube::Client,
     provider: ClusterId,
-    /// What each tenant may have written.
-    policies: Arc<Policies>,
+    /// What each tenant may have written, and the names none may take.
+    rules: Arc<RwLock<Arc<Rules>>>,
     /// The provider's own networks, which no tenant endpoint may point into; kept current by
     /// [`crate::networks`].
     networks: SharedNetworks,
-    /// Namespace names no tenant may have.
-    reserved: Arc<policy::ReservedNames>,
     /// The largest object (its JSON, in bytes) a tenant may send.
     max_object_bytes: usize,
     /// Which deletions wait for a grace period.
@@ -85,6 +83,23 @@ pub struct Applier {
 
 /// The result of one request.
 pub type ApplyResult = Result<Applied, ApplyError>;
+
+/// What tenants may have written: the policy file's rules, and the names none may take.
+/// Swapped whole when the policy file changes ([`Applier::set_policies`]).
+struct Rules {
+    policies: Policies,
+    reserved: policy::ReservedNames,
+}
+
+impl Rules {
+    fn new(policies: Policies, own_namespace: String) -> Self {
+        let reserved = policy::ReservedNames {
+            own_namespace,
+            tenants: policies.named_tenants(),
+        };
+        Self { policies, reserved }
+    }
+}
 
 /// How an [`Applier`] judges tenants' objects.
 #[derive(Debug, Clone)]
@@ -118,11 +133,10 @@ impl Applier {
         Self {
             client,
             provider,
-            reserved: Arc::new(policy::ReservedNames {
-                own_namespace: limits.own_namespace,
-                tenants: limits.policies.named_tenants(),
-            }),
-            policies: Arc::new(limits.policies),
+            rules: Arc::new(RwLock::new(Arc::new(Rules::new(
+                limits.policies,
+                limits.own_namespace,
+            )))),
             networks: Arc::new(RwLock::new(limits.networks)),
             max_object_bytes: limits.max_object_bytes,
             safety: limits.safety,
@@ -461,6 +475,28 @@ impl Applier {
         Ok(Applied::Written)
     }
 
+    /// Puts `policies` in force for every request from now on, and judges again every object
+    /// the agent keeps whole (twin namespaces, ShadowPods, token Secrets): those the new
+    /// policy refuses are returned, with why. Objects kept as a hash are judged again when the
+    /// origin next sends them.
+    pub fn set_policies(&self, policies: Policies) -> Vec<(ObjectKey, ApplyError)> {
+        let own_namespace = self.rules.read_locked().reserved.own_namespace.clone();
+        *self.rules.write_locked() = Arc::new(Rules::new(policies, own_namespace));
+        self.desired
+            .whole()
+            .into_iter()
+            .filter_map(|(key, desired)| {
+                let refused = self.judged(&key.tenant, key.kind, desired).err()?;
+                Some((key, refused))
+            })
+            .collect()
+    }
+
+    /// The policy of `tenant` now in force.
+    pub fn policy_of(&self, tenant: &ClusterId) -> policy::TenantPolicy {
+        self.rules.read_locked().policies.of(tenant).clone()
+    }
+
     /// The provider's own networks, for [`crate::networks`] to keep current.
     pub fn networks(&self) -> SharedNetworks {
         self.networks.clone()
@@ -473,12 +509,13 @@ impl Applier {
         kind: Allowed,
         value: serde_json::Value,
     ) -> Result<serde_json::Value, ApplyError> {
+        let rules = self.rules.read_locked().clone();
         judge::Judge {
             tenant,
             provider: &self.provider,
-            policy: self.policies.of(tenant),
+            policy: rules.policies.of(tenant),
             networks: &self.networks.read_locked(),
-            reserved: &self.reserved,
+            reserved: &rules.reserved,
         }
         .judge(kind, value)
     }

@@ -93,8 +93,10 @@ pub struct Args {
     /// {<cluster-id>: ...}` overriding them field by field (pod security level, priority
     /// classes, tolerated taints, Service types and addresses, endpoint ranges, Ingress
     /// annotations and classes, storage classes, twin namespace names). See the README,
-    /// "Provider policy". Read at
-    /// start; an invalid file stops the agent.
+    /// "Provider policy". An invalid file stops the agent at start; afterwards the file is read
+    /// again every second, a valid change is in force at once (and objects already written are
+    /// judged again), and an invalid one is refused with the last good policy kept
+    /// (`refract_remote_policy_file_valid` 0).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
@@ -197,12 +199,18 @@ pub struct Args {
 }
 
 impl Args {
-    /// What tenants may have written: the --policy file over the flags' defaults.
-    pub fn limits(&self) -> Result<crate::apply::Limits, crate::policy::PolicyError> {
-        let base = crate::policy::TenantPolicy {
+    /// The policy every tenant gets before the --policy file: the defaults, at
+    /// --pod-security-level.
+    pub fn base_policy(&self) -> crate::policy::TenantPolicy {
+        crate::policy::TenantPolicy {
             pod_security: self.pod_security_level,
             ..Default::default()
-        };
+        }
+    }
+
+    /// What tenants may have written: the --policy file over the flags' defaults.
+    pub fn limits(&self) -> Result<crate::apply::Limits, crate::policy::PolicyError> {
+        let base = self.base_policy();
         let policies = match &self.policy {
             Some(path) => crate::policy::Policies::load(path, base)?,
             None => crate::policy::Policies::uniform(base),

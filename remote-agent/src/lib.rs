@@ -29,6 +29,7 @@ pub mod outbox;
 pub mod peer;
 pub mod pod_status;
 pub mod policy;
+pub mod policy_file;
 pub mod registry;
 pub mod restore;
 pub mod shadowpod;
@@ -184,6 +185,19 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         applier.objects().clone(),
         token.clone(),
     );
+    if let Some(path) = &args.policy {
+        // What `limits` loaded; a change from here on is followed.
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        policy_file::follow(
+            path.clone(),
+            text,
+            args.base_policy(),
+            applier.clone(),
+            outbox.clone(),
+            metrics.policy.clone(),
+            token.clone(),
+        );
+    }
     let reflection = sync::ReflectionService {
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),

@@ -63,6 +63,8 @@ pub struct Metrics {
     pub received: Family<Labels, Counter>,
     /// Acks sent, by tenant and outcome.
     pub acks: Family<Labels, Counter>,
+    /// The policy file's state, and what its changes refused.
+    pub policy: crate::policy_file::PolicyMetrics,
 }
 
 impl Metrics {
@@ -93,6 +95,16 @@ impl Metrics {
                 m.received.clone(),
             );
             r.register("acks", "Acks sent, by tenant and outcome", m.acks.clone());
+            r.register(
+                "policy_file_valid",
+                "1 while the policy file on disk is the one in force, 0 while it is refused (the last good policy stays)",
+                m.policy.valid.clone(),
+            );
+            r.register(
+                "policy_refusals",
+                "Objects already written that a changed policy refused, by tenant",
+                m.policy.refused.clone(),
+            );
         });
         m
     }

@@ -86,6 +86,10 @@ pub struct TenantPolicy {
     /// `*`. Default: the well-known topology and platform labels
     /// ([`scheduling::DEFAULT_NODE_LABEL_KEYS`]).
     pub node_label_keys: Vec<String>,
+    /// When the policy file changes and refuses a ShadowPod already running, delete it (its
+    /// pod stops with its grace period, and the origin is told why). Otherwise it is reported
+    /// and runs on until the origin sends it again.
+    pub remove_refused: bool,
 }
 
 impl Default for TenantPolicy {
@@ -105,6 +109,7 @@ impl Default for TenantPolicy {
                 .iter()
                 .map(|k| k.to_string())
                 .collect(),
+            remove_refused: false,
         }
     }
 }
@@ -342,6 +347,7 @@ impl serde::Serialize for BaseView<'_> {
             "serviceAccounts": p.service_accounts,
             "namespaces": p.namespaces,
             "nodeLabelKeys": p.node_label_keys,
+            "removeRefused": p.remove_refused,
         })
         .serialize(s)
     }

@@ -185,7 +185,7 @@ fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
         tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
         "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
     );
-    let subject = Subject::resend(key.kind.kind(), &key.namespace, &key.name);
+    let subject = Subject::notice(key.kind.kind(), &key.namespace, &key.name);
     outbox.put(&key.tenant, subject, String::new(), message);
 }
 

@@ -225,6 +225,19 @@ impl DesiredStore {
         }
     }
 
+    /// Every object kept whole, with its desired state.
+    pub fn whole(&self) -> Vec<(ObjectKey, serde_json::Value)> {
+        let kept: Vec<(ObjectKey, Box<str>)> = self
+            .inner
+            .locked()
+            .iter()
+            .filter_map(|(key, r)| Some((key.clone(), r.object.clone()?)))
+            .collect();
+        kept.into_iter()
+            .filter_map(|(key, text)| Some((key, Remembered::object(&text)?)))
+            .collect()
+    }
+
     /// How to restore every object of `tenant` in its namespace `namespace`, which was
     /// deleted with them and is back: those kept whole from here, ShadowPods first (the token
     /// Secrets they own name them); the others from the origin, marked as drifted so that

@@ -170,3 +170,38 @@ async fn a_new_object_in_the_tenants_namespace_is_created_in_one_request() {
     assert_eq!(result, Ok(Applied::Written));
     assert_eq!(writes(&log).len(), 1);
 }
+
+#[tokio::test]
+async fn a_changed_policy_judges_again_what_is_kept_whole() {
+    use super::desired::Keep;
+    use super::ObjectKey;
+    use crate::kinds::Allowed;
+    use crate::policy::{Level, Policies, TenantPolicy};
+
+    let (client, _log) = provider(vec![]);
+    let a = applier(client);
+    let key = ObjectKey {
+        tenant: tenant(),
+        kind: Allowed::ShadowPod,
+        namespace: "shop-tenant-a".into(),
+        name: "web".into(),
+    };
+    let shadow = json!({"apiVersion": "offloading.refract.io/v1alpha1", "kind": "ShadowPod",
+        "metadata": {"name": "web", "namespace": "shop-tenant-a"},
+        "spec": {"pod": {"hostNetwork": true, "containers": [{"name": "c", "image": "busybox"}]}}});
+    a.desired
+        .remember(key.clone(), &shadow, Keep::Whole, Some("1".into()));
+    let privileged = TenantPolicy {
+        pod_security: Level::Privileged,
+        ..TenantPolicy::default()
+    };
+    assert!(a.set_policies(Policies::uniform(privileged)).is_empty());
+    let refused = a.set_policies(Policies::uniform(TenantPolicy::default()));
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].0, key);
+    assert!(
+        refused[0].1.to_string().contains("hostNetwork"),
+        "{}",
+        refused[0].1
+    );
+}

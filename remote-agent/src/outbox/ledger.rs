@@ -1,6 +1,6 @@
 //! The pure part of the provider's outbox: per tenant, the latest state of everything the
-//! provider streams back on its own (pod status, volumes, capacity, events, requests to send
-//! an object again), and what the tenant's current session already has of it.
+//! provider streams back on its own (pod status, volumes, capacity, events, notices about an
+//! object), and what the tenant's current session already has of it.
 //!
 //! No channels, no clock, no Kubernetes client: what to send, what a new session needs and
 //! what a producer's change means are decided here and tested synchronously
@@ -22,11 +22,12 @@ pub enum Topic {
     PodStatus,
     /// A volume the provider bound to one of the tenant's claims.
     Volume,
-    /// A request that the tenant send one of its objects again, to restore a copy changed on
-    /// the provider ([`crate::restore`]). Sent once: delivered, it is forgotten, and a
-    /// session's end forgets it too (the next session's inventory leaves the copy out, so the
+    /// An unsolicited answer about one of the tenant's objects: send it again, to restore a
+    /// copy changed on the provider ([`crate::restore`]), or it is refused now, after a policy
+    /// change ([`crate::policy_file`]). Sent once: delivered, it is forgotten, and a session's
+    /// end forgets it too (the next session's inventory leaves a changed copy out, so the
     /// tenant sends it anyway).
-    Resend,
+    Notice,
     /// An event about one of the tenant's objects: its state is its count. Last, after the
     /// objects it is about. At most [`MAX_EVENTS`] are kept per tenant.
     Event,
@@ -85,10 +86,10 @@ impl Subject {
         }
     }
 
-    /// A request to send object `kind` `namespace/name` again.
-    pub fn resend(kind: &str, namespace: &str, name: &str) -> Self {
+    /// An unsolicited answer about object `kind` `namespace/name`.
+    pub fn notice(kind: &str, namespace: &str, name: &str) -> Self {
         Self {
-            topic: Topic::Resend,
+            topic: Topic::Notice,
             name: format!("{kind}/{namespace}/{name}"),
         }
     }
@@ -238,8 +239,8 @@ impl Ledger {
 
     /// Ends session `session` of `tenant`, unless a newer one replaced it already. Its
     /// capacity goes with it: capacity is computed for connected tenants only, so one kept
-    /// would be stale by the time the tenant is back. So do its requests to send objects
-    /// again (see [`Topic::Resend`]).
+    /// would be stale by the time the tenant is back. So do its notices (see
+    /// [`Topic::Notice`]).
     pub fn close(&mut self, tenant: &ClusterId, session: &str) {
         if let Some(t) = self.tenants.get_mut(tenant) {
             if t.session.as_deref() == Some(session) {
@@ -247,7 +248,7 @@ impl Ledger {
                 t.delivered.clear();
                 t.due.clear();
                 t.latest
-                    .retain(|s, _| !matches!(s.topic, Topic::Capacity | Topic::Resend));
+                    .retain(|s, _| !matches!(s.topic, Topic::Capacity | Topic::Notice));
             }
         }
     }
@@ -279,8 +280,8 @@ impl Ledger {
             if t.session.as_deref() != Some(session) || !t.latest.contains_key(&subject) {
                 return;
             }
-            if subject.topic == Topic::Resend {
-                // Asked once; asking again is a new request.
+            if subject.topic == Topic::Notice {
+                // Said once; saying it again is a new notice.
                 t.latest.remove(&subject);
             } else {
                 t.delivered.insert(subject, hash);

@@ -310,7 +310,7 @@ fn a_request_to_send_an_object_again_is_sent_once_and_not_to_a_later_session() {
     let mut ledger = Ledger::default();
     let tenant = mk_tenant("origin");
     let resend = || RemoteMessage { kind: None };
-    let subject = Subject::resend("ConfigMap", "apps", "settings");
+    let subject = Subject::notice("ConfigMap", "apps", "settings");
     ledger.open(&tenant, "s1");
     assert_eq!(
         ledger.put(&tenant, subject.clone(), String::new(), resend()),
@@ -326,7 +326,7 @@ fn a_request_to_send_an_object_again_is_sent_once_and_not_to_a_later_session() {
         [(subject.clone(), String::new())]
     );
     assert_eq!(
-        ledger.count(&tenant, Topic::Resend),
+        ledger.count(&tenant, Topic::Notice),
         0,
         "forgotten once sent"
     );

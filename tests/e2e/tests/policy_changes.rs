@@ -1,0 +1,135 @@
+//! The provider's policy file changed while the remote agent runs: a malformed file is refused
+//! whole with the last good policy kept (and a metric says so), and a valid tightening is in
+//! force at once and judges again what is already written: a running pod that no longer meets
+//! the tenant's Pod Security level is removed (the policy says `removeRefused`), and the origin
+//! pod shows why.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
+use std::time::Duration;
+
+use refract_e2e::{busybox, kubectl_stdin, metric, origin_get, provider_get, Peering};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn remote_phase(p: &Peering) -> Option<String> {
+    provider_get(
+        p,
+        &[
+            "-n",
+            "apps-origin",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+    )
+}
+
+#[tokio::test]
+async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_changes_nothing() {
+    let mut p = Peering::start_offloading().await.expect("peering");
+    let policy = tempfile::NamedTempFile::new().expect("policy file");
+    std::fs::write(
+        policy.path(),
+        "tenants:\n  origin:\n    removeRefused: true\n",
+    )
+    .unwrap();
+    p.remote.take().unwrap().stop().await;
+    p.remote_flags
+        .push(format!("--policy={}", policy.path().display()));
+    p.start_remote();
+    p.until_node_ready(WAIT).await;
+    p.extend("apps", "{podOffloadingStrategy: Remote}");
+    // Runs as root: baseline allows it, restricted does not.
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: apps}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers: [{{name: c, image: \"{}\", command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 1; done']}}]\n",
+            busybox()
+        ),
+    );
+    p.eventually(WAIT, "web Running on the provider", || {
+        (remote_phase(&p)? == "Running").then_some(())
+    })
+    .await;
+    let admin = p.remote_admin.clone();
+    assert_eq!(
+        metric(&admin, "refract_remote_policy_file_valid").await,
+        1.0
+    );
+
+    // A typo: refused whole, naming the field; the pod runs on under the last good policy.
+    std::fs::write(
+        policy.path(),
+        "tenants:\n  origin:\n    podSecurty: restricted\n    removeRefused: true\n",
+    )
+    .unwrap();
+    p.eventually(WAIT, "the bad file refused", || {
+        let log = p.remote_log();
+        (log.contains("policy file refused; the last good policy stays in force")
+            && log.contains("unknown field `podSecurty`"))
+        .then_some(())
+    })
+    .await;
+    let mut valid = 1.0;
+    for _ in 0..20 {
+        valid = metric(&admin, "refract_remote_policy_file_valid").await;
+        if valid == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(valid, 0.0, "the metric says the file on disk is refused");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(remote_phase(&p).as_deref(), Some("Running"));
+
+    // Tightened: in force at once, and the running pod judged again and removed.
+    std::fs::write(
+        policy.path(),
+        "tenants:\n  origin:\n    podSecurity: restricted\n    removeRefused: true\n",
+    )
+    .unwrap();
+    p.eventually(WAIT, "the refused pod removed from the provider", || {
+        remote_phase(&p).is_none().then_some(())
+    })
+    .await;
+    let (reason, message) = p
+        .eventually(WAIT, "the origin pod saying why", || {
+            let got = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "pod",
+                    "web",
+                    "-o",
+                    "jsonpath={.status.reason}|{.status.message}",
+                ],
+            )?;
+            let (reason, message) = got.split_once('|')?;
+            (reason == "OffloadingDenied").then(|| (reason.to_string(), message.to_string()))
+        })
+        .await;
+    println!("origin pod: {reason}: {message}");
+    assert!(
+        message.contains("removed after a policy change") && message.contains("runAsNonRoot"),
+        "{message}"
+    );
+    assert_eq!(
+        metric(&admin, "refract_remote_policy_file_valid").await,
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &admin,
+            "refract_remote_policy_refusals_total{tenant=\"origin\"}"
+        )
+        .await,
+        1.0
+    );
+}
