@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use super::{origin, readiness, PodOffloader};
 use crate::early::{self, Early};
 use crate::key::Key;
-use crate::outbox::Producer;
+use crate::outbox::{AckState, Producer};
 
 /// The most pod statuses, and status bytes, held for pods not sent yet ([`early`]).
 pub(super) const EARLY_STATUSES: usize = 4096;
@@ -30,6 +30,9 @@ enum Refusal {
     NotSentYet,
     /// The status is not acceptable.
     Invalid(String),
+    /// The provider refused the pod (after a policy change, for one already running): its pod
+    /// is gone or going, and the origin pod keeps the reason it was given.
+    Withdrawn,
 }
 
 impl PodOffloader {
@@ -67,6 +70,9 @@ impl PodOffloader {
             Ok(()) => self.statuses.put(message.origin_uid.clone(), message),
             Err(Refusal::NotSentYet) => return Some(message),
             Err(Refusal::Invalid(reason)) => self.refuse(&message, &reason),
+            Err(Refusal::Withdrawn) => {
+                tracing::debug!(origin_uid = %refract_core::inbound::excerpt(&message.origin_uid), "a pod status for a pod the provider refused; not written");
+            }
         }
         None
     }
@@ -122,6 +128,9 @@ impl PodOffloader {
                 refract_core::inbound::excerpt(&message.namespace),
                 refract_core::inbound::excerpt(&message.name)
             )));
+        }
+        if sent.state == AckState::Refused {
+            return Err(Refusal::Withdrawn);
         }
         Ok(())
     }
@@ -192,16 +201,15 @@ impl PodOffloader {
 
     /// Writes a provider pod status to the origin pod it belongs to.
     async fn write_remote_status(&self, message: PodStatus) {
+        let Some((key, sent)) = self.outbox.by_uid(Producer::Pods, &message.origin_uid) else {
+            return; // no longer offloaded on this session
+        };
+        if sent.state == AckState::Refused {
+            return; // refused since it was queued: the origin pod keeps the reason
+        }
         self.written
             .locked()
             .insert(message.origin_uid.clone(), message.clone());
-        let key = self
-            .outbox
-            .by_uid(Producer::Pods, &message.origin_uid)
-            .map(|(key, _)| key);
-        let Some(key) = key else {
-            return; // no longer offloaded on this session
-        };
         let Some(pod) = self
             .store
             .get(&StoreRef::new(&key.name).within(&key.namespace))

@@ -2,7 +2,7 @@
 //! whole with the last good policy kept (and a metric says so), and a valid tightening is in
 //! force at once and judges again what is already written: a running pod that no longer meets
 //! the tenant's Pod Security level is removed (the policy says `removeRefused`), and the origin
-//! pod shows why.
+//! pod shows why (Pending, `OffloadingDenied`, and a Warning event).
 
 #![allow(
     clippy::unwrap_used,
@@ -98,28 +98,56 @@ async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_
         remote_phase(&p).is_none().then_some(())
     })
     .await;
-    let (reason, message) = p
-        .eventually(WAIT, "the origin pod saying why", || {
-            let got = origin_get(
+    let message = p
+        .eventually(WAIT, "a Warning event on the origin pod saying why", || {
+            let events = origin_get(
                 &p,
                 &[
                     "-n",
                     "apps",
-                    "pod",
-                    "web",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=web,reason=OffloadingDenied",
                     "-o",
-                    "jsonpath={.status.reason}|{.status.message}",
+                    "jsonpath={.items[*].message}",
                 ],
             )?;
-            let (reason, message) = got.split_once('|')?;
-            (reason == "OffloadingDenied").then(|| (reason.to_string(), message.to_string()))
+            events
+                .contains("removed after a policy change")
+                .then_some(events)
         })
         .await;
-    println!("origin pod: {reason}: {message}");
-    assert!(
-        message.contains("removed after a policy change") && message.contains("runAsNonRoot"),
-        "{message}"
+    println!("origin pod event: {message}");
+    assert!(message.contains("allowPrivilegeEscalation"), "{message}");
+    // Pending with the reason, and no later status of the provider's going pod over it.
+    p.eventually(WAIT, "the origin pod Pending with the reason", || {
+        let status = origin_get(
+            &p,
+            &[
+                "-n",
+                "apps",
+                "pod",
+                "web",
+                "-o",
+                "jsonpath={.status.phase} {.status.reason}",
+            ],
+        )?;
+        (status == "Pending OffloadingDenied").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = origin_get(
+        &p,
+        &[
+            "-n",
+            "apps",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.status.phase} {.status.reason}",
+        ],
     );
+    assert_eq!(status.as_deref(), Some("Pending OffloadingDenied"));
     assert_eq!(
         metric(&admin, "refract_remote_policy_file_valid").await,
         1.0
