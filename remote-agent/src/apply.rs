@@ -450,13 +450,7 @@ impl Applier {
         if token {
             // Owned by its ShadowPod as it is now: one restored with its namespace is a new
             // object, and a Secret naming the old one would be taken by the garbage collector.
-            let object = ObjectRef {
-                api_version: "v1".into(),
-                kind: "Secret".into(),
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-            };
-            self.own_token_secret(&key.tenant, &object, &mut judged)
+            self.own_token_secret(&key.tenant, &key.object_ref(), &mut judged)
                 .await?;
         }
         if let Some(origin) = desired["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION].as_str() {

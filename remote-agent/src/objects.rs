@@ -75,18 +75,18 @@ impl TenantObjects {
     /// deleted. Read in place: every request of a tenant checks its namespace, and rebuilding
     /// the namespace's metadata for it showed in a profile.
     pub fn has_live_namespace(&self, name: &str, key: &str, value: &str) -> bool {
-        let Some(store) = self.stores.get(&Allowed::Namespace) else {
-            return false;
-        };
-        let objects = store.objects.read_locked();
-        objects
-            .get("")
-            .and_then(|names| names.get(name))
-            .is_some_and(|kept| kept.label(key) == Some(value) && !kept.deleting())
+        self.namespace_is(name, |kept| {
+            kept.label(key) == Some(value) && !kept.deleting()
+        })
     }
 
     /// Whether the watch has the namespace `name` and it is being deleted.
     pub fn namespace_terminating(&self, name: &str) -> bool {
+        self.namespace_is(name, Kept::deleting)
+    }
+
+    /// Whether the watch has the namespace `name` and `test` holds for it, read in place.
+    fn namespace_is(&self, name: &str, test: impl Fn(&Kept) -> bool) -> bool {
         let Some(store) = self.stores.get(&Allowed::Namespace) else {
             return false;
         };
@@ -94,7 +94,7 @@ impl TenantObjects {
         objects
             .get("")
             .and_then(|names| names.get(name))
-            .is_some_and(|kept| kept.deleting())
+            .is_some_and(test)
     }
 
     /// Every live tenant namespace the watch has, with the tenant it is labelled for.

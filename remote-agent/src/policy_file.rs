@@ -13,7 +13,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use refract_wire::proto::{remote_message, Ack, Delete, ObjectRef, Outcome, RemoteMessage};
+use refract_wire::proto::{remote_message, Ack, Delete, Outcome, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{answer, Applier, ApplyError, ObjectKey};
@@ -126,12 +126,7 @@ async fn act_on_refusal(
     if !remove {
         return;
     }
-    let object = ObjectRef {
-        api_version: key.kind.resource().api_version,
-        kind: key.kind.kind().into(),
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
-    };
+    let object = key.object_ref();
     let delete = Delete {
         object: Some(object.clone()),
         ..Delete::default()

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use refract_core::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_LABEL, TENANT_REMOVAL_ANNOTATION};
 use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
-use refract_wire::proto::{remote_message, Ack, ObjectRef, Outcome, RemoteMessage};
+use refract_wire::proto::{remote_message, Ack, Outcome, RemoteMessage};
 use tokio::sync::mpsc;
 
 use crate::apply::desired::Restore;
@@ -166,15 +166,9 @@ async fn refill(
 /// tenant whose stream is full is asked when it has room; one not connected gets the copy on
 /// its next session, whose inventory leaves it out.
 fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
-    let object = ObjectRef {
-        api_version: key.kind.resource().api_version,
-        kind: key.kind.kind().into(),
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
-    };
     let message = RemoteMessage {
         kind: Some(remote_message::Kind::Ack(Ack {
-            object: Some(object),
+            object: Some(key.object_ref()),
             // Any revision: the copy is to be restored to whatever the origin holds now.
             revision: String::new(),
             outcome: Outcome::Resend as i32,

@@ -40,6 +40,18 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+impl ObjectKey {
+    /// The object as the wire names it.
+    pub fn object_ref(&self) -> refract_wire::proto::ObjectRef {
+        refract_wire::proto::ObjectRef {
+            api_version: self.kind.resource().api_version,
+            kind: self.kind.kind().into(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
 /// How a copy changed or deleted on the provider gets its desired state back.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Restore {

@@ -29,6 +29,21 @@ fn remote_phase(p: &Peering) -> Option<String> {
     )
 }
 
+/// The origin pod's phase and reason, space-separated.
+fn origin_phase_and_reason(p: &Peering) -> Option<String> {
+    origin_get(
+        p,
+        &[
+            "-n",
+            "apps",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.status.phase} {.status.reason}",
+        ],
+    )
+}
+
 #[tokio::test]
 async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_changes_nothing() {
     let mut p = Peering::start_offloading().await.expect("peering");
@@ -121,32 +136,11 @@ async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_
     assert!(message.contains("allowPrivilegeEscalation"), "{message}");
     // Pending with the reason, and no later status of the provider's going pod over it.
     p.eventually(WAIT, "the origin pod Pending with the reason", || {
-        let status = origin_get(
-            &p,
-            &[
-                "-n",
-                "apps",
-                "pod",
-                "web",
-                "-o",
-                "jsonpath={.status.phase} {.status.reason}",
-            ],
-        )?;
-        (status == "Pending OffloadingDenied").then_some(())
+        (origin_phase_and_reason(&p)? == "Pending OffloadingDenied").then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let status = origin_get(
-        &p,
-        &[
-            "-n",
-            "apps",
-            "pod",
-            "web",
-            "-o",
-            "jsonpath={.status.phase} {.status.reason}",
-        ],
-    );
+    let status = origin_phase_and_reason(&p);
     assert_eq!(status.as_deref(), Some("Pending OffloadingDenied"));
     assert_eq!(
         metric(&admin, "refract_remote_policy_file_valid").await,
