@@ -18,7 +18,7 @@ use kube::api::{Api, DynamicObject, GetParams, ObjectMeta};
 use kube::ResourceExt;
 use refract_core::hash::{bytes_hash, desired_hash};
 use refract_core::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_HASH_ANNOTATION, SERVICE_ACCOUNT_LABEL};
-use refract_core::lock::{Locked, RwLocked};
+use refract_core::lock::Locked;
 use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::{ObjectRef, Upsert};
@@ -33,6 +33,7 @@ pub use desired::ObjectKey;
 pub use error::{answer, Applied, ApplyError};
 use judge::decode_desired;
 use merge::{has_node_ports, keep_node_ports, merge_patch, OwnedKeys};
+use rules::Rules;
 pub(crate) use strategy::keep;
 pub use strategy::needs_managed_fields;
 use strategy::{Purpose, Strategy};
@@ -47,6 +48,7 @@ pub mod judge;
 pub(crate) mod merge;
 mod ownership;
 mod references;
+mod rules;
 mod strategy;
 #[cfg(test)]
 mod tests;
@@ -83,23 +85,6 @@ pub struct Applier {
 
 /// The result of one request.
 pub type ApplyResult = Result<Applied, ApplyError>;
-
-/// What tenants may have written: the policy file's rules, and the names none may take.
-/// Swapped whole when the policy file changes ([`Applier::set_policies`]).
-struct Rules {
-    policies: Policies,
-    reserved: policy::ReservedNames,
-}
-
-impl Rules {
-    fn new(policies: Policies, own_namespace: String) -> Self {
-        let reserved = policy::ReservedNames {
-            own_namespace,
-            tenants: policies.named_tenants(),
-        };
-        Self { policies, reserved }
-    }
-}
 
 /// How an [`Applier`] judges tenants' objects.
 #[derive(Debug, Clone)]
@@ -469,49 +454,9 @@ impl Applier {
         Ok(Applied::Written)
     }
 
-    /// Puts `policies` in force for every request from now on, and judges again every object
-    /// the agent keeps whole (twin namespaces, ShadowPods, token Secrets): those the new
-    /// policy refuses are returned, with why. Objects kept as a hash are judged again when the
-    /// origin next sends them.
-    pub fn set_policies(&self, policies: Policies) -> Vec<(ObjectKey, ApplyError)> {
-        let own_namespace = self.rules.read_locked().reserved.own_namespace.clone();
-        *self.rules.write_locked() = Arc::new(Rules::new(policies, own_namespace));
-        self.desired
-            .whole()
-            .into_iter()
-            .filter_map(|(key, desired)| {
-                let refused = self.judged(&key.tenant, key.kind, desired).err()?;
-                Some((key, refused))
-            })
-            .collect()
-    }
-
-    /// The policy of `tenant` now in force.
-    pub fn policy_of(&self, tenant: &ClusterId) -> policy::TenantPolicy {
-        self.rules.read_locked().policies.of(tenant).clone()
-    }
-
     /// The provider's own networks, for [`crate::networks`] to keep current.
     pub fn networks(&self) -> SharedNetworks {
         self.networks.clone()
-    }
-
-    /// The object as the provider will hold it for `tenant` ([`judge::Judge`]).
-    fn judged(
-        &self,
-        tenant: &ClusterId,
-        kind: Allowed,
-        value: serde_json::Value,
-    ) -> Result<serde_json::Value, ApplyError> {
-        let rules = self.rules.read_locked().clone();
-        judge::Judge {
-            tenant,
-            provider: &self.provider,
-            policy: rules.policies.of(tenant),
-            networks: &self.networks.read_locked(),
-            reserved: &rules.reserved,
-        }
-        .judge(kind, value)
     }
 }
 

@@ -64,7 +64,7 @@ pub struct Metrics {
     /// Acks sent, by tenant and outcome.
     pub acks: Family<Labels, Counter>,
     /// The policy file's state, and what its changes refused.
-    pub policy: crate::policy_file::PolicyMetrics,
+    pub policy: PolicyMetrics,
 }
 
 impl Metrics {
@@ -108,6 +108,15 @@ impl Metrics {
         });
         m
     }
+}
+
+/// The policy file's metrics ([`crate::policy_file`]).
+#[derive(Clone, Default)]
+pub struct PolicyMetrics {
+    /// 1 while the file in force is the one on disk, 0 while the file on disk is refused.
+    pub valid: Gauge,
+    /// Objects a changed policy refused, by tenant.
+    pub refused: Family<Labels, Counter>,
 }
 
 /// One label pair.

@@ -10,29 +10,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use refract_wire::proto::{remote_message, Ack, Delete, Outcome, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{answer, Applier, ApplyError, ObjectKey};
 use crate::kinds::Allowed;
-use crate::metrics::{label, Labels};
+use crate::metrics::{label, PolicyMetrics};
 use crate::outbox::{Outbox, Subject};
 use crate::policy::{Policies, TenantPolicy};
 
 /// How often the file is read again.
 pub const POLL: Duration = Duration::from_secs(1);
-
-/// The policy file's metrics.
-#[derive(Clone, Default)]
-pub struct PolicyMetrics {
-    /// 1 while the file in force is the one on disk, 0 while the file on disk is refused.
-    pub valid: Gauge,
-    /// Objects a changed policy refused, by tenant.
-    pub refused: Family<Labels, Counter>,
-}
 
 /// Follows the policy file at `path` (whose text `last_text` is in force), until `shutdown`.
 pub fn follow(
