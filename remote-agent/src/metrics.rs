@@ -71,6 +71,8 @@ impl Metrics {
     /// Creates the metrics and registers them with the admin endpoint.
     pub fn register(admin: &Admin) -> Self {
         let m = Self::default();
+        // No policy file is a valid one; a file refused later sets it to 0.
+        m.policy.valid.set(1);
         // Every reason exported from the start at 0, so `increase()` sees the first refusal.
         for reason in STREAM_REFUSALS {
             let _ = m
