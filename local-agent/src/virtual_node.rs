@@ -8,9 +8,9 @@
 //!
 //! The node's taints are shared: the lifecycle controller adds and removes
 //! `node.kubernetes.io/not-ready` and `unreachable`, and the list is atomic for server-side
-//! apply, so applying it whole would drop theirs. The agent applies everything but the taints,
-//! and adds its own taint to the list it reads back only when it is missing, guarded by the
-//! node's resourceVersion.
+//! apply, so applying it whole would drop theirs. The agent creates the node with its taint,
+//! applies everything but the taints, and adds its own taint to the list it reads back only
+//! when it is missing, guarded by the node's resourceVersion.
 
 pub mod health;
 
@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
     NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use prometheus_client::metrics::counter::Counter;
 use refract_core::inbound::{capacity, labels as node_labels};
 use refract_core::json;
@@ -151,6 +151,10 @@ pub async fn run(
             spec: None,
             status: None,
         };
+        if let Err(error) = create_tainted_if_absent(&nodes, &config.name).await {
+            tracing::warn!(node = %config.name, %error, "failed to create the virtual node; trying again at the next check");
+            continue;
+        }
         match nodes
             .patch(&config.name, &params, &Patch::Apply(with_kind(&node)))
             .await
@@ -270,6 +274,39 @@ fn with_our_taint(taints: &[Taint]) -> Option<Vec<Taint>> {
         return None;
     }
     Some(taints.iter().cloned().chain([ours]).collect())
+}
+
+/// Creates the node with the virtual-node taint when it does not exist, so that no version
+/// of it ever lacks the taint. The origin's node lifecycle controller rewrites the whole taint
+/// list from the node as its cache last saw it (without a resourceVersion before Kubernetes
+/// 1.22); a node created bare and tainted a moment later can lose the taint to that stale
+/// rewrite and stand Ready and untainted until the next check. The create is an update-type
+/// write, so the apply that follows, which leaves the taints out, never removes it.
+async fn create_tainted_if_absent(nodes: &Api<Node>, name: &str) -> Result<(), kube::Error> {
+    if nodes.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let skeleton = Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(vec![virtual_node_taint()]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let params = PostParams {
+        field_manager: Some(LOCAL_FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match nodes.create(&params, &skeleton).await {
+        Ok(_) => Ok(()),
+        // Created by someone else between the read and the write: the apply takes it as is.
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 /// Adds the virtual-node taint to `node` when it lacks it, keeping every other taint (the
