@@ -128,6 +128,16 @@ impl<K: Hash + Eq + Clone, T: Holdable> Early<K, T> {
         dropped
     }
 
+    /// Holds `value` under `key` unless a message waits there already, which is newer
+    /// (a status sent by the provider since); returns what was dropped.
+    pub fn hold_unless_held(&mut self, key: K, value: T, now: Instant) -> Vec<T> {
+        let mut dropped = self.expire(now);
+        if !self.held.contains_key(&key) {
+            dropped.extend(self.hold_since(key, value, now));
+        }
+        dropped
+    }
+
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
@@ -356,5 +366,17 @@ mod tests {
         let (waiting, expired) = early.take_all(t + MAX_WAIT + Duration::from_millis(500));
         assert_eq!(weights(&expired), [1], "a kept the time it first came");
         assert_eq!(waiting[0].value.0, 3);
+    }
+
+    #[test]
+    fn an_older_message_held_again_loses_to_one_waiting_already() {
+        let mut early = early();
+        let t = Instant::now();
+        early.hold("a".into(), Blob(7), t);
+        assert!(early.hold_unless_held("a".into(), Blob(1), t).is_empty());
+        assert_eq!(weight_of(&early, "a"), Some(7), "the one waiting stays");
+        assert!(early.hold_unless_held("b".into(), Blob(2), t).is_empty());
+        assert_eq!(weight_of(&early, "b"), Some(2), "nothing waited: held");
+        assert_eq!(early.bytes, 9);
     }
 }

@@ -186,23 +186,54 @@ impl PodOffloader {
         tracing::info!(pods = marked, node = %self.config.node_name, "the virtual node is NotReady: its pods marked not ready");
     }
 
-    /// Offers each pod's last provider status again (pods still offloaded on this session).
+    /// Offers each origin pod still there its last provider status again. The node turns
+    /// Ready as a session starts, before that session has sent the pods again: a pod not sent
+    /// yet has its status held until it is, unless the provider sent a newer one meanwhile.
     fn rewrite_statuses(&self) {
-        let mut written = self.written.locked();
-        written.retain(|uid, _| self.outbox.by_uid(Producer::Pods, uid).is_some());
-        for (uid, message) in written.iter() {
-            self.statuses.put(uid.clone(), message.clone());
-        }
+        let present: std::collections::HashSet<String> = self
+            .store
+            .state()
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.uid())
+            .collect();
+        let last: Vec<PodStatus> = {
+            let mut written = self.written.locked();
+            written.retain(|uid, _| present.contains(uid));
+            written.values().cloned().collect()
+        };
         tracing::info!(
-            pods = written.len(),
+            pods = last.len(),
             "the virtual node is Ready again: writing its pods' provider statuses again"
         );
+        let now = Instant::now();
+        for message in last {
+            match self.admit_status(&message) {
+                Ok(()) => self
+                    .statuses
+                    .put_unless_waiting(message.origin_uid.clone(), message),
+                Err(Refusal::NotSentYet) => self.hold_unless_newer(message, now),
+                Err(Refusal::Invalid(_) | Refusal::Withdrawn) => {}
+            }
+        }
+    }
+
+    /// Holds an older status of a pod not sent on this session yet, unless the provider's
+    /// newer one waits already.
+    fn hold_unless_newer(&self, message: PodStatus, now: Instant) {
+        let dropped =
+            self.early_statuses()
+                .hold_unless_held(message.origin_uid.clone(), message, now);
+        self.refuse_early(dropped);
     }
 
     /// Writes a provider pod status to the origin pod it belongs to.
     async fn write_remote_status(&self, message: PodStatus) {
         let Some((key, sent)) = self.outbox.by_uid(Producer::Pods, &message.origin_uid) else {
-            return; // no longer offloaded on this session
+            // Admitted on the session before, which the outbox has since left: held until this
+            // session sends the pod (or dropped, counted, when it never does).
+            self.hold_unless_newer(message, Instant::now());
+            return;
         };
         if sent.state == AckState::Refused {
             return; // refused since it was queued: the origin pod keeps the reason

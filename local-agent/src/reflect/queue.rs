@@ -227,6 +227,17 @@ impl<K: Clone + Eq + Hash + Send + 'static, V> Latest<K, V> {
         self.queue.add(key);
     }
 
+    /// Queues `value` for `key` unless a value waits there already (a newer one).
+    pub fn put_unless_waiting(&self, key: K, value: V) {
+        let mut values = self.values.locked();
+        if values.contains_key(&key) {
+            return;
+        }
+        values.insert(key.clone(), value);
+        drop(values);
+        self.queue.add(key);
+    }
+
     /// Waits for the next key no one else holds, and takes its latest value.
     pub async fn next(&self) -> (Claimed<K>, Option<V>) {
         let key = self.queue.next().await;
@@ -251,6 +262,19 @@ mod tests {
         assert_eq!(*q.next().await, "b");
         assert_eq!(*q.next().await, "a");
         assert!(q.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_older_value_queued_again_loses_to_one_waiting() {
+        let latest = Latest::default();
+        latest.put("a", 2);
+        latest.put_unless_waiting("a", 1);
+        latest.put_unless_waiting("b", 3);
+        let (key, value) = latest.next().await;
+        assert_eq!((*key, value), ("a", Some(2)));
+        drop(key);
+        let (key, value) = latest.next().await;
+        assert_eq!((*key, value), ("b", Some(3)));
     }
 
     #[tokio::test]
