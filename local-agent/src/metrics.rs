@@ -119,6 +119,7 @@ impl AnswerLatency {
             Outcome::Unchanged => "unchanged",
             Outcome::Transient => "transient",
             Outcome::Resend => "resend",
+            Outcome::QuotaExceeded => "quota",
             Outcome::Denied | Outcome::Invalid | Outcome::Conflict => "refused",
             Outcome::Unspecified => "unspecified",
         };

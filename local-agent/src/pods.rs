@@ -35,7 +35,7 @@ use crate::early::Early;
 use crate::extension::Extension;
 use crate::key::Key;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
-use crate::recorder::publish_event;
+use crate::recorder::{publish_event, QUOTA_REASON};
 use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Claimed, Latest, WorkQueue};
 use crate::throttle::Throttle;
@@ -44,6 +44,8 @@ use crate::throttle::Throttle;
 pub const BACKOFF_REASON: &str = "OffloadingBackOff";
 /// Reason shown on pods the provider refused.
 pub const DENIED_REASON: &str = "OffloadingDenied";
+/// The longest a pod refused for quota waits before it is sent again.
+const QUOTA_RETRY_MAX: Duration = Duration::from_secs(30);
 /// Retries after a transient failure on the provider wait 2.5–5 s, doubling up to 5 min: fewer
 /// than 12 attempts a minute per pod under steady failure.
 const RETRY_MIN: Duration = Duration::from_secs(5);
@@ -437,37 +439,58 @@ impl Recipient for PodOffloader {
                 self.queue.add_after(key, delay);
             }
             (Request::Upsert, Outcome::Denied | Outcome::Invalid | Outcome::Conflict) => {
-                let Some(pod) = self
-                    .store
-                    .get(&StoreRef::new(&key.name).within(&key.namespace))
-                else {
-                    return;
-                };
                 let message = format!(
                     "provider {:?} refused the pod: {}",
                     self.options.remote_cluster_id, answer.message
                 );
-                tracing::warn!(namespace = %key.namespace, name = %key.name, %message, "pod not offloaded");
-                let client = self.client.clone();
-                let recorder = self.recorder.clone();
-                tokio::spawn(async move {
-                    let api: Api<Pod> = Api::namespaced(client, &key.namespace);
-                    let status = serde_json::json!({"status": {"phase": "Pending", "reason": DENIED_REASON, "message": message}});
-                    let _ = api
-                        .patch_status(&key.name, &status_params(), &Patch::Merge(status))
-                        .await;
-                    publish_event(
-                        &recorder,
-                        pod.object_ref(&()),
-                        EventType::Warning,
-                        DENIED_REASON,
-                        message,
-                    )
-                    .await;
-                });
+                self.show_pending(&key, DENIED_REASON, message);
+            }
+            (Request::Upsert, Outcome::QuotaExceeded) => {
+                // The outbox forgot it: the retry sends it again, and it runs once the tenant
+                // holds less. Not longer than a short wait: quota frees when pods end.
+                let delay = self.retries.failed(&key).min(QUOTA_RETRY_MAX);
+                let message = format!(
+                    "provider {:?} has no room for the pod in this cluster's quota ({}); trying again in {}s",
+                    self.options.remote_cluster_id,
+                    answer.message,
+                    delay.as_secs()
+                );
+                self.show_pending(&key, QUOTA_REASON, message);
+                self.queue.add_after(key, delay);
             }
             (Request::Upsert, Outcome::Unspecified) => {}
         }
+    }
+}
+
+impl PodOffloader {
+    /// Shows the origin pod `key` Pending for `reason`, with a Warning event saying why.
+    fn show_pending(&self, key: &Key, reason: &'static str, message: String) {
+        let Some(pod) = self
+            .store
+            .get(&StoreRef::new(&key.name).within(&key.namespace))
+        else {
+            return;
+        };
+        tracing::warn!(namespace = %key.namespace, name = %key.name, %message, reason, "pod not offloaded");
+        let client = self.client.clone();
+        let recorder = self.recorder.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let api: Api<Pod> = Api::namespaced(client, &key.namespace);
+            let status = serde_json::json!({"status": {"phase": "Pending", "reason": reason, "message": message}});
+            let _ = api
+                .patch_status(&key.name, &status_params(), &Patch::Merge(status))
+                .await;
+            publish_event(
+                &recorder,
+                pod.object_ref(&()),
+                EventType::Warning,
+                reason,
+                message,
+            )
+            .await;
+        });
     }
 }
 

@@ -23,3 +23,7 @@ pub(crate) async fn publish_event(
         tracing::warn!(%error, "failed to record event");
     }
 }
+
+/// The reason of the events (and of a pod's Pending status) saying the provider has no room
+/// for an object in this cluster's quota there.
+pub const QUOTA_REASON: &str = "ProviderQuotaExceeded";

@@ -130,6 +130,7 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
             t.disconnected_at, t.connections
         )
     };
+    line.push_str(&quota_line(&t.quota));
     let objects = inspect
         .list_objects(ListObjectsRequest {
             cluster_id: origin_id.to_string(),
@@ -325,6 +326,23 @@ async fn offloadings(origin: &kube::Client) -> String {
         );
     }
     out
+}
+
+/// The tenant's usage of each quota it has or holds something of: `pods 3/10`.
+fn quota_line(usage: &[refract_wire::proto::QuotaUsage]) -> String {
+    let p = crate::display::printable;
+    let shown: Vec<String> = usage
+        .iter()
+        .filter(|u| u.limit.is_some() || u.used > 0.0)
+        .map(|u| match u.limit {
+            Some(limit) => format!("{} {}/{}", p(&u.resource), u.used, limit),
+            None => format!("{} {}", p(&u.resource), u.used),
+        })
+        .collect();
+    if shown.is_empty() {
+        return String::new();
+    }
+    format!("\n  quota:         {}", shown.join(", "))
 }
 
 #[cfg(test)]

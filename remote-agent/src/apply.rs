@@ -27,12 +27,14 @@ use crate::kinds::Allowed;
 use crate::networks::SharedNetworks;
 use crate::objects::TenantObjects;
 use crate::policy::{self, Policies};
+use crate::quota;
 pub use deletion::DeletionSafety;
 use desired::DesiredStore;
 pub use desired::ObjectKey;
 pub use error::{answer, Applied, ApplyError};
 use judge::decode_desired;
 use merge::{has_node_ports, keep_node_ports, merge_patch, OwnedKeys};
+use reservations::Reservations;
 use rules::Rules;
 pub(crate) use strategy::keep;
 pub use strategy::needs_managed_fields;
@@ -41,6 +43,7 @@ pub(crate) use tokens::is_token_secret;
 use tokens::token_kind;
 use write::{Mode, Refused};
 
+mod backstop;
 mod deletion;
 pub mod desired;
 mod error;
@@ -48,6 +51,7 @@ pub mod judge;
 pub(crate) mod merge;
 mod ownership;
 mod references;
+mod reservations;
 mod rules;
 mod strategy;
 #[cfg(test)]
@@ -81,6 +85,8 @@ pub struct Applier {
     /// Kinds whose API refuses guarded creates (see [`Purpose::Create`]): their new
     /// objects are read before being created.
     unguarded: Arc<Mutex<BTreeSet<Allowed>>>,
+    /// Quota room taken by writes the watch has not shown yet.
+    reservations: Arc<Reservations>,
 }
 
 /// The result of one request.
@@ -129,6 +135,7 @@ impl Applier {
             objects,
             desired: DesiredStore::default(),
             unguarded: Arc::default(),
+            reservations: Arc::default(),
         }
     }
 
@@ -167,6 +174,10 @@ impl Applier {
         if token {
             self.own_token_secret(tenant, object, &mut desired).await?;
         }
+        let quota = self.quota_of(tenant);
+        let footprint = quota::footprint::of(kind, &desired, size, &quota);
+        desired["metadata"]["annotations"][quota::footprint::ANNOTATION] =
+            footprint.encode().into();
         // What the tenant sent, for a reconnect to compare (see `crate::inventory`).
         desired["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION] =
             bytes_hash(&upsert.object_json).into();
@@ -180,17 +191,42 @@ impl Applier {
             namespace: object.namespace.clone(),
             name: object.name.clone(),
         };
-        let api = self.api(kind, &object.namespace);
+        self.reservations
+            .reserve(&self.objects, &key, &quota, footprint)?;
+        let written = self.write_desired(key.clone(), desired, &hash, token).await;
+        match &written {
+            Err(_) => self.reservations.release(&key),
+            Ok(_) if kind == Allowed::Namespace => {
+                if let Err(error) = self.write_backstop(tenant, &key.name).await {
+                    tracing::warn!(%tenant, namespace = %key.name, %error, "failed to write the namespace's ResourceQuota and LimitRange");
+                }
+            }
+            Ok(_) => {}
+        }
+        written
+    }
+
+    /// Writes `desired` (hashed `hash`) for `key` unless the provider holds it already.
+    async fn write_desired(
+        &self,
+        key: ObjectKey,
+        desired: serde_json::Value,
+        hash: &str,
+        token: bool,
+    ) -> ApplyResult {
+        let kind = key.kind;
+        let (namespace, name) = (key.namespace.clone(), key.name.clone());
+        let api = self.api(kind, &namespace);
         let strategy = Strategy::of(kind, token);
         // The watch knows every object of ours: one it has is checked without a request, and
         // one it does not have is most likely new, so it is created in one request that cannot
         // take over an existing object. Only when that create finds the object there (someone
         // else's, or one written a moment ago), or the API refuses it, is its metadata read.
-        let known = self.objects.get(kind, &object.namespace, &object.name);
+        let known = self.objects.get(kind, &namespace, &name);
         let mut consistent_read = false;
         match known {
             Some(known) => {
-                if let Some(result) = self.settled(&key, token, &hash, &known.metadata, &desired) {
+                if let Some(result) = self.settled(&key, token, hash, &known.metadata, &desired) {
                     return self.settle(result, key, desired, known.resource_version());
                 }
                 return self
@@ -226,9 +262,9 @@ impl Applier {
         } else {
             GetParams::any()
         };
-        let existing = api.get_metadata_opt_with(&object.name, &params).await?;
+        let existing = api.get_metadata_opt_with(&name, &params).await?;
         if let Some(existing) = &existing {
-            if let Some(result) = self.settled(&key, token, &hash, &existing.metadata, &desired) {
+            if let Some(result) = self.settled(&key, token, hash, &existing.metadata, &desired) {
                 return self.settle(result, key, desired, existing.resource_version());
             }
         }

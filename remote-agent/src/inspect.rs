@@ -10,20 +10,24 @@ use futures::Stream;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::inspect_server::Inspect;
 use refract_wire::proto::{
-    ListObjectsRequest, ListObjectsResponse, ListTenantsRequest, ListTenantsResponse, TapEvent,
-    TapRequest,
+    ListObjectsRequest, ListObjectsResponse, ListTenantsRequest, ListTenantsResponse, QuotaUsage,
+    TapEvent, TapRequest,
 };
 use tokio::sync::broadcast::error::RecvError;
 use tonic::{Request, Response, Status};
 
+use crate::apply::Applier;
 use crate::peer::Peer;
 use crate::registry::Registry;
+use crate::usage;
 
 /// The Inspect service.
 #[derive(Clone)]
 pub struct InspectService {
     /// Tenant bookkeeping.
     pub registry: Registry,
+    /// What tenants hold, against their quotas.
+    pub applier: Applier,
 }
 
 impl InspectService {
@@ -49,9 +53,21 @@ impl Inspect for InspectService {
     ) -> Result<Response<ListTenantsResponse>, Status> {
         let caller = Peer::from_request(&request)?;
         let only = (!caller.admin).then_some(&caller.cluster_id);
-        Ok(Response::new(ListTenantsResponse {
-            tenants: self.registry.tenants(only),
-        }))
+        let mut tenants = self.registry.tenants(only);
+        for tenant in &mut tenants {
+            let Ok(id) = ClusterId::parse(&tenant.cluster_id) else {
+                continue;
+            };
+            tenant.quota = usage::lines(&self.applier, &id)
+                .into_iter()
+                .map(|line| QuotaUsage {
+                    resource: line.resource,
+                    used: line.used,
+                    limit: line.limit,
+                })
+                .collect();
+        }
+        Ok(Response::new(ListTenantsResponse { tenants }))
     }
 
     async fn list_objects(

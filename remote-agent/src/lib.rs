@@ -30,6 +30,7 @@ pub mod peer;
 pub mod pod_status;
 pub mod policy;
 pub mod policy_file;
+pub mod quota;
 pub mod registry;
 pub mod restore;
 pub mod shadowpod;
@@ -37,6 +38,7 @@ pub mod shadowpod_controller;
 pub mod sync;
 pub mod tenants;
 pub mod tls_listener;
+pub mod usage;
 pub mod volumes;
 
 pub use cli::{parse_duration, Args, Cli, Command, Invocation};
@@ -133,6 +135,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         anyhow::bail!("ShadowPods and claims are not among the kinds tenants may write");
     };
     let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
+    let collector = usage::UsageCollector::new(applier.clone());
+    admin.register("refract_remote", |r| {
+        r.register_collector(Box::new(collector))
+    });
     // Before any tenant is served: no EndpointSlice is judged without the discovered networks.
     let api_service = networks::discover(&client, &args.provider_cidrs, &applier.networks()).await;
     let outbox = outbox::Outbox::default();
@@ -185,6 +191,17 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         applier.objects().clone(),
         token.clone(),
     );
+    {
+        // The policy may have changed while the agent was away: every twin namespace's
+        // ResourceQuota and LimitRange are written again once the namespaces are listed.
+        let (applier, token) = (applier.clone(), token.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = token.cancelled() => {}
+                _ = applier.objects().namespaces_listed() => applier.write_backstops().await,
+            }
+        });
+    }
     if let Some(path) = &args.policy {
         // What `limits` loaded; a change from here on is followed.
         let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -202,7 +219,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         cluster_id: args.cluster_id.clone(),
         registry: registry.clone(),
         outbox,
-        applier,
+        applier: applier.clone(),
         metrics: metrics.clone(),
         shutdown: token.clone(),
         apply_concurrency: usize::from(args.apply_concurrency),
@@ -210,7 +227,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         client,
         tenant_expiry: args.tenant_expiry,
     };
-    let inspect = inspect::InspectService { registry };
+    let inspect = inspect::InspectService { registry, applier };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter

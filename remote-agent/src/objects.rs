@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::kinds::Allowed;
+use crate::quota::Footprint;
 use kept::Kept;
 
 /// A tenant object's metadata.
@@ -40,6 +41,8 @@ type Names = HashMap<Box<str>, HashMap<Box<str>, Kept>>;
 /// What the watch of one kind has seen.
 struct KindStore {
     objects: RwLock<Names>,
+    /// What each tenant's objects of the kind count for against its quota, added up.
+    usage: RwLock<HashMap<Box<str>, Footprint>>,
     /// The watch has listed at least once.
     listed: AtomicBool,
     /// Counts the store's changes, for readers that follow it.
@@ -50,6 +53,7 @@ impl Default for KindStore {
     fn default() -> Self {
         Self {
             objects: RwLock::default(),
+            usage: RwLock::default(),
             listed: AtomicBool::default(),
             changed: tokio::sync::watch::channel(0).0,
         }
@@ -115,6 +119,19 @@ impl TenantObjects {
             .collect()
     }
 
+    /// Returns once the namespaces' watch has listed.
+    pub async fn namespaces_listed(&self) {
+        let Some(store) = self.stores.get(&Allowed::Namespace) else {
+            return;
+        };
+        let mut changed = store.changed.subscribe();
+        while !store.listed.load(Ordering::Acquire) {
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Changes whenever the store of `kind` changes.
     pub fn follow(&self, kind: Allowed) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.stores.get(&kind)?.changed.subscribe())
@@ -150,6 +167,42 @@ impl TenantObjects {
             }
         }
         Some(all)
+    }
+
+    /// What `tenant`'s objects on the provider count for against its quota, all kinds together.
+    pub fn usage(&self, tenant: &ClusterId) -> Footprint {
+        let mut total = Footprint::default();
+        for store in self.stores.values() {
+            if let Some(fp) = store.usage.read_locked().get(tenant.as_str()) {
+                total.add(fp);
+            }
+        }
+        total
+    }
+
+    /// Every tenant holding anything, with what it holds counts for.
+    pub fn usage_by_tenant(&self) -> BTreeMap<String, Footprint> {
+        let mut all: BTreeMap<String, Footprint> = BTreeMap::new();
+        for store in self.stores.values() {
+            for (tenant, fp) in store.usage.read_locked().iter() {
+                all.entry(tenant.to_string()).or_default().add(fp);
+            }
+        }
+        all
+    }
+
+    /// What the object `kind` `namespace/name` counts for now, as the watch has it.
+    pub fn footprint(&self, kind: Allowed, namespace: &str, name: &str) -> Footprint {
+        let Some(store) = self.stores.get(&kind) else {
+            return Footprint::default();
+        };
+        let objects = store.objects.read_locked();
+        objects
+            .get(namespace)
+            .and_then(|names| names.get(name))
+            .and_then(Kept::footprint)
+            .map(|(_, fp)| fp)
+            .unwrap_or_default()
     }
 
     /// No stores at all: every lookup misses (tests of the write path against a mocked API).
@@ -192,19 +245,38 @@ impl StoreWriter {
             }
             watcher::Event::InitDone => {
                 if let Some(names) = self.relisting.take() {
+                    let mut usage = HashMap::new();
+                    for kept in names.values().flat_map(HashMap::values) {
+                        count(&mut usage, kept, Footprint::add);
+                    }
                     *self.store.objects.write_locked() = names;
+                    *self.store.usage.write_locked() = usage;
                 }
                 self.store.listed.store(true, Ordering::Release);
             }
             watcher::Event::Apply(obj) => {
                 let kept = Kept::of(&obj.metadata, self.own_fields);
-                insert(&mut self.store.objects.write_locked(), obj, kept);
+                let new = kept.footprint().map(|(t, fp)| (Box::<str>::from(t), fp));
+                let old = insert(&mut self.store.objects.write_locked(), obj, kept);
+                let mut usage = self.store.usage.write_locked();
+                if let Some(old) = old {
+                    count(&mut usage, &old, Footprint::subtract);
+                }
+                if let Some((tenant, fp)) = new {
+                    usage.entry(tenant).or_default().add(&fp);
+                }
             }
             watcher::Event::Delete(obj) => {
                 let mut objects = self.store.objects.write_locked();
                 let namespace = obj.namespace().unwrap_or_default();
                 if let Some(names) = objects.get_mut(namespace.as_str()) {
-                    names.remove(obj.name_any().as_str());
+                    if let Some(old) = names.remove(obj.name_any().as_str()) {
+                        count(
+                            &mut self.store.usage.write_locked(),
+                            &old,
+                            Footprint::subtract,
+                        );
+                    }
                     if names.is_empty() {
                         objects.remove(namespace.as_str());
                     }
@@ -214,12 +286,29 @@ impl StoreWriter {
     }
 }
 
-fn insert(objects: &mut Names, obj: &Meta, kept: Kept) {
+/// Stores `kept` for `obj`; returns what it replaces.
+fn insert(objects: &mut Names, obj: &Meta, kept: Kept) -> Option<Kept> {
     let namespace = obj.namespace().unwrap_or_default();
     objects
         .entry(namespace.into_boxed_str())
         .or_default()
-        .insert(obj.name_any().into_boxed_str(), kept);
+        .insert(obj.name_any().into_boxed_str(), kept)
+}
+
+/// Adds `kept`'s footprint to, or takes it from, its tenant's usage.
+fn count(
+    usage: &mut HashMap<Box<str>, Footprint>,
+    kept: &Kept,
+    op: fn(&mut Footprint, &Footprint),
+) {
+    let Some((tenant, fp)) = kept.footprint() else {
+        return;
+    };
+    let total = usage.entry(tenant.into()).or_default();
+    op(total, &fp);
+    if total.iter().next().is_none() {
+        usage.remove(tenant);
+    }
 }
 
 /// The store of a kind that another part of the agent watches whole, with the same selector

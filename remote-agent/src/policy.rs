@@ -15,6 +15,7 @@ use refract_shared::tls::ClusterId;
 use serde::Deserialize;
 
 use crate::kinds::Allowed;
+use crate::quota::Quota;
 
 mod exposition;
 pub mod namespace;
@@ -90,6 +91,8 @@ pub struct TenantPolicy {
     /// pod stops with its grace period, and the origin is told why). Otherwise it is reported
     /// and runs on until the origin sends it again.
     pub remove_refused: bool,
+    /// How much of the provider the tenant may hold, all its namespaces together.
+    pub quota: Quota,
 }
 
 impl Default for TenantPolicy {
@@ -110,6 +113,7 @@ impl Default for TenantPolicy {
                 .map(|k| k.to_string())
                 .collect(),
             remove_refused: false,
+            quota: Quota::default(),
         }
     }
 }
@@ -282,11 +286,20 @@ impl Policies {
         let defaults_value = overlay(base, file.defaults);
         let defaults: TenantPolicy =
             serde_json::from_value(defaults_value.clone()).map_err(|e| format!("defaults: {e}"))?;
+        defaults
+            .quota
+            .validate()
+            .map_err(|e| format!("defaults.{e}"))?;
         let mut tenants = BTreeMap::new();
         for (tenant, value) in file.tenants {
             ClusterId::parse(&tenant).map_err(|e| format!("tenants.{tenant}: {e}"))?;
-            let policy = serde_json::from_value(overlay(defaults_value.clone(), value))
-                .map_err(|e| format!("tenants.{tenant}: {e}"))?;
+            let policy: TenantPolicy =
+                serde_json::from_value(overlay(defaults_value.clone(), value))
+                    .map_err(|e| format!("tenants.{tenant}: {e}"))?;
+            policy
+                .quota
+                .validate()
+                .map_err(|e| format!("tenants.{tenant}.{e}"))?;
             tenants.insert(tenant, policy);
         }
         Ok(Self { defaults, tenants })
@@ -348,6 +361,7 @@ impl serde::Serialize for BaseView<'_> {
             "namespaces": p.namespaces,
             "nodeLabelKeys": p.node_label_keys,
             "removeRefused": p.remove_refused,
+            "quota": p.quota,
         })
         .serialize(s)
     }

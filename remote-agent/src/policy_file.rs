@@ -81,6 +81,7 @@ pub fn follow(
             for (key, error) in refused {
                 act_on_refusal(&applier, &outbox, &metrics, key, error).await;
             }
+            applier.write_backstops().await;
         }
     });
 }

@@ -305,6 +305,8 @@ impl Registry {
                 connections: t.connections,
                 objects: t.objects.len() as u64,
                 kubelet_sessions: t.kubelet_sessions.values().cloned().collect(),
+                // Filled by Inspect, which reads the quotas.
+                quota: Vec::new(),
             })
             .collect()
     }

@@ -362,7 +362,7 @@ impl Ledger {
             Outcome::Conflict | Outcome::Invalid | Outcome::Denied => {
                 sent.state = AckState::Refused
             }
-            Outcome::Transient | Outcome::Resend => {
+            Outcome::Transient | Outcome::Resend | Outcome::QuotaExceeded => {
                 self.forget(&origin);
             }
         }

@@ -7,7 +7,7 @@ use refract_wire::proto::Outcome;
 
 use super::{Reflectable, Reflector};
 use crate::outbox::{Answer, Recipient, Request};
-use crate::recorder::publish_event;
+use crate::recorder::{publish_event, QUOTA_REASON};
 
 impl<K: Reflectable> Recipient for Reflector<K> {
     fn on_answer(&self, answer: Answer) {
@@ -28,6 +28,27 @@ impl<K: Reflectable> Recipient for Reflector<K> {
                 // The outbox forgot it: the retry sends it again.
                 let delay = self.retries.failed(&key);
                 tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "transient failure on the provider; retrying");
+                self.queue.add_after(key, delay);
+            }
+            Outcome::QuotaExceeded => {
+                // The outbox forgot it: the retry sends it again, once the tenant holds less.
+                let delay = self.retries.failed(&key);
+                tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "no room in this cluster's quota on the provider; retrying");
+                if let Some(obj) = self
+                    .store
+                    .get(&StoreRef::new(&key.name).within(&key.namespace))
+                {
+                    let note = format!(
+                        "Error reflecting object to cluster {:?}: {}",
+                        self.shared.options.remote_cluster_id, answer.message
+                    );
+                    let reference = obj.object_ref(&());
+                    let recorder = self.shared.recorder.clone();
+                    tokio::spawn(async move {
+                        publish_event(&recorder, reference, EventType::Warning, QUOTA_REASON, note)
+                            .await
+                    });
+                }
                 self.queue.add_after(key, delay);
             }
             Outcome::Conflict | Outcome::Denied | Outcome::Invalid => {

@@ -143,12 +143,15 @@ impl Applier {
             Some(Allowed::Namespace) => Allowed::Namespace,
             _ => self.authorize(tenant, object).await?,
         };
-        self.desired.forget(&ObjectKey {
+        let key = ObjectKey {
             tenant: tenant.clone(),
             kind,
             namespace: object.namespace.clone(),
             name: object.name.clone(),
-        });
+        };
+        self.desired.forget(&key);
+        // From now on the watch says what it holds, until it is gone.
+        self.reservations.release(&key);
         self.delete_owned(
             tenant,
             kind,

@@ -68,15 +68,30 @@ pub enum ApplyError {
     /// The provider's API server found the object invalid (400, 422).
     #[error("{0}")]
     Rejected(String),
+    /// The tenant's quota leaves no room for the object (the remote agent's count, or a
+    /// ResourceQuota in the namespace).
+    #[error("{0}")]
+    Quota(String),
     /// A failure worth retrying.
     #[error("{0}")]
     Transient(String),
+}
+
+impl From<crate::quota::Exceeded> for ApplyError {
+    fn from(e: crate::quota::Exceeded) -> Self {
+        Self::Quota(e.to_string())
+    }
 }
 
 impl From<kube::Error> for ApplyError {
     fn from(e: kube::Error) -> Self {
         match e {
             kube::Error::Api(s) if s.code == 400 || s.code == 422 => Self::Rejected(s.message),
+            // A namespace's ResourceQuota refusing the object: the tenant's quota, counted by
+            // Kubernetes.
+            kube::Error::Api(s) if s.code == 403 && s.message.contains("exceeded quota") => {
+                Self::Quota(s.message)
+            }
             kube::Error::Api(s) if s.code == 403 => Self::Forbidden(s.message),
             // Server-side apply's schema check answers 500 for an object it cannot type (such
             // as a Service port without a protocol on Kubernetes 1.20): the same object fails
@@ -103,6 +118,7 @@ impl ApplyError {
             | Self::Reference(_)
             | Self::Forbidden(_) => Outcome::Denied,
             Self::Conflict(_) => Outcome::Conflict,
+            Self::Quota(_) => Outcome::QuotaExceeded,
             Self::Transient(_) => Outcome::Transient,
         }
     }

@@ -51,6 +51,11 @@ impl Applier {
         self.rules.read_locked().policies.of(tenant).clone()
     }
 
+    /// The quota of `tenant` now in force.
+    pub(super) fn quota_of(&self, tenant: &ClusterId) -> crate::quota::Quota {
+        self.rules.read_locked().policies.of(tenant).quota.clone()
+    }
+
     /// The object as the provider will hold it for `tenant` ([`judge::Judge`]).
     pub(super) fn judged(
         &self,

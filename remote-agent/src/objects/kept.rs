@@ -13,7 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntr
 use kube::api::ObjectMeta;
 use refract_core::keys::REMOTE_FIELD_MANAGER;
 
+use refract_core::keys::ORIGIN_LABEL;
+
 use super::Meta;
+use crate::quota::footprint::{self, Footprint};
 
 /// The parts of a tenant object's metadata the applier, the inventory and restoring read.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +96,17 @@ impl Kept {
             .iter()
             .find(|(k, _)| &**k == key)
             .map(|(_, v)| &**v)
+    }
+
+    /// The tenant the object is of, and what it counts for against the tenant's quota.
+    pub(super) fn footprint(&self) -> Option<(&str, Footprint)> {
+        let tenant = self.label(ORIGIN_LABEL)?;
+        let text = self
+            .annotations
+            .iter()
+            .find(|(k, _)| &**k == footprint::ANNOTATION)
+            .map_or("", |(_, v)| &**v);
+        Some((tenant, Footprint::decode(text)))
     }
 
     /// Whether the object is being deleted.
