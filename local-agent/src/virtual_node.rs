@@ -127,7 +127,11 @@ pub async fn run(
         });
         let resources = cap
             .as_ref()
-            .map(|c| capacity::node_resources(&c.free, config.sharing_percentage))
+            .map(|c| {
+                let mut offered = capacity::node_resources(&c.free, config.sharing_percentage);
+                capacity::cap_by_quota(&mut offered, &c.quota);
+                offered
+            })
             .unwrap_or_default();
         // Said once per change, not on every heartbeat.
         let refused = (suggested.refused, resources.refused);

@@ -37,6 +37,7 @@ fn valid_messages() -> Vec<Vec<u8>> {
                 .into_iter()
                 .collect(),
             api_server_ready: true,
+            quota: [("cpu".to_string(), "2".to_string())].into_iter().collect(),
         }),
         remote_message::Kind::Event(proto::Event {
             involved: None,

@@ -87,6 +87,8 @@ pub struct Applier {
     unguarded: Arc<Mutex<BTreeSet<Allowed>>>,
     /// Quota room taken by writes the watch has not shown yet.
     reservations: Arc<Reservations>,
+    /// Counts the policy's changes, for what follows quotas (the virtual node's capacity).
+    policies_changed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// The result of one request.
@@ -136,6 +138,7 @@ impl Applier {
             desired: DesiredStore::default(),
             unguarded: Arc::default(),
             reservations: Arc::default(),
+            policies_changed: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 

@@ -1,7 +1,8 @@
 //! What the provider can offer each tenant, streamed as `Capacity`.
 //!
 //! Computed again when a node or a pod changes (changes within [`SETTLE`] counted once), when
-//! a tenant connects, and when the provider's API server turns ready or not; put in each
+//! a tenant connects, when the policy changes, and when the provider's API server turns ready
+//! or not; with it goes the tenant's quota, which the virtual node offers no more than; put in each
 //! connected tenant's [`Outbox`], which sends it only when it differs from what that session
 //! has.
 //!
@@ -29,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use tokio::sync::{watch, Notify};
 
+use crate::apply::Applier;
 use crate::outbox::{Outbox, Subject};
 use crate::registry::Registry;
 use crate::shadowpod_controller::Stores;
@@ -46,7 +48,7 @@ enum Woken {
     Probed(bool),
     /// A node or a pod changed.
     Changed,
-    /// A tenant connected.
+    /// A tenant connected, or the policy (and its quotas) changed.
     SessionOpened,
 }
 
@@ -66,6 +68,7 @@ pub fn spawn(
     stores: Stores,
     registry: Registry,
     outbox: Outbox,
+    applier: Applier,
     node_labels: BTreeMap<String, String>,
     shutdown: CancellationToken,
 ) -> Nodes {
@@ -93,6 +96,7 @@ pub fn spawn(
         stores.pods_listed().await;
         tracing::debug!("capacity stores ready");
         let mut opened = outbox.sessions_opened();
+        let mut policies = applier.policies_changed();
         let mut probe = tokio::time::interval(PROBE_EVERY);
         probe.tick().await;
         let mut api_server_ready = client.apiserver_version().await.is_ok();
@@ -102,6 +106,7 @@ pub fn spawn(
                     free: free_for(&nodes, &pods, &tenant),
                     node_labels: node_labels.clone(),
                     api_server_ready,
+                    quota: applier.quota_of(&tenant).node_caps(),
                 };
                 let hash = bytes_hash(format!("{capacity:?}").as_bytes());
                 let message = RemoteMessage {
@@ -116,6 +121,7 @@ pub fn spawn(
                     _ = stores.pods_changed.notified() => Woken::Changed,
                     // A new session's virtual node is NotReady until its capacity arrives.
                     _ = opened.changed() => Woken::SessionOpened,
+                    _ = policies.changed() => Woken::SessionOpened,
                 };
                 match woken {
                     // The same answer as before: nothing to compute.

@@ -41,8 +41,10 @@ pub struct KubeletService {
     pub stores: Stores,
     /// Where open calls are listed.
     pub registry: Registry,
-    /// Open calls per tenant.
+    /// Open calls per tenant, at most (`--max-kubelet-sessions`).
     pub max_sessions: usize,
+    /// Tenants' quotas, which may allow fewer.
+    pub applier: crate::apply::Applier,
 }
 
 type Output<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -105,7 +107,8 @@ impl KubeletService {
                 tenant,
                 call,
                 format!("{namespace}/{name}"),
-                self.max_sessions,
+                self.max_sessions
+                    .min(self.applier.quota_of(tenant).kubelet_sessions as usize),
             )
             .map_err(|e| Status::resource_exhausted(e.to_string()))?;
         tracing::info!(%tenant, call, %namespace, pod = %name, "kubelet call opened");

@@ -161,6 +161,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         stores.clone(),
         registry.clone(),
         outbox.clone(),
+        applier.clone(),
         args.node_labels(),
         token.clone(),
     );
@@ -184,6 +185,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         stores,
         registry: registry.clone(),
         max_sessions: args.max_kubelet_sessions as usize,
+        applier: applier.clone(),
     };
     events::spawn(
         client.clone(),

@@ -200,7 +200,7 @@ impl TenantObjects {
         objects
             .get(namespace)
             .and_then(|names| names.get(name))
-            .and_then(Kept::footprint)
+            .and_then(|kept| kept.footprint(kind))
             .map(|(_, fp)| fp)
             .unwrap_or_default()
     }
@@ -216,6 +216,8 @@ impl TenantObjects {
 
 /// Keeps one kind's store as its watch reports changes.
 struct StoreWriter {
+    /// The kind watched.
+    kind: Allowed,
     store: Arc<KindStore>,
     /// Whether the kind's objects are written without server-side apply (see `apply::merge`):
     /// then the agent's own managedFields say which keys are its own, and are kept.
@@ -247,7 +249,7 @@ impl StoreWriter {
                 if let Some(names) = self.relisting.take() {
                     let mut usage = HashMap::new();
                     for kept in names.values().flat_map(HashMap::values) {
-                        count(&mut usage, kept, Footprint::add);
+                        count(&mut usage, self.kind, kept, Footprint::add);
                     }
                     *self.store.objects.write_locked() = names;
                     *self.store.usage.write_locked() = usage;
@@ -256,11 +258,13 @@ impl StoreWriter {
             }
             watcher::Event::Apply(obj) => {
                 let kept = Kept::of(&obj.metadata, self.own_fields);
-                let new = kept.footprint().map(|(t, fp)| (Box::<str>::from(t), fp));
+                let new = kept
+                    .footprint(self.kind)
+                    .map(|(t, fp)| (Box::<str>::from(t), fp));
                 let old = insert(&mut self.store.objects.write_locked(), obj, kept);
                 let mut usage = self.store.usage.write_locked();
                 if let Some(old) = old {
-                    count(&mut usage, &old, Footprint::subtract);
+                    count(&mut usage, self.kind, &old, Footprint::subtract);
                 }
                 if let Some((tenant, fp)) = new {
                     usage.entry(tenant).or_default().add(&fp);
@@ -271,11 +275,8 @@ impl StoreWriter {
                 let namespace = obj.namespace().unwrap_or_default();
                 if let Some(names) = objects.get_mut(namespace.as_str()) {
                     if let Some(old) = names.remove(obj.name_any().as_str()) {
-                        count(
-                            &mut self.store.usage.write_locked(),
-                            &old,
-                            Footprint::subtract,
-                        );
+                        let mut usage = self.store.usage.write_locked();
+                        count(&mut usage, self.kind, &old, Footprint::subtract);
                     }
                     if names.is_empty() {
                         objects.remove(namespace.as_str());
@@ -298,10 +299,11 @@ fn insert(objects: &mut Names, obj: &Meta, kept: Kept) -> Option<Kept> {
 /// Adds `kept`'s footprint to, or takes it from, its tenant's usage.
 fn count(
     usage: &mut HashMap<Box<str>, Footprint>,
+    kind: Allowed,
     kept: &Kept,
     op: fn(&mut Footprint, &Footprint),
 ) {
-    let Some((tenant, fp)) = kept.footprint() else {
+    let Some((tenant, fp)) = kept.footprint(kind) else {
         return;
     };
     let total = usage.entry(tenant.into()).or_default();
@@ -396,6 +398,7 @@ pub fn spawn(
         let store = Arc::new(KindStore::default());
         stores.insert(kind, store.clone());
         let mut writer = StoreWriter {
+            kind,
             store,
             own_fields: keeps_managed_fields(kind),
             relisting: None,
@@ -477,6 +480,7 @@ mod tests {
             stores: Arc::new(BTreeMap::from([(kind, store.clone())])),
         };
         let writer = StoreWriter {
+            kind,
             store,
             own_fields: false,
             relisting: None,
@@ -529,6 +533,48 @@ mod tests {
         writer.apply(&watcher::Event::InitDone);
         assert_eq!(version(&objects, "b"), None);
         assert_eq!(version(&objects, "c").as_deref(), Some("5"));
+    }
+
+    #[test]
+    fn each_tenants_footprints_add_up_as_objects_come_change_and_go() {
+        use crate::quota::footprint::ANNOTATION;
+        let (objects, mut writer) = store_of(CM);
+        let stamped = |name: &str, origin: &str, bytes: i128| {
+            let mut m = meta(name, origin, "1");
+            m.metadata.annotations = Some(BTreeMap::from([(
+                ANNOTATION.into(),
+                format!("bytes={bytes},objects/ConfigMap=1000"),
+            )]));
+            m
+        };
+        let origin = ClusterId::parse("origin").unwrap();
+        let bytes = |objects: &TenantObjects| objects.usage(&origin).get("bytes");
+        writer.apply(&watcher::Event::Init);
+        writer.apply(&watcher::Event::InitApply(stamped("a", "origin", 1000)));
+        writer.apply(&watcher::Event::InitApply(stamped("b", "other", 7000)));
+        // Written before footprints: one object, no bytes.
+        writer.apply(&watcher::Event::InitApply(meta("old", "origin", "1")));
+        writer.apply(&watcher::Event::InitDone);
+        assert_eq!(bytes(&objects), 1000);
+        assert_eq!(objects.usage(&origin).get("objects/ConfigMap"), 2000);
+        writer.apply(&watcher::Event::Apply(stamped("a", "origin", 3000)));
+        assert_eq!(
+            bytes(&objects),
+            3000,
+            "a change replaces what the object counted"
+        );
+        assert_eq!(objects.footprint(CM, "apps-origin", "a").get("bytes"), 3000);
+        writer.apply(&watcher::Event::Delete(stamped("a", "origin", 3000)));
+        assert_eq!(bytes(&objects), 0);
+        assert_eq!(objects.usage(&origin).get("objects/ConfigMap"), 1000);
+        let all = objects.usage_by_tenant();
+        assert_eq!(all["other"].get("bytes"), 7000, "the other tenant's apart");
+        // A new listing counts again from what it lists.
+        writer.apply(&watcher::Event::Init);
+        writer.apply(&watcher::Event::InitApply(stamped("c", "origin", 500)));
+        writer.apply(&watcher::Event::InitDone);
+        assert_eq!(bytes(&objects), 500);
+        assert!(!objects.usage_by_tenant().contains_key("other"));
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub struct Quota {
     pub objects_per_kind: Amount,
     /// The bytes of all the tenant's objects together, as the origin sent them.
     pub bytes: Amount,
+    /// Kubelet calls (logs, exec, attach, port-forward) open at once; never more than
+    /// `--max-kubelet-sessions`.
+    pub kubelet_sessions: u32,
     /// ResourceQuota limits over all the tenant's namespaces together: [`HARD_KEYS`], and
     /// `requests.<extended resource>`. A key not set is not limited.
     pub hard: BTreeMap<String, Amount>,
@@ -144,6 +147,7 @@ impl Default for Quota {
             namespaces: Amount::units(100),
             objects_per_kind: Amount::units(20_000),
             bytes: Amount::units(256 << 20),
+            kubelet_sessions: 32,
             hard: BTreeMap::from([
                 ("pods".into(), Amount::units(1000)),
                 ("persistentvolumeclaims".into(), Amount::units(100)),
@@ -199,6 +203,23 @@ impl Quota {
         self.hard
             .get(key)
             .map(|limit| (*limit, format!("quota.hard.{key}")))
+    }
+}
+
+impl Quota {
+    /// The quota as node resources (`requests.cpu` as `cpu`, `pods` as `pods`), for the
+    /// virtual node, which offers no more: quantity text by resource name.
+    pub fn node_caps(&self) -> BTreeMap<String, String> {
+        self.hard
+            .iter()
+            .filter_map(|(key, amount)| {
+                let resource = match key.as_str() {
+                    "pods" => "pods",
+                    other => other.strip_prefix("requests.")?,
+                };
+                (resource != "storage").then(|| (resource.to_string(), amount.quantity()))
+            })
+            .collect()
     }
 }
 

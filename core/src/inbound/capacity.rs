@@ -90,9 +90,62 @@ pub fn node_resources(free: &BTreeMap<String, String>, percent: u32) -> NodeReso
     out
 }
 
+/// `resources` offered no more than the tenant's `quota` on the provider (resource name →
+/// quantity), whatever share of free resources they are. A quota can only lower what is
+/// offered: an entry for a resource not offered, or that does not read, changes nothing (the
+/// latter is named in `refused`).
+pub fn cap_by_quota(resources: &mut NodeResources, quota: &BTreeMap<String, String>) {
+    for (resource, text) in quota.iter().take(MAX_RESOURCES) {
+        let Some(offered) = resources.resources.get_mut(resource) else {
+            continue;
+        };
+        let parsed = (text.len() <= MAX_QUANTITY_TEXT)
+            .then(|| parse_milli(text))
+            .flatten()
+            .filter(|m| *m >= 0);
+        let Some(limit) = parsed else {
+            resources.refused.push(format!(
+                "{}: quota {:?} is not a quantity",
+                super::excerpt(resource),
+                super::excerpt(text)
+            ));
+            continue;
+        };
+        let current = parse_milli(&offered.0).unwrap_or(0);
+        if limit < current {
+            *offered = Quantity(format_milli(resource, limit));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tenants_quota_caps_what_is_offered_and_never_raises_it() {
+        let mut r = node_resources(
+            &free(&[("cpu", "10"), ("memory", "1Gi"), ("pods", "100")]),
+            100,
+        );
+        cap_by_quota(
+            &mut r,
+            &free(&[
+                ("cpu", "2"),
+                ("memory", "4Gi"),
+                ("nvidia.com/gpu", "1"),
+                ("pods", "-1"),
+            ]),
+        );
+        assert_eq!(r.resources["cpu"].0, "2000m");
+        assert_eq!(r.resources["memory"].0, (1u64 << 30).to_string());
+        assert!(!r.resources.contains_key("nvidia.com/gpu"));
+        assert_eq!(r.resources["pods"].0, "100");
+        assert_eq!(
+            r.refused,
+            vec![r#"pods: quota "-1" is not a quantity"#.to_string()]
+        );
+    }
 
     use crate::test_support::string_map as free;
 

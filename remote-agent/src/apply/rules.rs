@@ -36,6 +36,8 @@ impl Applier {
     pub fn set_policies(&self, policies: Policies) -> Vec<(ObjectKey, ApplyError)> {
         let own_namespace = self.rules.read_locked().reserved.own_namespace.clone();
         *self.rules.write_locked() = Arc::new(Rules::new(policies, own_namespace));
+        self.policies_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
         self.desired
             .whole()
             .into_iter()
@@ -46,13 +48,18 @@ impl Applier {
             .collect()
     }
 
+    /// Changes whenever the policy in force changes.
+    pub fn policies_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.policies_changed.subscribe()
+    }
+
     /// The policy of `tenant` now in force.
     pub fn policy_of(&self, tenant: &ClusterId) -> policy::TenantPolicy {
         self.rules.read_locked().policies.of(tenant).clone()
     }
 
     /// The quota of `tenant` now in force.
-    pub(super) fn quota_of(&self, tenant: &ClusterId) -> crate::quota::Quota {
+    pub fn quota_of(&self, tenant: &ClusterId) -> crate::quota::Quota {
         self.rules.read_locked().policies.of(tenant).quota.clone()
     }
 

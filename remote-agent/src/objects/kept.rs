@@ -16,6 +16,7 @@ use refract_core::keys::REMOTE_FIELD_MANAGER;
 use refract_core::keys::ORIGIN_LABEL;
 
 use super::Meta;
+use crate::kinds::Allowed;
 use crate::quota::footprint::{self, Footprint};
 
 /// The parts of a tenant object's metadata the applier, the inventory and restoring read.
@@ -98,15 +99,20 @@ impl Kept {
             .map(|(_, v)| &**v)
     }
 
-    /// The tenant the object is of, and what it counts for against the tenant's quota.
-    pub(super) fn footprint(&self) -> Option<(&str, Footprint)> {
+    /// The tenant the object (of `kind`) is of, and what it counts for against the tenant's
+    /// quota. One written before footprints were stamped counts as one object of its kind
+    /// until it is written again.
+    pub(super) fn footprint(&self, kind: Allowed) -> Option<(&str, Footprint)> {
         let tenant = self.label(ORIGIN_LABEL)?;
-        let text = self
+        let stamped = self
             .annotations
             .iter()
-            .find(|(k, _)| &**k == footprint::ANNOTATION)
-            .map_or("", |(_, v)| &**v);
-        Some((tenant, Footprint::decode(text)))
+            .find(|(k, _)| &**k == footprint::ANNOTATION);
+        let fp = match stamped {
+            Some((_, text)) => Footprint::decode(text),
+            None => footprint::unstamped(kind),
+        };
+        Some((tenant, fp))
     }
 
     /// Whether the object is being deleted.

@@ -108,6 +108,17 @@ pub fn of(kind: Allowed, object: &serde_json::Value, bytes: usize, quota: &Quota
     fp
 }
 
+/// What an object of `kind` without a stamped footprint counts for: one object, and one
+/// namespace for a namespace.
+pub fn unstamped(kind: Allowed) -> Footprint {
+    let mut fp = Footprint::default();
+    fp.add_to(&format!("{OBJECTS_PREFIX}{}", kind.kind()), 1000);
+    if kind == Allowed::Namespace {
+        fp.add_to(NAMESPACES, 1000);
+    }
+    fp
+}
+
 /// A quantity's milli-units; zero for anything that is not one.
 fn milli(value: &serde_json::Value) -> i128 {
     match value {

@@ -155,6 +155,7 @@ fn hostile_capacity() -> proto::Capacity {
             ("ok.example/value", "not valid!"),
         ]),
         api_server_ready: true,
+        quota: Default::default(),
     }
 }
 

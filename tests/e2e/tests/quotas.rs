@@ -1,0 +1,262 @@
+//! Per-tenant quotas on the provider, with the remote agent at the flags `deploy/` ships plus a
+//! policy file: a tenant at its pod quota gets its next origin pod Pending with the reason
+//! (`ProviderQuotaExceeded`, and a Warning event) while another tenant's pod still runs, and
+//! the pod runs once the tenant holds less; objects over the per-kind count or the byte quota
+//! are refused with a Warning event on the origin object; the twin namespace carries the quota
+//! as a ResourceQuota; the usage shows in the metrics and in the virtual node's capacity.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
+use std::time::Duration;
+
+use refract_e2e::wire::Wire;
+use refract_e2e::{busybox, kubectl, kubectl_stdin, metric, origin_get, provider_get, Peering};
+use refract_wire::proto::Outcome;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+const POLICY: &str = "tenants:\n  origin:\n    quota:\n      objectsPerKind: 4\n      bytes: 200Ki\n      hard: {pods: 10, requests.cpu: 250m}\n";
+
+fn pod(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers: [{{name: c, image: \"{}\", command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 1; done']}}]\n",
+        busybox()
+    )
+}
+
+fn origin_pod_state(p: &Peering, name: &str) -> Option<String> {
+    origin_get(
+        p,
+        &[
+            "-n",
+            "apps",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.phase} {.status.reason}",
+        ],
+    )
+}
+
+fn events_with_reason(p: &Peering, reason: &str) -> String {
+    origin_get(
+        p,
+        &[
+            "-n",
+            "apps",
+            "events",
+            "--field-selector",
+            &format!("reason={reason}"),
+            "-o",
+            "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}",
+        ],
+    )
+    .unwrap_or_default()
+}
+
+fn provider_config_maps(p: &Peering) -> usize {
+    provider_get(p, &["-n", "apps-origin", "configmaps", "-o", "name"])
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_quota_waits_with_the_reason_while_another_tenant_runs() {
+    let mut p = Peering::start_offloading().await.expect("peering");
+    let policy = tempfile::NamedTempFile::new().expect("policy file");
+    std::fs::write(policy.path(), POLICY).unwrap();
+    p.remote.take().unwrap().stop().await;
+    p.remote_flags
+        .push(format!("--policy={}", policy.path().display()));
+    p.start_remote();
+    p.until_node_ready(WAIT).await;
+
+    // The virtual node offers no more than the quota: 250m of CPU, 10 pods.
+    p.eventually(WAIT, "the virtual node capped at the quota", || {
+        let offered = origin_get(
+            &p,
+            &[
+                "node",
+                "refract-provider",
+                "-o",
+                "jsonpath={.status.allocatable.cpu} {.status.allocatable.pods}",
+            ],
+        )?;
+        (offered == "250m 10").then_some(())
+    })
+    .await;
+    p.extend("apps", "{podOffloadingStrategy: Remote}");
+    p.eventually(WAIT, "the twin namespace's ResourceQuota", || {
+        let hard = provider_get(
+            &p,
+            &[
+                "-n",
+                "apps-origin",
+                "resourcequota",
+                "refract-tenant-quota",
+                "-o",
+                "jsonpath={.spec.hard.pods} {.spec.hard.requests\\.cpu}",
+            ],
+        )?;
+        (hard == "10 250m").then_some(())
+    })
+    .await;
+
+    // Bytes: one ConfigMap larger than the whole byte quota.
+    let big = "x".repeat(250 * 1024);
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big, namespace: apps}}\ndata: {{blob: {big}}}\n"),
+    );
+    let refused_bytes = p
+        .eventually(WAIT, "the big ConfigMap refused for quota.bytes", || {
+            let events = events_with_reason(&p, "ProviderQuotaExceeded");
+            events
+                .lines()
+                .find(|l| l.starts_with("ConfigMap/big:") && l.contains("quota.bytes"))
+                .map(str::to_owned)
+        })
+        .await;
+    assert!(provider_get(&p, &["-n", "apps-origin", "configmap", "big"]).is_none());
+    println!("bytes: {refused_bytes}");
+
+    // Pods: the origin schedules them (they ask for no CPU), the provider counts the 100m
+    // each gets by default: two fit in 250m, the third waits.
+    for name in ["a", "b"] {
+        kubectl_stdin(&p.origin, &["apply", "-f", "-"], &pod(name));
+    }
+    p.eventually(WAIT, "a and b Running at the origin", || {
+        let a = origin_pod_state(&p, "a")?;
+        let b = origin_pod_state(&p, "b")?;
+        (a.starts_with("Running") && b.starts_with("Running")).then_some(())
+    })
+    .await;
+    let cpu = provider_get(
+        &p,
+        &[
+            "-n",
+            "apps-origin",
+            "pod",
+            "a",
+            "-o",
+            "jsonpath={.spec.containers[0].resources.requests.cpu}",
+        ],
+    );
+    assert_eq!(
+        cpu.as_deref(),
+        Some("100m"),
+        "the LimitRange's default request"
+    );
+    kubectl_stdin(&p.origin, &["apply", "-f", "-"], &pod("c"));
+    let waiting = p
+        .eventually(WAIT, "c Pending ProviderQuotaExceeded", || {
+            let state = origin_pod_state(&p, "c")?;
+            (state == "Pending ProviderQuotaExceeded").then_some(state)
+        })
+        .await;
+    let event = p
+        .eventually(WAIT, "a Warning event on c", || {
+            events_with_reason(&p, "ProviderQuotaExceeded")
+                .lines()
+                .find(|l| l.starts_with("Pod/c:"))
+                .map(str::to_owned)
+        })
+        .await;
+    assert!(
+        event.contains("quota.hard.requests.cpu is 250m, the tenant holds 200m"),
+        "{event}"
+    );
+    assert!(provider_get(&p, &["-n", "apps-origin", "shadowpod", "c"]).is_none());
+    let admin = p.remote_admin.clone();
+    let usage = metric(
+        &admin,
+        r#"refract_remote_tenant_usage{tenant="origin",resource="requests.cpu"}"#,
+    )
+    .await;
+    let limit = metric(
+        &admin,
+        r#"refract_remote_tenant_quota{tenant="origin",resource="requests.cpu"}"#,
+    )
+    .await;
+    assert_eq!((usage, limit), (0.2, 0.25));
+    println!("pods: c is {waiting}; {event}; metrics: requests.cpu {usage} of {limit}");
+
+    // Another tenant on the same provider is not held back by this one's quota.
+    let certs = p.certs.issue("bystander", "bystander", "client", &[]);
+    let mut wire = Wire::open(&p.remote_addr, "provider", "bystander", &certs)
+        .await
+        .expect("the second tenant connects");
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-bystander",
+        "annotations": {"refract.io/original-name": "shop"}}});
+    let answer = wire.upsert(&ns).await.unwrap();
+    assert_eq!(answer.outcome, Outcome::Applied, "{answer:?}");
+    for name in ["one", "two", "three"] {
+        let shadow = json!({"apiVersion": "offloading.refract.io/v1alpha1", "kind": "ShadowPod",
+            "metadata": {"name": name, "namespace": "shop-bystander"},
+            "spec": {"pod": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": busybox(),
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]}]}}});
+        let answer = wire.upsert(&shadow).await.unwrap();
+        assert_eq!(answer.outcome, Outcome::Applied, "{name}: {answer:?}");
+    }
+    p.eventually(WAIT, "the second tenant's three pods Running", || {
+        let phases = provider_get(
+            &p,
+            &[
+                "-n",
+                "shop-bystander",
+                "pods",
+                "-o",
+                "jsonpath={.items[*].status.phase}",
+            ],
+        )?;
+        (phases == "Running Running Running").then_some(())
+    })
+    .await;
+
+    // Room again: a goes, and c runs within the quota retry's 30 s.
+    kubectl(
+        &p.origin,
+        &["-n", "apps", "delete", "pod", "a", "--wait=false"],
+    );
+    let freed = std::time::Instant::now();
+    p.eventually(WAIT, "c Running once a is gone", || {
+        origin_pod_state(&p, "c")?
+            .starts_with("Running")
+            .then_some(())
+    })
+    .await;
+    println!(
+        "c Running {:.1?} after a was deleted; the second tenant's 3 pods ran meanwhile",
+        freed.elapsed()
+    );
+
+    // Objects per kind: kube-root-ca.crt and three more ConfigMaps make four; a fifth waits.
+    for i in 1..=4 {
+        kubectl_stdin(
+            &p.origin,
+            &["apply", "-f", "-"],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: apps}}\ndata: {{k: v}}\n"),
+        );
+    }
+    let refused_count = p
+        .eventually(WAIT, "a ConfigMap refused for quota.objectsPerKind", || {
+            events_with_reason(&p, "ProviderQuotaExceeded")
+                .lines()
+                .find(|l| l.starts_with("ConfigMap/cm-") && l.contains("quota.objectsPerKind"))
+                .map(str::to_owned)
+        })
+        .await;
+    p.eventually(WAIT, "four ConfigMaps on the provider", || {
+        (provider_config_maps(&p) == 4).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(provider_config_maps(&p), 4, "the count stays at the quota");
+    println!("objects: {refused_count}");
+}
