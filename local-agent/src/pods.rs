@@ -449,11 +449,11 @@ impl Recipient for PodOffloader {
                 // The outbox forgot it: the retry sends it again, and it runs once the tenant
                 // holds less. Not longer than a short wait: quota frees when pods end.
                 let delay = self.retries.failed(&key).min(QUOTA_RETRY_MAX);
+                // The same words every time: writing the status again then changes nothing,
+                // so it does not wake this pod's reconcile and send it before the retry.
                 let message = format!(
-                    "provider {:?} has no room for the pod in this cluster's quota ({}); trying again in {}s",
-                    self.options.remote_cluster_id,
-                    answer.message,
-                    delay.as_secs()
+                    "provider {:?} has no room for the pod in this cluster's quota ({}); trying again",
+                    self.options.remote_cluster_id, answer.message,
                 );
                 self.show_pending(&key, QUOTA_REASON, message);
                 self.queue.add_after(key, delay);

@@ -58,10 +58,12 @@ fn events_with_reason(p: &Peering, reason: &str) -> String {
     .unwrap_or_default()
 }
 
+/// The tenant's ConfigMaps in its twin namespace (not the provider's own kube-root-ca.crt).
 fn provider_config_maps(p: &Peering) -> usize {
     provider_get(p, &["-n", "apps-origin", "configmaps", "-o", "name"])
         .unwrap_or_default()
         .lines()
+        .filter(|l| *l != "configmap/kube-root-ca.crt")
         .count()
 }
 
