@@ -284,22 +284,26 @@ impl Policies {
         };
         let base = serde_json::to_value(BaseView(&base)).map_err(|e| e.to_string())?;
         let defaults_value = overlay(base, file.defaults);
-        let defaults: TenantPolicy =
-            serde_json::from_value(defaults_value.clone()).map_err(|e| format!("defaults: {e}"))?;
+        let at = |key: &str, error: String| match line_of(text, key) {
+            Some(line) => format!("line {line}: {error}"),
+            None => error,
+        };
+        let defaults: TenantPolicy = serde_json::from_value(defaults_value.clone())
+            .map_err(|e| at("defaults", format!("defaults: {e}")))?;
         defaults
             .quota
             .validate()
-            .map_err(|e| format!("defaults.{e}"))?;
+            .map_err(|e| at("defaults", format!("defaults.{e}")))?;
         let mut tenants = BTreeMap::new();
         for (tenant, value) in file.tenants {
-            ClusterId::parse(&tenant).map_err(|e| format!("tenants.{tenant}: {e}"))?;
+            ClusterId::parse(&tenant).map_err(|e| at(&tenant, format!("tenants.{tenant}: {e}")))?;
             let policy: TenantPolicy =
                 serde_json::from_value(overlay(defaults_value.clone(), value))
-                    .map_err(|e| format!("tenants.{tenant}: {e}"))?;
+                    .map_err(|e| at(&tenant, format!("tenants.{tenant}: {e}")))?;
             policy
                 .quota
                 .validate()
-                .map_err(|e| format!("tenants.{tenant}.{e}"))?;
+                .map_err(|e| at(&tenant, format!("tenants.{tenant}.{e}")))?;
             tenants.insert(tenant, policy);
         }
         Ok(Self { defaults, tenants })
@@ -314,6 +318,28 @@ impl Policies {
     pub fn named_tenants(&self) -> Vec<String> {
         self.tenants.keys().cloned().collect()
     }
+}
+
+/// The line (from 1) where the policy file's text first names `key` as a map key (`defaults`,
+/// or a tenant's entry; plain, quoted, or in a flow map); `None` when not found. The YAML
+/// parser gives lines for its own errors; an entry that parses but is not a valid policy is
+/// only known by its key.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let forms = [
+        format!("{key}:"),
+        format!("\"{key}\":"),
+        format!("'{key}':"),
+    ];
+    text.lines()
+        .position(|line| {
+            let line = line.trim_start();
+            forms.iter().any(|f| {
+                line.starts_with(f.as_str())
+                    || line.contains(&format!("{{{f}"))
+                    || line.contains(&format!(" {f}"))
+            })
+        })
+        .map(|i| i + 1)
 }
 
 /// `top` laid over `base`: maps are merged key by key, anything else replaces.
@@ -476,6 +502,12 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("tenants.a"), "{e}");
+        let e = Policies::parse(
+            "defaults:\n  podSecurity: baseline\ntenants:\n  shop:\n    services: {allowNodePorts: true}\n  lab:\n    quota: {hard: {cpu: 1}}\n",
+            TenantPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("line 6: tenants.lab.quota.hard.cpu"), "{e}");
         let e =
             Policies::parse("tenants: {\"Bad_Id\": {}}\n", TenantPolicy::default()).unwrap_err();
         assert!(e.contains("Bad_Id"), "{e}");

@@ -58,3 +58,43 @@ impl Reservations {
         self.held.locked().remove(key);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use refract_shared::tls::ClusterId;
+
+    use super::*;
+    use crate::kinds::Allowed;
+    use crate::quota::Amount;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            tenant: ClusterId::parse("origin").unwrap(),
+            kind: Allowed::ShadowPod,
+            namespace: "apps-origin".into(),
+            name: name.into(),
+        }
+    }
+
+    fn pod() -> Footprint {
+        Footprint::from_pairs([("pods".to_string(), 1000)])
+    }
+
+    #[test]
+    fn writes_the_watch_has_not_shown_yet_count_against_each_other() {
+        let mut quota = Quota::default();
+        quota.hard.insert("pods".into(), Amount::units(2));
+        let objects = TenantObjects::none();
+        let held = Reservations::default();
+        assert_eq!(held.reserve(&objects, &key("a"), &quota, pod()), Ok(()));
+        assert_eq!(held.reserve(&objects, &key("b"), &quota, pod()), Ok(()));
+        let third = held
+            .reserve(&objects, &key("c"), &quota, pod())
+            .unwrap_err();
+        assert_eq!(third.policy_key, "quota.hard.pods");
+        // Writing a again takes no more room; a failed (or deleted) b gives its room back.
+        assert_eq!(held.reserve(&objects, &key("a"), &quota, pod()), Ok(()));
+        held.release(&key("b"));
+        assert_eq!(held.reserve(&objects, &key("c"), &quota, pod()), Ok(()));
+    }
+}
