@@ -211,9 +211,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             path.clone(),
             text,
             args.base_policy(),
-            applier.clone(),
-            outbox.clone(),
-            metrics.policy.clone(),
+            policy_file::Effects {
+                applier: applier.clone(),
+                outbox: outbox.clone(),
+                metrics: metrics.policy.clone(),
+                registry: registry.clone(),
+                client: client.clone(),
+            },
             token.clone(),
         );
     }

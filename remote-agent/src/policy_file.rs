@@ -10,6 +10,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use refract_wire::proto::{remote_message, Ack, Delete, Outcome, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +20,7 @@ use crate::kinds::Allowed;
 use crate::metrics::{label, PolicyMetrics};
 use crate::outbox::{Outbox, Subject};
 use crate::policy::{Policies, TenantPolicy};
+use crate::registry::Registry;
 
 /// How often the file is read again.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -27,11 +30,26 @@ pub fn follow(
     path: PathBuf,
     mut last_text: String,
     base: TenantPolicy,
-    applier: Applier,
-    outbox: Outbox,
-    metrics: PolicyMetrics,
+    effects: Effects,
     shutdown: CancellationToken,
 ) {
+    let Effects {
+        applier,
+        outbox,
+        metrics,
+        registry,
+        client,
+    } = effects;
+    let reporting = Reporting {
+        registry,
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "refract-remote-agent".into(),
+                instance: None,
+            },
+        ),
+    };
     metrics.valid.set(1);
     tokio::spawn(async move {
         // Said once per distinct problem, not every second.
@@ -79,7 +97,7 @@ pub fn follow(
             let refused = applier.set_policies(policies);
             tracing::info!(file = %path.display(), refused = refused.len(), "policy file changed; in force from now on, and every object kept whole judged again");
             for (key, error) in refused {
-                act_on_refusal(&applier, &outbox, &metrics, key, error).await;
+                act_on_refusal(&applier, &outbox, &metrics, &reporting, key, error).await;
             }
             applier.write_backstops().await;
         }
@@ -94,12 +112,65 @@ fn refuse(metrics: &PolicyMetrics, last_error: &mut String, error: String) {
     }
 }
 
+/// What a followed policy file acts on.
+pub struct Effects {
+    /// Judges objects again and removes refused ShadowPods.
+    pub applier: Applier,
+    /// Tells an origin that its pod was removed.
+    pub outbox: Outbox,
+    /// The file's state and its refusals.
+    pub metrics: PolicyMetrics,
+    /// Where Inspect shows a refusal.
+    pub registry: Registry,
+    /// Records the Warning events that reach the origin objects.
+    pub client: kube::Client,
+}
+
+/// Where a refusal that leaves the object in place is shown.
+struct Reporting {
+    registry: Registry,
+    recorder: Recorder,
+}
+
+/// The reason of the event on an object a changed policy refuses.
+const REFUSED_REASON: &str = "RefusedByPolicy";
+
+/// Shows a refusal that leaves the object running: a Warning event on the provider object,
+/// which the event stream takes to the origin object, and the object's line in Inspect.
+async fn report(reporting: &Reporting, key: &ObjectKey, error: &ApplyError) {
+    let object = key.object_ref();
+    let message = format!(
+        "the provider's changed policy refuses this object; it stays as it is until the origin changes it: {error}"
+    );
+    reporting
+        .registry
+        .record(&key.tenant, &object, "", error.outcome(), &message);
+    let reference = ObjectReference {
+        api_version: Some(object.api_version.clone()),
+        kind: Some(object.kind.clone()),
+        namespace: (!object.namespace.is_empty()).then(|| object.namespace.clone()),
+        name: Some(object.name.clone()),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: REFUSED_REASON.into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "JudgeAgain".into(),
+        secondary: None,
+    };
+    if let Err(failed) = reporting.recorder.publish(&event, &reference).await {
+        tracing::warn!(tenant = %key.tenant, namespace = %key.namespace, name = %key.name, error = %failed, "failed to record the refusal's event");
+    }
+}
+
 /// Reports an object the new policy refuses, and removes a ShadowPod where the tenant's
 /// policy says so.
 async fn act_on_refusal(
     applier: &Applier,
     outbox: &Outbox,
     metrics: &PolicyMetrics,
+    reporting: &Reporting,
     key: ObjectKey,
     error: ApplyError,
 ) {
@@ -113,6 +184,7 @@ async fn act_on_refusal(
         %error, remove, "an object already written is refused by the changed policy"
     );
     if !remove {
+        report(reporting, &key, &error).await;
         return;
     }
     let object = key.object_ref();

@@ -1,8 +1,9 @@
 //! The provider's policy file changed while the remote agent runs: a malformed file is refused
 //! whole with the last good policy kept (and a metric says so), and a valid tightening is in
 //! force at once and judges again what is already written: a running pod that no longer meets
-//! the tenant's Pod Security level is removed (the policy says `removeRefused`), and the origin
-//! pod shows why (Pending, `OffloadingDenied`, and a Warning event).
+//! the tenant's Pod Security level is reported (a `RefusedByPolicy` Warning event on the origin
+//! pod) and left running, then removed once the policy says `removeRefused`, and the origin pod
+//! shows why (Pending, `OffloadingDenied`, and a Warning event).
 
 #![allow(
     clippy::unwrap_used,
@@ -103,7 +104,35 @@ async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(remote_phase(&p).as_deref(), Some("Running"));
 
-    // Tightened: in force at once, and the running pod judged again and removed.
+    // Tightened, without removeRefused: the running pod is judged again, refused and left
+    // running, and the origin pod gets a Warning event saying so.
+    std::fs::write(
+        policy.path(),
+        "tenants:\n  origin:\n    podSecurity: restricted\n",
+    )
+    .unwrap();
+    let reported = p
+        .eventually(WAIT, "a RefusedByPolicy event on the origin pod", || {
+            let events = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=web,reason=RefusedByPolicy",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+            )?;
+            (!events.is_empty()).then_some(events)
+        })
+        .await;
+    assert!(reported.contains("allowPrivilegeEscalation"), "{reported}");
+    assert_eq!(remote_phase(&p).as_deref(), Some("Running"), "left running");
+    println!("reported, not removed: {reported}");
+
+    // With removeRefused: judged again and removed.
     std::fs::write(
         policy.path(),
         "tenants:\n  origin:\n    podSecurity: restricted\n    removeRefused: true\n",
@@ -152,6 +181,7 @@ async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_
             "refract_remote_policy_refusals_total{tenant=\"origin\"}"
         )
         .await,
-        1.0
+        2.0,
+        "refused once reported, once removed"
     );
 }
