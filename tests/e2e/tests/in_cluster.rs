@@ -406,6 +406,28 @@ spec:
         || agent_state(&provider, "remote-agent"),
     )
     .await;
+    // The tenant's quota in its twin namespace, written under deploy/'s RBAC.
+    eventually(
+        WAIT,
+        "the twin namespace's ResourceQuota",
+        || {
+            let pods = kubectl_get(
+                &provider,
+                &[
+                    "-n",
+                    "apps-origin",
+                    "resourcequota",
+                    "refract-tenant-quota",
+                    "-o",
+                    "jsonpath={.spec.hard.pods}",
+                ],
+            )?;
+            // Kubernetes writes quantities its own way: 1000 is 1k.
+            (pods == "1k").then_some(())
+        },
+        || agent_state(&provider, "remote-agent"),
+    )
+    .await;
     let origin_pods = eventually(
         WAIT,
         "two web pods Running at the origin on the virtual node",

@@ -406,6 +406,7 @@ data: {greeting: hello}
         "local agent:   refract-system/refract-local-agent-provider 1/1 available",
         "link:          connected since",
         "last errors:   none",
+        "namespaces 2/100",
         "virtual node:  refract-provider Ready=True",
         "apps -> apps-origin Ready Ready=True",
         "late -> late-origin Ready Ready=True",
