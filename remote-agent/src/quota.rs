@@ -304,8 +304,10 @@ mod tests {
 
     #[test]
     fn what_does_not_grow_passes_even_over_a_lowered_quota() {
-        let mut quota = Quota::default();
-        quota.bytes = Amount::units(100);
+        let quota = Quota {
+            bytes: Amount::units(100),
+            ..Quota::default()
+        };
         let usage = fp(&[("bytes", 500_000)]);
         let old = fp(&[("bytes", 300_000)]);
         assert_eq!(
