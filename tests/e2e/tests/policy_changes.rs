@@ -45,6 +45,22 @@ fn origin_phase_and_reason(p: &Peering) -> Option<String> {
     )
 }
 
+/// The messages of the origin pod's events of `reason`, space-separated.
+fn web_events(p: &Peering, reason: &str) -> Option<String> {
+    origin_get(
+        p,
+        &[
+            "-n",
+            "apps",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name=web,reason={reason}"),
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    )
+}
+
 #[tokio::test]
 async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_changes_nothing() {
     let mut p = Peering::start_offloading().await.expect("peering");
@@ -113,18 +129,7 @@ async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_
     .unwrap();
     let reported = p
         .eventually(WAIT, "a RefusedByPolicy event on the origin pod", || {
-            let events = origin_get(
-                &p,
-                &[
-                    "-n",
-                    "apps",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.name=web,reason=RefusedByPolicy",
-                    "-o",
-                    "jsonpath={.items[*].message}",
-                ],
-            )?;
+            let events = web_events(&p, "RefusedByPolicy")?;
             (!events.is_empty()).then_some(events)
         })
         .await;
@@ -144,18 +149,7 @@ async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_
     .await;
     let message = p
         .eventually(WAIT, "a Warning event on the origin pod saying why", || {
-            let events = origin_get(
-                &p,
-                &[
-                    "-n",
-                    "apps",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.name=web,reason=OffloadingDenied",
-                    "-o",
-                    "jsonpath={.items[*].message}",
-                ],
-            )?;
+            let events = web_events(&p, "OffloadingDenied")?;
             events
                 .contains("removed after a policy change")
                 .then_some(events)
