@@ -1,7 +1,8 @@
 //! Per-tenant quotas on the provider, with the remote agent at the flags `deploy/` ships plus a
 //! policy file: a tenant at its pod quota gets its next origin pod Pending with the reason
 //! (`ProviderQuotaExceeded`, and a Warning event) while another tenant's pods still run, and
-//! the pod is taken once the tenant holds less; objects over the per-kind count or the byte quota
+//! the pod is taken once the tenant holds less, and a tenant speaking the wire itself is
+//! refused a pod past its pod quota; objects over the per-kind count or the byte quota
 //! are refused with a Warning event on the origin object; the twin namespace carries the quota
 //! as a ResourceQuota; the usage shows in the metrics and in the virtual node's capacity.
 
@@ -19,7 +20,7 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(90);
 
-const POLICY: &str = "tenants:\n  origin:\n    quota:\n      objectsPerKind: 4\n      bytes: 200Ki\n      hard: {pods: 10, requests.cpu: 250m}\n";
+const POLICY: &str = "tenants:\n  origin:\n    quota:\n      objectsPerKind: 4\n      bytes: 200Ki\n      hard: {pods: 10, requests.cpu: 250m}\n  bystander:\n    quota:\n      hard: {pods: 3}\n";
 
 fn pod(name: &str) -> String {
     format!(
@@ -219,6 +220,19 @@ async fn a_tenant_at_its_quota_waits_with_the_reason_while_another_tenant_runs()
         let answer = wire.upsert(&shadow).await.unwrap();
         assert_eq!(answer.outcome, Outcome::Applied, "{name}: {answer:?}");
     }
+    // At its own pod quota, a tenant speaking the wire itself is refused the next pod.
+    let four = json!({"apiVersion": "offloading.refract.io/v1alpha1", "kind": "ShadowPod",
+        "metadata": {"name": "four", "namespace": "shop-bystander"},
+        "spec": {"pod": {"containers": [{"name": "c", "image": busybox()}]}}});
+    let answer = wire.upsert(&four).await.unwrap();
+    assert_eq!(answer.outcome, Outcome::QuotaExceeded, "{answer:?}");
+    assert!(
+        answer
+            .message
+            .contains("quota.hard.pods is 3, the tenant holds 3"),
+        "{answer:?}"
+    );
+    println!("the second tenant's fourth pod: {}", answer.message);
     p.eventually(WAIT, "the second tenant's three pods Running", || {
         let phases = provider_get(
             &p,
