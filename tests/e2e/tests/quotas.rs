@@ -1,5 +1,5 @@
 //! Per-tenant quotas on the provider, with the remote agent at the flags `deploy/` ships plus a
-//! policy file: a tenant at its pod quota gets its next origin pod Pending with the reason
+//! policy file: a tenant at its CPU quota gets its next origin pod Pending with the reason
 //! (`ProviderQuotaExceeded`, and a Warning event) while another tenant's pods still run, and
 //! the pod is taken once the tenant holds less, and a tenant speaking the wire itself is
 //! refused a pod past its pod quota; objects over the per-kind count or the byte quota
