@@ -288,4 +288,40 @@ async fn a_tenant_at_its_quota_waits_with_the_reason_while_another_tenant_runs()
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(provider_config_maps(&p), 4, "the count stays at the quota");
     println!("objects: {refused_count}");
+
+    // A changed quota reaches the virtual node and the twin namespace without a restart.
+    std::fs::write(policy.path(), POLICY.replace("250m", "400m")).unwrap();
+    let changed = std::time::Instant::now();
+    p.eventually(WAIT, "the virtual node offering the new quota", || {
+        let cpu = origin_get(
+            &p,
+            &[
+                "node",
+                "refract-provider",
+                "-o",
+                "jsonpath={.status.allocatable.cpu}",
+            ],
+        )?;
+        (cpu == "400m").then_some(())
+    })
+    .await;
+    p.eventually(WAIT, "the ResourceQuota at the new quota", || {
+        let cpu = provider_get(
+            &p,
+            &[
+                "-n",
+                "apps-origin",
+                "resourcequota",
+                "refract-tenant-quota",
+                "-o",
+                "jsonpath={.spec.hard.requests\\.cpu}",
+            ],
+        )?;
+        (cpu == "400m").then_some(())
+    })
+    .await;
+    println!(
+        "quota changed to 400m: the virtual node and the ResourceQuota followed within {:.1?}",
+        changed.elapsed()
+    );
 }
