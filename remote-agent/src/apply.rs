@@ -27,7 +27,6 @@ use crate::kinds::Allowed;
 use crate::networks::SharedNetworks;
 use crate::objects::TenantObjects;
 use crate::policy::{self, Policies};
-use crate::quota;
 pub use deletion::DeletionSafety;
 use desired::DesiredStore;
 pub use desired::ObjectKey;
@@ -177,10 +176,13 @@ impl Applier {
         if token {
             self.own_token_secret(tenant, object, &mut desired).await?;
         }
-        let quota = self.quota_of(tenant);
-        let footprint = quota::footprint::of(kind, &desired, size, &quota);
-        desired["metadata"]["annotations"][quota::footprint::ANNOTATION] =
-            footprint.encode().into();
+        let key = ObjectKey {
+            tenant: tenant.clone(),
+            kind,
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+        };
+        self.take_room(&key, &mut desired, size)?;
         // What the tenant sent, for a reconnect to compare (see `crate::inventory`).
         desired["metadata"]["annotations"][ORIGIN_HASH_ANNOTATION] =
             bytes_hash(&upsert.object_json).into();
@@ -188,24 +190,8 @@ impl Applier {
         // hash in it.
         let hash = desired_hash(&desired);
         desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
-        let key = ObjectKey {
-            tenant: tenant.clone(),
-            kind,
-            namespace: object.namespace.clone(),
-            name: object.name.clone(),
-        };
-        self.reservations
-            .reserve(&self.objects, &key, &quota, footprint)?;
         let written = self.write_desired(key.clone(), desired, &hash, token).await;
-        match &written {
-            Err(_) => self.reservations.release(&key),
-            Ok(_) if kind == Allowed::Namespace => {
-                if let Err(error) = self.write_backstop(tenant, &key.name).await {
-                    tracing::warn!(%tenant, namespace = %key.name, %error, "failed to write the namespace's ResourceQuota and LimitRange");
-                }
-            }
-            Ok(_) => {}
-        }
+        self.after_write(&key, &written).await;
         written
     }
 

@@ -1,4 +1,5 @@
-//! Quota room taken by writes the watch has not shown yet.
+//! Quota room: each write stamped with what it counts for and checked against its tenant's
+//! quota, and the room taken by writes the watch has not shown yet.
 //!
 //! The usage a write is checked against comes from the watch of tenant objects, which shows a
 //! write a moment after it is done; a tenant's requests run concurrently. Each write that passes
@@ -11,13 +12,47 @@ use std::time::{Duration, Instant};
 
 use refract_core::lock::Locked;
 
-use super::ObjectKey;
+use super::{Applied, Applier, ApplyError, ObjectKey};
+use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
 use crate::quota::{self, Footprint, Quota};
 
 /// How long a write's footprint stands in for the watch's: far longer than the watch takes to
 /// show a write.
 const HELD_FOR: Duration = Duration::from_secs(10);
+
+impl Applier {
+    /// Stamps `desired` (`size` bytes as the tenant sent it) with what it counts for under its
+    /// tenant's quota, and holds that room for `key`; refuses it when the quota has none.
+    pub(super) fn take_room(
+        &self,
+        key: &ObjectKey,
+        desired: &mut serde_json::Value,
+        size: usize,
+    ) -> Result<(), ApplyError> {
+        let quota = self.quota_of(&key.tenant);
+        let footprint = quota::footprint::of(key.kind, desired, size, &quota);
+        desired["metadata"]["annotations"][quota::footprint::ANNOTATION] =
+            footprint.encode().into();
+        self.reservations
+            .reserve(&self.objects, key, &quota, footprint)?;
+        Ok(())
+    }
+
+    /// What follows a write of `key`: its room given back when it failed; a namespace's
+    /// ResourceQuota and LimitRange written when it passed.
+    pub(super) async fn after_write(&self, key: &ObjectKey, written: &Result<Applied, ApplyError>) {
+        match written {
+            Err(_) => self.reservations.release(key),
+            Ok(_) if key.kind == Allowed::Namespace => {
+                if let Err(error) = self.write_backstop(&key.tenant, &key.name).await {
+                    tracing::warn!(tenant = %key.tenant, namespace = %key.name, %error, "failed to write the namespace's ResourceQuota and LimitRange");
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+}
 
 /// The footprints of recent writes, by object.
 #[derive(Default)]
