@@ -59,6 +59,21 @@ fn events_with_reason(p: &Peering, reason: &str) -> String {
     .unwrap_or_default()
 }
 
+/// `jsonpath` of the twin namespace's ResourceQuota.
+fn twin_quota(p: &Peering, jsonpath: &str) -> Option<String> {
+    provider_get(
+        p,
+        &[
+            "-n",
+            "apps-origin",
+            "resourcequota",
+            "refract-tenant-quota",
+            "-o",
+            &format!("jsonpath={jsonpath}"),
+        ],
+    )
+}
+
 /// The tenant's ConfigMaps in its twin namespace (not the provider's own kube-root-ca.crt).
 fn provider_config_maps(p: &Peering) -> usize {
     provider_get(p, &["-n", "apps-origin", "configmaps", "-o", "name"])
@@ -95,17 +110,7 @@ async fn a_tenant_at_its_quota_waits_with_the_reason_while_another_tenant_runs()
     .await;
     p.extend("apps", "{podOffloadingStrategy: Remote}");
     p.eventually(WAIT, "the twin namespace's ResourceQuota", || {
-        let hard = provider_get(
-            &p,
-            &[
-                "-n",
-                "apps-origin",
-                "resourcequota",
-                "refract-tenant-quota",
-                "-o",
-                "jsonpath={.spec.hard.pods} {.spec.hard.requests\\.cpu}",
-            ],
-        )?;
+        let hard = twin_quota(&p, "{.spec.hard.pods} {.spec.hard.requests\\.cpu}")?;
         (hard == "10 250m").then_some(())
     })
     .await;
@@ -306,17 +311,7 @@ async fn a_tenant_at_its_quota_waits_with_the_reason_while_another_tenant_runs()
     })
     .await;
     p.eventually(WAIT, "the ResourceQuota at the new quota", || {
-        let cpu = provider_get(
-            &p,
-            &[
-                "-n",
-                "apps-origin",
-                "resourcequota",
-                "refract-tenant-quota",
-                "-o",
-                "jsonpath={.spec.hard.requests\\.cpu}",
-            ],
-        )?;
+        let cpu = twin_quota(&p, "{.spec.hard.requests\\.cpu}")?;
         (cpu == "400m").then_some(())
     })
     .await;
