@@ -13,6 +13,7 @@ mod port_forward;
 mod remote_command;
 pub mod route;
 pub mod stats;
+pub mod token_cache;
 mod upgrade;
 
 use std::convert::Infallible;
@@ -75,6 +76,8 @@ pub struct Backend {
     pub started_unix_nanos: i64,
     /// Allowed access decisions, reused for a while.
     pub decisions: Arc<auth::DecisionCache>,
+    /// Token reviews, reused for a while, and failed authentications per source.
+    pub tokens: Arc<token_cache::TokenCache>,
 }
 
 /// A request that ends before reaching the provider, with the status a kubelet would give.
@@ -217,7 +220,7 @@ pub async fn spawn(
     tracing::info!(listen = %local, node = %backend.node_name, "serving the virtual node's kubelet API");
     tokio::spawn(async move {
         loop {
-            let (tcp, _) = tokio::select! {
+            let (tcp, peer) = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 accepted = listener.accept() => match accepted {
                     Ok(a) => a,
@@ -244,7 +247,7 @@ pub async fn spawn(
                     });
                 let service = hyper::service::service_fn(move |req| {
                     let (backend, cert_user) = (backend.clone(), cert_user.clone());
-                    async move { Ok::<_, Infallible>(handle(backend, cert_user, req).await) }
+                    async move { Ok::<_, Infallible>(handle(backend, cert_user, peer.ip(), req).await) }
                 });
                 // A caller that never finishes its request headers is dropped.
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -262,6 +265,7 @@ pub async fn spawn(
 async fn handle(
     backend: Backend,
     cert_user: Option<User>,
+    source: std::net::IpAddr,
     req: Request<Incoming>,
 ) -> Response<Body> {
     tracing::debug!(method = %req.method(), path = %req.uri().path(), upgrade = ?req.headers().get(http::header::UPGRADE), "kubelet request");
@@ -281,10 +285,13 @@ async fn handle(
                     auth::AuthError::Anonymous.to_string(),
                 );
             };
-            match auth::review_token(&backend.origin, token).await {
+            match backend.tokens.review(&backend.origin, token, source).await {
                 Ok(user) => user,
                 Err(e @ auth::AuthError::Review(_)) => {
                     return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                }
+                Err(e @ auth::AuthError::TooManyFailures) => {
+                    return text(StatusCode::TOO_MANY_REQUESTS, e.to_string())
                 }
                 Err(e) => return text(StatusCode::UNAUTHORIZED, e.to_string()),
             }

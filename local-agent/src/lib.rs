@@ -398,6 +398,7 @@ async fn spawn_kubelet(
                     .as_nanosecond()
                     .clamp(0, i64::MAX as i128) as i64,
                 decisions: Default::default(),
+                tokens: Default::default(),
             },
             token.clone(),
         )

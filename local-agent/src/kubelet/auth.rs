@@ -17,7 +17,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 
 /// An authenticated caller.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct User {
     /// The user name.
     pub name: String,
@@ -52,6 +52,9 @@ pub enum AuthError {
         /// The reviewer's reason.
         reason: String,
     },
+    /// The caller's address failed to authenticate too often lately.
+    #[error("Too many failed authentications from this address; try again in a few seconds")]
+    TooManyFailures,
     /// The origin's API server could not be asked.
     #[error("the origin's API server could not review the request: {0}")]
     Review(#[from] kube::Error),
@@ -93,21 +96,44 @@ pub async fn review_token(client: &kube::Client, token: &str) -> Result<User, Au
 
 /// How long an allowed decision is reused, as a kubelet's webhook authorizer does by default.
 const ALLOWED_TTL: Duration = Duration::from_secs(300);
-/// Decisions remembered at most; the oldest half is dropped beyond that.
+/// How long a denial is reused, as a kubelet's webhook authorizer does by default: a grant
+/// takes effect within this.
+const DENIED_TTL: Duration = Duration::from_secs(30);
+/// Decisions remembered at most; the older ones are dropped beyond that.
 const MAX_DECISIONS: usize = 1024;
 
-/// A decision's subject and attributes: user, groups, verb, subresource.
-type DecisionKey = (String, Vec<String>, String, String);
+/// A decision's subject and attributes: user, groups, UID, extras, verb, subresource.
+type DecisionKey = (
+    String,
+    Vec<String>,
+    Option<String>,
+    BTreeMap<String, Vec<String>>,
+    String,
+    String,
+);
 
-/// Allowed decisions, so that a busy caller (the API server) is not reviewed on every request.
-/// Denials are never remembered: a grant takes effect at once.
+/// A decision and when it was made: `None` when allowed, the reviewer's reason when denied.
+type Decision = (Instant, Option<String>);
+
+/// Recent decisions, so that a busy caller (the API server) is not reviewed on every request,
+/// nor a refused one on each of its retries.
 #[derive(Default)]
 pub struct DecisionCache {
-    allowed: Mutex<HashMap<DecisionKey, Instant>>,
+    decided: Mutex<HashMap<DecisionKey, Decision>>,
+}
+
+fn fresh((at, denied): &Decision) -> bool {
+    at.elapsed()
+        < if denied.is_none() {
+            ALLOWED_TTL
+        } else {
+            DENIED_TTL
+        }
 }
 
 impl DecisionCache {
-    /// Like [`authorize`], reusing an allowed decision younger than five minutes.
+    /// Like [`authorize`], reusing an allowed decision younger than five minutes and a denial
+    /// younger than thirty seconds.
     pub async fn authorize(
         &self,
         client: &kube::Client,
@@ -117,30 +143,41 @@ impl DecisionCache {
         let key = (
             user.name.clone(),
             user.groups.clone(),
+            user.uid.clone(),
+            user.extra.clone(),
             access.verb.to_string(),
             access.subresource.to_string(),
         );
-        // Only certificate users are cached: a token's user can carry extras and a UID that
-        // the key does not hold.
-        let cacheable = user.uid.is_none() && user.extra.is_empty();
-        if cacheable {
-            let allowed = self.allowed.locked();
-            if allowed
-                .get(&key)
-                .is_some_and(|at| at.elapsed() < ALLOWED_TTL)
-            {
-                return Ok(());
+        let forbidden = |reason: String| AuthError::Forbidden {
+            user: user.name.clone(),
+            verb: access.verb.to_string(),
+            subresource: access.subresource.to_string(),
+            reason,
+        };
+        {
+            let decided = self.decided.locked();
+            if let Some(decision) = decided.get(&key).filter(|d| fresh(d)) {
+                return match &decision.1 {
+                    None => Ok(()),
+                    Some(reason) => Err(forbidden(reason.clone())),
+                };
             }
         }
-        authorize(client, user, access).await?;
-        if cacheable {
-            let mut allowed = self.allowed.locked();
-            if allowed.len() >= MAX_DECISIONS {
-                allowed.retain(|_, at| at.elapsed() < ALLOWED_TTL / 2);
+        let result = authorize(client, user, access).await;
+        let denied = match &result {
+            Ok(()) => None,
+            Err(AuthError::Forbidden { reason, .. }) => Some(reason.clone()),
+            Err(_) => return result, // not a decision: asked again next time
+        };
+        let mut decided = self.decided.locked();
+        if decided.len() >= MAX_DECISIONS {
+            decided.retain(|_, d| fresh(d));
+            if decided.len() >= MAX_DECISIONS {
+                decided.clear();
             }
-            allowed.insert(key, Instant::now());
         }
-        Ok(())
+        decided.insert(key, (Instant::now(), denied));
+        result
     }
 }
 

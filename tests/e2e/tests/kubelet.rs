@@ -125,6 +125,18 @@ fn kubelet_stats_with_token(endpoint: &str, token: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// TokenReviews the origin's API server has answered so far.
+fn token_reviews(p: &Peering) -> u64 {
+    let metrics = origin_get(p, &["--raw", "/metrics"]).expect("the API server's metrics");
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{") && l.contains("resource=\"tokenreviews\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
@@ -516,6 +528,31 @@ spec:
         err.contains("Forbidden"),
         "a token without nodes/stats: {err}"
     );
+
+    // A flood of one bad token costs the origin a handful of TokenReviews, not one a request:
+    // the refusal is reused, and the source is turned away (429) after repeated failures.
+    let reviews_before = token_reviews(&p);
+    let flood = format!(
+        "import ssl, http.client, collections\nctx = ssl._create_unverified_context()\ncodes = collections.Counter()\nconn = http.client.HTTPSConnection('127.0.0.1', {}, context=ctx)\nfor _ in range(1000):\n    conn.request('GET', '/stats/summary', headers={{'Authorization': 'Bearer flood-token'}})\n    r = conn.getresponse(); r.read(); codes[r.status] += 1\nprint(' '.join(f'{{k}}:{{v}}' for k, v in sorted(codes.items())))\n",
+        p.kubelet_port
+    );
+    let started = Instant::now();
+    let out = Command::new("python3")
+        .args(["-c", &flood])
+        .output()
+        .expect("python3");
+    let codes = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let reviews = token_reviews(&p) - reviews_before;
+    println!(
+        "1,000 requests with one bad token in {:.1?}: answers {codes}; TokenReviews at the origin: {reviews}",
+        started.elapsed()
+    );
+    assert!(
+        codes.contains("429:") && !codes.contains("200:"),
+        "{codes} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(reviews <= 3, "{reviews} TokenReviews for one bad token");
 
     // The provider refuses a pod that is not the tenant's, and a tenant asking for another's.
     let out = p.grpcurl_with(
