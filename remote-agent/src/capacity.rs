@@ -48,8 +48,8 @@ enum Woken {
     Probed(bool),
     /// A node or a pod changed.
     Changed,
-    /// A tenant connected, or the policy (and its quotas) changed.
-    SessionOpened,
+    /// A tenant connected, or the policy (and its quotas) changed: computed at once.
+    Recompute,
 }
 
 /// The provider's nodes as capacity's watch has them, for the other readers of nodes
@@ -120,8 +120,8 @@ pub fn spawn(
                     _ = nodes_changed.notified() => Woken::Changed,
                     _ = stores.pods_changed.notified() => Woken::Changed,
                     // A new session's virtual node is NotReady until its capacity arrives.
-                    _ = opened.changed() => Woken::SessionOpened,
-                    _ = policies.changed() => Woken::SessionOpened,
+                    _ = opened.changed() => Woken::Recompute,
+                    _ = policies.changed() => Woken::Recompute,
                 };
                 match woken {
                     // The same answer as before: nothing to compute.
@@ -129,7 +129,7 @@ pub fn spawn(
                     Woken::Probed(ready) => api_server_ready = ready,
                     // Let the changes that come with it arrive first.
                     Woken::Changed => tokio::time::sleep(SETTLE).await,
-                    Woken::SessionOpened => {}
+                    Woken::Recompute => {}
                 }
                 break;
             }

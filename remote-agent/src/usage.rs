@@ -27,7 +27,7 @@ pub struct Line {
 /// Every key `tenant` holds something of or has a limit on, in key order.
 pub fn lines(applier: &Applier, tenant: &ClusterId) -> Vec<Line> {
     let usage = applier.objects().usage(tenant);
-    let quota = applier.policy_of(tenant).quota;
+    let quota = applier.quota_of(tenant);
     let mut keys: std::collections::BTreeSet<String> =
         usage.iter().map(|(k, _)| k.to_string()).collect();
     keys.extend(

@@ -73,6 +73,16 @@ impl TokenCache {
     }
 }
 
+/// Whether an answer given at `at` may still be reused at `now`.
+fn fresh(at: Instant, answer: &Result<User, String>, now: Instant) -> bool {
+    let ttl = if answer.is_ok() {
+        ACCEPTED_TTL
+    } else {
+        REFUSED_TTL
+    };
+    now.duration_since(at) < ttl
+}
+
 /// The answers and failure counts, with the clock passed in.
 #[derive(Default)]
 struct Memo {
@@ -84,12 +94,7 @@ impl Memo {
     /// The kept answer for the token hashed `key`, if still fresh.
     fn cached(&mut self, key: &str, now: Instant) -> Option<Result<User, String>> {
         let (at, answer) = self.answers.get(key)?;
-        let ttl = if answer.is_ok() {
-            ACCEPTED_TTL
-        } else {
-            REFUSED_TTL
-        };
-        if now.duration_since(*at) < ttl {
+        if fresh(*at, answer, now) {
             return Some(answer.clone());
         }
         self.answers.remove(key);
@@ -98,9 +103,7 @@ impl Memo {
 
     fn remember(&mut self, key: String, answer: Result<User, String>, now: Instant) {
         if self.answers.len() >= MAX_ENTRIES {
-            self.answers.retain(|_, (at, a)| {
-                now.duration_since(*at) < if a.is_ok() { ACCEPTED_TTL } else { REFUSED_TTL }
-            });
+            self.answers.retain(|_, (at, a)| fresh(*at, a, now));
             if self.answers.len() >= MAX_ENTRIES {
                 if let Some(oldest) = self
                     .answers

@@ -80,11 +80,10 @@ impl Footprint {
 
 /// What `object` (of `kind`, judged, `bytes` long as sent) counts for under `quota`.
 pub fn of(kind: Allowed, object: &serde_json::Value, bytes: usize, quota: &Quota) -> Footprint {
-    let mut fp = Footprint::default();
-    fp.add_to(&format!("{OBJECTS_PREFIX}{}", kind.kind()), 1000);
+    let mut fp = unstamped(kind);
     fp.add_to(BYTES, i128::try_from(bytes).unwrap_or(i128::MAX) * 1000);
     match kind {
-        Allowed::Namespace => fp.add_to(NAMESPACES, 1000),
+        Allowed::Namespace => {}
         Allowed::ShadowPod => pod(&object["spec"]["pod"], quota, &mut fp),
         Allowed::Reflected(Kind::PersistentVolumeClaim) => {
             fp.add_to("persistentvolumeclaims", 1000);

@@ -390,6 +390,15 @@ impl Peering {
         Ok(p)
     }
 
+    /// Stops the remote agent and starts it again with `flag` added to its flags.
+    pub async fn restart_remote_with(&mut self, flag: String) {
+        if let Some(remote) = self.remote.take() {
+            remote.stop().await;
+        }
+        self.remote_flags.push(flag);
+        self.start_remote();
+    }
+
     /// Starts (or restarts) the remote agent.
     pub fn start_remote(&mut self) {
         let s = self.certs.dir.join("server");

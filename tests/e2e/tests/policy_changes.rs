@@ -70,10 +70,8 @@ async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_
         "tenants:\n  origin:\n    removeRefused: true\n",
     )
     .unwrap();
-    p.remote.take().unwrap().stop().await;
-    p.remote_flags
-        .push(format!("--policy={}", policy.path().display()));
-    p.start_remote();
+    p.restart_remote_with(format!("--policy={}", policy.path().display()))
+        .await;
     p.until_node_ready(WAIT).await;
     p.extend("apps", "{podOffloadingStrategy: Remote}");
     // Runs as root: baseline allows it, restricted does not.

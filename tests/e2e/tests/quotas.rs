@@ -88,10 +88,8 @@ async fn a_tenant_at_its_quota_waits_with_the_reason_while_another_tenant_runs()
     let mut p = Peering::start_offloading().await.expect("peering");
     let policy = tempfile::NamedTempFile::new().expect("policy file");
     std::fs::write(policy.path(), POLICY).unwrap();
-    p.remote.take().unwrap().stop().await;
-    p.remote_flags
-        .push(format!("--policy={}", policy.path().display()));
-    p.start_remote();
+    p.restart_remote_with(format!("--policy={}", policy.path().display()))
+        .await;
     p.until_node_ready(WAIT).await;
 
     // The virtual node offers no more than the quota: 250m of CPU, 10 pods.

@@ -428,10 +428,8 @@ async fn remote_api_server_support_runs_pods_as_a_provider_service_account_the_p
     )
     .expect("policy file");
     let mut p = Peering::start_offloading().await.expect("peering");
-    p.remote.take().unwrap().stop().await;
-    p.remote_flags
-        .push(format!("--policy={}", policy.path().display()));
-    p.start_remote();
+    p.restart_remote_with(format!("--policy={}", policy.path().display()))
+        .await;
     extend(&p);
     // The origin's own ServiceAccount (its legacy token Secret is mounted by the origin's
     // admission on Kubernetes up to 1.20, and must not follow the pod).
