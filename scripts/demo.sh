@@ -56,9 +56,10 @@ WEBHOOK_PORT=$(free_port)
 KUBELET_PORT=$(free_port)
 "$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin-kubelet --role server --ip 127.0.0.1 --out "$DEMO/certs/kubelet" >/dev/null 2>&1
 
-say "Installing the CRDs (NamespaceOffloading in the origin, ShadowPod in the provider); the provider's node:"
+say "Installing the CRDs (NamespaceOffloading in the origin, ShadowPod in the provider), the provider's refract-system namespace and the role each tenant is bound to in its own namespaces; the provider's node:"
 run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/namespaceoffloading-crd.yaml
-run kubectl --kubeconfig "$PROVIDER" apply -f deploy/remote-agent/shadowpod-crd.yaml
+run kubectl --kubeconfig "$PROVIDER" apply -f deploy/remote-agent/shadowpod-crd.yaml \
+  -f deploy/remote-agent/namespace.yaml -f deploy/remote-agent/tenant-role.yaml
 run kubectl --kubeconfig "$PROVIDER" get nodes -o wide
 # The provider's storage: a stand-in provisioner whose volumes are folders the kubelet creates.
 "$B/testkit" fake-provisioner --kubeconfig "$PROVIDER" >"$DEMO/fake-provisioner.log" 2>&1 &

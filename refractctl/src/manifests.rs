@@ -96,6 +96,10 @@ const REMOTE_FILES: &[(&str, &str)] = &[
         include_str!("../../deploy/remote-agent/rbac.yaml"),
     ),
     (
+        "tenant-role.yaml",
+        include_str!("../../deploy/remote-agent/tenant-role.yaml"),
+    ),
+    (
         "deployment.yaml",
         include_str!("../../deploy/remote-agent/deployment.yaml"),
     ),

@@ -23,6 +23,7 @@ use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::{ObjectRef, Upsert};
 
+use crate::identity::Identities;
 use crate::kinds::Allowed;
 use crate::networks::SharedNetworks;
 use crate::objects::TenantObjects;
@@ -42,10 +43,10 @@ pub(crate) use tokens::is_token_secret;
 use tokens::token_kind;
 use write::{Mode, Refused};
 
-mod backstop;
 mod deletion;
 pub mod desired;
 mod error;
+mod fences;
 pub mod judge;
 pub(crate) mod merge;
 mod ownership;
@@ -60,10 +61,12 @@ mod write;
 
 pub use refract_core::keys::ORIGINAL_NAME_ANNOTATION;
 
-/// Writes tenants' objects into the provider cluster with the remote agent's own identity.
+/// Writes tenants' objects into the provider cluster, each tenant's as that tenant
+/// ([`crate::identity`]).
 #[derive(Clone)]
 pub struct Applier {
-    client: kube::Client,
+    /// The agent's own client (namespaces, fences) and each tenant's.
+    identities: Identities,
     provider: ClusterId,
     /// What each tenant may have written, and the names none may take.
     rules: Arc<RwLock<Arc<Rules>>>,
@@ -114,16 +117,16 @@ impl Applier {
         &self.objects
     }
 
-    /// An applier writing with `client` as provider `provider`, reading what the tenant
+    /// An applier writing as `identities` say as provider `provider`, reading what the tenant
     /// objects' watch knows from `objects`.
     pub fn new(
-        client: kube::Client,
+        identities: Identities,
         provider: ClusterId,
         limits: Limits,
         objects: TenantObjects,
     ) -> Self {
         Self {
-            client,
+            identities,
             provider,
             rules: Arc::new(RwLock::new(Arc::new(Rules::new(
                 limits.policies,
@@ -141,12 +144,18 @@ impl Applier {
         }
     }
 
-    fn api(&self, kind: Allowed, namespace: &str) -> Api<DynamicObject> {
-        let ar = kind.resource();
-        match kind {
-            Allowed::Namespace => Api::all_with(self.client.clone(), &ar),
-            _ => Api::namespaced_with(self.client.clone(), namespace, &ar),
-        }
+    fn api(
+        &self,
+        tenant: &ClusterId,
+        kind: Allowed,
+        namespace: &str,
+    ) -> Result<Api<DynamicObject>, kube::Error> {
+        api_as(&self.identities, tenant, kind, namespace)
+    }
+
+    /// The agent's own client.
+    fn own_client(&self) -> kube::Client {
+        self.identities.own().clone()
     }
 
     /// Applies one Upsert for `tenant`: the one write path (see the module's documentation).
@@ -205,7 +214,7 @@ impl Applier {
     ) -> ApplyResult {
         let kind = key.kind;
         let (namespace, name) = (key.namespace.clone(), key.name.clone());
-        let api = self.api(kind, &namespace);
+        let api = self.api(&key.tenant, kind, &namespace)?;
         let strategy = Strategy::of(kind, token);
         // The watch knows every object of ours: one it has is checked without a request, and
         // one it does not have is most likely new, so it is created in one request that cannot
@@ -428,7 +437,7 @@ impl Applier {
         body: serde_json::Value,
         mode: Mode,
     ) -> Result<Applied, Refused> {
-        match write::write(api, &self.client, &key.name, body, mode).await {
+        match write::write(api, &key.name, body, mode).await {
             Ok(rv) => {
                 self.desired.set_written(&key, rv);
                 Ok(Applied::Written)
@@ -470,9 +479,9 @@ impl Applier {
         if let Some(rv) = observed {
             judged["metadata"]["resourceVersion"] = rv.into();
         }
-        let api = self.api(key.kind, &key.namespace);
+        let api = self.api(&key.tenant, key.kind, &key.namespace)?;
         let mode = Strategy::of(key.kind, token).mode(Purpose::Restore);
-        let rv = write::write(&api, &self.client, &key.name, judged, mode)
+        let rv = write::write(&api, &key.name, judged, mode)
             .await
             .map_err(Refused::into_error)?;
         self.desired.set_written(key, rv);
@@ -483,6 +492,45 @@ impl Applier {
     pub fn networks(&self) -> SharedNetworks {
         self.networks.clone()
     }
+}
+
+/// The API of `kind` in `namespace` as `tenant` acts on it: namespaces with the agent's own
+/// identity (no tenant may create one), anything else as the tenant, so the API server refuses
+/// whatever lies outside the tenant's namespaces.
+fn api_as(
+    identities: &Identities,
+    tenant: &ClusterId,
+    kind: Allowed,
+    namespace: &str,
+) -> Result<Api<DynamicObject>, kube::Error> {
+    let ar = kind.resource();
+    Ok(match kind {
+        Allowed::Namespace => Api::all_with(identities.own().clone(), &ar),
+        _ => Api::namespaced_with(identities.client(tenant)?, namespace, &ar),
+    })
+}
+
+/// A test hook, used by the end-to-end test of tenant identities only: writes `object` (its
+/// name from its metadata) as `tenant` into `namespace` the way every tenant write reaches the
+/// API server, without any of the agent's own checks. Aimed at a namespace that is not the
+/// tenant's, the API server itself must refuse it.
+#[doc(hidden)]
+pub async fn write_unchecked(
+    identities: &Identities,
+    tenant: &ClusterId,
+    kind: Allowed,
+    namespace: &str,
+    object: serde_json::Value,
+) -> Result<(), ApplyError> {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let api = api_as(identities, tenant, kind, namespace)?;
+    write::write(&api, &name, object, Mode::Apply)
+        .await
+        .map(drop)
+        .map_err(Refused::into_error)
 }
 
 pub(crate) trait DisplayName {

@@ -21,6 +21,7 @@ use refract_shared::tls::ClusterId;
 use refract_wire::proto::{self, remote_message, ObjectRef, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
+use crate::identity::Identities;
 use crate::kinds::Allowed;
 use crate::objects::TenantObjects;
 use crate::outbox::{Outbox, Subject};
@@ -39,7 +40,7 @@ pub const EVENT_KINDS: &[&str] = &[
 
 /// Starts the event stream: follows the tenant namespaces in `objects`.
 pub fn spawn(
-    client: kube::Client,
+    identities: Identities,
     outbox: Outbox,
     objects: TenantObjects,
     shutdown: CancellationToken,
@@ -65,8 +66,12 @@ pub fn spawn(
                 }
                 let stop = shutdown.child_token();
                 watched.insert(ns.clone(), (tenant.clone(), stop.clone()));
-                let watch =
-                    watch_namespace(client.clone(), outbox.clone(), ns.clone(), tenant.clone());
+                let watch = watch_namespace(
+                    identities.clone(),
+                    outbox.clone(),
+                    ns.clone(),
+                    tenant.clone(),
+                );
                 let outbox = outbox.clone();
                 tokio::spawn(async move {
                     tokio::select! {
@@ -85,8 +90,17 @@ pub fn spawn(
     });
 }
 
-/// Records `tenant`'s events of its namespace `ns` in the outbox as they come and go.
-async fn watch_namespace(client: kube::Client, outbox: Outbox, ns: String, tenant: ClusterId) {
+/// Records `tenant`'s events of its namespace `ns` in the outbox as they come and go, read as
+/// the tenant (a namespace whose binding is not written yet is retried with the watch's
+/// backoff).
+async fn watch_namespace(identities: Identities, outbox: Outbox, ns: String, tenant: ClusterId) {
+    let client = match identities.client(&tenant) {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::warn!(%tenant, namespace = %ns, %error, "no client for the tenant; its events are not streamed");
+            return;
+        }
+    };
     let mut events = watcher(
         Api::<Event>::namespaced(client, &ns),
         watcher::Config::default(),

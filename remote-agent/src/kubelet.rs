@@ -28,6 +28,7 @@ use refract_wire::proto::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::identity::Identities;
 use crate::peer::Peer;
 use crate::registry::{KubeletSessionGuard, Registry};
 use crate::shadowpod_controller::Stores;
@@ -35,8 +36,9 @@ use crate::shadowpod_controller::Stores;
 /// Serves `refract.v1.Kubelet`.
 #[derive(Clone)]
 pub struct KubeletService {
-    /// The provider's API server, as this agent.
-    pub client: kube::Client,
+    /// The provider's API server: as this agent for node statistics, as the tenant for
+    /// anything on its pods.
+    pub identities: Identities,
     /// ShadowPods and their pods.
     pub stores: Stores,
     /// Where open calls are listed.
@@ -50,6 +52,14 @@ pub struct KubeletService {
 type Output<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 impl KubeletService {
+    /// A client acting as `tenant`: the API server itself refuses the tenant's calls on any
+    /// pod outside its namespaces.
+    fn as_tenant(&self, tenant: &ClusterId) -> Result<kube::Client, Status> {
+        self.identities
+            .client(tenant)
+            .map_err(|e| Status::internal(format!("no client for tenant {tenant}: {e}")))
+    }
+
     /// The tenant's pod named by `pod`, or why the call is refused.
     fn owned_pod(&self, tenant: &ClusterId, pod: Option<&PodRef>) -> Result<Pod, Status> {
         let pod = pod.ok_or_else(|| Status::invalid_argument("no pod named"))?;
@@ -141,7 +151,8 @@ impl Kubelet for KubeletService {
     ) -> Result<Response<Self::ContainerLogsStream>, Status> {
         let tenant = Peer::tenant_from_request(&request)?.cluster_id;
         let (pod, guard) = self.admit(&tenant, "ContainerLogs", request.get_ref().pod.as_ref())?;
-        let stream = logs::stream(&self.client, &pod, request.into_inner(), guard).await?;
+        let client = self.as_tenant(&tenant)?;
+        let stream = logs::stream(&client, &pod, request.into_inner(), guard).await?;
         Ok(Response::new(stream))
     }
 
@@ -180,7 +191,8 @@ impl Kubelet for KubeletService {
                 Status::invalid_argument(format!("port {} is not a TCP port", start.port))
             })?;
         let (pod, guard) = self.admit(&peer.cluster_id, "PortForward", start.pod.as_ref())?;
-        let stream = port_forward::run(&self.client, &pod, port, inbound, guard).await?;
+        let client = self.as_tenant(&peer.cluster_id)?;
+        let stream = port_forward::run(&client, &pod, port, inbound, guard).await?;
         Ok(Response::new(stream))
     }
 
@@ -190,7 +202,7 @@ impl Kubelet for KubeletService {
     ) -> Result<Response<PodStatsResponse>, Status> {
         let tenant = Peer::tenant_from_request(&request)?.cluster_id;
         let pods = stats::tenant_pods(&self.stores, &tenant);
-        let pods = stats::collect(&self.client, &pods).await?;
+        let pods = stats::collect(self.identities.own(), &pods).await?;
         Ok(Response::new(PodStatsResponse { pods }))
     }
 }
@@ -210,7 +222,8 @@ impl KubeletService {
             ));
         };
         let (pod, guard) = self.admit(&peer.cluster_id, call.name(), start.pod.as_ref())?;
-        let stream = remote_command::run(&self.client, &pod, call, start, inbound, guard).await?;
+        let client = self.as_tenant(&peer.cluster_id)?;
+        let stream = remote_command::run(&client, &pod, call, start, inbound, guard).await?;
         Ok(Response::new(stream))
     }
 }

@@ -16,6 +16,7 @@ pub mod apply;
 pub mod capacity;
 mod cli;
 pub mod events;
+pub mod identity;
 pub mod inspect;
 pub mod inventory;
 pub mod kinds;
@@ -116,7 +117,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     }
 
     let limits = args.limits()?;
-    let client = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
+    let (client, config) =
+        refract_shared::kubeconfig::client_and_config(args.kubeconfig.as_deref()).await?;
+    let identities =
+        identity::Identities::impersonating(client.clone(), config, args.own_namespace.clone());
+    identities.check_role().await?;
     let registry = registry::Registry::default();
     // ShadowPods and claims are watched whole by their controller and the volume stream;
     // those watches feed the tenant objects' stores too, so each kind is watched once.
@@ -134,7 +139,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     ) else {
         anyhow::bail!("ShadowPods and claims are not among the kinds tenants may write");
     };
-    let applier = apply::Applier::new(client.clone(), args.cluster_id.clone(), limits, objects);
+    let applier = apply::Applier::new(identities.clone(), args.cluster_id.clone(), limits, objects);
     let collector = usage::UsageCollector::new(applier.clone());
     admin.register("refract_remote", |r| {
         r.register_collector(Box::new(collector))
@@ -153,8 +158,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             token.clone(),
         );
     }
-    let stores =
-        shadowpod_controller::spawn(client.clone(), &args.cluster_id, shadow_feed, token.clone());
+    let stores = shadowpod_controller::spawn(
+        identities.clone(),
+        &args.cluster_id,
+        shadow_feed,
+        token.clone(),
+    );
     pod_status::spawn(stores.clone(), outbox.clone(), token.clone());
     let nodes = capacity::spawn(
         client.clone(),
@@ -181,14 +190,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         token.clone(),
     );
     let kubelet = kubelet::KubeletService {
-        client: client.clone(),
+        identities: identities.clone(),
         stores,
         registry: registry.clone(),
         max_sessions: args.max_kubelet_sessions as usize,
         applier: applier.clone(),
     };
     events::spawn(
-        client.clone(),
+        identities.clone(),
         outbox.clone(),
         applier.objects().clone(),
         token.clone(),
@@ -200,7 +209,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         tokio::spawn(async move {
             tokio::select! {
                 _ = token.cancelled() => {}
-                _ = applier.objects().namespaces_listed() => applier.write_backstops().await,
+                _ = applier.objects().namespaces_listed() => applier.write_all_fences().await,
             }
         });
     }

@@ -87,7 +87,7 @@ pub fn applier(client: kube::Client) -> crate::apply::Applier {
     #[allow(clippy::unwrap_used, reason = "a valid id")]
     let provider = refract_shared::tls::ClusterId::parse("provider").unwrap();
     Applier::new(
-        client,
+        crate::identity::Identities::shared(client),
         provider,
         Limits {
             policies: Policies::uniform(TenantPolicy::default()),

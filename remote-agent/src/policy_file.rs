@@ -99,7 +99,7 @@ pub fn follow(
             for (key, error) in refused {
                 act_on_refusal(&applier, &outbox, &metrics, &reporting, key, error).await;
             }
-            applier.write_backstops().await;
+            applier.write_all_fences().await;
         }
     });
 }

@@ -20,14 +20,15 @@ use kube::{Resource, ResourceExt};
 use refract_core::backoff::PerKey;
 use refract_core::forge::pod::SHADOWPOD_API_VERSION;
 use refract_core::keys::{
-    DESTINATION_LABEL, MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION, REMOTE_STATUS_FIELD_MANAGER,
-    SHADOWPOD_FIELD_MANAGER,
+    DESTINATION_LABEL, MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION, ORIGIN_LABEL,
+    REMOTE_STATUS_FIELD_MANAGER, SHADOWPOD_FIELD_MANAGER,
 };
 use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::identity::Identities;
 use crate::objects::Feed;
 use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
 
@@ -108,7 +109,7 @@ impl ChangedKeys {
 /// Starts the controller; returns its stores. Its watch of ShadowPods also feeds the tenant
 /// objects' store of them (`feed`).
 pub fn spawn(
-    client: kube::Client,
+    identities: Identities,
     provider: &ClusterId,
     feed: Feed,
     shutdown: CancellationToken,
@@ -116,6 +117,7 @@ pub fn spawn(
     let (shadows, shadows_writer) = reflector::store::<ShadowPod>();
     let (pods, pods_writer) = reflector::store::<Pod>();
     let (key_tx, mut key_rx) = mpsc::channel::<(String, String)>(1024);
+    let client = identities.own().clone();
 
     let shadow_events = feed
         .feeding(
@@ -222,7 +224,7 @@ pub fn spawn(
                         continue;
                     }
                 };
-                match reconcile(&client, &recorder, &stores, &key.0, &key.1).await {
+                match reconcile(&identities, &recorder, &stores, &key.0, &key.1).await {
                     Ok(()) => retries.succeeded(&key),
                     Err(error) => {
                         let Some(delay) = retries.failed(&key) else {
@@ -289,7 +291,7 @@ impl Retries {
 }
 
 async fn reconcile(
-    client: &kube::Client,
+    identities: &Identities,
     recorder: &Recorder,
     stores: &Stores,
     ns: &str,
@@ -305,8 +307,18 @@ async fn reconcile(
     if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
         return Ok(()); // a finished pod is never re-created
     }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), ns);
+    // The pod is the tenant's: written as the tenant, so the API server itself keeps it in the
+    // tenant's namespaces. The ShadowPod's status is the controller's own.
+    let Some(tenant) = shadow
+        .labels()
+        .get(ORIGIN_LABEL)
+        .and_then(|t| ClusterId::parse(t).ok())
+    else {
+        tracing::warn!(namespace = %ns, %name, "ShadowPod without a valid {ORIGIN_LABEL} label; no pod for it");
+        return Ok(());
+    };
+    let pods: Api<Pod> = Api::namespaced(identities.client(&tenant)?, ns);
+    let shadows: Api<ShadowPod> = Api::namespaced(identities.own().clone(), ns);
     // The pod as the watch has it: every change of it (its deletion too) reconciles its
     // ShadowPod again, so a resync of every ShadowPod costs the API server nothing. Only a pod
     // the ShadowPod's status names and the store lacks is read: one created a moment ago may

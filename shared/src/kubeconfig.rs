@@ -8,6 +8,14 @@ use anyhow::Context as _;
 /// A client from `--kubeconfig` when given, else the in-cluster service account, else
 /// `$KUBECONFIG` (or `~/.kube/config`).
 pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    Ok(client_and_config(kubeconfig).await?.0)
+}
+
+/// Like [`client`], with the configuration it was built from (for clients that act as
+/// someone else).
+pub async fn client_and_config(
+    kubeconfig: Option<&Path>,
+) -> anyhow::Result<(kube::Client, kube::Config)> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -20,5 +28,7 @@ pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
             .await
             .context("no --kubeconfig given and neither in-cluster config nor $KUBECONFIG works")?,
     };
-    kube::Client::try_from(config).context("failed to build Kubernetes client")
+    let client =
+        kube::Client::try_from(config.clone()).context("failed to build Kubernetes client")?;
+    Ok((client, config))
 }

@@ -67,7 +67,7 @@ impl Applier {
         name: &str,
         unchanged_since: Option<String>,
     ) -> Result<Applied, ApplyError> {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), name);
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.own_client(), name);
         let held = claims
             .list_metadata(&ListParams::default())
             .await?
@@ -195,7 +195,11 @@ impl Applier {
         namespace: &str,
         name: &str,
     ) -> Result<Option<ObjectMeta>, ApplyError> {
-        let Some(existing) = self.api(kind, namespace).get_metadata_opt(name).await? else {
+        let Some(existing) = self
+            .api(tenant, kind, namespace)?
+            .get_metadata_opt(name)
+            .await?
+        else {
             return Ok(None);
         };
         if !self.owns(tenant, kind, &existing.metadata) {
@@ -228,7 +232,7 @@ impl Applier {
             // Stop the pod with the origin's grace period; the ShadowPod's own deletion would
             // leave it to the garbage collector with the pod's default.
             let pods: Api<k8s_openapi::api::core::v1::Pod> =
-                Api::namespaced(self.client.clone(), namespace);
+                Api::namespaced(self.identities.client(tenant)?, namespace);
             let params = DeleteParams {
                 grace_period_seconds: grace.map(|g| g.max(0) as u32),
                 ..Default::default()
@@ -249,8 +253,17 @@ impl Applier {
         if let Some(g) = grace {
             params.grace_period_seconds = Some(g.max(0) as u32);
         }
-        match self.api(kind, namespace).delete(name, &params).await {
-            Ok(_) => Ok(Applied::Deleted),
+        match self
+            .api(tenant, kind, namespace)?
+            .delete(name, &params)
+            .await
+        {
+            Ok(_) => {
+                if kind == Allowed::Namespace {
+                    self.identities.forget(name);
+                }
+                Ok(Applied::Deleted)
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Applied::AlreadyAbsent),
             // The resourceVersion precondition failed: written meanwhile, so it stays.
             Err(kube::Error::Api(s)) if guarded && s.code == 409 => Ok(Applied::WrittenSince),
@@ -273,8 +286,11 @@ impl Applier {
         namespace: &str,
         keep: impl Fn(&str) -> bool,
     ) -> Result<Vec<String>, ApplyError> {
-        if kind != Allowed::Namespace && !self.owns_namespace(tenant, namespace).await? {
-            return Ok(Vec::new());
+        if kind != Allowed::Namespace {
+            match self.tenant_namespace(tenant, namespace).await {
+                Err(ApplyError::NotTenantNamespace { .. }) => return Ok(Vec::new()),
+                checked => checked?,
+            }
         }
         let mut selector = format!(
             "{ORIGIN_LABEL}={tenant},{DESTINATION_LABEL}={}",
@@ -285,7 +301,7 @@ impl Applier {
             selector.push_str(&format!(",!{SERVICE_ACCOUNT_LABEL}"));
         }
         let list = self
-            .api(kind, namespace)
+            .api(tenant, kind, namespace)?
             .list_metadata(&ListParams::default().labels(&selector))
             .await?;
         let total = list.items.len();

@@ -52,7 +52,10 @@ impl Applier {
         {
             return Ok(true);
         }
-        let ns = self.api(Allowed::Namespace, "").get_opt(namespace).await?;
+        let ns = self
+            .api(tenant, Allowed::Namespace, "")?
+            .get_opt(namespace)
+            .await?;
         Ok(ns.is_some_and(|ns| self.owns(tenant, Allowed::Namespace, &ns.metadata)))
     }
 
@@ -68,12 +71,28 @@ impl Applier {
                 kind: object.kind.clone(),
             }
         })?;
-        if kind != Allowed::Namespace && !self.owns_namespace(tenant, &object.namespace).await? {
-            return Err(ApplyError::NotTenantNamespace {
-                tenant: tenant.clone(),
-                namespace: object.namespace.clone(),
-            });
+        if kind != Allowed::Namespace {
+            self.tenant_namespace(tenant, &object.namespace).await?;
         }
         Ok(kind)
+    }
+
+    /// Checks that `namespace` is `tenant`'s, and that the tenant's identity may write there
+    /// (its binding, written once per namespace in this process).
+    pub(super) async fn tenant_namespace(
+        &self,
+        tenant: &ClusterId,
+        namespace: &str,
+    ) -> Result<(), ApplyError> {
+        if !self.owns_namespace(tenant, namespace).await? {
+            return Err(ApplyError::NotTenantNamespace {
+                tenant: tenant.clone(),
+                namespace: namespace.to_string(),
+            });
+        }
+        self.identities
+            .bind(tenant, namespace)
+            .await
+            .map_err(|e| ApplyError::Transient(e.to_string()))
     }
 }

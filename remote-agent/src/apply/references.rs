@@ -26,7 +26,7 @@ impl Applier {
             let meta = match self.objects.get(kind, namespace, &name) {
                 Some(known) => Some(known.metadata),
                 None => self
-                    .api(kind, namespace)
+                    .api(tenant, kind, namespace)?
                     .get_metadata_opt_with(&name, &GetParams::any())
                     .await?
                     .map(|m| m.metadata),

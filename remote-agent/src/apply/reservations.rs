@@ -40,13 +40,14 @@ impl Applier {
     }
 
     /// What follows a write of `key`: its room given back when it failed; a namespace's
-    /// ResourceQuota and LimitRange written when it passed.
+    /// fences written when it passed.
     pub(super) async fn after_write(&self, key: &ObjectKey, written: &Result<Applied, ApplyError>) {
         match written {
             Err(_) => self.reservations.release(key),
             Ok(_) if key.kind == Allowed::Namespace => {
-                if let Err(error) = self.write_backstop(&key.tenant, &key.name).await {
-                    tracing::warn!(tenant = %key.tenant, namespace = %key.name, %error, "failed to write the namespace's ResourceQuota and LimitRange");
+                // A failure is retried by the next write in the namespace (see `authorize`).
+                if let Err(error) = self.write_fences(&key.tenant, &key.name).await {
+                    tracing::warn!(tenant = %key.tenant, namespace = %key.name, %error, "failed to write the twin namespace's fences");
                 }
             }
             Ok(_) => {}

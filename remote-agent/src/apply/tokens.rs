@@ -34,7 +34,7 @@ impl Applier {
             )));
         }
         let shadow = self
-            .api(Allowed::ShadowPod, &object.namespace)
+            .api(tenant, Allowed::ShadowPod, &object.namespace)?
             .get_opt(&pod)
             .await?
             .filter(|s| self.is_ours(tenant, &s.metadata))

@@ -70,7 +70,6 @@ struct WrittenMeta {
 /// Writes `desired` as `name` through `api`; returns the written resourceVersion.
 pub(super) async fn write(
     api: &Api<DynamicObject>,
-    client: &kube::Client,
     name: &str,
     mut desired: serde_json::Value,
     mode: Mode,
@@ -103,6 +102,8 @@ pub(super) async fn write(
     };
     let request = request.map_err(|e| Refused::Failed(kube::Error::BuildRequest(e).into()))?;
     let creates = matches!(mode, Mode::CreateOnly | Mode::Create);
+    // The client `api` acts as: the tenant's own identity for its objects.
+    let client = kube::Client::from(api.clone());
     match client.request::<Written>(request).await {
         Ok(written) => Ok(written.metadata.resource_version),
         Err(kube::Error::Api(s)) if creates && s.code == 409 => Err(Refused::Exists),

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
-use refract_core::keys::{MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION};
+use refract_core::keys::{MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION, ORIGIN_LABEL};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
@@ -40,6 +40,7 @@ fn mk_shadow(status: Option<ShadowPodStatus>, annotations: &[(&str, &str)]) -> S
     );
     shadow.metadata.namespace = Some(NS.into());
     shadow.metadata.uid = Some("shadow-uid".into());
+    shadow.metadata.labels = Some([(ORIGIN_LABEL.to_string(), "origin".to_string())].into());
     shadow.metadata.annotations = Some(
         annotations
             .iter()
@@ -54,7 +55,7 @@ fn mk_pod_json(uid: &str, phase: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "web", "namespace": NS, "uid": uid,
-                     "labels": {MANAGED_BY_LABEL: MANAGED_BY_SHADOWPOD}},
+                     "labels": {MANAGED_BY_LABEL: MANAGED_BY_SHADOWPOD, ORIGIN_LABEL: "origin"}},
         "spec": {"containers": [{"name": "app", "image": "busybox"}]},
         "status": {"phase": phase},
     })
@@ -101,7 +102,8 @@ async fn run_with_pod(
         },
     );
     let stores = mk_stores(shadow, pod);
-    let result = reconcile(&client, &recorder, &stores, NS, "web").await;
+    let identities = crate::identity::Identities::shared(client);
+    let result = reconcile(&identities, &recorder, &stores, NS, "web").await;
     (result, log)
 }
 

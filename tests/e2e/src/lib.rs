@@ -325,11 +325,7 @@ impl Peering {
             "/../../deploy/local-agent/namespaceoffloading-crd.yaml"
         );
         peering.origin_kubectl(&["apply", "-f", crd]);
-        let crd = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../deploy/remote-agent/shadowpod-crd.yaml"
-        );
-        peering.provider_kubectl(&["apply", "-f", crd]);
+        prepare_provider(&peering.provider);
         peering.start_remote();
         peering.start_local();
         Ok(peering)
@@ -689,11 +685,7 @@ impl Peering {
         let provider = ControlPlane::start(provider)
             .await
             .with_context(|| format!("failed to start control plane {id}"))?;
-        let crd = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../deploy/remote-agent/shadowpod-crd.yaml"
-        );
-        kubectl(&provider, &["apply", "-f", crd]);
+        prepare_provider(&provider);
         let server = self.certs.issue(
             &format!("server-{id}"),
             id,
@@ -936,4 +928,18 @@ pub fn json_of(out: &Output) -> anyhow::Result<serde_json::Value> {
         bail!("grpcurl failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// What a provider holds before its remote agent starts, as `deploy/remote-agent` installs it
+/// (the agent itself runs as a binary with the cluster's admin credentials): the ShadowPod
+/// CRD, the agent's namespace (where tenants' ServiceAccounts live) and the role tenants are
+/// bound to.
+pub fn prepare_provider(provider: &ControlPlane) {
+    for file in ["shadowpod-crd.yaml", "namespace.yaml", "tenant-role.yaml"] {
+        let path = format!(
+            "{}/../../deploy/remote-agent/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        kubectl(provider, &["apply", "-f", &path]);
+    }
 }

@@ -1,44 +1,52 @@
-//! Writing each twin namespace's ResourceQuota and LimitRange ([`crate::quota::backstop`]):
-//! when the namespace is written, at start, and when the policy changes.
+//! What fences each twin namespace, written by the agent's own identity (no tenant may change
+//! them): the RoleBinding that lets the tenant's identity write there ([`crate::identity`]),
+//! and the ResourceQuota and LimitRange of its quota ([`crate::quota::backstop`]). Written when
+//! the namespace is written, at start, and when the policy changes.
 
 use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use refract_core::keys::REMOTE_FIELD_MANAGER;
 use refract_shared::tls::ClusterId;
 
-use super::Applier;
+use super::{Applier, ApplyError};
 use crate::quota::backstop;
 
 impl Applier {
-    /// Writes the ResourceQuota and LimitRange of `tenant`'s twin namespace `namespace` as its
-    /// quota says, or deletes them when the quota limits nothing they would hold.
-    pub async fn write_backstop(
+    /// Writes the fences of `tenant`'s twin namespace `namespace`: its binding, then its
+    /// ResourceQuota and LimitRange as its quota says (deleted when the quota limits nothing
+    /// they would hold). Callers must have checked the namespace is the tenant's.
+    pub async fn write_fences(
         &self,
         tenant: &ClusterId,
         namespace: &str,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<(), ApplyError> {
+        self.identities
+            .bind(tenant, namespace)
+            .await
+            .map_err(|e| ApplyError::Transient(e.to_string()))?;
         let quota = self.quota_of(tenant);
-        let quotas: Api<ResourceQuota> = Api::namespaced(self.client.clone(), namespace);
+        let quotas: Api<ResourceQuota> = Api::namespaced(self.own_client(), namespace);
         keep(&quotas, backstop::resource_quota(namespace, &quota)).await?;
-        let ranges: Api<LimitRange> = Api::namespaced(self.client.clone(), namespace);
-        keep(&ranges, backstop::limit_range(namespace, &quota)).await
+        let ranges: Api<LimitRange> = Api::namespaced(self.own_client(), namespace);
+        keep(&ranges, backstop::limit_range(namespace, &quota)).await?;
+        Ok(())
     }
 
-    /// Writes the backstop of every twin namespace the watch has, as the policy now in force
+    /// Writes the fences of every twin namespace the watch has, as the policy now in force
     /// says; a failure is logged and the others go on.
-    pub async fn write_backstops(&self) {
+    pub async fn write_all_fences(&self) {
         let namespaces = self.objects.tenant_namespaces();
         let mut failed = 0;
         for (namespace, tenant) in &namespaces {
-            if let Err(error) = self.write_backstop(tenant, namespace).await {
+            if let Err(error) = self.write_fences(tenant, namespace).await {
                 failed += 1;
-                tracing::warn!(%tenant, %namespace, %error, "failed to write the namespace's ResourceQuota and LimitRange");
+                tracing::warn!(%tenant, %namespace, %error, "failed to write the twin namespace's fences");
             }
         }
         tracing::info!(
             namespaces = namespaces.len(),
             failed,
-            "tenant quotas written to each twin namespace's ResourceQuota and LimitRange"
+            "each twin namespace's tenant binding, ResourceQuota and LimitRange written"
         );
     }
 }
