@@ -38,6 +38,9 @@ pub const EVENT_KINDS: &[&str] = &[
     "PersistentVolumeClaim",
 ];
 
+/// How long a namespace's event watch waits after its tenant's binding could not be written.
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Starts the event stream: follows the tenant namespaces in `objects`.
 pub fn spawn(
     identities: Identities,
@@ -91,9 +94,14 @@ pub fn spawn(
 }
 
 /// Records `tenant`'s events of its namespace `ns` in the outbox as they come and go, read as
-/// the tenant (a namespace whose binding is not written yet is retried with the watch's
-/// backoff).
+/// the tenant, once its binding there is in force.
 async fn watch_namespace(identities: Identities, outbox: Outbox, ns: String, tenant: ClusterId) {
+    // The namespace is the tenant's by its label, as the write path checks it; the binding is
+    // written once per namespace in this process, by whichever needs it first.
+    while let Err(error) = identities.bind(&tenant, &ns).await {
+        tracing::warn!(%tenant, namespace = %ns, %error, "cannot bind the tenant in its namespace yet; its events wait");
+        tokio::time::sleep(BIND_RETRY).await;
+    }
     let client = match identities.client(&tenant) {
         Ok(client) => client,
         Err(error) => {

@@ -39,22 +39,15 @@ pub fn account_name(tenant: &ClusterId) -> String {
     format!("tenant-{tenant}")
 }
 
-/// Where each tenant's client comes from.
-enum Source {
-    /// A client per tenant from the agent's own configuration, impersonating the tenant's
-    /// ServiceAccount.
-    Impersonate(Box<kube::Config>),
-    /// Unit tests: every tenant writes with the one (mock) client, and no binding is written.
-    #[cfg(test)]
-    Shared,
-}
-
 struct Inner {
     /// The agent's own client.
     own: kube::Client,
     /// The namespace of the tenants' ServiceAccounts (the agent's own).
     namespace: String,
-    source: Source,
+    /// The configuration each tenant's client is built from, impersonating the tenant's
+    /// ServiceAccount. `None` only in unit tests: every tenant writes with the one (mock)
+    /// client, and no binding is written.
+    impersonate: Option<Box<kube::Config>>,
     clients: Mutex<HashMap<ClusterId, kube::Client>>,
     /// Tenants whose ServiceAccount this process has written.
     accounts: Mutex<HashSet<ClusterId>>,
@@ -88,21 +81,21 @@ impl Identities {
     /// Identities impersonated from `config`, the configuration `own` was built from;
     /// tenants' ServiceAccounts live in `namespace`.
     pub fn impersonating(own: kube::Client, config: kube::Config, namespace: String) -> Self {
-        Self::with(own, namespace, Source::Impersonate(Box::new(config)))
+        Self::with(own, namespace, Some(Box::new(config)))
     }
 
     /// Unit tests: every tenant writes with `client`.
     #[cfg(test)]
     pub fn shared(client: kube::Client) -> Self {
-        Self::with(client, "refract-system".into(), Source::Shared)
+        Self::with(client, "refract-system".into(), None)
     }
 
-    fn with(own: kube::Client, namespace: String, source: Source) -> Self {
+    fn with(own: kube::Client, namespace: String, impersonate: Option<Box<kube::Config>>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 own,
                 namespace,
-                source,
+                impersonate,
                 clients: Mutex::default(),
                 accounts: Mutex::default(),
                 bound: Mutex::default(),
@@ -126,10 +119,8 @@ impl Identities {
 
     /// A client acting as `tenant`.
     pub fn client(&self, tenant: &ClusterId) -> Result<kube::Client, kube::Error> {
-        let config = match &self.inner.source {
-            Source::Impersonate(config) => config,
-            #[cfg(test)]
-            Source::Shared => return Ok(self.inner.own.clone()),
+        let Some(config) = &self.inner.impersonate else {
+            return Ok(self.inner.own.clone());
         };
         if let Some(client) = self.inner.clients.locked().get(tenant) {
             return Ok(client.clone());
@@ -150,9 +141,7 @@ impl Identities {
     /// ServiceAccount, the RoleBinding, and a wait until the API server applies it. Done once
     /// per namespace in this process; callers must have checked the namespace is the tenant's.
     pub async fn bind(&self, tenant: &ClusterId, namespace: &str) -> Result<(), IdentityError> {
-        if !matches!(self.inner.source, Source::Impersonate(_))
-            || self.inner.bound.locked().contains(namespace)
-        {
+        if self.inner.impersonate.is_none() || self.inner.bound.locked().contains(namespace) {
             return Ok(());
         }
         self.write_account(tenant).await?;
@@ -191,7 +180,7 @@ impl Identities {
     /// Checks at start that the role tenants are bound to exists: without it no tenant could
     /// write anything.
     pub async fn check_role(&self) -> anyhow::Result<()> {
-        if !matches!(self.inner.source, Source::Impersonate(_)) {
+        if self.inner.impersonate.is_none() {
             return Ok(());
         }
         let roles: Api<ClusterRole> = Api::all(self.inner.own.clone());

@@ -865,6 +865,17 @@ fn split_flags<'a>(args: &'a [&'a str]) -> (&'a [&'a str], &'a [&'a str]) {
     args.split_at(i)
 }
 
+/// `kubectl auth can-i VERB WHAT -n NS --as USER` on `cp`: its answer, "yes" or "no".
+pub fn can_i(cp: &ControlPlane, user: &str, verb: &str, what: &str, ns: &str) -> String {
+    // `can-i` exits 1 for "no": its answer is read, not its status.
+    let out = std::process::Command::new("kubectl")
+        .args(["--kubeconfig", &cp.kubeconfig.display().to_string()])
+        .args(["auth", "can-i", verb, what, "-n", ns, "--as", user])
+        .output()
+        .expect("kubectl runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// `kubectl` with a control plane's admin kubeconfig; panics on failure.
 pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     let kc = cp.kubeconfig.display().to_string();

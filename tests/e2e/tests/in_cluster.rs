@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use refract_e2e::{
-    busybox, eventually, free_port, grpcurl, kubectl, kubectl_get, kubectl_stdin, run,
+    busybox, can_i, eventually, free_port, grpcurl, kubectl, kubectl_get, kubectl_stdin, run,
     until_extended, Certs,
 };
 use refract_testkit::{ControlPlane, Options};
@@ -502,6 +502,29 @@ spec:
     );
     println!("kubectl exec {first} (origin): {}", exec.trim());
     assert_eq!(exec.trim(), format!("exec from the origin on {first}"));
+
+    // The remote agent's own identity writes no tenant object; each tenant's, in its own
+    // namespaces only.
+    let agent = "system:serviceaccount:refract-system:refract-remote-agent";
+    let tenant = "system:serviceaccount:refract-system:tenant-origin";
+    for (user, verb, what, ns, answer) in [
+        (agent, "create", "pods", "apps-origin", "no"),
+        (agent, "create", "pods/exec", "apps-origin", "no"),
+        (agent, "create", "secrets", "kube-system", "no"),
+        (agent, "delete", "pods", "kube-system", "no"),
+        (agent, "create", "rolebindings", "apps-origin", "yes"),
+        (tenant, "create", "pods", "apps-origin", "yes"),
+        (tenant, "create", "pods/exec", "apps-origin", "yes"),
+        (tenant, "create", "pods", "kube-system", "no"),
+        (tenant, "get", "secrets", "kube-system", "no"),
+        (tenant, "patch", "resourcequotas", "apps-origin", "no"),
+    ] {
+        assert_eq!(
+            can_i(&provider, user, verb, what, ns),
+            answer,
+            "can {user} {verb} {what} in {ns}?"
+        );
+    }
 
     // Neither agent was refused anything by its API server.
     for (cp, agent) in [(&origin, "local-agent"), (&provider, "remote-agent")] {

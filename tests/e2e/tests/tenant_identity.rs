@@ -12,7 +12,7 @@
 )]
 use std::time::Duration;
 
-use refract_e2e::{kubectl, kubectl_get, kubectl_stdin, Peering};
+use refract_e2e::{can_i, kubectl, kubectl_get, kubectl_stdin, Peering};
 use refract_remote_agent::apply::{write_unchecked, ApplyError};
 use refract_remote_agent::identity::Identities;
 use refract_remote_agent::kinds::Allowed;
@@ -20,17 +20,6 @@ use refract_shared::tls::ClusterId;
 
 const WAIT: Duration = Duration::from_secs(30);
 const ACCOUNT: &str = "system:serviceaccount:refract-system:tenant-origin";
-
-/// `kubectl auth can-i` on the provider as `user`.
-fn can_i(p: &Peering, user: &str, verb: &str, what: &str, ns: &str) -> String {
-    // `can-i` exits 1 for "no": read its answer, not its status.
-    let out = std::process::Command::new("kubectl")
-        .args(["--kubeconfig", &p.provider.kubeconfig.display().to_string()])
-        .args(["auth", "can-i", verb, what, "-n", ns, "--as", user])
-        .output()
-        .expect("kubectl");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 #[tokio::test]
 async fn the_api_server_keeps_each_tenant_in_its_own_namespaces() {
@@ -95,15 +84,36 @@ async fn the_api_server_keeps_each_tenant_in_its_own_namespaces() {
         &["apply", "-f", "-"],
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: rival-x, labels: {refract.io/tenant: rival}}\n",
     );
-    assert_eq!(can_i(&p, ACCOUNT, "create", "pods", "shop-origin"), "yes");
-    assert_eq!(can_i(&p, ACCOUNT, "create", "pods", "rival-x"), "no");
-    assert_eq!(can_i(&p, ACCOUNT, "create", "pods", "default"), "no");
     assert_eq!(
-        can_i(&p, ACCOUNT, "patch", "resourcequotas", "shop-origin"),
+        can_i(&p.provider, ACCOUNT, "create", "pods", "shop-origin"),
+        "yes"
+    );
+    assert_eq!(
+        can_i(&p.provider, ACCOUNT, "create", "pods", "rival-x"),
         "no"
     );
     assert_eq!(
-        can_i(&p, ACCOUNT, "create", "rolebindings", "shop-origin"),
+        can_i(&p.provider, ACCOUNT, "create", "pods", "default"),
+        "no"
+    );
+    assert_eq!(
+        can_i(
+            &p.provider,
+            ACCOUNT,
+            "patch",
+            "resourcequotas",
+            "shop-origin"
+        ),
+        "no"
+    );
+    assert_eq!(
+        can_i(
+            &p.provider,
+            ACCOUNT,
+            "create",
+            "rolebindings",
+            "shop-origin"
+        ),
         "no"
     );
 
