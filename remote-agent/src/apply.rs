@@ -479,12 +479,23 @@ impl Applier {
         if let Some(rv) = observed {
             judged["metadata"]["resourceVersion"] = rv.into();
         }
+        if key.kind != Allowed::Namespace {
+            // A namespace restored a moment ago has no binding yet.
+            self.tenant_namespace(&key.tenant, &key.namespace).await?;
+        }
         let api = self.api(&key.tenant, key.kind, &key.namespace)?;
         let mode = Strategy::of(key.kind, token).mode(Purpose::Restore);
         let rv = write::write(&api, &key.name, judged, mode)
             .await
             .map_err(Refused::into_error)?;
         self.desired.set_written(key, rv);
+        if key.kind == Allowed::Namespace {
+            // Its binding and quota went with the namespace deleted. A failure is retried by
+            // the next write in it (see `tenant_namespace`).
+            if let Err(error) = self.write_fences(&key.tenant, &key.name).await {
+                tracing::warn!(tenant = %key.tenant, namespace = %key.name, %error, "failed to write the restored namespace's fences");
+            }
+        }
         Ok(Applied::Written)
     }
 

@@ -60,6 +60,9 @@ pub fn spawn(
                 let keep = now.get(ns) == Some(tenant);
                 if !keep {
                     stop.cancel();
+                    // Gone or no longer the tenant's: a namespace of that name later needs
+                    // its binding written again.
+                    identities.forget(ns);
                 }
                 keep
             });

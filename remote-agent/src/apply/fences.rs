@@ -20,6 +20,9 @@ impl Applier {
         tenant: &ClusterId,
         namespace: &str,
     ) -> Result<(), ApplyError> {
+        // Written again even if this process wrote it before: the namespace may have been
+        // deleted and created again since, without it.
+        self.identities.forget(namespace);
         self.identities
             .bind(tenant, namespace)
             .await
