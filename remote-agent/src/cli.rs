@@ -107,7 +107,9 @@ pub struct Args {
     pub own_namespace: String,
 
     /// The provider's own pod and Service ranges (repeatable): no tenant EndpointSlice may
-    /// point into them.
+    /// point into them, and each twin namespace's NetworkPolicy keeps tenants' pods from
+    /// reaching them. Node addresses, the pod ranges nodes publish (spec.podCIDR) and the API
+    /// server's Service address are found without it; the Service range never is.
     #[arg(long = "provider-cidr", value_name = "CIDR")]
     pub provider_cidrs: Vec<IpNet>,
 

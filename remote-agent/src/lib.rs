@@ -24,6 +24,7 @@ pub mod kubelet;
 pub mod metrics;
 #[cfg(test)]
 mod mock_api;
+pub mod network_fence;
 pub mod networks;
 pub mod objects;
 pub mod outbox;
@@ -174,14 +175,28 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         args.node_labels(),
         token.clone(),
     );
+    let networks_changed = Arc::new(tokio::sync::Notify::new());
     networks::follow(
         nodes.store,
         nodes.changed,
         args.provider_cidrs.clone(),
         api_service,
         applier.networks(),
+        networks_changed.clone(),
         token.clone(),
     );
+    {
+        // Each twin namespace's NetworkPolicy denies the provider's networks as they now are.
+        let (applier, token) = (applier.clone(), token.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    _ = networks_changed.notified() => applier.write_all_fences().await,
+                }
+            }
+        });
+    }
     volumes::spawn(
         client.clone(),
         &args.cluster_id,
@@ -203,8 +218,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         token.clone(),
     );
     {
-        // The policy may have changed while the agent was away: every twin namespace's
-        // ResourceQuota and LimitRange are written again once the namespaces are listed.
+        // The policy may have changed while the agent was away: every twin namespace's fences
+        // (binding, ResourceQuota, LimitRange, NetworkPolicy) are written again once the
+        // namespaces are listed.
         let (applier, token) = (applier.clone(), token.clone());
         tokio::spawn(async move {
             tokio::select! {

@@ -93,19 +93,30 @@ pub async fn discover(
     tracing::info!(
         flags = ?base.iter().map(ToString::to_string).collect::<Vec<_>>(),
         discovered = ?found.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "no tenant EndpointSlice may point into the provider's own networks: these (node addresses, pod ranges, the API server's Service); add others, such as the Service range, with --provider-cidr"
+        "no tenant EndpointSlice may point into the provider's own networks, nor any tenant pod reach them: these (node addresses, pod ranges, the API server's Service); add others, such as the Service range, with --provider-cidr"
     );
+    let pod_ranges_published = nodes.iter().any(|n| {
+        n.spec.as_ref().is_some_and(|s| {
+            s.pod_cidr.is_some() || s.pod_cidrs.as_ref().is_some_and(|c| !c.is_empty())
+        })
+    });
+    if !pod_ranges_published && base.is_empty() {
+        tracing::warn!("no node publishes its pod range (spec.podCIDR) and no --provider-cidr is given: tenants' network fences cannot deny the provider's pod and Service networks; name them with --provider-cidr");
+    }
     shared.write_locked().cidrs = merged(base, &found);
     api_service
 }
 
 /// Keeps `shared` current as the nodes in `nodes` change (`changed` ticks with each change).
+/// `networks_changed` is told each time they change (the twin namespaces' network fences
+/// deny them).
 pub fn follow(
     nodes: Store<Node>,
     mut changed: watch::Receiver<u64>,
     base: Vec<IpNet>,
     api_service: Option<IpAddr>,
     shared: SharedNetworks,
+    networks_changed: Arc<tokio::sync::Notify>,
     shutdown: CancellationToken,
 ) {
     tokio::spawn(async move {
@@ -121,6 +132,7 @@ pub fn follow(
             if current.cidrs != next {
                 tracing::info!(networks = ?next.iter().map(ToString::to_string).collect::<Vec<_>>(), "the provider's own networks changed with its nodes");
                 current.cidrs = next;
+                networks_changed.notify_one();
             }
         }
     });

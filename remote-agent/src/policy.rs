@@ -15,6 +15,7 @@ use refract_shared::tls::ClusterId;
 use serde::Deserialize;
 
 use crate::kinds::Allowed;
+use crate::network_fence::NetworkFence;
 use crate::quota::Quota;
 
 mod exposition;
@@ -93,6 +94,8 @@ pub struct TenantPolicy {
     pub remove_refused: bool,
     /// How much of the provider the tenant may hold, all its namespaces together.
     pub quota: Quota,
+    /// What the tenant's pods may reach and be reached from.
+    pub network: NetworkFence,
 }
 
 impl Default for TenantPolicy {
@@ -114,6 +117,7 @@ impl Default for TenantPolicy {
                 .collect(),
             remove_refused: false,
             quota: Quota::default(),
+            network: NetworkFence::default(),
         }
     }
 }
@@ -388,6 +392,7 @@ impl serde::Serialize for BaseView<'_> {
             "nodeLabelKeys": p.node_label_keys,
             "removeRefused": p.remove_refused,
             "quota": p.quota,
+            "network": p.network,
         })
         .serialize(s)
     }
@@ -511,5 +516,29 @@ mod tests {
         let e =
             Policies::parse("tenants: {\"Bad_Id\": {}}\n", TenantPolicy::default()).unwrap_err();
         assert!(e.contains("Bad_Id"), "{e}");
+    }
+
+    #[test]
+    fn a_tenants_network_fence_overrides_the_defaults_field_by_field() {
+        let policies = Policies::parse(
+            "defaults:\n  network: {egressDenied: [10.50.0.0/16]}\ntenants:\n  lab:\n    network: {enabled: false}\n  shop:\n    network: {ingressFromNamespaces: [{team: ingress}]}\n",
+            TenantPolicy::default(),
+        )
+        .unwrap();
+        let lab = &policies.of(&ClusterId::parse("lab").unwrap()).network;
+        assert!(!lab.enabled);
+        let shop = &policies.of(&ClusterId::parse("shop").unwrap()).network;
+        assert!(shop.enabled);
+        assert_eq!(
+            shop.egress_denied,
+            ["10.50.0.0/16".parse::<IpNet>().unwrap()]
+        );
+        assert_eq!(shop.ingress_from_namespaces[0]["team"], "ingress");
+        let e = Policies::parse(
+            "tenants: {a: {network: {egressDenied: [nope]}}}\n",
+            TenantPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("tenants.a"), "{e}");
     }
 }

@@ -63,6 +63,11 @@ impl Applier {
         self.rules.read_locked().policies.of(tenant).quota.clone()
     }
 
+    /// The network fence `tenant`'s policy now in force asks for.
+    pub fn network_fence_of(&self, tenant: &ClusterId) -> crate::network_fence::NetworkFence {
+        self.rules.read_locked().policies.of(tenant).network.clone()
+    }
+
     /// The object as the provider will hold it for `tenant` ([`judge::Judge`]).
     pub(super) fn judged(
         &self,

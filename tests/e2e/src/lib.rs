@@ -15,6 +15,7 @@ use anyhow::{bail, Context};
 use refract_testkit::{ControlPlane, Options};
 use tokio::process::{Child, Command};
 
+pub mod netpol;
 pub mod wire;
 
 /// The folder holding `local-agent`, `remote-agent` and `refract-certs`.

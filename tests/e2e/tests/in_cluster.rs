@@ -428,6 +428,27 @@ spec:
         || agent_state(&provider, "remote-agent"),
     )
     .await;
+    // Its network fence, written under deploy/'s RBAC: the tenant's own namespaces in.
+    eventually(
+        WAIT,
+        "the twin namespace's NetworkPolicy",
+        || {
+            let from = kubectl_get(
+                &provider,
+                &[
+                    "-n",
+                    "apps-origin",
+                    "networkpolicy",
+                    "refract-tenant-fence",
+                    "-o",
+                    "jsonpath={.spec.ingress[0].from[0].namespaceSelector.matchLabels}",
+                ],
+            )?;
+            (from == r#"{"refract.io/tenant":"origin"}"#).then_some(())
+        },
+        || agent_state(&provider, "remote-agent"),
+    )
+    .await;
     let origin_pods = eventually(
         WAIT,
         "two web pods Running at the origin on the virtual node",
