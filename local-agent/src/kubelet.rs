@@ -7,13 +7,11 @@
 //! and carried as its own `refract.v1.Kubelet` call on the link's connection ([`logs`],
 //! [`remote_command`], [`port_forward`], [`stats`]). The provider's credentials never come here.
 
-pub mod auth;
 mod logs;
 mod port_forward;
 mod remote_command;
 pub mod route;
 pub mod stats;
-pub mod token_cache;
 mod upgrade;
 
 use std::convert::Infallible;
@@ -39,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::key::Key;
 use crate::link::SessionTx;
 use crate::pods::PodOffloader;
-use auth::User;
+use refract_shared::kube_auth::{self as auth, token_cache, User};
 use route::{Route, Target};
 
 /// The body of every response.
@@ -279,26 +277,18 @@ async fn handle(
                 .headers()
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok());
-            let Some(token) = auth::bearer(header) else {
-                return text(
-                    StatusCode::UNAUTHORIZED,
-                    auth::AuthError::Anonymous.to_string(),
-                );
-            };
-            match backend.tokens.review(&backend.origin, token, source).await {
+            match backend
+                .tokens
+                .bearer_user(&backend.origin, header, source)
+                .await
+            {
                 Ok(user) => user,
-                Err(e @ auth::AuthError::Review(_)) => {
-                    return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-                }
-                Err(e @ auth::AuthError::TooManyFailures) => {
-                    return text(StatusCode::TOO_MANY_REQUESTS, e.to_string())
-                }
-                Err(e) => return text(StatusCode::UNAUTHORIZED, e.to_string()),
+                Err(e) => return text(e.http_status(), e.to_string()),
             }
         }
     };
     let verb = route::verb(req.method());
-    let access = auth::Access {
+    let access = auth::Access::Node {
         verb,
         subresource: route.subresource(),
         node: &backend.node_name,
@@ -308,10 +298,7 @@ async fn handle(
         .authorize(&backend.origin, &user, &access)
         .await
     {
-        let status = match e {
-            auth::AuthError::Review(_) => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::FORBIDDEN,
-        };
+        let status = e.http_status();
         tracing::info!(user = %user.name, verb, path = %req.uri().path(), error = %e, "kubelet request refused");
         return text(status, e.to_string());
     }

@@ -60,7 +60,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let admin = Admin::default();
     let metrics = metrics::Metrics::register(&admin);
     admin
-        .spawn(args.telemetry.admin_listen, admin_token.clone())
+        .spawn(
+            args.telemetry.admin_listen,
+            args.telemetry.admin_auth,
+            admin_token.clone(),
+        )
         .await?;
 
     let client_tls = client_identity(&args, &admin, &token)?;
@@ -69,6 +73,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .server_name(args.tls_server_name.as_deref())
         .map_err(anyhow::Error::msg)?;
     let origin = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
+    admin.review_readers_with(origin.clone());
     let mut options = args
         .reflection
         .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?;

@@ -72,7 +72,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let admin = Admin::default();
     let metrics = metrics::Metrics::register(&admin);
     let admin_addr = admin
-        .spawn(args.telemetry.admin_listen, token.clone())
+        .spawn(
+            args.telemetry.admin_listen,
+            args.telemetry.admin_auth,
+            token.clone(),
+        )
         .await?;
 
     let files = TlsFiles {
@@ -123,6 +127,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let identities =
         identity::Identities::impersonating(client.clone(), config, args.own_namespace.clone());
     identities.check_role().await?;
+    admin.review_readers_with(client.clone());
     let registry = registry::Registry::default();
     // ShadowPods and claims are watched whole by their controller and the volume stream;
     // those watches feed the tenant objects' stores too, so each kind is watched once.

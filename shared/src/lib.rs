@@ -5,6 +5,8 @@
 //!   PEM files, and rustls configurations that follow their files on disk.
 //! - [`cli`]: an agent's command line, its flags or one of its tools.
 //! - [`kubeconfig`]: the client each agent builds for its own cluster.
+//! - [`kube_auth`]: bearer tokens and access reviewed by a cluster (TokenReview,
+//!   SubjectAccessReview), answers reused for a while.
 //! - [`runtime`]: the tokio runtime flags and the allocator every binary uses.
 //! - [`stdout`]: command output that ends quietly when its reader closes the pipe.
 //! - [`telemetry`]: logging setup and the admin endpoint (`/healthz`, `/readyz`, `/metrics`)
@@ -14,6 +16,7 @@
 //! client certificate; nothing a message says chooses it.
 
 pub mod cli;
+pub mod kube_auth;
 pub mod kubeconfig;
 pub mod runtime;
 pub mod stdout;

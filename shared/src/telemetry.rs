@@ -2,19 +2,29 @@
 //!
 //! The admin endpoint serves `/healthz` (the process is alive), `/readyz` (the agent has done
 //! its first sync and can do its job) and `/metrics` (Prometheus text format).
+//!
+//! The metrics name tenants, peerings and certificates, so they are served only to whom may
+//! read them: on a loopback address to any local process (as a kubelet serves its read-only
+//! port), on any other address only to a bearer token the agent's cluster accepts
+//! (TokenReview) whose user may `get` the non-resource path `/metrics` (SubjectAccessReview),
+//! as Kubernetes' own components protect theirs. Health answers carry nothing and stay open:
+//! kubelet probes send no token.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use refract_core::lock::Locked;
+
+use crate::kube_auth::token_cache::TokenCache;
+use crate::kube_auth::{Access, AuthError, DecisionCache};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,6 +49,22 @@ pub struct TelemetryArgs {
     /// Address of the admin HTTP endpoint serving /healthz, /readyz and /metrics.
     #[arg(long, default_value = "127.0.0.1:9090")]
     pub admin_listen: SocketAddr,
+
+    /// Who may read /metrics: `auto` lets any local process on a loopback --admin-listen and
+    /// asks the cluster on any other address; `kubernetes` always asks the cluster (a bearer
+    /// token its TokenReview accepts, whose user may `get` the path /metrics). /healthz and
+    /// /readyz are always open: they carry nothing.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub admin_auth: AdminAuth,
+}
+
+/// Who may read the admin endpoint's `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AdminAuth {
+    /// Anyone on a loopback address, the cluster's say anywhere else.
+    Auto,
+    /// The cluster's say: TokenReview, then SubjectAccessReview of `get /metrics`.
+    Kubernetes,
 }
 
 /// Installs the global tracing subscriber.
@@ -80,12 +106,38 @@ pub fn exit_on_panic() {
 pub struct Admin {
     ready: Arc<AtomicBool>,
     registry: Arc<Mutex<Registry>>,
+    /// Who reviews metrics readers, once the agent has its cluster's client.
+    reviewer: Arc<OnceLock<Reviewer>>,
+}
+
+/// Reviews bearer tokens and access with the agent's cluster, reusing answers.
+struct Reviewer {
+    client: kube::Client,
+    tokens: TokenCache,
+    decisions: DecisionCache,
+}
+
+/// The admin endpoint's state: the agent's, and whether metrics need a reviewed token.
+#[derive(Clone)]
+struct Served {
+    admin: Admin,
+    protected: bool,
 }
 
 impl Admin {
     /// Marks the agent ready (or not) for `/readyz`.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Reviews metrics readers with `client` (the agent's own cluster): until this is called,
+    /// a non-loopback endpoint answers `/metrics` 503.
+    pub fn review_readers_with(&self, client: kube::Client) {
+        let _ = self.reviewer.set(Reviewer {
+            client,
+            tokens: TokenCache::default(),
+            decisions: DecisionCache::default(),
+        });
     }
 
     /// Lets a component register its metrics under a prefix.
@@ -99,39 +151,97 @@ impl Admin {
     pub async fn spawn(
         &self,
         addr: SocketAddr,
+        auth: AdminAuth,
         shutdown: CancellationToken,
     ) -> anyhow::Result<SocketAddr> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("failed to bind admin endpoint {addr}: {e}"))?;
         let local = listener.local_addr()?;
+        let protected = auth == AdminAuth::Kubernetes || !local.ip().is_loopback();
         let app = axum::Router::new()
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
-            .with_state(self.clone());
+            .with_state(Served {
+                admin: self.clone(),
+                protected,
+            });
         tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await;
+            let served = axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
             if let Err(error) = served {
                 tracing::error!(%error, "admin endpoint failed");
             }
         });
-        tracing::info!(%local, "admin endpoint serving /healthz /readyz /metrics");
+        if protected {
+            tracing::info!(%local, "admin endpoint serving /healthz /readyz, and /metrics to bearer tokens allowed `get` on /metrics");
+        } else {
+            tracing::info!(%local, "admin endpoint serving /healthz /readyz /metrics on loopback");
+        }
         Ok(local)
     }
 }
 
-async fn readyz(State(admin): State<Admin>) -> impl IntoResponse {
-    if admin.ready.load(Ordering::Relaxed) {
+async fn readyz(State(served): State<Served>) -> impl IntoResponse {
+    if served.admin.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
     }
 }
 
-async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+/// Whether the caller may read `/metrics`: always on loopback, else as its cluster says.
+async fn may_read_metrics(
+    served: &Served,
+    headers: &HeaderMap,
+    source: SocketAddr,
+) -> Result<(), (StatusCode, String)> {
+    if !served.protected {
+        return Ok(());
+    }
+    let Some(reviewer) = served.admin.reviewer.get() else {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready to review credentials yet\n".into(),
+        ));
+    };
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let refused = |e: AuthError| (e.http_status(), format!("{e}\n"));
+    let user = reviewer
+        .tokens
+        .bearer_user(&reviewer.client, authorization, source.ip())
+        .await
+        .map_err(refused)?;
+    let access = Access::Path {
+        verb: "get",
+        path: "/metrics",
+    };
+    reviewer
+        .decisions
+        .authorize(&reviewer.client, &user, &access)
+        .await
+        .map_err(|e| {
+            tracing::info!(user = %user.name, %source, error = %e, "metrics request refused");
+            refused(e)
+        })
+}
+
+async fn metrics(
+    State(served): State<Served>,
+    ConnectInfo(source): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> impl IntoResponse {
+    if let Err(refused) = may_read_metrics(&served, &headers, source).await {
+        return refused.into_response();
+    }
+    let admin = served.admin;
     let mut body = String::new();
     let encoded = {
         let registry = admin.registry.locked();

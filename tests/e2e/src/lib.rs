@@ -746,6 +746,31 @@ impl Peering {
     }
 }
 
+/// `GET path` on the HTTP endpoint `addr`, with `token` as bearer token when given: the status
+/// code and the body (`0` and empty when nothing answers).
+pub async fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut response = String::new();
+    if let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await {
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let request = format!("GET {path} HTTP/1.0\r\nHost: agent\r\n{auth}\r\n");
+        let _ = tcp.write_all(request.as_bytes()).await;
+        let _ = tcp.read_to_string(&mut response).await;
+    }
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
 /// One series of the Prometheus endpoint at `admin` (`127.0.0.1:<port>`), named exactly as
 /// exported (`name{labels}`); 0 when absent or unreachable.
 pub async fn metric(admin: &str, series: &str) -> f64 {

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use refract_e2e::{
-    busybox, can_i, eventually, free_port, grpcurl, kubectl, kubectl_get, kubectl_stdin, run,
-    until_extended, Certs,
+    busybox, can_i, eventually, free_port, grpcurl, http_get, kubectl, kubectl_get, kubectl_stdin,
+    run, until_extended, Certs,
 };
 use refract_testkit::{ControlPlane, Options};
 
@@ -191,6 +191,8 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
                 format!("--client-ca={t}/ca.crt"),
                 "--cluster-id=provider".into(),
                 format!("--admin-listen=127.0.0.1:{remote_admin}"),
+                // Loopback here; deploy/'s 0.0.0.0 needs no flag for the same.
+                "--admin-auth=kubernetes".into(),
             ],
             &api_port(&provider),
             remote_admin,
@@ -250,6 +252,7 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
                     format!("--webhook-cert={w}/tls.crt"),
                     format!("--webhook-key={w}/tls.key"),
                     format!("--admin-listen=127.0.0.1:{local_admin}"),
+                    "--admin-auth=kubernetes".into(),
                     "--remote-pod-remap=10.200.0.0/16=10.71.0.0/16".into(),
                     "--home-api-server-host=127.0.0.1".into(),
                     format!("--home-api-server-port={}", api_port(&origin)),
@@ -560,4 +563,83 @@ spec:
             refused.join("\n")
         );
     }
+
+    // /metrics names tenants: only a token its cluster accepts, whose user may `get`
+    // /metrics, reads it; Prometheus' account is given that right by deploy/monitoring.
+    let admin = format!("127.0.0.1:{remote_admin}");
+    assert_eq!(
+        http_get(&admin, "/readyz", None).await.0,
+        200,
+        "probes stay open"
+    );
+    let (status, body) = http_get(&admin, "/metrics", None).await;
+    println!("GET /metrics without a token: {status} {}", body.trim());
+    assert_eq!(status, 401);
+    kubectl(&provider, &["create", "namespace", "monitoring"]);
+    for account in ["prometheus", "nobody"] {
+        kubectl(
+            &provider,
+            &["-n", "monitoring", "create", "serviceaccount", account],
+        );
+    }
+    let reader = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/monitoring/metrics-reader.yaml"
+    );
+    kubectl(&provider, &["apply", "-f", reader]);
+    let nobody = account_token(&provider, "monitoring", "nobody").await;
+    let (status, body) = http_get(&admin, "/metrics", Some(&nobody)).await;
+    println!(
+        "GET /metrics as monitoring/nobody: {status} {}",
+        body.trim()
+    );
+    assert_eq!(status, 403);
+    let prometheus = account_token(&provider, "monitoring", "prometheus").await;
+    let (status, body) = http_get(&admin, "/metrics", Some(&prometheus)).await;
+    println!("GET /metrics as monitoring/prometheus: {status}");
+    assert_eq!(status, 200);
+    assert!(body.contains("refract_remote_tenant_usage"), "{body}");
+}
+
+/// The token of ServiceAccount `namespace/name`, from the Secret Kubernetes 1.20 makes for it.
+async fn account_token(cp: &ControlPlane, namespace: &str, name: &str) -> String {
+    use base64::Engine as _;
+    let encoded = eventually(
+        WAIT,
+        &format!("a token Secret for {namespace}/{name}"),
+        || {
+            let secret = kubectl_get(
+                cp,
+                &[
+                    "-n",
+                    namespace,
+                    "serviceaccount",
+                    name,
+                    "-o",
+                    "jsonpath={.secrets[0].name}",
+                ],
+            )
+            .filter(|s| !s.is_empty())?;
+            kubectl_get(
+                cp,
+                &[
+                    "-n",
+                    namespace,
+                    "secret",
+                    &secret,
+                    "-o",
+                    "jsonpath={.data.token}",
+                ],
+            )
+            .filter(|t| !t.is_empty())
+        },
+        String::new,
+    )
+    .await;
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap(),
+    )
+    .unwrap()
 }

@@ -1,11 +1,12 @@
 //! TokenReview answers reused for a while, and failed authentications bounded per source, as
-//! a kubelet's webhook authenticator does: without it, anyone who reaches the virtual node's
-//! kubelet port makes the origin's API server review one token per request, unbounded.
+//! a kubelet's webhook authenticator does: without it, anyone who reaches an agent's
+//! authenticated port (the virtual node's kubelet API, the admin endpoint) makes the cluster's
+//! API server review one token per request, unbounded.
 //!
 //! Answers are kept by a hash of the token (never the token): an accepted token for
 //! [`ACCEPTED_TTL`] (a kubelet's default), a refused one for [`REFUSED_TTL`]. A source address
 //! with [`MAX_FAILURES`] failed authentications within [`FAILURE_WINDOW`] is answered 429 without
-//! a review until the window passes. What the origin could not answer is never kept.
+//! a review until the window passes. What the API server could not answer is never kept.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use refract_core::hash::bytes_hash;
 use refract_core::lock::Locked;
 
-use super::auth::{review_token, AuthError, User};
+use super::{review_token, AuthError, User};
 
 /// How long an accepted token's user is reused.
 pub const ACCEPTED_TTL: Duration = Duration::from_secs(120);
@@ -28,13 +29,25 @@ pub const FAILURE_WINDOW: Duration = Duration::from_secs(10);
 /// Answers (and sources) remembered at most; expired ones go first, then the oldest.
 const MAX_ENTRIES: usize = 4096;
 
-/// Reviews bearer tokens with the origin, reusing recent answers.
+/// Reviews bearer tokens with the cluster, reusing recent answers.
 #[derive(Default)]
 pub struct TokenCache {
     memo: Mutex<Memo>,
 }
 
 impl TokenCache {
+    /// The user of the bearer token in `authorization` (an `Authorization` header's value),
+    /// sent from `source`.
+    pub async fn bearer_user(
+        &self,
+        client: &kube::Client,
+        authorization: Option<&str>,
+        source: IpAddr,
+    ) -> Result<User, AuthError> {
+        let token = super::bearer(authorization).ok_or(AuthError::Anonymous)?;
+        self.review(client, token, source).await
+    }
+
     /// The user of `token`, sent from `source`.
     pub async fn review(
         &self,

@@ -1,8 +1,10 @@
-//! Who may call the virtual node's kubelet API, decided as a kubelet decides it: the caller is
-//! the subject of a client certificate signed by `--kubelet-client-ca` (how the API server
-//! calls kubelets) or the owner of a bearer token the origin's TokenReview accepts; the origin's
-//! SubjectAccessReview then decides whether that user may use the `nodes` subresource of this
-//! node with the request's verb. There is no anonymous access.
+//! Who may call an agent's HTTP endpoints, decided as Kubernetes components decide it: the
+//! caller is the owner of a bearer token its cluster's TokenReview accepts (or, for the virtual
+//! node's kubelet API, the subject of a client certificate the caller checked), and the
+//! cluster's SubjectAccessReview decides whether that user may have the request's [`Access`]:
+//! a subresource of a node (the kubelet API) or a path that is no resource (`/metrics`).
+//! There is no anonymous access. Answers are reused for a while ([`DecisionCache`],
+//! [`token_cache`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -12,9 +14,11 @@ use refract_core::lock::Locked;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+
+pub mod token_cache;
 
 /// An authenticated caller.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -32,32 +36,41 @@ pub struct User {
 /// Why a request is not let in.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
-    /// Neither a client certificate nor a bearer token.
-    #[error("Unauthorized: no client certificate or bearer token")]
+    /// No credentials: neither a bearer token nor (where one is taken) a client certificate.
+    #[error("Unauthorized: no credentials (a bearer token, or a client certificate where taken)")]
     Anonymous,
     /// The token was not accepted.
     #[error("Unauthorized: {0}")]
     BadToken(String),
     /// The user may not do this.
-    #[error(
-        "Forbidden (user={user}, verb={verb}, resource=nodes, subresource={subresource}): {reason}"
-    )]
+    #[error("Forbidden (user={user}, {access}): {reason}")]
     Forbidden {
         /// Who.
         user: String,
-        /// The verb.
-        verb: String,
-        /// The subresource.
-        subresource: String,
+        /// What, as the reviewer was asked (`verb=get, path=/metrics`).
+        access: String,
         /// The reviewer's reason.
         reason: String,
     },
     /// The caller's address failed to authenticate too often lately.
     #[error("Too many failed authentications from this address; try again in a few seconds")]
     TooManyFailures,
-    /// The origin's API server could not be asked.
-    #[error("the origin's API server could not review the request: {0}")]
+    /// The cluster's API server could not be asked.
+    #[error("the API server could not review the request: {0}")]
     Review(#[from] kube::Error),
+}
+
+impl AuthError {
+    /// The HTTP status that answers a request refused for this.
+    pub fn http_status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            AuthError::Anonymous | AuthError::BadToken(_) => StatusCode::UNAUTHORIZED,
+            AuthError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            AuthError::TooManyFailures => StatusCode::TOO_MANY_REQUESTS,
+            AuthError::Review(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
 }
 
 /// Reads a bearer token from an `Authorization` header value.
@@ -67,7 +80,7 @@ pub fn bearer(header: Option<&str>) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()).then(|| token.trim())
 }
 
-/// Authenticates a bearer token with the origin's TokenReview.
+/// Authenticates a bearer token with the cluster's TokenReview.
 pub async fn review_token(client: &kube::Client, token: &str) -> Result<User, AuthError> {
     let review = TokenReview {
         spec: TokenReviewSpec {
@@ -102,13 +115,12 @@ const DENIED_TTL: Duration = Duration::from_secs(30);
 /// Decisions remembered at most; the older ones are dropped beyond that.
 const MAX_DECISIONS: usize = 1024;
 
-/// A decision's subject and attributes: user, groups, UID, extras, verb, subresource.
+/// A decision's subject and attributes: user, groups, UID, extras, and the access.
 type DecisionKey = (
     String,
     Vec<String>,
     Option<String>,
     BTreeMap<String, Vec<String>>,
-    String,
     String,
 );
 
@@ -145,13 +157,11 @@ impl DecisionCache {
             user.groups.clone(),
             user.uid.clone(),
             user.extra.clone(),
-            access.verb.to_string(),
-            access.subresource.to_string(),
+            access.to_string(),
         );
         let forbidden = |reason: String| AuthError::Forbidden {
             user: user.name.clone(),
-            verb: access.verb.to_string(),
-            subresource: access.subresource.to_string(),
+            access: access.to_string(),
             reason,
         };
         {
@@ -181,43 +191,79 @@ impl DecisionCache {
     }
 }
 
-/// What a request does to the node, in authorization terms.
+/// What a request does, in authorization terms.
 #[derive(Debug, Clone, Copy)]
-pub struct Access<'a> {
-    /// `get`, `create`, ...
-    pub verb: &'a str,
-    /// The `nodes` subresource: `proxy`, `stats` or `metrics`.
-    pub subresource: &'a str,
-    /// The virtual node's name.
-    pub node: &'a str,
+pub enum Access<'a> {
+    /// A subresource of a node (the kubelet API).
+    Node {
+        /// `get`, `create`, ...
+        verb: &'a str,
+        /// The `nodes` subresource: `proxy`, `stats` or `metrics`.
+        subresource: &'a str,
+        /// The node's name.
+        node: &'a str,
+    },
+    /// A path that is no resource, such as an agent's `/metrics`.
+    Path {
+        /// `get`, ...
+        verb: &'a str,
+        /// The path.
+        path: &'a str,
+    },
 }
 
-/// Asks the origin whether `user` may have `access` to the node.
+impl std::fmt::Display for Access<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Access::Node {
+                verb,
+                subresource,
+                node,
+            } => write!(
+                f,
+                "verb={verb}, resource=nodes, subresource={subresource}, name={node}"
+            ),
+            Access::Path { verb, path } => write!(f, "verb={verb}, path={path}"),
+        }
+    }
+}
+
+/// Asks the cluster whether `user` may have `access`.
 pub async fn authorize(
     client: &kube::Client,
     user: &User,
     access: &Access<'_>,
 ) -> Result<(), AuthError> {
-    let Access {
-        verb,
-        subresource,
-        node,
-    } = *access;
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.name.clone()),
-            groups: Some(user.groups.clone()),
-            uid: user.uid.clone(),
-            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
-            resource_attributes: Some(ResourceAttributes {
+    let mut spec = SubjectAccessReviewSpec {
+        user: Some(user.name.clone()),
+        groups: Some(user.groups.clone()),
+        uid: user.uid.clone(),
+        extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+        ..Default::default()
+    };
+    match *access {
+        Access::Node {
+            verb,
+            subresource,
+            node,
+        } => {
+            spec.resource_attributes = Some(ResourceAttributes {
                 verb: Some(verb.to_string()),
                 resource: Some("nodes".into()),
                 subresource: Some(subresource.to_string()),
                 name: Some(node.to_string()),
                 ..Default::default()
-            }),
-            ..Default::default()
-        },
+            });
+        }
+        Access::Path { verb, path } => {
+            spec.non_resource_attributes = Some(NonResourceAttributes {
+                verb: Some(verb.to_string()),
+                path: Some(path.to_string()),
+            });
+        }
+    }
+    let review = SubjectAccessReview {
+        spec,
         ..Default::default()
     };
     let answer = Api::<SubjectAccessReview>::all(client.clone())
@@ -229,8 +275,7 @@ pub async fn authorize(
     }
     Err(AuthError::Forbidden {
         user: user.name.clone(),
-        verb: verb.to_string(),
-        subresource: subresource.to_string(),
+        access: access.to_string(),
         reason: status.reason.unwrap_or_default(),
     })
 }
