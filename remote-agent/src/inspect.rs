@@ -13,11 +13,11 @@ use refract_wire::proto::{
     ListObjectsRequest, ListObjectsResponse, ListTenantsRequest, ListTenantsResponse, QuotaUsage,
     TapEvent, TapRequest,
 };
-use tokio::sync::broadcast::error::RecvError;
 use tonic::{Request, Response, Status};
 
 use crate::apply::Applier;
 use crate::peer::Peer;
+use crate::registry::tap_queue::{Next, READER_BYTES};
 use crate::registry::Registry;
 use crate::usage;
 
@@ -87,33 +87,24 @@ impl Inspect for InspectService {
     async fn tap(&self, request: Request<TapRequest>) -> Result<Response<Self::TapStream>, Status> {
         let caller = Peer::from_request(&request)?;
         let tenant = self.authorize(&caller, &request.get_ref().cluster_id)?;
-        let mut rx = self.registry.subscribe(&tenant);
-        let stream = async_stream(move |yield_tx| async move {
-            let mut dropped = 0u64;
-            loop {
-                match rx.recv().await {
-                    Ok(mut event) => {
-                        event.dropped_before = std::mem::take(&mut dropped);
-                        if yield_tx.send(Ok(event)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(RecvError::Lagged(n)) => dropped += n,
-                    Err(RecvError::Closed) => return,
-                }
+        let reader = self
+            .registry
+            .subscribe(&tenant)
+            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+        // Read straight from the reader's byte-bounded queue: no other buffer holds events
+        // for a reader that does not read.
+        let stream = futures::stream::unfold(Some(reader), |reader| async move {
+            let reader = reader?;
+            match reader.next().await {
+                Next::Event(event) => Some((Ok(event), Some(reader))),
+                Next::CutOff(behind) => Some((
+                    Err(Status::resource_exhausted(format!(
+                        "this tap fell {behind} bytes behind (more than {READER_BYTES}) and was cut off; tap again to go on"
+                    ))),
+                    None,
+                )),
             }
         });
-        Ok(Response::new(stream))
+        Ok(Response::new(Box::pin(stream)))
     }
-}
-
-/// A stream fed by a task, ending when the caller hangs up.
-fn async_stream<F, Fut>(f: F) -> Pin<Box<dyn Stream<Item = Result<TapEvent, Status>> + Send>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Result<TapEvent, Status>>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(f(tx));
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

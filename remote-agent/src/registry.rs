@@ -5,6 +5,7 @@ pub(crate) mod in_flight;
 mod kubelet_sessions;
 mod redact;
 mod tap;
+pub mod tap_queue;
 
 pub use kubelet_sessions::{KubeletSessionGuard, TooManySessions};
 pub use tap::{local_kind, remote_kind, TapMessage};
@@ -15,14 +16,11 @@ use std::sync::{Arc, Mutex};
 
 use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
-use refract_wire::proto::{self, ObjectRef, ObjectStatus, Outcome, RemoteMessage, TapEvent};
-use tokio::sync::broadcast;
+use refract_wire::proto::{self, ObjectRef, ObjectStatus, Outcome, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use in_flight::InFlight;
 
-/// How many messages a slow tap reader may fall behind before it loses some.
-const TAP_BUFFER: usize = 1024;
 /// Outcome records kept per tenant; requests about further objects are answered but not
 /// recorded, so a tenant naming ever new objects cannot grow the agent's memory.
 pub const MAX_RECORDS: usize = 100_000;
@@ -43,7 +41,7 @@ struct TenantState {
     cert_not_after: String,
     connections: u64,
     objects: BTreeMap<(String, String, String), Record>,
-    tap: broadcast::Sender<TapEvent>,
+    tap: tap_queue::TapReaders,
     outbound: Option<Outbound>,
     /// Cancelled when the current stream is replaced by a newer one of the same tenant.
     current: Option<CancellationToken>,
@@ -79,7 +77,7 @@ impl TenantState {
             cert_not_after: String::new(),
             connections: 0,
             objects: BTreeMap::new(),
-            tap: broadcast::channel(TAP_BUFFER).0,
+            tap: tap_queue::TapReaders::default(),
             outbound: None,
             current: None,
             kubelet_sessions: BTreeMap::new(),

@@ -6,23 +6,26 @@ use refract_shared::tls::ClusterId;
 use refract_wire::proto::{
     local_message, remote_message, tap_event, LocalMessage, RemoteMessage, TapEvent,
 };
-use tokio::sync::broadcast;
+use std::sync::Arc;
 
+use super::tap_queue::{TapReader, TooManyReaders};
 use super::{now, redact, Registry, TenantState};
 
 impl Registry {
     /// Copies a message to the tenant's tap readers, if any. Never blocks.
     pub fn tap(&self, tenant: &ClusterId, message: TapMessage<'_>) {
-        let tenants = self.inner.locked();
-        let Some(t) = tenants.get(tenant) else { return };
-        if t.tap.receiver_count() == 0 {
+        let mut tenants = self.inner.locked();
+        let Some(t) = tenants.get_mut(tenant) else {
+            return;
+        };
+        if !t.tap.any() {
             return;
         }
         let message = match message {
             TapMessage::FromLocal(m) => tap_event::Message::FromLocal(redact::local_message(m)),
             TapMessage::FromRemote(m) => tap_event::Message::FromRemote(m.clone()),
         };
-        let _ = t.tap.send(TapEvent {
+        t.tap.send(&TapEvent {
             at: now(),
             message: Some(message),
             dropped_before: 0,
@@ -30,14 +33,15 @@ impl Registry {
     }
 
     /// Subscribes to a tenant's live messages (creating the tenant entry if needed, so a tap
-    /// can wait for a tenant that has not connected yet).
-    pub fn subscribe(&self, tenant: &ClusterId) -> broadcast::Receiver<TapEvent> {
+    /// can wait for a tenant that has not connected yet); at most
+    /// [`super::tap_queue::MAX_READERS`] per tenant.
+    pub fn subscribe(&self, tenant: &ClusterId) -> Result<Arc<TapReader>, TooManyReaders> {
         self.inner
             .locked()
             .entry(tenant.clone())
             .or_insert_with(TenantState::new)
             .tap
-            .subscribe()
+            .add()
     }
 }
 

@@ -749,6 +749,80 @@ async fn a_tenant_that_floods_and_stops_reading_delays_no_other() {
 }
 
 #[tokio::test]
+async fn a_tap_that_is_not_read_is_cut_off_not_held() {
+    let (p, mut flooder, _policy) = forger("{}\n").await;
+    let bob_certs = p.certs.issue("bob", "bob", "client", &[]);
+    let mut bob = Wire::open(&p.remote_addr, "provider", "bob", &bob_certs)
+        .await
+        .unwrap();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-bob"}});
+    applied(bob.upsert(&ns).await.unwrap(), "bob's namespace");
+    let pid = p
+        .remote
+        .as_ref()
+        .and_then(|r| r.pid())
+        .expect("remote agent pid");
+    let alone = slowest_ack(&mut bob, 20).await;
+
+    // Mallory taps its own stream and never reads the tap.
+    let stop = CancellationToken::new();
+    let certs = p.certs.issue("mallory-tap", TENANT, "client", &[]);
+    let channel = refract_e2e::wire::connect(&p.remote_addr, "provider", &certs, &stop)
+        .await
+        .unwrap();
+    let mut inspect = refract_wire::proto::inspect_client::InspectClient::new(channel);
+    let mut tap = inspect
+        .tap(refract_wire::proto::TapRequest {
+            cluster_id: TENANT.into(),
+        })
+        .await
+        .expect("a tenant taps its own stream")
+        .into_inner();
+    let rss_before = rss_kib(pid);
+
+    // Then sends 300 objects of 900 KiB (refused: the namespace is not its own, so nothing is
+    // written, but each is copied to the tap), reading its answers; bob is measured meanwhile.
+    let flood = tokio::spawn(async move {
+        let data = "y".repeat(900 * 1024);
+        for i in 0..300 {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("big-{i}"), "namespace": "not-mallorys"},
+                "data": {"x": data}});
+            let answer = flooder.upsert(&cm).await.unwrap();
+            assert_eq!(answer.outcome, Outcome::Denied, "{}", answer.message);
+        }
+        flooder
+    });
+    let during = slowest_ack(&mut bob, 40).await;
+    let _flooder = flood.await.unwrap();
+    let rss_after = rss_kib(pid);
+    println!(
+        "tap: 300 messages of 900 KiB to an unread tap; bob's slowest ack {alone:?} alone, {during:?} during; remote agent RSS {rss_before} KiB -> {rss_after} KiB"
+    );
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "the remote agent grew from {rss_before} to {rss_after} KiB"
+    );
+    assert!(
+        during <= alone * 2 + Duration::from_millis(20),
+        "bob's acks took up to {during:?} during the flood, {alone:?} without"
+    );
+    // The tap, read at last: what fit, then the reason it was cut off.
+    let mut events = 0;
+    let status = loop {
+        match tap.message().await {
+            Ok(Some(_)) => events += 1,
+            Ok(None) => panic!("the tap ended without saying why"),
+            Err(status) => break status,
+        }
+    };
+    println!("the tap gave {events} events, then: {status}");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(status.message().contains("cut off"), "{status}");
+    stop.cancel();
+}
+
+#[tokio::test]
 async fn mass_and_data_deletions_wait_for_the_grace_period() {
     let (p, mut wire, _policy) = forger_with("{}\n", &["--deletion-grace=8s"]).await;
     let cm = |i: usize| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("keep-{i}"), "namespace": NS}, "data": {"i": i.to_string()}});
