@@ -28,11 +28,6 @@ use refract_core::backoff::Backoff;
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 /// Outbound messages buffered per session before producers wait.
 const OUTBOUND_BUFFER: usize = 1024;
-/// HTTP/2 flow-control window of each call on the link.
-const STREAM_WINDOW: u32 = 256 * 1024;
-/// HTTP/2 flow-control window of the whole link: room for every kubelet call a tenant may
-/// have open (32 by default) to fill its window, and the reflection stream still to move.
-const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
 /// A session that lived this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// Inventory pages waiting for the pump (1,000 entries each).
@@ -163,8 +158,10 @@ async fn run_session(
         // Kubelet calls (each `logs -f` one stream) share this connection with the reflection
         // stream: a connection window larger than all their stream windows together keeps
         // log data a slow reader has not taken from holding up the stream's acks.
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
+        // Room for every kubelet call the provider allows to fill its window, and the
+        // reflection stream still to move (`refract_core::limits::MAX_KUBELET_SESSIONS`).
+        .initial_stream_window_size(refract_core::limits::STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(refract_core::limits::CONNECTION_WINDOW_BYTES)
         .connect_with_connector(tower::service_fn(move |_| {
             let connector = connector.clone();
             async move { connector.connect().await }

@@ -13,6 +13,7 @@
 
 mod connection;
 pub mod deny_list;
+pub mod sources;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -28,6 +29,19 @@ pub use deny_list::DenyList;
 
 /// How often the deny list file is re-read.
 pub const DENY_LIST_POLL: Duration = Duration::from_secs(1);
+
+/// Connections one client identity may have open at once. A local agent needs one (its stream
+/// and every kubelet call share it); `refractctl` and `grpcurl` open one each. A tenant cannot
+/// hold more of the agent's connections, and what each costs, than this.
+pub const MAX_CONNECTIONS_PER_IDENTITY: usize = 16;
+
+/// A client identity has [`MAX_CONNECTIONS_PER_IDENTITY`] connections open already.
+#[derive(Debug, thiserror::Error)]
+#[error("{identity} has {MAX_CONNECTIONS_PER_IDENTITY} connections open already")]
+pub struct TooManyConnections {
+    /// The identity, as its certificate names it.
+    pub identity: String,
+}
 
 /// The access rules and the open connections they apply to.
 #[derive(Debug)]
@@ -86,10 +100,25 @@ impl Access {
         self.state.locked().denied.refusal(tenant, serial)
     }
 
-    /// Registers an open connection of `tenant` (certificate serial `serial`).
-    pub fn register(self: &Arc<Self>, tenant: Option<ClusterId>, serial: String) -> Registration {
+    /// Registers an open connection of `tenant` (certificate serial `serial`), unless that
+    /// identity has [`MAX_CONNECTIONS_PER_IDENTITY`] open already (certificates without an
+    /// identity count together).
+    pub fn register(
+        self: &Arc<Self>,
+        tenant: Option<ClusterId>,
+        serial: String,
+    ) -> Result<Registration, TooManyConnections> {
         let closer = CancellationToken::new();
         let mut state = self.state.locked();
+        let open = state.open.values().filter(|o| o.tenant == tenant).count();
+        if open >= MAX_CONNECTIONS_PER_IDENTITY {
+            return Err(TooManyConnections {
+                identity: tenant.map_or_else(
+                    || "a certificate without identity".into(),
+                    |t| t.to_string(),
+                ),
+            });
+        }
         state.next += 1;
         let id = state.next;
         state.open.insert(
@@ -100,11 +129,11 @@ impl Access {
                 closer: closer.clone(),
             },
         );
-        Registration {
+        Ok(Registration {
             access: self.clone(),
             id,
             closer,
-        }
+        })
     }
 
     /// Replaces the deny list and closes every open connection it now refuses; returns the
@@ -216,8 +245,8 @@ mod tests {
     #[test]
     fn cutting_a_tenant_off_closes_its_connections_only() {
         let access = Access::new(BTreeSet::new(), DenyList::default());
-        let shop = access.register(Some(id("shop")), "0a".into());
-        let other = access.register(Some(id("other")), "0b".into());
+        let shop = access.register(Some(id("shop")), "0a".into()).unwrap();
+        let other = access.register(Some(id("other")), "0b".into()).unwrap();
         let closed = access.set_denied(DenyList::parse("shop\n").unwrap());
         assert_eq!(closed.len(), 1);
         assert!(shop.closer.is_cancelled());
@@ -234,5 +263,18 @@ mod tests {
         assert_eq!(closed.len(), 1);
         assert!(other.closer.is_cancelled());
         assert!(access.refusal(Some(&id("shop")), "0c").is_none());
+    }
+
+    #[test]
+    fn one_identity_holds_a_bounded_number_of_connections() {
+        let access = Access::new(BTreeSet::new(), DenyList::default());
+        let held: Vec<_> = (0..MAX_CONNECTIONS_PER_IDENTITY)
+            .map(|i| access.register(Some(id("shop")), format!("{i}")).unwrap())
+            .collect();
+        let refused = access.register(Some(id("shop")), "x".into()).unwrap_err();
+        assert!(refused.to_string().contains("shop has 16"), "{refused}");
+        assert!(access.register(Some(id("other")), "y".into()).is_ok());
+        drop(held);
+        assert!(access.register(Some(id("shop")), "z".into()).is_ok());
     }
 }

@@ -178,8 +178,9 @@ pub struct Args {
     pub max_concurrent_streams: u32,
 
     /// Kubelet calls (logs, exec, attach, port-forward connections) one tenant may have open
-    /// at once; more are refused with RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// at once; more are refused with RESOURCE_EXHAUSTED. At most 60: each call may fill its
+    /// 256 KiB window of the link's 16 MiB, and the reflection stream must still move.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=refract_core::limits::MAX_KUBELET_SESSIONS as i64))]
     pub max_kubelet_sessions: u32,
 
     /// Requests of one tenant applied to the provider at the same time. Requests for the same
@@ -294,5 +295,22 @@ mod command_line_tests {
             Invocation::try_parse_from::<Cli, _, _>(["remote-agent", "crd", "--tls-cert=/c"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn kubelet_sessions_stay_within_what_the_links_window_holds() {
+        let with = |sessions: &str| {
+            Invocation::try_parse_from::<Cli, _, _>([
+                "remote-agent",
+                "--tls-cert=/c",
+                "--tls-key=/k",
+                "--client-ca=/ca",
+                "--cluster-id=provider",
+                &format!("--max-kubelet-sessions={sessions}"),
+            ])
+        };
+        assert!(with("60").is_ok());
+        let refused = with("61").unwrap_err().to_string();
+        assert!(refused.contains("1..=60"), "{refused}");
     }
 }

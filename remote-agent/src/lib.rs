@@ -58,10 +58,6 @@ use tokio_util::sync::CancellationToken;
 
 /// Streams a client may reset before the server accepted them (HTTP/2 rapid-reset guard).
 const MAX_PENDING_RESETS: usize = 32;
-/// HTTP/2 flow-control window of each call.
-const STREAM_WINDOW: u32 = 256 * 1024;
-/// HTTP/2 flow-control window of a connection (see the local agent's link).
-const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
 /// How long open connections get to close after a shutdown signal.
 const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -309,8 +305,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         // Log and exec output of kubelet calls shares each connection with the reflection
         // stream; a connection window above the calls' stream windows together keeps output
         // an origin reads slowly from holding up that stream.
-        .initial_stream_window_size(Some(STREAM_WINDOW))
-        .initial_connection_window_size(Some(CONNECTION_WINDOW))
+        .initial_stream_window_size(Some(refract_core::limits::STREAM_WINDOW_BYTES))
+        .initial_connection_window_size(Some(refract_core::limits::CONNECTION_WINDOW_BYTES))
         .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
         .max_connection_age(args.max_connection_age)
         .max_connection_age_grace(args.max_connection_age_grace)

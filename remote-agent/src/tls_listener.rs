@@ -20,12 +20,14 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::access::{Access, Guarded};
+use crate::access::sources::{Sources, MAX_PER_SOURCE};
+use crate::access::{Access, Guarded, TooManyConnections};
 
 /// How long a client has to complete the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Counts handshakes by result (`ok`, `refused`, `timeout`).
+/// Counts handshakes by result (`ok`, `refused`, `timeout`, and connections closed unshaken:
+/// `too_many_from_source`, `too_many_for_identity`).
 pub type HandshakeCounter = Family<Vec<(String, String)>, Counter>;
 
 /// Starts accepting on `listener`; yields established TLS streams.
@@ -37,6 +39,7 @@ pub fn incoming(
     shutdown: CancellationToken,
 ) -> ReceiverStream<Result<Guarded, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
+    let sources = Sources::default();
     tokio::spawn(async move {
         loop {
             let (tcp, peer) = tokio::select! {
@@ -51,26 +54,47 @@ pub fn incoming(
                     }
                 },
             };
+            let count = {
+                let handshakes = handshakes.clone();
+                move |label: &str| {
+                    handshakes
+                        .get_or_create(&vec![("result".to_string(), label.to_string())])
+                        .inc();
+                }
+            };
+            // Closed before any handshake work: the address holds its share already.
+            let Some(slot) = sources.take(peer.ip()) else {
+                count("too_many_from_source");
+                tracing::debug!(%peer, max = MAX_PER_SOURCE, "refused connection: too many from this address");
+                continue;
+            };
             let acceptor = TlsAcceptor::from(tls.current().value.clone());
             let tx = tx.clone();
-            let handshakes = handshakes.clone();
             let access = access.clone();
             tokio::spawn(async move {
                 let result = handshake(acceptor, tcp, peer).await;
-                let label = match &result {
+                count(match &result {
                     Ok(_) => "ok",
                     Err(HandshakeError::Timeout) => "timeout",
                     Err(HandshakeError::Refused(_)) => "refused",
-                };
-                handshakes
-                    .get_or_create(&vec![("result".to_string(), label.to_string())])
-                    .inc();
-                match result {
-                    Ok(stream) => {
-                        let registration = register(&access, &stream);
-                        let _ = tx.send(Ok(Guarded::new(stream, registration))).await;
+                });
+                let stream = match result {
+                    Ok(stream) => stream,
+                    Err(error) => {
+                        tracing::warn!(%peer, %error, "refused connection");
+                        return;
                     }
-                    Err(error) => tracing::warn!(%peer, %error, "refused connection"),
+                };
+                match register(&access, &stream) {
+                    Ok(registration) => {
+                        let _ = tx
+                            .send(Ok(Guarded::new(stream, registration, Some(slot))))
+                            .await;
+                    }
+                    Err(error) => {
+                        count("too_many_for_identity");
+                        tracing::warn!(%peer, %error, "refused connection");
+                    }
                 }
             });
         }
@@ -101,7 +125,10 @@ async fn handshake(
 
 /// Registers the connection under its client certificate's identity and serial (rustls has
 /// verified the chain; a certificate without an identity is refused per call).
-fn register(access: &Arc<Access>, stream: &TlsStream<TcpStream>) -> crate::access::Registration {
+fn register(
+    access: &Arc<Access>,
+    stream: &TlsStream<TcpStream>,
+) -> Result<crate::access::Registration, TooManyConnections> {
     let leaf = stream
         .get_ref()
         .1

@@ -1,18 +1,23 @@
 //! A TLS connection that [`super::Access`] can close: once its registration is cancelled,
-//! every read and write fails, so the HTTP/2 connection and every call on it end at once.
+//! every read and write fails, so the HTTP/2 connection and every call on it end at once. One
+//! that sends nothing within [`FIRST_BYTES_WITHIN`] of its handshake (no HTTP/2 preface) is
+//! closed too: it would hold its place among its identity's connections for nothing.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
 
+use super::sources::SourceSlot;
 use super::{Access, Registration};
 
 /// What every call on a connection can read from its request: the TLS session and the access
@@ -25,21 +30,35 @@ pub struct ConnectionInfo {
     pub access: Arc<Access>,
 }
 
+/// How long an established connection has to send its first bytes (the HTTP/2 preface).
+pub const FIRST_BYTES_WITHIN: Duration = Duration::from_secs(10);
+
 /// A TLS stream that fails once its connection is cut off.
 pub struct Guarded {
     inner: TlsStream<TcpStream>,
     registration: Registration,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Until the first bytes are read: when they are due.
+    first_bytes_due: Option<Pin<Box<Sleep>>>,
+    /// The connection's place among its source address's.
+    _source: Option<SourceSlot>,
 }
 
 impl Guarded {
-    /// Wraps `inner`, closed when `registration` is cancelled.
-    pub fn new(inner: TlsStream<TcpStream>, registration: Registration) -> Self {
+    /// Wraps `inner`, closed when `registration` is cancelled; `source` is held as long as
+    /// the connection is.
+    pub fn new(
+        inner: TlsStream<TcpStream>,
+        registration: Registration,
+        source: Option<SourceSlot>,
+    ) -> Self {
         let cut = Box::pin(registration.closer.clone().cancelled_owned());
         Self {
             inner,
             registration,
             cut,
+            first_bytes_due: Some(Box::pin(tokio::time::sleep(FIRST_BYTES_WITHIN))),
+            _source: source,
         }
     }
 
@@ -78,7 +97,20 @@ impl AsyncRead for Guarded {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.unless_cut(cx, |inner, cx| inner.poll_read(cx, buf))
+        let this = self.get_mut();
+        let filled = buf.filled().len();
+        let read = Pin::new(&mut *this).unless_cut(cx, |inner, cx| inner.poll_read(cx, buf));
+        if let Some(due) = this.first_bytes_due.as_mut() {
+            if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > filled {
+                this.first_bytes_due = None;
+            } else if read.is_pending() && due.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("nothing received within {FIRST_BYTES_WITHIN:?} of the handshake"),
+                )));
+            }
+        }
+        read
     }
 }
 
@@ -173,8 +205,10 @@ mod tests {
             .await
             .unwrap();
         let access = Access::new(BTreeSet::new(), DenyList::default());
-        let registration = access.register(Some(ClusterId::parse("shop").unwrap()), "0a".into());
-        let mut guarded = Guarded::new(tls, registration);
+        let registration = access
+            .register(Some(ClusterId::parse("shop").unwrap()), "0a".into())
+            .unwrap();
+        let mut guarded = Guarded::new(tls, registration, None);
 
         assert!(guarded.is_write_vectored());
         let bufs = [io::IoSlice::new(b"head"), io::IoSlice::new(b"payload")];

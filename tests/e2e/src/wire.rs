@@ -161,6 +161,25 @@ pub async fn connect(
     certs: &std::path::Path,
     stop: &CancellationToken,
 ) -> anyhow::Result<tonic::transport::Channel> {
+    let connector = connector(remote, provider, certs, stop)?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{remote}"))?
+        .connect_with_connector(tower::service_fn(move |_| {
+            let connector = connector.clone();
+            async move { connector.connect().await }
+        }))
+        .await
+        .context("dial the remote agent")?;
+    Ok(channel)
+}
+
+/// What dials `remote` (provider `provider`) with the certificate folder `certs`, as the local
+/// agent dials.
+fn connector(
+    remote: &str,
+    provider: &str,
+    certs: &std::path::Path,
+    stop: &CancellationToken,
+) -> anyhow::Result<Connector> {
     tls::install_default_crypto_provider();
     let files = TlsFiles::in_folder(certs);
     let tls: Watched<Arc<rustls::ClientConfig>> = Watched::spawn(
@@ -170,20 +189,23 @@ pub async fn connect(
         stop.clone(),
     )
     .context("client certificate")?;
-    let connector = Connector {
+    Ok(Connector {
         addr: remote.to_string(),
         server_name: rustls::pki_types::ServerName::try_from("localhost")?.to_owned(),
         expected: ClusterId::parse(provider)?,
         tls,
-    };
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{remote}"))?
-        .connect_with_connector(tower::service_fn(move |_| {
-            let connector = connector.clone();
-            async move { connector.connect().await }
-        }))
-        .await
-        .context("dial the remote agent")?;
-    Ok(channel)
+    })
+}
+
+/// A bare mutual-TLS connection to `remote`, handshaken and nothing sent on it.
+pub async fn tls_connection(
+    remote: &str,
+    provider: &str,
+    certs: &std::path::Path,
+    stop: &CancellationToken,
+) -> anyhow::Result<impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> {
+    let io = connector(remote, provider, certs, stop)?.connect().await?;
+    Ok(io.into_inner())
 }
 
 /// An Upsert message of `object` at `revision`.
