@@ -181,6 +181,11 @@ impl Agent {
         self.child.id()
     }
 
+    /// How the process ended, if it has (`pid` stays set until its status is read).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// The agent's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -491,8 +491,18 @@ async fn a_hostile_provider_gets_only_what_it_may_onto_the_origin() {
     .unwrap_or_default()
     .is_empty());
 
-    // Through it all the agent stayed up and the node Ready.
-    assert!(p.local.as_ref().unwrap().pid().is_some());
+    // Through it all the agent stayed up (it answers its readiness check, which a process
+    // that exited or hung could not) and the node Ready.
+    let (status, body) = refract_e2e::http_get(&p.local_admin, "/readyz", None).await;
+    assert_eq!(
+        (status, body.trim()),
+        (200, "ready"),
+        "the local agent answers"
+    );
+    assert!(
+        p.local.as_mut().unwrap().exited().is_none(),
+        "the local agent is still running"
+    );
     let ready = kubectl_get(
         &p.origin,
         &[

@@ -37,6 +37,22 @@ const NS: &str = "churn";
 const TWIN: &str = "churn-origin";
 /// ConfigMaps deleted while the local agent cannot see the origin (the `410 Gone` scenario).
 const DOOMED: usize = 10;
+/// The local agent's HTTP/2 keepalive: a half-open link is found dead within their sum.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many times the local agent's log says its stream failed, and says it connected.
+fn link_events(log: &str) -> (usize, usize) {
+    let failed = log
+        .lines()
+        .filter(|l| l.contains("stream to the remote agent failed"))
+        .count();
+    let connected = log
+        .lines()
+        .filter(|l| l.contains("connected to remote agent"))
+        .count();
+    (failed, connected)
+}
 
 /// Writes the provider saw: every watch event with a new resourceVersion, and those whose
 /// data equals what the object already held (a write that changed nothing).
@@ -167,7 +183,10 @@ impl Faults {
         let mut p = Peering::start_on(
             origin,
             provider,
-            &["--keepalive-interval=5s", "--keepalive-timeout=5s"],
+            &[
+                &format!("--keepalive-interval={}s", KEEPALIVE_INTERVAL.as_secs()),
+                &format!("--keepalive-timeout={}s", KEEPALIVE_TIMEOUT.as_secs()),
+            ],
             &[],
         )
         .await
@@ -263,9 +282,36 @@ impl Faults {
         let origin = self.origin.clone();
         let churning = tokio::spawn(async move { churn(&origin, round).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
+        let (failed_before, connected_before) = link_events(&self.p.local_log());
         self.begin(s.fault).await;
-        let (churned, ()) = tokio::join!(churning, tokio::time::sleep(s.hold));
+        let cut_at = Instant::now();
+        // A cut held past the keepalive: the local agent must find the link dead by keepalive
+        // (no reset ever comes), within its interval and timeout.
+        let half_open = matches!(s.fault, Fault::Cut)
+            && s.hold > KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT + Duration::from_secs(5);
+        let detect = async {
+            if !half_open {
+                return None;
+            }
+            let within = KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT + Duration::from_secs(3);
+            while cut_at.elapsed() < within {
+                if link_events(&self.p.local_log()).0 > failed_before {
+                    return Some(cut_at.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Some(within)
+        };
+        let (churned, (), detected) = tokio::join!(churning, tokio::time::sleep(s.hold), detect);
         churned.unwrap();
+        if let Some(detected) = detected {
+            println!("{}: the local agent found the link dead {detected:.1?} after the cut (keepalive {KEEPALIVE_INTERVAL:?} + {KEEPALIVE_TIMEOUT:?})", s.name);
+            assert!(
+                detected < KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT + Duration::from_secs(3),
+                "{}: keepalive did not find the half-open link dead",
+                s.name
+            );
+        }
         let during = self.writes.lock().unwrap().writes - writes_before;
         let (took, since) = if s.converge_under_fault {
             let took = converged(&self.provider, round).await;
@@ -313,6 +359,27 @@ impl Faults {
             "{}: the provider pods changed or restarted",
             s.name
         );
+        if let Fault::SlowAndLossy = s.fault {
+            let (failed_after, _) = link_events(&self.p.local_log());
+            println!(
+                "{}: the link failed {} time(s) under the fault",
+                s.name,
+                failed_after - failed_before
+            );
+            assert_eq!(
+                failed_after, failed_before,
+                "{}: a slow, lossy link must not be given up for dead",
+                s.name
+            );
+        }
+        if half_open {
+            let (_, connected_after) = link_events(&self.p.local_log());
+            assert!(
+                connected_after > connected_before,
+                "{}: the link converged without a new session: the half-open one lived on",
+                s.name
+            );
+        }
         if let Fault::OriginWatchGone = s.fault {
             self.relisted_without_losing_deletes(s.name).await;
         }
