@@ -649,6 +649,43 @@ impl Peering {
     pub fn local_log(&self) -> String {
         self.local.as_ref().map(Agent::log_text).unwrap_or_default()
     }
+
+    /// The remote agent's process id.
+    pub fn remote_pid(&self) -> u32 {
+        self.remote
+            .as_ref()
+            .and_then(Agent::pid)
+            .expect("the remote agent runs")
+    }
+
+    /// Another tenant, `tenant`, on the wire with its own certificate and a namespace
+    /// `shop-<tenant>` written: the bystander an abuse test measures.
+    pub async fn bystander(&self, tenant: &str) -> wire::Wire {
+        let certs = self.certs.issue(tenant, tenant, "client", &[]);
+        let mut wire = wire::Wire::open(&self.remote_addr, "provider", tenant, &certs)
+            .await
+            .expect("the bystander connects");
+        let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": format!("shop-{tenant}")}});
+        let answer = wire.upsert(&ns).await.expect("the bystander's namespace");
+        assert_eq!(
+            answer.outcome,
+            refract_wire::proto::Outcome::Applied,
+            "{}",
+            answer.message
+        );
+        wire
+    }
+}
+
+/// Resident memory of a process, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// A further peering of a [`Peering`]'s origin: a provider cluster of its own with its remote

@@ -11,21 +11,11 @@
 use std::time::{Duration, Instant};
 
 use refract_e2e::wire::{tls_connection, Wire};
-use refract_e2e::Peering;
+use refract_e2e::{rss_kib, Peering};
 use refract_wire::proto::Outcome;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
-
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// The 99th percentile of `n` ConfigMap upserts of bob's, 50 ms apart.
 async fn ack_p99(bob: &mut Wire, n: usize) -> Duration {
@@ -71,17 +61,8 @@ async fn split_closed<C: tokio::io::AsyncRead + Unpin>(conns: Vec<C>) -> (Vec<C>
 async fn no_client_can_hold_the_agents_connections() {
     let p = Peering::start(false).await.expect("peering");
     let stop = CancellationToken::new();
-    let bob_certs = p.certs.issue("bob", "bob", "client", &[]);
-    let mut bob = Wire::open(&p.remote_addr, "provider", "bob", &bob_certs)
-        .await
-        .unwrap();
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-bob"}});
-    assert_eq!(bob.upsert(&ns).await.unwrap().outcome, Outcome::Applied);
-    let pid = p
-        .remote
-        .as_ref()
-        .and_then(|r| r.pid())
-        .expect("remote agent pid");
+    let mut bob = p.bystander("bob").await;
+    let pid = p.remote_pid();
     let alone = ack_p99(&mut bob, 50).await;
     let rss_before = rss_kib(pid);
 

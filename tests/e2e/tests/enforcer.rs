@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use refract_e2e::wire::{delete_message, object_ref, upsert_message, Answer, Wire};
-use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
+use refract_e2e::{kubectl_get, kubectl_stdin, rss_kib, Peering};
 use refract_wire::proto::Outcome;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -660,16 +660,6 @@ async fn a_newer_stream_of_a_tenant_replaces_the_old_at_once() {
     applied(newer.upsert(&small).await.unwrap(), "the newer stream");
 }
 
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The slowest of `n` ConfigMap upserts of bob's, 100 ms apart.
 async fn slowest_ack(bob: &mut Wire, n: usize) -> Duration {
     let mut slowest = Duration::ZERO;
@@ -686,17 +676,8 @@ async fn slowest_ack(bob: &mut Wire, n: usize) -> Duration {
 #[tokio::test]
 async fn a_tenant_that_floods_and_stops_reading_delays_no_other() {
     let (p, flooder, _policy) = forger("{}\n").await;
-    let bob_certs = p.certs.issue("bob", "bob", "client", &[]);
-    let mut bob = Wire::open(&p.remote_addr, "provider", "bob", &bob_certs)
-        .await
-        .unwrap();
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-bob"}});
-    applied(bob.upsert(&ns).await.unwrap(), "bob's namespace");
-    let pid = p
-        .remote
-        .as_ref()
-        .and_then(|r| r.pid())
-        .expect("remote agent pid");
+    let mut bob = p.bystander("bob").await;
+    let pid = p.remote_pid();
     let rss_before = rss_kib(pid);
 
     let alone = slowest_ack(&mut bob, 20).await;
@@ -751,17 +732,8 @@ async fn a_tenant_that_floods_and_stops_reading_delays_no_other() {
 #[tokio::test]
 async fn a_tap_that_is_not_read_is_cut_off_not_held() {
     let (p, mut flooder, _policy) = forger("{}\n").await;
-    let bob_certs = p.certs.issue("bob", "bob", "client", &[]);
-    let mut bob = Wire::open(&p.remote_addr, "provider", "bob", &bob_certs)
-        .await
-        .unwrap();
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop-bob"}});
-    applied(bob.upsert(&ns).await.unwrap(), "bob's namespace");
-    let pid = p
-        .remote
-        .as_ref()
-        .and_then(|r| r.pid())
-        .expect("remote agent pid");
+    let mut bob = p.bystander("bob").await;
+    let pid = p.remote_pid();
     let alone = slowest_ack(&mut bob, 20).await;
 
     // Mallory taps its own stream and never reads the tap.
