@@ -58,6 +58,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Streams a client may reset before the server accepted them (HTTP/2 rapid-reset guard).
 const MAX_PENDING_RESETS: usize = 32;
+/// The largest header list of a request (HTTP/2 CONTINUATION-flood guard).
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// How long open connections get to close after a shutdown signal.
 const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -308,6 +310,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         .initial_stream_window_size(Some(refract_core::limits::STREAM_WINDOW_BYTES))
         .initial_connection_window_size(Some(refract_core::limits::CONNECTION_WINDOW_BYTES))
         .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        // A request's headers, all HEADERS and CONTINUATION frames together: gRPC metadata is
+        // small, and a client streaming CONTINUATION frames is cut off after a few of them.
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
         .max_connection_age(args.max_connection_age)
         .max_connection_age_grace(args.max_connection_age_grace)
         .add_service(health_service)

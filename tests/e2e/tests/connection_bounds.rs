@@ -133,3 +133,164 @@ async fn no_client_can_hold_the_agents_connections() {
     drop(sockets);
     stop.cancel();
 }
+
+/// One HTTP/2 frame.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const CONTINUATION: u8 = 0x9;
+const END_HEADERS: u8 = 0x4;
+
+/// An HPACK header block for a gRPC call (static-table names, literal values, no indexing).
+fn grpc_request_headers() -> Vec<u8> {
+    let literal = |index: u8, value: &str| {
+        let mut b = vec![index, value.len() as u8];
+        b.extend_from_slice(value.as_bytes());
+        b
+    };
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    block.extend(literal(0x04, "/refract.v1.Inspect/ListTenants")); // :path
+    block.extend(literal(0x01, "localhost")); // :authority
+    block.extend([0x0f, 0x10]); // content-type (static index 31)
+    block.extend([16]);
+    block.extend_from_slice(b"application/grpc");
+    block
+}
+
+/// Writes `frames` to a fresh connection of `certs`' identity until the server stops taking
+/// them; returns the bytes it took and whether it closed the connection.
+async fn flood(
+    p: &Peering,
+    certs: &std::path::Path,
+    stop: &CancellationToken,
+    mut frames: impl FnMut(u32) -> Vec<u8>,
+    batches: u32,
+) -> (usize, bool) {
+    use tokio::io::AsyncWriteExt;
+    let conn = tls_connection(&p.remote_addr, "provider", certs, stop)
+        .await
+        .unwrap();
+    let (mut rx, mut tx) = tokio::io::split(conn);
+    let mut start = PREFACE.to_vec();
+    start.extend(frame(SETTINGS, 0, 0, &[]));
+    tx.write_all(&start).await.unwrap();
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match rx.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => {}
+            }
+        }
+    });
+    let mut sent = 0;
+    for batch in 0..batches {
+        let bytes = frames(batch);
+        if tx.write_all(&bytes).await.is_err() || tx.flush().await.is_err() {
+            break;
+        }
+        sent += bytes.len();
+        if reader.is_finished() {
+            break;
+        }
+    }
+    let closed = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .map(|r| r.unwrap())
+        .unwrap_or(false);
+    (sent, closed)
+}
+
+#[tokio::test]
+async fn rapid_reset_and_continuation_floods_cost_the_agent_nothing() {
+    let p = Peering::start(false).await.expect("peering");
+    let stop = CancellationToken::new();
+    let mut bob = p.bystander("bob").await;
+    let pid = p.remote_pid();
+    let alone = ack_p99(&mut bob, 50).await;
+    let rss_before = rss_kib(pid);
+    let mallory = p.certs.issue("mallory", "mallory", "client", &[]);
+
+    // Rapid reset: 100 streams opened and reset at once per batch, up to 100,000.
+    let headers = grpc_request_headers();
+    let (p_ref, stop_ref, mallory_ref) = (&p, &stop, &mallory);
+    let resets = async move {
+        flood(
+            p_ref,
+            mallory_ref,
+            stop_ref,
+            |batch| {
+                let mut bytes = Vec::new();
+                for i in 0..100u32 {
+                    let stream = (batch * 100 + i) * 2 + 1;
+                    bytes.extend(frame(HEADERS, END_HEADERS, stream, &headers));
+                    bytes.extend(frame(RST_STREAM, 0, stream, &8u32.to_be_bytes()));
+                }
+                bytes
+            },
+            1000,
+        )
+        .await
+    };
+    let (resets, during_resets) = tokio::join!(resets, ack_p99(&mut bob, 50));
+    println!(
+        "rapid reset: the agent took {} KiB of HEADERS+RST_STREAM pairs, then closed the connection: {}; bob's ack p99 {alone:?} alone, {during_resets:?} during",
+        resets.0 / 1024,
+        resets.1
+    );
+    assert!(resets.1, "the connection was not closed");
+
+    // CONTINUATION: a request's headers that never end.
+    let padding: Vec<u8> = std::iter::repeat_n([0x00u8, 0x01, b'a', 0x01, b'b'], 16 * 1024 / 5)
+        .flatten()
+        .collect();
+    let continuation = async {
+        flood(
+            &p,
+            &mallory,
+            &stop,
+            |batch| {
+                if batch == 0 {
+                    frame(HEADERS, 0, 1, &grpc_request_headers())
+                } else {
+                    frame(CONTINUATION, 0, 1, &padding)
+                }
+            },
+            10_000,
+        )
+        .await
+    };
+    let (continued, during_continuation) = tokio::join!(continuation, ack_p99(&mut bob, 50));
+    let rss_after = rss_kib(pid);
+    println!(
+        "CONTINUATION flood: the agent took {} KiB, then closed the connection: {}; bob's ack p99 {during_continuation:?}; remote agent RSS {rss_before} KiB -> {rss_after} KiB",
+        continued.0 / 1024,
+        continued.1
+    );
+    assert!(continued.1, "the connection was not closed");
+    assert!(
+        continued.0 < 1024 * 1024,
+        "the agent took {} bytes of one request's headers",
+        continued.0
+    );
+    for during in [during_resets, during_continuation] {
+        assert!(
+            during <= alone * 2 + Duration::from_millis(20),
+            "bob's acks: p99 {during:?} during a flood, {alone:?} before"
+        );
+    }
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "the remote agent grew from {rss_before} to {rss_after} KiB"
+    );
+    stop.cancel();
+}
