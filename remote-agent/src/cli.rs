@@ -177,6 +177,11 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_concurrent_streams: u32,
 
+    /// Connections one source address may have at once, handshaking or open; more are closed
+    /// at once. Origins behind one NAT address share it: raise it for them.
+    #[arg(long, default_value_t = crate::access::sources::MAX_PER_SOURCE as u32, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    pub max_connections_per_source: u32,
+
     /// Kubelet calls (logs, exec, attach, port-forward connections) one tenant may have open
     /// at once; more are refused with RESOURCE_EXHAUSTED. At most 60: each call may fill its
     /// 256 KiB window of the link's 16 MiB, and the reflection stream must still move.

@@ -292,6 +292,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         server_tls,
         access,
         metrics.handshakes.clone(),
+        access::sources::Sources::new(args.max_connections_per_source as usize),
         token.clone(),
     );
     tracing::info!(%grpc_addr, %admin_addr, cluster_id = %args.cluster_id, "remote agent serving");

@@ -20,7 +20,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::access::sources::{Sources, MAX_PER_SOURCE};
+use crate::access::sources::Sources;
 use crate::access::{Access, Guarded, TooManyConnections};
 
 /// How long a client has to complete the TLS handshake.
@@ -36,10 +36,10 @@ pub fn incoming(
     tls: Watched<Arc<rustls::ServerConfig>>,
     access: Arc<Access>,
     handshakes: HandshakeCounter,
+    sources: Sources,
     shutdown: CancellationToken,
 ) -> ReceiverStream<Result<Guarded, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
-    let sources = Sources::default();
     tokio::spawn(async move {
         loop {
             let (tcp, peer) = tokio::select! {
@@ -65,7 +65,7 @@ pub fn incoming(
             // Closed before any handshake work: the address holds its share already.
             let Some(slot) = sources.take(peer.ip()) else {
                 count("too_many_from_source");
-                tracing::debug!(%peer, max = MAX_PER_SOURCE, "refused connection: too many from this address");
+                tracing::debug!(%peer, max = sources.max(), "refused connection: too many from this address");
                 continue;
             };
             let acceptor = TlsAcceptor::from(tls.current().value.clone());

@@ -1,7 +1,7 @@
 //! Connections per source address: each TCP connection takes a slot of its address from accept
-//! to close (its TLS handshake included), and an address holding [`MAX_PER_SOURCE`] gets no
-//! more: one client cannot hold the agent's handshakes and connections for everyone else,
-//! certificate or not.
+//! to close (its TLS handshake included), and an address holding its maximum
+//! (`--max-connections-per-source`, [`MAX_PER_SOURCE`] by default) gets no more: one client
+//! cannot hold the agent's handshakes and connections for everyone else, certificate or not.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use refract_core::lock::Locked;
 
-/// Connections one source address may have at once, handshaking or open.
+/// Connections one source address may have at once, handshaking or open, by default.
 pub const MAX_PER_SOURCE: usize = 64;
 
 /// The open connections' source addresses, counted.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Sources {
     counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    max: usize,
 }
 
 /// One connection's place among its address's; given back when dropped.
@@ -25,11 +26,24 @@ pub struct SourceSlot {
 }
 
 impl Sources {
-    /// A slot for a connection from `address`, unless it has [`MAX_PER_SOURCE`] already.
+    /// Sources allowed `max` connections each.
+    pub fn new(max: usize) -> Self {
+        Self {
+            counts: Arc::default(),
+            max,
+        }
+    }
+
+    /// The most connections one address may have.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// A slot for a connection from `address`, unless it has its maximum already.
     pub fn take(&self, address: IpAddr) -> Option<SourceSlot> {
         let mut counts = self.counts.locked();
         let count = counts.entry(address).or_insert(0);
-        if *count >= MAX_PER_SOURCE {
+        if *count >= self.max {
             return None;
         }
         *count += 1;
@@ -58,7 +72,7 @@ mod tests {
 
     #[test]
     fn an_address_holds_a_bounded_number_of_connections_and_gets_them_back() {
-        let sources = Sources::default();
+        let sources = Sources::new(MAX_PER_SOURCE);
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let held: Vec<_> = (0..MAX_PER_SOURCE)
             .map(|_| sources.take(a).unwrap())

@@ -177,6 +177,9 @@ async fn serve(p: &Peering, hostile: Hostile, stop: CancellationToken) {
         config,
         refract_remote_agent::access::Access::new(Default::default(), Default::default()),
         Default::default(),
+        refract_remote_agent::access::sources::Sources::new(
+            refract_remote_agent::access::sources::MAX_PER_SOURCE,
+        ),
         stop.clone(),
     );
     tokio::spawn(
