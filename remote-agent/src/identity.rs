@@ -178,7 +178,7 @@ impl Identities {
     }
 
     /// Checks at start that the role tenants are bound to exists: without it no tenant could
-    /// write anything.
+    /// write anything. Only an answer that it does not exist stops the agent.
     pub async fn check_role(&self) -> anyhow::Result<()> {
         if self.inner.impersonate.is_none() {
             return Ok(());
@@ -189,9 +189,12 @@ impl Identities {
             Ok(None) => anyhow::bail!(
                 "ClusterRole {TENANT_ROLE} does not exist: tenants are bound to it in their namespaces; apply deploy/remote-agent/tenant-role.yaml (included in `kubectl apply -k deploy/remote-agent`)"
             ),
-            Err(error) => Err(anyhow::anyhow!(error).context(format!(
-                "failed to read ClusterRole {TENANT_ROLE}, which tenants are bound to"
-            ))),
+            // The API server not answering yet is no reason not to start: the agent serves
+            // its tenants' links, and writes wait for the API server anyway.
+            Err(error) => {
+                tracing::warn!(%error, "cannot read ClusterRole {TENANT_ROLE}, which tenants are bound to; going on");
+                Ok(())
+            }
         }
     }
 
