@@ -662,9 +662,17 @@ impl Peering {
     /// `shop-<tenant>` written: the bystander an abuse test measures.
     pub async fn bystander(&self, tenant: &str) -> wire::Wire {
         let certs = self.certs.issue(tenant, tenant, "client", &[]);
-        let mut wire = wire::Wire::open(&self.remote_addr, "provider", tenant, &certs)
-            .await
-            .expect("the bystander connects");
+        // The remote agent may still be starting.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut wire = loop {
+            match wire::Wire::open(&self.remote_addr, "provider", tenant, &certs).await {
+                Ok(wire) => break wire,
+                Err(e) if Instant::now() > deadline => {
+                    panic!("the bystander cannot connect: {e:#}\n{}", self.remote_log())
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
         let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": format!("shop-{tenant}")}});
         let answer = wire.upsert(&ns).await.expect("the bystander's namespace");

@@ -75,7 +75,6 @@ async fn each_twin_namespace_is_fenced_off_from_other_tenants_and_the_provider()
             &[
                 "-n",
                 ns,
-                "get",
                 "networkpolicy",
                 "refract-tenant-fence",
                 "-o",
