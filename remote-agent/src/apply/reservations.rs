@@ -39,11 +39,20 @@ impl Applier {
         Ok(())
     }
 
-    /// What follows a write of `key`: its room given back when it failed; a namespace's
-    /// fences written when it passed.
+    /// What follows a write of `key`: its room given back when it failed (and its binding
+    /// written again next time when the API server refused the tenant); a namespace's fences
+    /// written when it passed.
     pub(super) async fn after_write(&self, key: &ObjectKey, written: &Result<Applied, ApplyError>) {
         match written {
-            Err(_) => self.reservations.release(key),
+            Err(error) => {
+                self.reservations.release(key);
+                // Refused as the tenant: its binding there may have been removed by hand. The
+                // next write in the namespace writes it again (for the namespace's own tenant
+                // only, see `tenant_namespace`).
+                if matches!(error, ApplyError::Forbidden(_)) && key.kind != Allowed::Namespace {
+                    self.identities.forget(&key.namespace);
+                }
+            }
             Ok(_) if key.kind == Allowed::Namespace => {
                 // A failure is retried by the next write in the namespace (see `authorize`).
                 if let Err(error) = self.write_fences(&key.tenant, &key.name).await {

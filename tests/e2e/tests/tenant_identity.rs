@@ -161,4 +161,40 @@ async fn the_api_server_keeps_each_tenant_in_its_own_namespaces() {
     )
     .await
     .expect("a write in the tenant's own namespace");
+
+    // A binding removed by hand: the tenant's next write is refused by the API server, and the
+    // one after writes the binding again and goes through.
+    kubectl(
+        &p.provider,
+        &[
+            "-n",
+            "shop-origin",
+            "delete",
+            "rolebinding",
+            "refract-tenant",
+        ],
+    );
+    let mut round = 0;
+    p.eventually(WAIT, "the tenant's writes through again", || {
+        round += 1;
+        kubectl_stdin(
+            &p.origin,
+            &["apply", "-f", "-"],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: shop}}\ndata: {{color: green-{round}}}\n"),
+        );
+        kubectl_get(
+            &p.provider,
+            &["-n", "shop-origin", "configmap", "settings", "-o", "jsonpath={.data.color}"],
+        )
+        .filter(|c| c.starts_with("green"))
+    })
+    .await;
+    assert!(
+        kubectl_get(
+            &p.provider,
+            &["-n", "shop-origin", "rolebinding", "refract-tenant"]
+        )
+        .is_some(),
+        "the binding is back"
+    );
 }
