@@ -18,7 +18,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use refract_core::keys::{REMOTE_FIELD_MANAGER, TENANT_NAMESPACE_LABEL};
 use refract_core::lock::Locked as _;
 use refract_shared::tls::ClusterId;
@@ -158,23 +158,6 @@ impl Identities {
     /// Forgets `namespace`'s binding (the namespace is going away).
     pub fn forget(&self, namespace: &str) {
         self.inner.bound.locked().remove(namespace);
-    }
-
-    /// Deletes `tenant`'s ServiceAccount (the tenant is removed). Its bindings go with its
-    /// namespaces.
-    pub async fn remove(&self, tenant: &ClusterId) -> Result<(), kube::Error> {
-        self.inner.accounts.locked().remove(tenant);
-        self.inner.clients.locked().remove(tenant);
-        let accounts: Api<ServiceAccount> =
-            Api::namespaced(self.inner.own.clone(), &self.inner.namespace);
-        match accounts
-            .delete(&account_name(tenant), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(error) => Err(error),
-        }
     }
 
     /// Checks at start that the role tenants are bound to exists: without it no tenant could
