@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::apply::Applier;
 use crate::peer::Peer;
-use crate::registry::tap_queue::{Next, READER_BYTES};
+use crate::registry::tap_queue::{Ended, Next, MAX_READERS, READER_BYTES};
 use crate::registry::Registry;
 use crate::usage;
 
@@ -87,19 +87,22 @@ impl Inspect for InspectService {
     async fn tap(&self, request: Request<TapRequest>) -> Result<Response<Self::TapStream>, Status> {
         let caller = Peer::from_request(&request)?;
         let tenant = self.authorize(&caller, &request.get_ref().cluster_id)?;
-        let reader = self
-            .registry
-            .subscribe(&tenant)
-            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+        let reader = self.registry.subscribe(&tenant);
         // Read straight from the reader's byte-bounded queue: no other buffer holds events
         // for a reader that does not read.
         let stream = futures::stream::unfold(Some(reader), |reader| async move {
             let reader = reader?;
             match reader.next().await {
                 Next::Event(event) => Some((Ok(event), Some(reader))),
-                Next::CutOff(behind) => Some((
+                Next::Ended(Ended::Behind(behind)) => Some((
                     Err(Status::resource_exhausted(format!(
                         "this tap fell {behind} bytes behind (more than {READER_BYTES}) and was cut off; tap again to go on"
+                    ))),
+                    None,
+                )),
+                Next::Ended(Ended::Replaced) => Some((
+                    Err(Status::resource_exhausted(format!(
+                        "a newer tap of this tenant took this one's place (at most {MAX_READERS} at once)"
                     ))),
                     None,
                 )),

@@ -1,6 +1,8 @@
 //! One tap reader's queue, bounded in bytes: a reader that falls [`READER_BYTES`] behind is
 //! cut off (its queue freed at once, and its stream ended with a reason) rather than held, so
-//! a reader that never reads costs the agent at most that much, whatever the tenant sends.
+//! a reader that never reads costs the agent at most that much, whatever the tenant sends. A
+//! tenant has at most [`MAX_READERS`]: a newer tap ends the oldest (never refused, so a tap
+//! opened again right after one was closed is not turned away while the old one winds down).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -15,13 +17,22 @@ pub const READER_BYTES: usize = 8 * 1024 * 1024;
 /// Readers one tenant may have at once.
 pub const MAX_READERS: usize = 4;
 
-/// A reader's events, and whether it was cut off.
+/// A reader's events, and whether it was ended.
 #[derive(Default)]
 struct Queue {
     events: VecDeque<TapEvent>,
     bytes: usize,
-    /// Set when the reader fell too far behind: how many bytes it had not read.
-    cut_off: Option<usize>,
+    /// Set when the reader was ended, and why.
+    ended: Option<Ended>,
+}
+
+/// Why a reader was ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It fell this many bytes behind.
+    Behind(usize),
+    /// A newer tap of the tenant took its place.
+    Replaced,
 }
 
 /// One reader's end: what it has to read.
@@ -36,8 +47,8 @@ pub struct TapReader {
 pub enum Next {
     /// An event.
     Event(TapEvent),
-    /// The reader fell this many bytes behind and was cut off: its stream ends.
-    CutOff(usize),
+    /// The reader was ended: its stream ends, saying why.
+    Ended(Ended),
 }
 
 impl TapReader {
@@ -47,8 +58,8 @@ impl TapReader {
             let notified = self.ready.notified();
             {
                 let mut queue = self.queue.locked();
-                if let Some(behind) = queue.cut_off {
-                    return Next::CutOff(behind);
+                if let Some(ended) = queue.ended {
+                    return Next::Ended(ended);
                 }
                 if let Some(event) = queue.events.pop_front() {
                     queue.bytes -= event.encoded_len();
@@ -63,17 +74,28 @@ impl TapReader {
     /// more than [`READER_BYTES`] behind.
     fn offer(&self, event: &TapEvent, size: usize) {
         let mut queue = self.queue.locked();
-        if queue.cut_off.is_some() {
+        if queue.ended.is_some() {
             return;
         }
         if queue.bytes + size > READER_BYTES {
-            queue.cut_off = Some(queue.bytes + size);
-            queue.events = VecDeque::new();
-            queue.bytes = 0;
+            let behind = queue.bytes + size;
+            drop(queue);
+            self.end(Ended::Behind(behind));
+            return;
         } else {
             queue.events.push_back(event.clone());
             queue.bytes += size;
         }
+        drop(queue);
+        self.ready.notify_one();
+    }
+
+    /// Ends the reader: its queue is freed at once.
+    fn end(&self, why: Ended) {
+        let mut queue = self.queue.locked();
+        queue.ended.get_or_insert(why);
+        queue.events = VecDeque::new();
+        queue.bytes = 0;
         drop(queue);
         self.ready.notify_one();
     }
@@ -85,11 +107,6 @@ pub struct TapReaders {
     readers: Vec<Weak<TapReader>>,
 }
 
-/// Why a tap cannot be opened.
-#[derive(Debug, thiserror::Error)]
-#[error("the tenant has {MAX_READERS} taps open already")]
-pub struct TooManyReaders;
-
 impl TapReaders {
     /// Whether any reader is listening.
     pub fn any(&mut self) -> bool {
@@ -97,14 +114,18 @@ impl TapReaders {
         !self.readers.is_empty()
     }
 
-    /// A new reader, unless the tenant has [`MAX_READERS`] already.
-    pub fn add(&mut self) -> Result<Arc<TapReader>, TooManyReaders> {
-        if self.any() && self.readers.len() >= MAX_READERS {
-            return Err(TooManyReaders);
+    /// A new reader; with [`MAX_READERS`] already, the oldest is ended to make room.
+    pub fn add(&mut self) -> Arc<TapReader> {
+        self.any();
+        while self.readers.len() >= MAX_READERS {
+            let oldest = self.readers.remove(0);
+            if let Some(oldest) = oldest.upgrade() {
+                oldest.end(Ended::Replaced);
+            }
         }
         let reader = Arc::new(TapReader::default());
         self.readers.push(Arc::downgrade(&reader));
-        Ok(reader)
+        reader
     }
 
     /// Offers `event` to every reader.
@@ -131,8 +152,8 @@ mod tests {
     #[tokio::test]
     async fn a_reader_that_falls_too_far_behind_is_cut_off_and_its_queue_freed() {
         let mut readers = TapReaders::default();
-        let slow = readers.add().unwrap();
-        let quick = readers.add().unwrap();
+        let slow = readers.add();
+        let quick = readers.add();
         let big = event(1024 * 1024);
         for _ in 0..7 {
             readers.send(&big);
@@ -147,10 +168,11 @@ mod tests {
         loop {
             match slow.next().await {
                 Next::Event(_) => read += 1,
-                Next::CutOff(behind) => {
+                Next::Ended(Ended::Behind(behind)) => {
                     assert!(behind > READER_BYTES);
                     break;
                 }
+                Next::Ended(other) => panic!("{other:?}"),
             }
         }
         assert_eq!(read, 0, "what was queued went with the cut");
@@ -158,13 +180,17 @@ mod tests {
         assert!(matches!(quick.next().await, Next::Event(_)), "others go on");
     }
 
-    #[test]
-    fn a_tenant_has_a_bounded_number_of_readers_and_a_gone_one_frees_its_place() {
+    #[tokio::test]
+    async fn a_tenant_has_a_bounded_number_of_readers_and_a_newer_one_ends_the_oldest() {
         let mut readers = TapReaders::default();
-        let held: Vec<_> = (0..MAX_READERS).map(|_| readers.add().unwrap()).collect();
-        assert!(readers.add().is_err());
-        drop(held);
-        assert!(!readers.any());
-        assert!(readers.add().is_ok());
+        let held: Vec<_> = (0..MAX_READERS).map(|_| readers.add()).collect();
+        let newest = readers.add();
+        assert!(matches!(held[0].next().await, Next::Ended(Ended::Replaced)));
+        assert_eq!(readers.readers.len(), MAX_READERS);
+        readers.send(&event(10));
+        assert!(matches!(newest.next().await, Next::Event(_)));
+        assert!(matches!(held[1].next().await, Next::Event(_)));
+        drop((held, newest));
+        assert!(!readers.any(), "a reader gone frees its place");
     }
 }
