@@ -137,7 +137,9 @@ async fn a_tenant_at_its_quota_waits_with_the_reason_while_another_tenant_runs()
     for name in ["a", "b"] {
         kubectl_stdin(&p.origin, &["apply", "-f", "-"], &pod(name));
     }
-    p.eventually(WAIT, "a and b Running at the origin", || {
+    // Kubernetes' ResourceQuota may still count a pod that is gone when one is created, and
+    // the ShadowPod controller's next attempt can then be a minute away (its backoff).
+    p.eventually(2 * WAIT, "a and b Running at the origin", || {
         let a = origin_pod_state(&p, "a")?;
         let b = origin_pod_state(&p, "b")?;
         (a.starts_with("Running") && b.starts_with("Running")).then_some(())
