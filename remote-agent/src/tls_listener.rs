@@ -26,8 +26,8 @@ use crate::access::{Access, Guarded, TooManyConnections};
 /// How long a client has to complete the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Counts handshakes by result (`ok`, `refused`, `timeout`, and connections closed unshaken:
-/// `too_many_from_source`, `too_many_for_identity`).
+/// Counts handshakes by result (`ok`, `refused`, `timeout`), and connections closed unserved:
+/// `too_many_from_source` (before the handshake), `too_many_for_identity` (after an `ok` one).
 pub type HandshakeCounter = Family<Vec<(String, String)>, Counter>;
 
 /// Starts accepting on `listener`; yields established TLS streams.

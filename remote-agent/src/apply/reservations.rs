@@ -54,7 +54,9 @@ impl Applier {
                 }
             }
             Ok(_) if key.kind == Allowed::Namespace => {
-                // A failure is retried by the next write in the namespace (see `authorize`).
+                // The binding is retried by the next write in the namespace (see `authorize`);
+                // the quota and network fences when the namespace is sent again, at start, or
+                // when the policy or the provider's networks change.
                 if let Err(error) = self.write_fences(&key.tenant, &key.name).await {
                     tracing::warn!(tenant = %key.tenant, namespace = %key.name, %error, "failed to write the twin namespace's fences");
                 }

@@ -63,14 +63,45 @@ async fn split_closed<C: tokio::io::AsyncRead + Unpin>(conns: Vec<C>) -> (Vec<C>
     (open, closed)
 }
 
+/// A peering, a bystander tenant, and what the bystander's acks and the agent's memory are
+/// before any abuse.
+struct Baseline {
+    p: Peering,
+    stop: CancellationToken,
+    bob: Wire,
+    pid: u32,
+    alone: Duration,
+    rss_before: u64,
+}
+
+impl Baseline {
+    async fn measure() -> Self {
+        let p = Peering::start(false).await.expect("peering");
+        let mut bob = p.bystander("bob").await;
+        let pid = p.remote_pid();
+        let alone = ack_p99(&mut bob, 50).await;
+        let rss_before = rss_kib(pid);
+        Self {
+            p,
+            stop: CancellationToken::new(),
+            bob,
+            pid,
+            alone,
+            rss_before,
+        }
+    }
+}
+
 #[tokio::test]
 async fn no_client_can_hold_the_agents_connections() {
-    let p = Peering::start(false).await.expect("peering");
-    let stop = CancellationToken::new();
-    let mut bob = p.bystander("bob").await;
-    let pid = p.remote_pid();
-    let alone = ack_p99(&mut bob, 50).await;
-    let rss_before = rss_kib(pid);
+    let Baseline {
+        p,
+        stop,
+        mut bob,
+        pid,
+        alone,
+        rss_before,
+    } = Baseline::measure().await;
 
     // A connection that handshakes and sends no HTTP/2 preface is closed after 10 s.
     let mallory = p.certs.issue("mallory", "mallory", "client", &[]);
@@ -219,12 +250,14 @@ async fn flood(
 
 #[tokio::test]
 async fn rapid_reset_and_continuation_floods_cost_the_agent_nothing() {
-    let p = Peering::start(false).await.expect("peering");
-    let stop = CancellationToken::new();
-    let mut bob = p.bystander("bob").await;
-    let pid = p.remote_pid();
-    let alone = ack_p99(&mut bob, 50).await;
-    let rss_before = rss_kib(pid);
+    let Baseline {
+        p,
+        stop,
+        mut bob,
+        pid,
+        alone,
+        rss_before,
+    } = Baseline::measure().await;
     let mallory = p.certs.issue("mallory", "mallory", "client", &[]);
 
     // Rapid reset: 100 streams opened and reset at once per batch, up to 100,000.
