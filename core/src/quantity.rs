@@ -5,6 +5,17 @@
 
 /// Parses a quantity into milli-units; `None` for text that is not a quantity.
 pub fn parse_milli(q: &str) -> Option<i128> {
+    parse_in(q, 1000)
+}
+
+/// Parses a quantity into nano-units (CPU as nanocores, as `metrics.k8s.io` reports it:
+/// `1234567n`), rounded down; `None` for text that is not a quantity.
+pub fn parse_nano(q: &str) -> Option<i128> {
+    parse_in(q, 1_000_000_000)
+}
+
+/// Parses a quantity into units of `1/per_one`.
+fn parse_in(q: &str, per_one: i128) -> Option<i128> {
     let q = q.trim();
     let split = q
         .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
@@ -14,23 +25,25 @@ pub fn parse_milli(q: &str) -> Option<i128> {
         Some((m, e)) => (m, e.parse::<i32>().ok()?),
         None => (number, 0),
     };
-    let (scale_num, scale_den): (i128, i128) = match suffix {
-        "" => (1000, 1),
-        "m" => (1, 1),
-        "k" => (1000_i128 * 1000, 1),
-        "M" => (1000_i128.pow(3), 1),
-        "G" => (1000_i128.pow(4), 1),
-        "T" => (1000_i128.pow(5), 1),
-        "P" => (1000_i128.pow(6), 1),
-        "Ki" => (1000 << 10, 1),
-        "Mi" => (1000 << 20, 1),
-        "Gi" => (1000 << 30, 1),
-        "Ti" => (1000 << 40, 1),
-        "Pi" => (1000 << 50, 1),
-        "n" => (1, 1_000_000),
-        "u" => (1, 1000),
+    // What one of the suffix is worth, as a fraction of one.
+    let (one_num, one_den): (i128, i128) = match suffix {
+        "" => (1, 1),
+        "m" => (1, 1000),
+        "u" => (1, 1_000_000),
+        "n" => (1, 1_000_000_000),
+        "k" => (1000, 1),
+        "M" => (1000_i128.pow(2), 1),
+        "G" => (1000_i128.pow(3), 1),
+        "T" => (1000_i128.pow(4), 1),
+        "P" => (1000_i128.pow(5), 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
         _ => return None,
     };
+    let (scale_num, scale_den) = (one_num.checked_mul(per_one)?, one_den);
     let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let negative = int.starts_with('-');
     let digits: String = format!("{}{}", int.trim_start_matches(['+', '-']), frac);
@@ -100,6 +113,16 @@ mod tests {
         assert_eq!(parse_milli("110"), Some(110_000));
         assert_eq!(parse_milli("abc"), None);
         assert_eq!(parse_milli("5Qi"), None);
+    }
+
+    #[test]
+    fn parses_nanocores_without_losing_them() {
+        assert_eq!(parse_nano("1234567n"), Some(1_234_567));
+        assert_eq!(parse_nano("250m"), Some(250_000_000));
+        assert_eq!(parse_nano("2"), Some(2_000_000_000));
+        assert_eq!(parse_nano("1500u"), Some(1_500_000));
+        assert_eq!(parse_nano("1Ki"), Some(1024 * 1_000_000_000));
+        assert_eq!(parse_milli("1234567n"), Some(1));
     }
 
     #[test]

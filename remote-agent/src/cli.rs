@@ -188,6 +188,14 @@ pub struct Args {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=refract_core::limits::MAX_KUBELET_SESSIONS as i64))]
     pub max_kubelet_sessions: u32,
 
+    /// Where the CPU and memory of offloaded pods come from, for the origin's `kubectl top`:
+    /// `metrics-api` reads `metrics.k8s.io` (metrics-server) as each tenant, in its namespaces
+    /// only; `kubelet-summary` reads every node's `/stats/summary` through `nodes/proxy`, a
+    /// right that reaches every kubelet API of every node (exec included), granted only by
+    /// applying deploy/remote-agent/rbac-kubelet-stats.yaml; `off` shares none.
+    #[arg(long, value_enum, default_value = "metrics-api")]
+    pub pod_stats: crate::kubelet::stats::StatsSource,
+
     /// Requests of one tenant applied to the provider at the same time. Requests for the same
     /// object are always applied in the order they were sent.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]

@@ -3,14 +3,15 @@
 //!
 //! Every call names a provider pod; it is served only when that pod was created from a
 //! ShadowPod of the calling tenant (the tenant comes from the client certificate, never from
-//! the request). The call is then made against the provider's API server with this agent's
-//! own identity ([`upgrade`] for the SPDY ones), and listed in Inspect while open. A tenant
-//! has at most `max_sessions` calls open at once.
+//! the request). The call is then made against the provider's API server as the tenant's own
+//! identity ([`upgrade`] for the SPDY ones), and listed in Inspect while open. A tenant has at
+//! most `max_sessions` calls open at once. Pod statistics come from the source the provider
+//! chose ([`stats`]).
 
 mod logs;
 mod port_forward;
 mod remote_command;
-mod stats;
+pub mod stats;
 pub mod upgrade;
 
 use std::pin::Pin;
@@ -47,6 +48,8 @@ pub struct KubeletService {
     pub max_sessions: usize,
     /// Tenants' quotas, which may allow fewer.
     pub applier: crate::apply::Applier,
+    /// Where pod statistics come from (`--pod-stats`).
+    pub stats: stats::StatsReader,
 }
 
 type Output<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -202,7 +205,11 @@ impl Kubelet for KubeletService {
     ) -> Result<Response<PodStatsResponse>, Status> {
         let tenant = Peer::tenant_from_request(&request)?.cluster_id;
         let pods = stats::tenant_pods(&self.stores, &tenant);
-        let pods = stats::collect(self.identities.own(), &pods).await?;
+        let as_tenant = self.as_tenant(&tenant)?;
+        let pods = self
+            .stats
+            .read(self.identities.own(), &as_tenant, &tenant, &pods)
+            .await?;
         Ok(Response::new(PodStatsResponse { pods }))
     }
 }

@@ -213,6 +213,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         registry: registry.clone(),
         max_sessions: args.max_kubelet_sessions as usize,
         applier: applier.clone(),
+        stats: kubelet::stats::StatsReader::new(args.pod_stats),
     };
     events::spawn(
         identities.clone(),

@@ -306,6 +306,9 @@ impl ControlPlane {
             format!("--service-cluster-ip-range={}", options.service_cidr),
             "--runtime-config=discovery.k8s.io/v1beta1=false".into(),
             "--enable-priority-and-fairness=false".into(),
+            // Aggregated APIs (a metrics API) are reached at their endpoints' addresses: the
+            // test clusters have no kube-proxy to route a Service's cluster IP.
+            "--enable-aggregator-routing=true".into(),
             // As in real clusters; the provider-side pod security check is what refuses.
             "--allow-privileged=true".into(),
             "--profiling=false".into(),

@@ -1,171 +1,132 @@
-//! `PodStats`: the CPU and memory of a tenant's offloaded pods, from the summaries of the
-//! provider nodes they run on (`nodes/proxy` `stats/summary`), the tenant's pods only.
+//! `PodStats`: the CPU and memory of a tenant's offloaded pods, the tenant's pods only, from
+//! the source the provider chose (`--pod-stats`):
+//!
+//! - `metrics-api` (the default): `metrics.k8s.io` PodMetrics, read as the tenant, so the API
+//!   server itself keeps each tenant to its own namespaces. It needs a metrics API on the
+//!   provider (metrics-server or an adapter) and no right on nodes.
+//! - `kubelet-summary`: each node's `/stats/summary` through `nodes/proxy`, read as this agent.
+//!   Richer (cumulative CPU, container start times) but `nodes/proxy` reaches every kubelet API
+//!   of every node, exec included: the provider grants it only by applying
+//!   `deploy/remote-agent/rbac-kubelet-stats.yaml`.
+//! - `off`: no figures; the origin is told so.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod cpu_counter;
+mod metrics_api;
+mod summary;
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use refract_core::keys::ORIGIN_LABEL;
 use refract_shared::tls::ClusterId;
-use refract_wire::proto::{ContainerStats, CpuUsage, MemoryUsage, PodRef, PodStats};
-use serde::Deserialize;
+use refract_wire::proto::PodStats;
 use tonic::Status;
 
 use crate::shadowpod_controller::Stores;
 
-/// The tenant's running pods, grouped by the node they run on.
-pub fn tenant_pods(
-    stores: &Stores,
-    tenant: &ClusterId,
-) -> BTreeMap<String, BTreeSet<(String, String)>> {
-    let tenant_shadows: BTreeSet<String> = stores
+/// Where pod statistics come from (`--pod-stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatsSource {
+    /// `metrics.k8s.io` PodMetrics, read as the tenant.
+    MetricsApi,
+    /// The kubelets' `/stats/summary` through `nodes/proxy`, read as this agent.
+    KubeletSummary,
+    /// None.
+    Off,
+}
+
+/// One of the tenant's running offloaded pods.
+#[derive(Debug, Clone)]
+pub struct TenantPod {
+    /// Provider namespace.
+    pub namespace: String,
+    /// Provider name.
+    pub name: String,
+    /// The node it runs on.
+    pub node: String,
+    /// The pod as last seen, for start times.
+    pub pod: Arc<Pod>,
+}
+
+/// The tenant's offloaded pods that are bound to a node.
+pub fn tenant_pods(stores: &Stores, tenant: &ClusterId) -> Vec<TenantPod> {
+    let tenant_shadows: std::collections::BTreeSet<String> = stores
         .shadows
         .state()
         .iter()
         .filter(|s| s.labels().get(ORIGIN_LABEL).map(String::as_str) == Some(tenant.as_str()))
         .filter_map(|s| s.metadata.uid.clone())
         .collect();
-    let mut by_node: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
-    for pod in stores.pods.state() {
-        let owned = pod
-            .owner_references()
-            .iter()
-            .any(|o| o.controller == Some(true) && tenant_shadows.contains(&o.uid));
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        if let (true, Some(node)) = (owned, node) {
-            by_node
-                .entry(node)
-                .or_default()
-                .insert((pod.namespace().unwrap_or_default(), pod.name_any()));
-        }
-    }
-    by_node
+    stores
+        .pods
+        .state()
+        .into_iter()
+        .filter(|pod| {
+            pod.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && tenant_shadows.contains(&o.uid))
+        })
+        .filter_map(|pod| {
+            let node = pod.spec.as_ref()?.node_name.clone()?;
+            Some(TenantPod {
+                namespace: pod.namespace().unwrap_or_default(),
+                name: pod.name_any(),
+                node,
+                pod,
+            })
+        })
+        .collect()
 }
 
-/// Reads each node's summary and keeps the listed pods. A node that does not answer is
-/// skipped (its pods have no figures this time) rather than failing the whole answer.
-pub async fn collect(
-    client: &kube::Client,
-    by_node: &BTreeMap<String, BTreeSet<(String, String)>>,
-) -> Result<Vec<PodStats>, Status> {
-    let mut out = Vec::new();
-    for (node, pods) in by_node {
-        let request = http::Request::get(format!("/api/v1/nodes/{node}/proxy/stats/summary"))
-            .body(Vec::new())
-            .map_err(|e| Status::internal(e.to_string()))?;
-        let summary: Summary = match client.request(request).await {
-            Ok(s) => s,
-            Err(error) => {
-                tracing::warn!(%node, %error, "could not read the node's stats summary");
-                continue;
+/// Reads pod statistics from the chosen source.
+#[derive(Clone)]
+pub struct StatsReader {
+    source: StatsSource,
+    /// Cumulative CPU for the metrics API, which reports rates only.
+    counters: Arc<Mutex<cpu_counter::CpuCounters>>,
+}
+
+impl StatsReader {
+    /// A reader of `source`.
+    pub fn new(source: StatsSource) -> Self {
+        Self {
+            source,
+            counters: Arc::default(),
+        }
+    }
+
+    /// The figures of `pods`. `own` is this agent's client (for node summaries), `tenant` the
+    /// tenant's (for the metrics API). A node or namespace that does not answer is skipped:
+    /// its pods have no figures this time, the others still do.
+    pub async fn read(
+        &self,
+        own: &kube::Client,
+        tenant_client: &kube::Client,
+        tenant: &ClusterId,
+        pods: &[TenantPod],
+    ) -> Result<Vec<PodStats>, Status> {
+        match self.source {
+            StatsSource::Off => Err(Status::unavailable(
+                "this provider shares no pod statistics (its remote agent runs with --pod-stats=off)",
+            )),
+            StatsSource::KubeletSummary => {
+                let mut by_node: BTreeMap<&str, Vec<&TenantPod>> = BTreeMap::new();
+                for p in pods {
+                    by_node.entry(p.node.as_str()).or_default().push(p);
+                }
+                summary::collect(own, &by_node).await
             }
-        };
-        for pod in summary.pods {
-            let key = (pod.pod_ref.namespace.clone(), pod.pod_ref.name.clone());
-            if pods.contains(&key) {
-                out.push(pod.into_proto());
+            StatsSource::MetricsApi => {
+                let mut by_namespace: BTreeMap<&str, Vec<&TenantPod>> = BTreeMap::new();
+                for p in pods {
+                    by_namespace.entry(p.namespace.as_str()).or_default().push(p);
+                }
+                let samples = metrics_api::collect(tenant_client, &by_namespace).await;
+                let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(metrics_api::into_stats(samples, tenant.as_str(), &mut counters))
             }
-        }
-    }
-    Ok(out)
-}
-
-#[derive(Deserialize)]
-struct Summary {
-    #[serde(default)]
-    pods: Vec<SummaryPod>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SummaryPod {
-    pod_ref: SummaryPodRef,
-    start_time: Option<String>,
-    cpu: Option<SummaryCpu>,
-    memory: Option<SummaryMemory>,
-    #[serde(default)]
-    containers: Vec<SummaryContainer>,
-}
-
-#[derive(Deserialize)]
-struct SummaryPodRef {
-    namespace: String,
-    name: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SummaryContainer {
-    name: String,
-    start_time: Option<String>,
-    cpu: Option<SummaryCpu>,
-    memory: Option<SummaryMemory>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SummaryCpu {
-    time: Option<String>,
-    usage_nano_cores: Option<u64>,
-    usage_core_nano_seconds: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SummaryMemory {
-    time: Option<String>,
-    working_set_bytes: Option<u64>,
-    usage_bytes: Option<u64>,
-    rss_bytes: Option<u64>,
-}
-
-fn nanos(t: &Option<String>) -> i64 {
-    t.as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .map(|t| t.as_nanosecond().clamp(0, i64::MAX as i128) as i64)
-        .unwrap_or_default()
-}
-
-impl SummaryCpu {
-    fn into_proto(self) -> CpuUsage {
-        CpuUsage {
-            time_unix_nanos: nanos(&self.time),
-            usage_nano_cores: self.usage_nano_cores.unwrap_or_default(),
-            usage_core_nano_seconds: self.usage_core_nano_seconds.unwrap_or_default(),
-        }
-    }
-}
-
-impl SummaryMemory {
-    fn into_proto(self) -> MemoryUsage {
-        MemoryUsage {
-            time_unix_nanos: nanos(&self.time),
-            working_set_bytes: self.working_set_bytes.unwrap_or_default(),
-            usage_bytes: self.usage_bytes.unwrap_or_default(),
-            rss_bytes: self.rss_bytes.unwrap_or_default(),
-        }
-    }
-}
-
-impl SummaryPod {
-    fn into_proto(self) -> PodStats {
-        PodStats {
-            pod: Some(PodRef {
-                namespace: self.pod_ref.namespace,
-                name: self.pod_ref.name,
-            }),
-            start_time_unix_nanos: nanos(&self.start_time),
-            cpu: self.cpu.map(SummaryCpu::into_proto),
-            memory: self.memory.map(SummaryMemory::into_proto),
-            containers: self
-                .containers
-                .into_iter()
-                .map(|c| ContainerStats {
-                    start_time_unix_nanos: nanos(&c.start_time),
-                    name: c.name,
-                    cpu: c.cpu.map(SummaryCpu::into_proto),
-                    memory: c.memory.map(SummaryMemory::into_proto),
-                })
-                .collect(),
         }
     }
 }

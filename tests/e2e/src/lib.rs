@@ -15,6 +15,7 @@ use anyhow::{bail, Context};
 use refract_testkit::{ControlPlane, Options};
 use tokio::process::{Child, Command};
 
+pub mod metrics_api;
 pub mod netpol;
 pub mod wire;
 

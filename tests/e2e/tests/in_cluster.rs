@@ -527,6 +527,38 @@ spec:
     println!("kubectl exec {first} (origin): {}", exec.trim());
     assert_eq!(exec.trim(), format!("exec from the origin on {first}"));
 
+    // Pod stats at the origin from the provider's metrics.k8s.io, read by the in-cluster agent
+    // as the tenant with deploy/'s RBAC (no nodes/proxy anywhere).
+    let bridge = refract_e2e::metrics_api::bridge_address(&provider).unwrap();
+    let _metrics = refract_e2e::metrics_api::serve(&provider, "localhost", bridge)
+        .await
+        .expect("the provider's metrics API");
+    let stats = eventually(
+        WAIT,
+        "the offloaded pod's memory in the virtual node's stats",
+        || {
+            let raw = kubectl_get(
+                &origin,
+                &[
+                    "--raw",
+                    "/api/v1/nodes/refract-provider/proxy/stats/summary",
+                ],
+            )?;
+            let v: serde_json::Value = serde_json::from_str(&raw).ok()?;
+            let pod = v["pods"]
+                .as_array()?
+                .iter()
+                .find(|p| p["podRef"]["name"] == first && p["podRef"]["namespace"] == "apps")?;
+            let memory = pod["memory"]["workingSetBytes"].as_u64()?;
+            (memory > 0).then(|| pod.to_string())
+        },
+        || agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent"),
+    )
+    .await;
+    println!(
+        "stats/summary at the origin for {first} (metrics.k8s.io, read as the tenant): {stats}"
+    );
+
     // The remote agent's own identity writes no tenant object; each tenant's, in its own
     // namespaces only.
     let agent = "system:serviceaccount:refract-system:refract-remote-agent";
@@ -537,6 +569,10 @@ spec:
         (agent, "create", "secrets", "kube-system", "no"),
         (agent, "delete", "pods", "kube-system", "no"),
         (agent, "create", "rolebindings", "apps-origin", "yes"),
+        (agent, "get", "nodes/proxy", "default", "no"),
+        (tenant, "get", "nodes/proxy", "default", "no"),
+        (tenant, "list", "pods.metrics.k8s.io", "apps-origin", "yes"),
+        (tenant, "list", "pods.metrics.k8s.io", "kube-system", "no"),
         (tenant, "create", "pods", "apps-origin", "yes"),
         (tenant, "create", "pods/exec", "apps-origin", "yes"),
         (tenant, "create", "pods", "kube-system", "no"),

@@ -142,6 +142,55 @@ fn tail(log: &str) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
+/// The virtual node's `/stats/summary` once it shows the offloaded pod `talker` with non-zero
+/// CPU and memory, named as at the origin; printed with the source it came from.
+async fn node_stats_of_talker(p: &Peering, source: &str) -> serde_json::Value {
+    let summary = p
+        .eventually(
+            WAIT,
+            &format!("stats of the offloaded pods ({source})"),
+            || {
+                let raw = origin_get(
+                    p,
+                    &[
+                        "--raw",
+                        "/api/v1/nodes/refract-provider/proxy/stats/summary",
+                    ],
+                )?;
+                let v: serde_json::Value = serde_json::from_str(&raw).ok()?;
+                let talker = v["pods"].as_array()?.iter().find(|pod| {
+                    pod["podRef"]["name"] == "talker" && pod["podRef"]["namespace"] == "tools"
+                })?;
+                let cpu = talker["cpu"]["usageNanoCores"].as_u64()?;
+                let mem = talker["memory"]["workingSetBytes"].as_u64()?;
+                (cpu > 0 && mem > 0).then(|| v.clone())
+            },
+        )
+        .await;
+    let names: Vec<&str> = summary["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["podRef"]["name"].as_str())
+        .collect();
+    println!(
+        "stats/summary ({source}): node {} cpu {} memory {}; pods {names:?}",
+        summary["node"]["nodeName"],
+        summary["node"]["cpu"]["usageNanoCores"],
+        summary["node"]["memory"]["workingSetBytes"]
+    );
+    summary
+}
+
+/// `kubectl top pod -n tools` at the origin, once it lists `talker`.
+async fn kubectl_top(p: &Peering) -> String {
+    p.eventually(WAIT, "kubectl top pod at the origin", || {
+        let (code, out, _) = kubectl_run(p, &["-n", "tools", "top", "pod", "--no-headers"], None);
+        (code == 0 && out.lines().any(|l| l.starts_with("talker "))).then_some(out)
+    })
+    .await
+}
+
 async fn offloaded_and_running(p: &Peering, pods: &[&str]) {
     for pod in pods {
         p.eventually(WAIT, &format!("pod {pod} Running at the origin"), || {
@@ -157,7 +206,7 @@ async fn offloaded_and_running(p: &Peering, pods: &[&str]) {
 
 #[tokio::test]
 async fn kubectl_logs_exec_attach_port_forward_and_stats_work_on_offloaded_pods() {
-    let p = Peering::start_offloading().await.expect("peering");
+    let mut p = Peering::start_offloading().await.expect("peering");
     let image = busybox();
     kubectl_stdin(
         &p.origin,
@@ -428,40 +477,52 @@ spec:
         ("first-run\n", "second-run\n")
     );
 
-    // Node stats: the offloaded pods with non-zero CPU and memory, named as at the origin.
-    let summary = p
-        .eventually(WAIT, "stats of the offloaded pods", || {
-            let raw = origin_get(
-                &p,
-                &[
-                    "--raw",
-                    "/api/v1/nodes/refract-provider/proxy/stats/summary",
-                ],
-            )?;
-            let v: serde_json::Value = serde_json::from_str(&raw).ok()?;
-            let talker = v["pods"].as_array()?.iter().find(|pod| {
-                pod["podRef"]["name"] == "talker" && pod["podRef"]["namespace"] == "tools"
-            })?;
-            let cpu = talker["cpu"]["usageNanoCores"].as_u64()?;
-            let mem = talker["memory"]["workingSetBytes"].as_u64()?;
-            (cpu > 0 && mem > 0).then(|| v.clone())
-        })
-        .await;
+    // Node stats, from the provider's metrics.k8s.io (the default `--pod-stats=metrics-api`,
+    // read as the tenant): the offloaded pods with non-zero CPU and memory, named as at the
+    // origin. The origin gets a metrics API too, from the virtual node's /metrics/resource,
+    // for `kubectl top`.
+    let bridge = refract_e2e::metrics_api::bridge_address(&p.provider).unwrap();
+    let _provider_metrics = refract_e2e::metrics_api::serve(&p.provider, "localhost", bridge)
+        .await
+        .expect("provider metrics API");
+    let _origin_metrics = refract_e2e::metrics_api::serve(&p.origin, "refract-provider", bridge)
+        .await
+        .expect("origin metrics API");
+    let summary = node_stats_of_talker(&p, "metrics-api").await;
     let names: Vec<&str> = summary["pods"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|p| p["podRef"]["name"].as_str())
         .collect();
-    println!(
-        "stats/summary: node {} cpu {} memory {}; pods {names:?}",
-        summary["node"]["nodeName"],
-        summary["node"]["cpu"]["usageNanoCores"],
-        summary["node"]["memory"]["workingSetBytes"]
-    );
     assert!(
         names.contains(&"web") && names.contains(&"reader"),
         "{names:?}"
+    );
+    let top = kubectl_top(&p).await;
+    println!("kubectl top pod -n tools (origin, provider stats from metrics.k8s.io):\n{top}");
+    let tenant = "system:serviceaccount:refract-system:tenant-origin";
+    assert_eq!(
+        refract_e2e::can_i(&p.provider, tenant, "get", "nodes/proxy", "default"),
+        "no",
+        "the tenant may not reach kubelets"
+    );
+
+    // The opt-in source: the kubelets' summaries through nodes/proxy (this test's agent runs
+    // with the admin's kubeconfig, which has the right rbac-kubelet-stats.yaml grants).
+    p.restart_remote_with("--pod-stats=kubelet-summary".into())
+        .await;
+    let summary = node_stats_of_talker(&p, "kubelet-summary").await;
+    let talker_cumulative = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pod| pod["podRef"]["name"] == "talker")
+        .map(|pod| pod["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0));
+    assert!(talker_cumulative > Some(0), "{summary}");
+    let top = kubectl_top(&p).await;
+    println!(
+        "kubectl top pod -n tools (origin, provider stats from the kubelet's summary):\n{top}"
     );
     let metrics = origin_get(
         &p,
