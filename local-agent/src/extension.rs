@@ -342,14 +342,14 @@ mod tests {
     use super::*;
 
     fn mk_extension(generation: u64, namespaces: &[(&str, &str)]) -> Extension {
-        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let calls = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
         let (tx, _) = tokio::sync::mpsc::channel(1);
         let session = (generation > 0).then(|| SessionTx {
             generation,
             session_id: String::new(),
             tx: tx.clone(),
             direct: tx,
-            channel,
+            calls,
         });
         Extension {
             session,

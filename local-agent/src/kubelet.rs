@@ -149,7 +149,7 @@ impl Backend {
         self.sessions
             .borrow()
             .as_ref()
-            .map(|s| KubeletClient::new(s.channel.clone()))
+            .map(|s| KubeletClient::new(s.calls.clone()))
             .ok_or_else(|| {
                 HttpError::new(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -47,8 +47,8 @@ pub struct SessionTx {
     pub tx: mpsc::Sender<LocalMessage>,
     /// Messages sent as they come, for objects outside any SnapshotComplete (token Secrets).
     pub direct: mpsc::Sender<LocalMessage>,
-    /// The session's connection, for calls of their own (the kubelet API) beside the stream.
-    pub channel: tonic::transport::Channel,
+    /// A connection of the session's own for kubelet API calls, beside the stream's.
+    pub calls: tonic::transport::Channel,
 }
 
 /// What the link needs to know.
@@ -150,23 +150,28 @@ async fn run_session(
 ) -> Result<(), SessionError> {
     let connector = config.connector.clone();
     // The URI only names the authority for HTTP/2; the connector dials and does TLS itself.
-    let channel = Endpoint::from_shared(format!("http://{}", connector.addr))?
+    let endpoint = Endpoint::from_shared(format!("http://{}", connector.addr))?
         .connect_timeout(Duration::from_secs(10))
         .http2_keep_alive_interval(config.keepalive_interval)
         .keep_alive_timeout(config.keepalive_timeout)
         .keep_alive_while_idle(true)
-        // Kubelet calls (each `logs -f` one stream) share this connection with the reflection
-        // stream: a connection window larger than all their stream windows together keeps
-        // log data a slow reader has not taken from holding up the stream's acks.
         // Room for every kubelet call the provider allows to fill its window, and the
-        // reflection stream still to move (`refract_core::limits::MAX_KUBELET_SESSIONS`).
+        // connection still to move (`refract_core::limits::MAX_KUBELET_SESSIONS`).
         .initial_stream_window_size(refract_core::limits::STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(refract_core::limits::CONNECTION_WINDOW_BYTES)
-        .connect_with_connector(tower::service_fn(move |_| {
-            let connector = connector.clone();
-            async move { connector.connect().await }
-        }))
+        .initial_connection_window_size(refract_core::limits::CONNECTION_WINDOW_BYTES);
+    let dial = move |_| {
+        let connector = connector.clone();
+        async move { connector.connect().await }
+    };
+    let channel = endpoint
+        .clone()
+        .connect_with_connector(tower::service_fn(dial.clone()))
         .await?;
+    // Kubelet calls get a connection of their own, dialled on first use and again after it
+    // breaks: what their callers leave unread (every `logs -f` into a pager) fills its windows
+    // and its buffers, and h2 closes a connection that holds too many unread frames. That must
+    // never be the reflection stream's.
+    let calls = endpoint.connect_with_connector_lazy(tower::service_fn(dial));
 
     let (wire, wire_rx) = mpsc::channel(OUTBOUND_BUFFER);
     wire.send(LocalMessage {
@@ -222,7 +227,7 @@ async fn run_session(
         session_id: welcome.session_id,
         tx,
         direct,
-        channel,
+        calls,
     }));
     // Pages are handed over without waiting: the reader must never wait on the pump, which may
     // itself wait for the remote agent to read (and it for this reader). A page dropped when

@@ -8,6 +8,7 @@
 //! most `max_sessions` calls open at once. Pod statistics come from the source the provider
 //! chose ([`stats`]).
 
+mod coalesce;
 mod logs;
 mod port_forward;
 mod remote_command;

@@ -7,11 +7,8 @@ use kube::ResourceExt;
 use refract_wire::proto::{LogChunk, LogsRequest};
 use tonic::Status;
 
-use super::Output;
+use super::{coalesce, Output};
 use crate::registry::KubeletSessionGuard;
-
-/// The largest chunk sent at once.
-const CHUNK: usize = 32 * 1024;
 
 /// Opens the log; the returned stream ends with it, or when the caller goes away (tonic drops
 /// the stream, which drops the provider's response).
@@ -46,13 +43,9 @@ pub async fn stream(
     let chunks = futures::stream::unfold(
         (Box::pin(reader), guard),
         |(mut reader, guard)| async move {
-            let mut buf = vec![0u8; CHUNK];
-            match reader.read(&mut buf).await {
-                Ok(0) => None,
-                Ok(n) => {
-                    buf.truncate(n);
-                    Some((Ok(LogChunk { data: buf }), (reader, guard)))
-                }
+            match next_chunk(&mut reader).await {
+                Ok(buf) if buf.is_empty() => None,
+                Ok(buf) => Some((Ok(LogChunk { data: buf }), (reader, guard))),
                 Err(e) => Some((
                     Err(Status::unavailable(format!(
                         "the provider's log stream broke: {e}"
@@ -69,6 +62,25 @@ pub async fn stream(
         failed |= r.is_err();
         futures::future::ready(go)
     })))
+}
+
+/// The log's next bytes, and whatever follows them within [`coalesce::LINGER`] (lines written
+/// together leave in one message, see [`coalesce`]); empty at the end of the log.
+async fn next_chunk(reader: &mut (impl futures::AsyncRead + Unpin)) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; coalesce::MAX_CHUNK];
+    let mut filled = reader.read(&mut buf).await?;
+    let deadline = tokio::time::Instant::now() + coalesce::LINGER;
+    while filled > 0 && filled < buf.len() {
+        // Reading is cancel-safe: a read the deadline drops has taken nothing.
+        match tokio::time::timeout_at(deadline, reader.read(&mut buf[filled..])).await {
+            Ok(Ok(n)) if n > 0 => filled += n,
+            // The end, an error or the deadline: what was read leaves now; an end or an error
+            // shows again on the next read.
+            _ => break,
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
 }
 
 /// An API error as the gRPC status a caller can act on.

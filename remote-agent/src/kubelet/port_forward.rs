@@ -91,7 +91,12 @@ pub async fn run(
         loop {
             let out = tokio::select! {
                 chunk = data.read() => match chunk {
-                    Some(bytes) => Kind::Data(bytes.to_vec()),
+                    Some(bytes) => {
+                        // Were the data to end meanwhile, what was gathered still goes and
+                        // the next read ends the loop.
+                        let (bytes, _) = super::coalesce::gather(bytes, &mut data).await;
+                        Kind::Data(bytes)
+                    }
                     None => break,
                 },
                 chunk = error.read(), if error_open => {

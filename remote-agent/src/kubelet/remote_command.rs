@@ -18,6 +18,7 @@ use refract_wire::spdy::{Session, Stream, StreamWriter};
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
+use super::coalesce::{self, ChunkSource};
 use super::upgrade::{self, query_pair};
 use super::Output;
 use crate::registry::KubeletSessionGuard;
@@ -192,12 +193,24 @@ async fn pump_output(
     let mut error_open = true;
     while stdout.is_some() || stderr.is_some() || error_open {
         let out = tokio::select! {
-            chunk = next(&mut stdout) => match chunk {
-                Some(data) => Kind::Stdout(data.to_vec()),
+            chunk = stdout.next_chunk() => match chunk {
+                Some(data) => {
+                    let (data, ended) = coalesce::gather(data, &mut stdout).await;
+                    if ended {
+                        stdout = None;
+                    }
+                    Kind::Stdout(data)
+                }
                 None => { stdout = None; continue; }
             },
-            chunk = next(&mut stderr) => match chunk {
-                Some(data) => Kind::Stderr(data.to_vec()),
+            chunk = stderr.next_chunk() => match chunk {
+                Some(data) => {
+                    let (data, ended) = coalesce::gather(data, &mut stderr).await;
+                    if ended {
+                        stderr = None;
+                    }
+                    Kind::Stderr(data)
+                }
                 None => { stderr = None; continue; }
             },
             chunk = error.read(), if error_open => {
@@ -229,12 +242,4 @@ async fn pump_output(
         }))
         .await;
     session.shutdown().await;
-}
-
-/// The next chunk of an optional stream; pending forever when there is none.
-pub async fn next(stream: &mut Option<Stream>) -> Option<Bytes> {
-    match stream {
-        Some(s) => s.read().await,
-        None => std::future::pending().await,
-    }
 }

@@ -50,6 +50,16 @@ impl Wire {
     ) -> anyhow::Result<Self> {
         let stop = CancellationToken::new();
         let channel = connect(remote, provider, certs, &stop).await?;
+        Self::on(channel, tenant, stop).await
+    }
+
+    /// Opens a stream as `tenant` on `channel`, a connection that may carry other calls too;
+    /// `stop` is cancelled when the stream is dropped.
+    pub async fn on(
+        channel: tonic::transport::Channel,
+        tenant: &str,
+        stop: CancellationToken,
+    ) -> anyhow::Result<Self> {
         let (tx, rx) = mpsc::channel(64);
         tx.send(LocalMessage {
             kind: Some(local_message::Kind::Hello(Hello {
@@ -163,6 +173,8 @@ pub async fn connect(
 ) -> anyhow::Result<tonic::transport::Channel> {
     let connector = connector(remote, provider, certs, stop)?;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{remote}"))?
+        .initial_stream_window_size(refract_core::limits::STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(refract_core::limits::CONNECTION_WINDOW_BYTES)
         .connect_with_connector(tower::service_fn(move |_| {
             let connector = connector.clone();
             async move { connector.connect().await }

@@ -294,11 +294,11 @@ mod tests {
             "tenant",
             &mut counters,
         );
-        let cpu = |s: &[PodStats]| s[0].cpu.clone().unwrap();
+        let cpu = |s: &[PodStats]| s[0].cpu.unwrap();
         assert_eq!(cpu(&first).usage_nano_cores, 250_000_000);
         assert_eq!(cpu(&first).usage_core_nano_seconds, 2_500_000_000);
         assert_eq!(cpu(&second).usage_core_nano_seconds, 7_500_000_000);
-        let memory = second[0].memory.clone().unwrap();
+        let memory = second[0].memory.unwrap();
         assert_eq!(memory.working_set_bytes, 65 * 1024 * 1024);
         assert_eq!(second[0].containers.len(), 2);
         // The pod is gone from the next answer: its counters go too.
