@@ -15,11 +15,11 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use refract_core::keys::{
-    ORIGINAL_NAME_ANNOTATION, TENANT_NAMESPACE_LABEL, TENANT_REMOVAL_ANNOTATION,
+    tenant_account, ORIGINAL_NAME_ANNOTATION, TENANT_NAMESPACE_LABEL, TENANT_REMOVAL_ANNOTATION,
 };
 use refract_shared::tls::ClusterId;
 
@@ -44,12 +44,14 @@ pub fn describe(ns: &Namespace) -> String {
     }
 }
 
-/// Deletes every namespace of `tenant` (unless `dry_run`), logging each with `reason`; what
-/// was (or would be) removed, described by [`describe`]. Namespaces already terminating are
-/// listed too: their deletion is under way.
+/// Deletes every namespace of `tenant` (unless `dry_run`), logging each with `reason`, then
+/// the tenant's ServiceAccount in `accounts_namespace` (the remote agent's own); what was (or
+/// would be) removed, described by [`describe`]. Namespaces already terminating are listed
+/// too: their deletion is under way.
 pub async fn remove(
     client: &kube::Client,
     tenant: &ClusterId,
+    accounts_namespace: &str,
     reason: &str,
     dry_run: bool,
 ) -> Result<Vec<String>, kube::Error> {
@@ -76,14 +78,25 @@ pub async fn remove(
         tracing::info!(tenant = %tenant, namespace = %shown, reason, dry_run, "removed tenant namespace (its ShadowPods, pods and reflected objects with it)");
         removed.push(shown);
     }
-    tracing::info!(tenant = %tenant, namespaces = removed.len(), reason, dry_run, "tenant removed");
+    // Last: its bindings went with the namespaces, and while a namespace is still there the
+    // remote agent may write in it as the tenant.
+    let account = tenant_account(tenant.as_str());
+    if !dry_run {
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), accounts_namespace);
+        match accounts.delete(&account, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    tracing::info!(tenant = %tenant, namespaces = removed.len(), account = %format!("{accounts_namespace}/{account}"), reason, dry_run, "tenant removed");
     Ok(removed)
 }
 
 /// Removes everything this provider holds for one origin (tenant).
 ///
 /// Deletes every namespace labelled as the tenant's (its twin namespaces, with the ShadowPods,
-/// pods and reflected objects in them) and prints each one. Revoke the tenant's certificate
+/// pods and reflected objects in them), printing each one, and the tenant's ServiceAccount. Revoke the tenant's certificate
 /// first (or stop trusting its CA in --client-ca): an origin that still holds a valid
 /// certificate offloads again when it reconnects.
 #[derive(Debug, Clone, clap::Parser)]
@@ -100,6 +113,11 @@ pub struct RemoveTenantArgs {
     /// List what would be removed, and remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+
+    /// The remote agent's namespace, where the tenant's ServiceAccount (`tenant-<cluster id>`)
+    /// is removed too.
+    #[arg(long, default_value = "refract-system")]
+    pub agent_namespace: String,
 }
 
 /// `remote-agent remove-tenant` (and `refractctl unpeer --force`): deletes the tenant's namespaces and prints each one.
@@ -108,6 +126,7 @@ pub async fn run(args: RemoveTenantArgs) -> anyhow::Result<()> {
     let removed = remove(
         &client,
         &args.cluster_id,
+        &args.agent_namespace,
         "an operator ran remove-tenant",
         args.dry_run,
     )

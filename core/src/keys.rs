@@ -25,6 +25,12 @@ pub const ORIGIN_LABEL: &str = "offloading.refract.io/origin";
 pub const DESTINATION_LABEL: &str = "offloading.refract.io/destination";
 /// Label on provider namespaces owned by a tenant: the tenant's cluster id.
 pub const TENANT_NAMESPACE_LABEL: &str = "refract.io/tenant";
+
+/// The provider ServiceAccount a tenant's objects are written as (in the remote agent's own
+/// namespace): `tenant-<cluster id>`.
+pub fn tenant_account(tenant: &str) -> String {
+    format!("tenant-{tenant}")
+}
 /// ShadowPod annotation: the phase (`Succeeded` or `Failed`) the origin pod finished in. The
 /// remote agent never starts a pod for a ShadowPod carrying it: a finished pod is never run
 /// again, even when its ShadowPod or its provider pod was lost meanwhile.

@@ -128,6 +128,7 @@ async fn clean_provider(
             cluster_id: tenant.clone(),
             kubeconfig: Some(kubeconfig.to_path_buf()),
             dry_run: false,
+            agent_namespace: NAMESPACE.to_string(),
         })
         .await?;
     }

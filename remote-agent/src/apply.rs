@@ -117,6 +117,11 @@ impl Applier {
         &self.objects
     }
 
+    /// Tenants' identities.
+    pub fn identities(&self) -> &Identities {
+        &self.identities
+    }
+
     /// An applier writing as `identities` say as provider `provider`, reading what the tenant
     /// objects' watch knows from `objects`.
     pub fn new(

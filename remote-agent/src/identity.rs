@@ -36,7 +36,7 @@ const BINDING_EFFECTIVE_WITHIN: Duration = Duration::from_secs(10);
 
 /// The ServiceAccount name of `tenant`.
 pub fn account_name(tenant: &ClusterId) -> String {
-    format!("tenant-{tenant}")
+    refract_core::keys::tenant_account(tenant.as_str())
 }
 
 struct Inner {
@@ -101,6 +101,21 @@ impl Identities {
                 bound: Mutex::default(),
             }),
         }
+    }
+
+    /// The namespace of the tenants' ServiceAccounts (the agent's own).
+    pub fn accounts_namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// Forgets what this process wrote for `tenant` (its client, account and bindings), once
+    /// the tenant is removed: should it peer again, everything is written anew.
+    pub fn forget_tenant(&self, tenant: &ClusterId) {
+        self.inner.clients.locked().remove(tenant);
+        self.inner.accounts.locked().remove(tenant);
+        // Which namespaces were the tenant's is not kept here; forgetting every binding costs
+        // each namespace one access review at its next write, and tenants leave rarely.
+        self.inner.bound.locked().clear();
     }
 
     /// The agent's own client.

@@ -155,7 +155,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     if let Some(expiry) = args.tenant_expiry {
         let desired = applier.desired.clone();
         tenants::spawn_collector(
-            client.clone(),
+            identities.clone(),
             registry.clone(),
             desired,
             expiry,

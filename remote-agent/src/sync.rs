@@ -188,12 +188,17 @@ impl Reflection for ReflectionService {
         // Its stream, if one is still open, applies nothing more.
         self.registry.end_current(&peer.cluster_id);
         self.applier.desired.forget_tenant(&peer.cluster_id);
-        let removed =
-            crate::tenants::remove(&self.client, &peer.cluster_id, "the origin unpeered", false)
-                .await
-                .map_err(|e| {
-                    Status::unavailable(format!("failed to remove the tenant's namespaces: {e}"))
-                })?;
+        let identities = self.applier.identities();
+        let removed = crate::tenants::remove(
+            &self.client,
+            &peer.cluster_id,
+            identities.accounts_namespace(),
+            "the origin unpeered",
+            false,
+        )
+        .await
+        .map_err(|e| Status::unavailable(format!("failed to remove the tenant: {e}")))?;
+        identities.forget_tenant(&peer.cluster_id);
         Ok(Response::new(UnpeerResponse {
             removed_namespaces: removed,
         }))

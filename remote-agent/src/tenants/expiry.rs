@@ -18,6 +18,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::desired::DesiredStore;
+use crate::identity::Identities;
 use crate::registry::Registry;
 
 /// Field manager of the last-seen stamp, apart from the applier's own fields.
@@ -51,7 +52,7 @@ pub async fn mark_last_seen(client: kube::Client, tenant: ClusterId) {
 
 /// Removes, every so often, the tenants not connected for `expiry`.
 pub fn spawn_collector(
-    client: kube::Client,
+    identities: Identities,
     registry: Registry,
     desired: DesiredStore,
     expiry: Duration,
@@ -68,7 +69,7 @@ pub fn spawn_collector(
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            if let Err(error) = collect(&client, &registry, &desired, expiry, started).await {
+            if let Err(error) = collect(&identities, &registry, &desired, expiry, started).await {
                 tracing::warn!(%error, "failed to look for expired tenants; trying again later");
             }
         }
@@ -76,12 +77,13 @@ pub fn spawn_collector(
 }
 
 async fn collect(
-    client: &kube::Client,
+    identities: &Identities,
     registry: &Registry,
     desired: &DesiredStore,
     expiry: Duration,
     started: OffsetDateTime,
 ) -> Result<(), kube::Error> {
+    let client = identities.own();
     let api: Api<Namespace> = Api::all(client.clone());
     let mut namespaces = api
         .list(&ListParams::default().labels(TENANT_NAMESPACE_LABEL))
@@ -108,7 +110,9 @@ async fn collect(
             shown(expiry)
         );
         desired.forget_tenant(&id);
-        refract_admin::tenant::remove(client, &id, &reason, false).await?;
+        let accounts = identities.accounts_namespace();
+        refract_admin::tenant::remove(client, &id, accounts, &reason, false).await?;
+        identities.forget_tenant(&id);
     }
     Ok(())
 }

@@ -26,6 +26,21 @@ const TWIN: &str = "shop-origin";
 const NODE: &str = "refract-provider";
 
 /// Extends [`NS`] with a ConfigMap and one pod, and waits for the pod to run on the provider.
+/// The tenant's ServiceAccount on the provider, which its objects are written as.
+fn tenant_account(p: &Peering) -> Option<String> {
+    provider_get(
+        p,
+        &[
+            "-n",
+            "refract-system",
+            "serviceaccount",
+            "tenant-origin",
+            "-o",
+            "name",
+        ],
+    )
+}
+
 async fn offload_a_pod(p: &Peering) {
     p.eventually(WAIT, "virtual node Ready", || {
         let ready = origin_get(
@@ -171,6 +186,7 @@ async fn a_graceful_unpeer_drains_removes_the_tenant_and_the_node() {
     );
     assert!(origin_get(&p, &["-n", NS, "pod", "web"]).is_some());
 
+    assert!(tenant_account(&p).is_some(), "the tenant's ServiceAccount");
     let (out, took) = unpeer(&p, &[]);
     assert!(out.contains("draining"), "no drain progress shown:\n{out}");
     assert!(
@@ -204,6 +220,11 @@ async fn a_graceful_unpeer_drains_removes_the_tenant_and_the_node() {
     assert!(p
         .local_log()
         .contains("unpeered: the link is stopped for good"));
+    assert_eq!(
+        tenant_account(&p),
+        None,
+        "the tenant's ServiceAccount stays"
+    );
     // Still in the origin: the user's own namespace and objects.
     assert!(origin_get(&p, &["-n", NS, "configmap", "settings"]).is_some());
     println!("graceful unpeer took {took:.1?}: the pod drained, the twin namespace and the virtual node removed");
@@ -281,6 +302,11 @@ async fn a_forced_unpeer_spares_a_dead_provider_and_the_expiry_collects_the_tena
             && remote_log.contains("has not connected since"),
         "the remote agent did not log the collection:\n{remote_log}"
     );
+    assert_eq!(
+        tenant_account(&p),
+        None,
+        "the tenant's ServiceAccount stays"
+    );
     println!("forced unpeer took {took:.1?} with the provider dead; the provider pod ran on; --tenant-expiry=10s collected the tenant {collected_after:.1?} after the remote agent restarted");
 }
 
@@ -333,9 +359,15 @@ async fn an_operator_removes_a_tenant_the_running_remote_agent_still_remembers()
         "would remove namespace shop-origin (shop)"
     );
     assert!(provider_get(&p, &["-n", TWIN, "configmap", "settings"]).is_some());
+    assert!(tenant_account(&p).is_some(), "the tenant's ServiceAccount");
     assert_eq!(
         remove("origin", &[]),
         "removed namespace shop-origin (shop)"
+    );
+    assert_eq!(
+        tenant_account(&p),
+        None,
+        "the tenant's ServiceAccount stays"
     );
     // Gone for good: the running remote agent does not restore what it remembers.
     p.eventually(WAIT, "the tenant's namespace removed", || {
