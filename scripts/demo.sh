@@ -96,9 +96,16 @@ webhooks:
 - name: pods.offloading.refract.io
   admissionReviewVersions: [v1]
   sideEffects: None
-  failurePolicy: Ignore
+  failurePolicy: Fail
+  namespaceSelector: {matchLabels: {liqo.io/scheduling-enabled: "true"}}
   clientConfig: {url: "https://127.0.0.1:$WEBHOOK_PORT/mutate-pods", caBundle: $(base64 -w0 "$DEMO/certs/ca/ca.crt")}
   rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
+- name: namespaceoffloadings.offloading.refract.io
+  admissionReviewVersions: [v1]
+  sideEffects: NoneOnDryRun
+  failurePolicy: Ignore
+  clientConfig: {url: "https://127.0.0.1:$WEBHOOK_PORT/gate-namespace", caBundle: $(base64 -w0 "$DEMO/certs/ca/ca.crt")}
+  rules: [{operations: [CREATE, UPDATE], apiGroups: [offloading.refract.io], apiVersions: [v1alpha1], resources: [namespaceoffloadings]}]
 YAML
 
 GFLAGS=(-cacert "$DEMO/certs/ca/ca.crt" -cert "$DEMO/certs/local-agent/tls.crt" -key "$DEMO/certs/local-agent/tls.key")

@@ -3,9 +3,11 @@
 //! `namespaceSelector` matches that label, so the API server calls the webhook for pods of
 //! offloaded namespaces only (as Liqo does).
 //!
-//! The label is set when the NamespaceOffloading appears, so a pod created in the same instant
-//! (one `kubectl apply` with the namespace, its NamespaceOffloading and a bare pod) can be
-//! admitted before it and is not placed by Refract. The gate then tells the operator, as a
+//! The webhook sets the label while it admits the NamespaceOffloading (`/gate-namespace`), so
+//! the pods of one `kubectl apply` that lists the NamespaceOffloading before them go through
+//! the pod webhook; this gate sets it too, for NamespaceOffloadings admitted while no agent
+//! served. A pod created before its NamespaceOffloading (or while the label was not yet set)
+//! is admitted without Refract and not placed by it: the gate then tells the operator, as a
 //! Warning event on the NamespaceOffloading naming those pods, instead of leaving them
 //! silently Pending. Every local agent of the origin keeps the same label the same way.
 
@@ -150,7 +152,9 @@ async fn still_gated(client: &kube::Client, ns: &str) -> bool {
     }
 }
 
-async fn set_label(namespaces: &Api<Namespace>, ns: &str, on: bool) -> bool {
+/// Sets (or removes) the label on namespace `ns`; whether it is as asked (a namespace gone
+/// needs none).
+pub(crate) async fn set_label(namespaces: &Api<Namespace>, ns: &str, on: bool) -> bool {
     let value = if on {
         serde_json::Value::from("true")
     } else {

@@ -1,9 +1,16 @@
-//! The mutating admission webhook for pods (`POST /mutate-pods`, AdmissionReview v1).
+//! The admission webhooks (AdmissionReview v1).
 //!
-//! A pod created in a namespace with a NamespaceOffloading gets the virtual-node toleration and
-//! the node affinity its `podOffloadingStrategy` and `clusterSelector` require
-//! ([`refract_core::placement`]), so the stock scheduler places it. Anything else is allowed
-//! unchanged; the webhook never refuses a pod.
+//! `POST /mutate-pods`: a pod created in a namespace with a NamespaceOffloading gets the
+//! virtual-node toleration and the node affinity its `podOffloadingStrategy` and
+//! `clusterSelector` require ([`refract_core::placement`]), so the stock scheduler places it.
+//! Anything else is allowed unchanged; the webhook itself never refuses a pod. deploy/ calls it
+//! for the namespaces the scheduling gate labels, and fails closed there: while no local agent
+//! serves, the API server refuses pods of offloaded namespaces rather than run them at the
+//! origin.
+//!
+//! `POST /gate-namespace`: a NamespaceOffloading that lets pods leave has its namespace
+//! labelled ([`crate::scheduling_gate`]) before it is admitted, so pods created after it in the
+//! same `kubectl apply` already meet the pod webhook. It never refuses anything.
 //!
 //! The NamespaceOffloading is looked up in a watch cache first. A `kubectl apply` that creates
 //! the namespace, its NamespaceOffloading and its pods in one go can reach the webhook before the
@@ -21,7 +28,7 @@ use axum::routing::post;
 use axum::Json;
 use base64::Engine;
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use refract_core::placement::{self, Strategy};
@@ -60,6 +67,7 @@ pub async fn spawn(
 
     let app = axum::Router::new()
         .route("/mutate-pods", post(mutate))
+        .route("/gate-namespace", post(gate))
         .with_state(OffloadingLookup { store, client });
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -89,7 +97,7 @@ pub async fn spawn(
             _ = serve => {}
         }
     });
-    tracing::info!(%local, "admission webhook serving /mutate-pods");
+    tracing::info!(%local, "admission webhook serving /mutate-pods and /gate-namespace");
     Ok(local)
 }
 
@@ -146,6 +154,47 @@ async fn mutate(State(lookup): State<OffloadingLookup>, Json(review): Json<Value
     }))
 }
 
+/// Labels the namespace of an admitted NamespaceOffloading that lets pods leave, then allows
+/// it. A label that cannot be set in time is left to the scheduling gate.
+async fn gate(State(lookup): State<OffloadingLookup>, Json(review): Json<Value>) -> Json<Value> {
+    let request = &review["request"];
+    if let Some(namespace) = gated_namespace(request) {
+        let namespaces = Api::<Namespace>::all(lookup.client.clone());
+        let labelled = tokio::time::timeout(
+            LOOKUP_TIMEOUT,
+            crate::scheduling_gate::set_label(&namespaces, namespace, true),
+        )
+        .await;
+        if !matches!(labelled, Ok(true)) {
+            tracing::warn!(
+                namespace,
+                "could not label the namespace while admitting its NamespaceOffloading; the scheduling gate will"
+            );
+        }
+    }
+    Json(json!({
+        "apiVersion": review["apiVersion"].as_str().unwrap_or("admission.k8s.io/v1"),
+        "kind": "AdmissionReview",
+        "response": {"uid": request["uid"].clone(), "allowed": true},
+    }))
+}
+
+/// The namespace to label for a NamespaceOffloading admission request: one named `offloading`
+/// whose strategy lets pods leave, really created or updated (not a dry run).
+fn gated_namespace(request: &Value) -> Option<&str> {
+    if request["kind"]["kind"] != "NamespaceOffloading"
+        || !matches!(request["operation"].as_str(), Some("CREATE" | "UPDATE"))
+        || request["dryRun"] == true
+    {
+        return None;
+    }
+    let namespace = request["namespace"].as_str()?;
+    let mut nso: NamespaceOffloading = serde_json::from_value(request["object"].clone()).ok()?;
+    nso.metadata.namespace = Some(namespace.to_string());
+    let gated = crate::scheduling_gate::gated(std::slice::from_ref(&nso));
+    gated.contains(namespace).then_some(namespace)
+}
+
 /// The namespace of a pod creation request; `None` for anything else.
 fn pod_creation_namespace(request: &Value) -> Option<&str> {
     if request["kind"]["kind"] != "Pod" || request["operation"] != "CREATE" {
@@ -175,4 +224,72 @@ fn patch_for(nso: &NamespaceOffloading, request: &Value) -> Option<Value> {
         ops.push(json!({"op": "add", "path": "/spec/affinity", "value": spec.affinity}));
     }
     Some(Value::Array(ops))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(kind: &str, operation: &str, strategy: &str, name: &str, dry_run: bool) -> Value {
+        json!({
+            "kind": {"kind": kind},
+            "operation": operation,
+            "namespace": "shop",
+            "dryRun": dry_run,
+            "object": {
+                "apiVersion": "offloading.refract.io/v1alpha1",
+                "kind": "NamespaceOffloading",
+                "metadata": {"name": name},
+                "spec": {"podOffloadingStrategy": strategy},
+            },
+        })
+    }
+
+    #[test]
+    fn a_namespace_offloading_that_lets_pods_leave_gates_its_namespace() {
+        let gate = |r: &Value| gated_namespace(r).map(str::to_string);
+        for (operation, strategy) in [("CREATE", "Remote"), ("UPDATE", "LocalAndRemote")] {
+            let r = review(
+                "NamespaceOffloading",
+                operation,
+                strategy,
+                "offloading",
+                false,
+            );
+            assert_eq!(gate(&r).as_deref(), Some("shop"), "{operation} {strategy}");
+        }
+        for r in [
+            review(
+                "NamespaceOffloading",
+                "CREATE",
+                "Local",
+                "offloading",
+                false,
+            ),
+            review(
+                "NamespaceOffloading",
+                "CREATE",
+                "Remote",
+                "other-name",
+                false,
+            ),
+            review(
+                "NamespaceOffloading",
+                "CREATE",
+                "Remote",
+                "offloading",
+                true,
+            ),
+            review(
+                "NamespaceOffloading",
+                "DELETE",
+                "Remote",
+                "offloading",
+                false,
+            ),
+            review("Pod", "CREATE", "Remote", "offloading", false),
+        ] {
+            assert_eq!(gate(&r), None, "{r}");
+        }
+    }
 }

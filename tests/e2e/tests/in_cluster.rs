@@ -269,10 +269,9 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
             serde_json::json!({
                 "kind": "MutatingWebhookConfiguration",
                 "name": "refract-local-agent",
-                "ops": [{"op": "replace", "path": "/webhooks/0/clientConfig", "value": {
-                    "url": format!("https://127.0.0.1:{webhook_port}/mutate-pods"),
-                    "caBundle": ca_bundle,
-                }}]
+                "ops": [{"op": "replace", "path": "/webhooks", "value":
+                    refract_e2e::webhook_configuration(webhook_port, &ca_bundle)["webhooks"],
+                }]
             }),
         ],
     );
