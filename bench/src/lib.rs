@@ -7,7 +7,8 @@
     reason = "test and benchmark harness: a panic is how it reports a failed step"
 )]
 pub mod cpus;
-pub mod procfs;
+/// What `/proc` says of a process (shared with the end-to-end tests).
+pub use refract_testkit::procfs;
 pub mod sightings;
 pub mod stats;
 

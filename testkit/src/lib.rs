@@ -29,5 +29,6 @@ pub mod netns;
 pub mod node;
 pub mod pki;
 pub mod ports;
+pub mod procfs;
 
 pub use control_plane::{ControlPlane, Options};

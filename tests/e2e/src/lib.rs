@@ -98,6 +98,27 @@ pub fn webhook_configuration(port: u16, ca_bundle: &str) -> serde_json::Value {
     config
 }
 
+/// The 99th percentile of `n` ConfigMap upserts of a tenant speaking the wire, in its namespace
+/// `ns`, 50 ms apart: how fast the remote agent answers it.
+pub async fn ack_p99(wire: &mut wire::Wire, ns: &str, n: usize) -> Duration {
+    let mut took = Vec::with_capacity(n);
+    for i in 0..n {
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{}", i % 5), "namespace": ns}, "data": {"i": format!("{n}-{i}")}});
+        let started = Instant::now();
+        let answer = wire.upsert(&cm).await.expect("an answer");
+        assert_eq!(
+            answer.outcome,
+            refract_wire::proto::Outcome::Applied,
+            "{}",
+            answer.message
+        );
+        took.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    took.sort();
+    took[(n * 99).div_ceil(100) - 1]
+}
+
 /// A free port on 127.0.0.1.
 pub fn free_port() -> u16 {
     refract_testkit::ports::free_port().expect("free port")
@@ -713,12 +734,7 @@ impl Peering {
 
 /// Resident memory of a process, in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    refract_testkit::procfs::rss_bytes(pid) / 1024
 }
 
 /// A further peering of a [`Peering`]'s origin: a provider cluster of its own with its remote

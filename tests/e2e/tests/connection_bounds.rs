@@ -11,26 +11,9 @@
 use std::time::{Duration, Instant};
 
 use refract_e2e::wire::{tls_connection, Wire};
-use refract_e2e::{rss_kib, Peering};
-use refract_wire::proto::Outcome;
-use serde_json::json;
+use refract_e2e::{ack_p99, rss_kib, Peering};
 use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
-
-/// The 99th percentile of `n` ConfigMap upserts of bob's, 50 ms apart.
-async fn ack_p99(bob: &mut Wire, n: usize) -> Duration {
-    let mut took = Vec::with_capacity(n);
-    for i in 0..n {
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{}", i % 5), "namespace": "shop-bob"}, "data": {"i": format!("{n}-{i}")}});
-        let started = Instant::now();
-        let answer = bob.upsert(&cm).await.unwrap();
-        assert_eq!(answer.outcome, Outcome::Applied, "{}", answer.message);
-        took.push(started.elapsed());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    took.sort();
-    took[(n * 99).div_ceil(100) - 1]
-}
 
 /// Whether the server closes `conn` within `within` (whatever it sends first, such as its
 /// HTTP/2 settings, is read and dropped).
@@ -79,7 +62,7 @@ impl Baseline {
         let p = Peering::start(false).await.expect("peering");
         let mut bob = p.bystander("bob").await;
         let pid = p.remote_pid();
-        let alone = ack_p99(&mut bob, 50).await;
+        let alone = ack_p99(&mut bob, "shop-bob", 50).await;
         let rss_before = rss_kib(pid);
         Self {
             p,
@@ -154,7 +137,7 @@ async fn no_client_can_hold_the_agents_connections() {
     );
 
     // Bob, connected before, is answered as fast as before while they are held.
-    let during = ack_p99(&mut bob, 50).await;
+    let during = ack_p99(&mut bob, "shop-bob", 50).await;
     let rss_after = rss_kib(pid);
     println!(
         "bob's ack p99: {alone:?} alone, {during:?} with the address's connections held; remote agent RSS {rss_before} KiB -> {rss_after} KiB"
@@ -281,7 +264,7 @@ async fn rapid_reset_and_continuation_floods_cost_the_agent_nothing() {
         )
         .await
     };
-    let (resets, during_resets) = tokio::join!(resets, ack_p99(&mut bob, 50));
+    let (resets, during_resets) = tokio::join!(resets, ack_p99(&mut bob, "shop-bob", 50));
     println!(
         "rapid reset: {} KiB of HEADERS+RST_STREAM pairs written (socket buffers included) until the agent closed the connection: {}; bob's ack p99 {alone:?} alone, {during_resets:?} during",
         resets.0 / 1024,
@@ -309,7 +292,8 @@ async fn rapid_reset_and_continuation_floods_cost_the_agent_nothing() {
         )
         .await
     };
-    let (continued, during_continuation) = tokio::join!(continuation, ack_p99(&mut bob, 50));
+    let (continued, during_continuation) =
+        tokio::join!(continuation, ack_p99(&mut bob, "shop-bob", 50));
     let rss_after = rss_kib(pid);
     println!(
         "CONTINUATION flood: {} KiB written (socket buffers included) until the agent closed the connection: {}; bob's ack p99 {during_continuation:?}; remote agent RSS {rss_before} KiB -> {rss_after} KiB",

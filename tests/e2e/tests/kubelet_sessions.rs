@@ -16,8 +16,9 @@
 )]
 use std::time::{Duration, Instant};
 
-use refract_e2e::wire::{connect, Wire};
-use refract_e2e::{busybox, kubectl_get, rss_kib, Peering};
+use refract_e2e::wire::connect;
+use refract_e2e::{ack_p99, busybox, kubectl_get, rss_kib, Peering};
+use refract_testkit::procfs::cpu_seconds;
 use refract_wire::proto::kubelet_client::KubeletClient;
 use refract_wire::proto::{LogsRequest, Outcome, PodRef, PodStatsRequest};
 use serde_json::json;
@@ -28,37 +29,6 @@ const WAIT: Duration = Duration::from_secs(90);
 const SESSIONS: usize = refract_core::limits::MAX_KUBELET_SESSIONS as usize;
 /// What the unread sessions may add to the agent's resident memory.
 const RSS_BOUND_KIB: u64 = 64 * 1024;
-
-/// The 99th percentile of `n` ConfigMap upserts of `tenant`'s in `ns`, 50 ms apart.
-async fn ack_p99(wire: &mut Wire, ns: &str, n: usize) -> Duration {
-    let mut took = Vec::with_capacity(n);
-    for i in 0..n {
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{}", i % 5), "namespace": ns}, "data": {"i": format!("{n}-{i}")}});
-        let started = Instant::now();
-        let answer = wire.upsert(&cm).await.unwrap();
-        assert_eq!(answer.outcome, Outcome::Applied, "{}", answer.message);
-        took.push(started.elapsed());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    took.sort();
-    took[(n * 99).div_ceil(100) - 1]
-}
-
-/// The agent's CPU time so far (user and system), in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    field(11) + field(12)
-}
 
 fn logs_of(pod: &str) -> LogsRequest {
     LogsRequest {
@@ -164,9 +134,9 @@ async fn unread_kubelet_sessions_cost_their_windows_and_no_one_else_anything() {
         "PodStats on the connection of the {SESSIONS} full sessions: {stats:?} in {:?}",
         started.elapsed()
     );
-    let ticks = cpu_ticks(pid);
+    let cpu = cpu_seconds(pid);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let busy = (cpu_ticks(pid) - ticks) as f64 / 100.0 / 5.0;
+    let busy = (cpu_seconds(pid) - cpu) / 5.0;
 
     let during = ack_p99(&mut bob, "shop-bob", 50).await;
     let own_during = ack_p99(&mut mallory, "shop-mallory", 20).await;
