@@ -40,6 +40,10 @@ const DOOMED: usize = 10;
 /// The local agent's HTTP/2 keepalive: a half-open link is found dead within their sum.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an object may take from the origin to the provider (p99) over a 200 ms RTT link
+/// losing 5 % of its packets, 1,000 changed at once: the burst itself takes seconds to cross
+/// such a link, and TCP's retransmissions add a few round trips to the unlucky ones.
+const LOSSY_P99: Duration = Duration::from_secs(12);
 
 /// How many times the local agent's log says its stream failed, and says it connected.
 fn link_events(log: &str) -> (usize, usize) {
@@ -61,6 +65,8 @@ struct Writes {
     last: HashMap<String, (String, String)>,
     writes: u64,
     duplicates: Vec<String>,
+    /// When the provider first held each (name, round).
+    seen: HashMap<(String, String), Instant>,
 }
 
 fn record(writes: &Mutex<Writes>, cm: &ConfigMap) {
@@ -77,7 +83,37 @@ fn record(writes: &Mutex<Writes>, cm: &ConfigMap) {
         _ => {}
     }
     w.writes += 1;
+    if let Some(round) = cm.data.as_ref().and_then(|d| d.get("round")) {
+        w.seen
+            .entry((name.clone(), round.clone()))
+            .or_insert_with(Instant::now);
+    }
     w.last.insert(name, (rv, data));
+}
+
+/// The 99th percentile of how long each object's `round` took from the origin accepting it to
+/// the provider holding it.
+fn reflection_p99(
+    writes: &Mutex<Writes>,
+    accepted: &HashMap<String, Instant>,
+    round: u32,
+) -> Duration {
+    let round = round.to_string();
+    let w = writes.lock().unwrap();
+    let mut took: Vec<Duration> = accepted
+        .iter()
+        .filter_map(|(name, at)| {
+            let seen = w.seen.get(&(name.clone(), round.clone()))?;
+            Some(seen.saturating_duration_since(*at))
+        })
+        .collect();
+    assert_eq!(
+        took.len(),
+        accepted.len(),
+        "every object reached the provider"
+    );
+    took.sort();
+    took[(took.len() * 99).div_ceil(100) - 1]
 }
 
 /// Watches the twin namespace's ConfigMaps on the provider for the whole test.
@@ -93,26 +129,23 @@ fn watch_provider(client: kube::Client, writes: Arc<Mutex<Writes>>) {
     });
 }
 
-/// Sets `round` on every origin ConfigMap, 16 writes in flight.
-async fn churn(origin: &Api<ConfigMap>, round: u32) {
+/// Sets `round` on every origin ConfigMap, 16 writes in flight; when the origin accepted each.
+async fn churn(origin: &Api<ConfigMap>, round: u32) -> HashMap<String, Instant> {
     futures::stream::iter(0..OBJECTS)
         .map(|i| {
             let patch = serde_json::json!({"data": {"round": round.to_string()}});
+            let name = format!("cm-{i:04}");
             async move {
                 origin
-                    .patch(
-                        &format!("cm-{i:04}"),
-                        &PatchParams::default(),
-                        &Patch::Merge(patch),
-                    )
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
-                    .map(|_| ())
+                    .map(|_| (name, Instant::now()))
             }
         })
         .buffer_unordered(16)
-        .try_collect::<()>()
+        .try_collect::<HashMap<String, Instant>>()
         .await
-        .expect("origin writes");
+        .expect("origin writes")
 }
 
 /// How long until every provider copy holds `round`; panics after [`WAIT`].
@@ -303,7 +336,7 @@ impl Faults {
             Some(within)
         };
         let (churned, (), detected) = tokio::join!(churning, tokio::time::sleep(s.hold), detect);
-        churned.unwrap();
+        let accepted = churned.unwrap();
         if let Some(detected) = detected {
             println!("{}: the local agent found the link dead {detected:.1?} after the cut (keepalive {KEEPALIVE_INTERVAL:?} + {KEEPALIVE_TIMEOUT:?})", s.name);
             assert!(
@@ -359,12 +392,19 @@ impl Faults {
             "{}: the provider pods changed or restarted",
             s.name
         );
+        let p99 = reflection_p99(&self.writes, &accepted, round);
+        println!("{}: origin write to provider write, p99 {p99:.1?}", s.name);
         if let Fault::SlowAndLossy = s.fault {
             let (failed_after, _) = link_events(&self.p.local_log());
             println!(
                 "{}: the link failed {} time(s) under the fault",
                 s.name,
                 failed_after - failed_before
+            );
+            assert!(
+                p99 <= LOSSY_P99,
+                "{}: p99 {p99:?} from origin write to provider write, above {LOSSY_P99:?}",
+                s.name
             );
             assert_eq!(
                 failed_after, failed_before,
