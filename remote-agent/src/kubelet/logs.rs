@@ -74,8 +74,8 @@ async fn next_chunk(reader: &mut (impl futures::AsyncRead + Unpin)) -> std::io::
         // Reading is cancel-safe: a read the deadline drops has taken nothing.
         match tokio::time::timeout_at(deadline, reader.read(&mut buf[filled..])).await {
             Ok(Ok(n)) if n > 0 => filled += n,
-            // The end, an error or the deadline: what was read leaves now; an end or an error
-            // shows again on the next read.
+            // The end, an error or the deadline: what was read leaves now. The end shows again
+            // on the next read; an error may show there as the end.
             _ => break,
         }
     }

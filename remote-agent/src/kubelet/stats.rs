@@ -15,6 +15,7 @@ mod metrics_api;
 mod summary;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -25,6 +26,19 @@ use refract_wire::proto::PodStats;
 use tonic::Status;
 
 use crate::shadowpod_controller::Stores;
+
+/// Nanoseconds since the Unix epoch, clamped to what the wire's `int64` holds (0 before 1970).
+fn unix_nanos(t: k8s_openapi::jiff::Timestamp) -> i64 {
+    t.as_nanosecond().clamp(0, i64::MAX as i128) as i64
+}
+
+/// An RFC 3339 time as [`unix_nanos`]; 0 when it is missing or not a time.
+fn rfc3339_nanos(t: &Option<String>) -> i64 {
+    t.as_deref()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(unix_nanos)
+        .unwrap_or_default()
+}
 
 /// Where pod statistics come from (`--pod-stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -86,6 +100,8 @@ pub struct StatsReader {
     source: StatsSource,
     /// Cumulative CPU for the metrics API, which reports rates only.
     counters: Arc<Mutex<cpu_counter::CpuCounters>>,
+    /// Whether a failed metrics API read was logged as a warning already.
+    warned: Arc<AtomicBool>,
 }
 
 impl StatsReader {
@@ -94,6 +110,7 @@ impl StatsReader {
         Self {
             source,
             counters: Arc::default(),
+            warned: Arc::default(),
         }
     }
 
@@ -123,7 +140,7 @@ impl StatsReader {
                 for p in pods {
                     by_namespace.entry(p.namespace.as_str()).or_default().push(p);
                 }
-                let samples = metrics_api::collect(tenant_client, &by_namespace).await;
+                let samples = metrics_api::collect(tenant_client, &by_namespace, &self.warned).await;
                 let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
                 Ok(metrics_api::into_stats(samples, tenant.as_str(), &mut counters))
             }

@@ -10,7 +10,7 @@ use refract_wire::proto::{ContainerStats, CpuUsage, MemoryUsage, PodRef, PodStat
 use serde::Deserialize;
 
 use super::cpu_counter::CpuCounters;
-use super::TenantPod;
+use super::{rfc3339_nanos, unix_nanos, TenantPod};
 
 /// One pod's metrics with the pod they were asked for.
 pub struct Sample<'a> {
@@ -18,15 +18,13 @@ pub struct Sample<'a> {
     metrics: PodMetrics,
 }
 
-/// Whether a failed read was already logged as a warning: a provider without a metrics API
-/// would otherwise log one for every scrape at the origin.
-static WARNED: AtomicBool = AtomicBool::new(false);
-
 /// Lists the PodMetrics of each namespace and keeps the listed pods. A namespace whose list
-/// fails is skipped.
+/// fails is skipped; only the first failure is a warning (`warned`), as a provider without a
+/// metrics API would otherwise log one for every scrape at the origin.
 pub async fn collect<'a>(
     client: &kube::Client,
     by_namespace: &BTreeMap<&str, Vec<&'a TenantPod>>,
+    warned: &AtomicBool,
 ) -> Vec<Sample<'a>> {
     let mut out = Vec::new();
     for (namespace, pods) in by_namespace {
@@ -37,7 +35,7 @@ pub async fn collect<'a>(
         let list: PodMetricsList = match client.request(request).await {
             Ok(list) => list,
             Err(error) => {
-                if WARNED.swap(true, Ordering::Relaxed) {
+                if warned.swap(true, Ordering::Relaxed) {
                     tracing::debug!(%namespace, %error, "could not list pod metrics");
                 } else {
                     tracing::warn!(
@@ -69,7 +67,7 @@ pub fn into_stats(
     let stats = samples
         .into_iter()
         .map(|Sample { pod, metrics }| {
-            let at = timestamp_nanos(&metrics.timestamp);
+            let at = rfc3339_nanos(&metrics.timestamp);
             let window = metrics
                 .window
                 .as_deref()
@@ -85,7 +83,7 @@ pub fn into_stats(
                         pod.name.clone(),
                         c.name.clone(),
                     );
-                    let nano_cores = quantity(&c.usage.cpu);
+                    let nano_cores = nano_cores(&c.usage.cpu);
                     let total = counters.advance(key.clone(), at, window, nano_cores);
                     seen.insert(key);
                     ContainerStats {
@@ -138,7 +136,7 @@ pub fn into_stats(
 }
 
 /// A CPU quantity in nanocores, 0 when it is missing, negative or not a quantity.
-fn quantity(q: &Option<String>) -> u64 {
+fn nano_cores(q: &Option<String>) -> u64 {
     q.as_deref()
         .and_then(parse_nano)
         .and_then(|n| u64::try_from(n).ok())
@@ -153,12 +151,8 @@ fn bytes(q: &Option<String>) -> u64 {
         .unwrap_or(0)
 }
 
-fn timestamp_nanos(t: &Option<String>) -> i64 {
-    super::summary::nanos(t)
-}
-
 fn time_nanos(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {
-    t.0.as_nanosecond().clamp(0, i64::MAX as i128) as i64
+    unix_nanos(t.0)
 }
 
 fn pod_start(pod: &Pod) -> i64 {

@@ -6,7 +6,7 @@ use refract_wire::proto::{ContainerStats, CpuUsage, MemoryUsage, PodRef, PodStat
 use serde::Deserialize;
 use tonic::Status;
 
-use super::TenantPod;
+use super::{rfc3339_nanos, TenantPod};
 
 /// Reads each node's summary and keeps the listed pods. A node that does not answer is
 /// skipped (its pods have no figures this time) rather than failing the whole answer.
@@ -89,17 +89,10 @@ struct SummaryMemory {
     rss_bytes: Option<u64>,
 }
 
-pub(super) fn nanos(t: &Option<String>) -> i64 {
-    t.as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .map(|t| t.as_nanosecond().clamp(0, i64::MAX as i128) as i64)
-        .unwrap_or_default()
-}
-
 impl SummaryCpu {
     fn into_proto(self) -> CpuUsage {
         CpuUsage {
-            time_unix_nanos: nanos(&self.time),
+            time_unix_nanos: rfc3339_nanos(&self.time),
             usage_nano_cores: self.usage_nano_cores.unwrap_or_default(),
             usage_core_nano_seconds: self.usage_core_nano_seconds.unwrap_or_default(),
         }
@@ -109,7 +102,7 @@ impl SummaryCpu {
 impl SummaryMemory {
     fn into_proto(self) -> MemoryUsage {
         MemoryUsage {
-            time_unix_nanos: nanos(&self.time),
+            time_unix_nanos: rfc3339_nanos(&self.time),
             working_set_bytes: self.working_set_bytes.unwrap_or_default(),
             usage_bytes: self.usage_bytes.unwrap_or_default(),
             rss_bytes: self.rss_bytes.unwrap_or_default(),
@@ -124,14 +117,14 @@ impl SummaryPod {
                 namespace: self.pod_ref.namespace,
                 name: self.pod_ref.name,
             }),
-            start_time_unix_nanos: nanos(&self.start_time),
+            start_time_unix_nanos: rfc3339_nanos(&self.start_time),
             cpu: self.cpu.map(SummaryCpu::into_proto),
             memory: self.memory.map(SummaryMemory::into_proto),
             containers: self
                 .containers
                 .into_iter()
                 .map(|c| ContainerStats {
-                    start_time_unix_nanos: nanos(&c.start_time),
+                    start_time_unix_nanos: rfc3339_nanos(&c.start_time),
                     name: c.name,
                     cpu: c.cpu.map(SummaryCpu::into_proto),
                     memory: c.memory.map(SummaryMemory::into_proto),
