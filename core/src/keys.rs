@@ -31,6 +31,13 @@ pub const TENANT_NAMESPACE_LABEL: &str = "refract.io/tenant";
 pub fn tenant_account(tenant: &str) -> String {
     format!("tenant-{tenant}")
 }
+
+/// The Lease the local agents of one peering elect their leader on (in the agents'
+/// namespace): one per provider, so that peerings sharing a namespace never contend.
+pub fn local_agent_lease(remote_cluster_id: &str) -> String {
+    format!("refract-local-agent-{remote_cluster_id}")
+}
+
 /// ShadowPod annotation: the phase (`Succeeded` or `Failed`) the origin pod finished in. The
 /// remote agent never starts a pod for a ShadowPod carrying it: a finished pod is never run
 /// again, even when its ShadowPod or its provider pod was lost meanwhile.

@@ -218,6 +218,12 @@ pub struct Args {
     /// The async runtime.
     #[command(flatten)]
     pub runtime: refract_shared::runtime::RuntimeArgs,
+
+    /// Replicas: one leads the peering (the stream, the virtual node and its kubelet API,
+    /// origin status), elected on the Lease `refract-local-agent-<remote cluster id>`; every
+    /// replica serves the webhook.
+    #[command(flatten)]
+    pub leader_election: refract_shared::leader::LeaderElectionArgs,
 }
 
 impl Args {

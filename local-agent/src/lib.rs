@@ -54,8 +54,10 @@ use tokio_util::sync::CancellationToken;
 /// Runs the local agent until `shutdown` resolves.
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tls::install_default_crypto_provider();
-    // Everything but the admin endpoint, which outlives the work when the agent has unpeered.
-    let token = CancellationToken::new();
+    // What every replica does (the webhook and what it reads), and the leader's work under it;
+    // the admin endpoint outlives both when the agent has unpeered.
+    let serving = CancellationToken::new();
+    let token = serving.child_token();
     let admin_token = CancellationToken::new();
     let admin = Admin::default();
     let metrics = metrics::Metrics::register(&admin);
@@ -67,13 +69,20 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         )
         .await?;
 
-    let client_tls = client_identity(&args, &admin, &token)?;
+    let client_tls = client_identity(&args, &admin, &serving)?;
     let server_name = args
         .remote
         .server_name(args.tls_server_name.as_deref())
         .map_err(anyhow::Error::msg)?;
     let origin = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     admin.review_readers_with(origin.clone());
+    let candidacy = args
+        .leader_election
+        .candidacy(
+            refract_core::keys::local_agent_lease(args.remote_cluster_id.as_str()),
+            origin.default_namespace(),
+        )
+        .map_err(anyhow::Error::msg)?;
     let mut options = args
         .reflection
         .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?;
@@ -83,7 +92,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     }
     let options = Arc::new(options);
 
-    let offloadings = extension::watch_offloadings(origin.clone(), token.clone());
+    let offloadings = extension::watch_offloadings(origin.clone(), serving.clone());
     let offloadings_cache = offloadings.store.clone();
     let offloadings_changed = offloadings.gate.clone();
     if let (Some(listen), Some(cert), Some(key)) =
@@ -97,10 +106,31 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             cert,
             key,
             args.cert_poll_interval,
-            token.clone(),
+            serving.clone(),
         )
         .await?;
     }
+    // Ready as soon as it serves the webhook, leader or standby: the webhook's Service then
+    // has an endpoint whenever one replica runs. Which replica leads is the Lease's to say
+    // (and `refract_local_leader`'s).
+    admin.set_ready(true);
+    tokio::pin!(shutdown);
+    let leadership = match candidacy {
+        None => None,
+        Some(candidacy) => {
+            let elector = refract_shared::leader::Elector::new(origin.clone(), candidacy);
+            tokio::select! {
+                _ = &mut shutdown => {
+                    serving.cancel();
+                    admin_token.cancel();
+                    tracing::info!("local agent stopped while standing by");
+                    return Ok(());
+                }
+                leadership = elector.acquire() => Some(leadership),
+            }
+        }
+    };
+    metrics.leader.set(1);
 
     let pod_addresses = refract_core::inbound::address::PodAddresses {
         remapping: refract_core::remap::Remapping(args.remote_pod_remap.clone()),
@@ -233,52 +263,85 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     };
     tracing::info!(remote = %args.remote, cluster_id = %args.cluster_id, remote_cluster_id = %args.remote_cluster_id, "local agent started");
 
-    serve(
-        shutdown, unpeering, sessions, inbound_rx, inbound, &admin, &token, &args,
+    let ended = serve(
+        shutdown,
+        leadership.as_ref(),
+        unpeering,
+        sessions,
+        inbound_rx,
+        inbound,
+        &admin,
+        &serving,
+        &token,
+        &args,
     )
     .await;
-    token.cancel();
+    serving.cancel();
+    metrics.leader.set(0);
+    if let Some(leadership) = leadership {
+        if ended != Ended::LostLeadership {
+            leadership.release().await;
+        }
+    }
     admin_token.cancel();
+    if ended == Ended::LostLeadership {
+        anyhow::bail!("lost the leadership Lease and stopped acting; exiting so that this replica starts again as a standby");
+    }
     tracing::info!("local agent stopped");
     Ok(())
 }
 
-/// Dispatches what the provider sends until `shutdown`, or until an operator unpeers (then
-/// the work stops and the agent idles until `shutdown`). Ready once the first session is up.
+/// Why [`serve`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Asked to stop (also after an unpeer).
+    Shutdown,
+    /// Another replica leads now, or the Lease could not be renewed in time.
+    LostLeadership,
+}
+
+/// Dispatches what the provider sends until `shutdown`, until leadership is lost, or until an
+/// operator unpeers (then everything stops and the agent idles until `shutdown`, still holding
+/// its Lease so that no standby peers again).
 #[allow(clippy::too_many_arguments)]
 async fn serve(
-    shutdown: impl Future<Output = ()>,
+    mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+    leadership: Option<&refract_shared::leader::Leadership>,
     unpeering: unpeer::Unpeering,
     mut sessions: watch::Receiver<Option<link::SessionTx>>,
     mut inbound_rx: mpsc::Receiver<refract_wire::proto::RemoteMessage>,
     inbound: inbound::Inbound,
     admin: &Admin,
+    serving: &CancellationToken,
     token: &CancellationToken,
     args: &Args,
-) {
-    tokio::pin!(shutdown);
+) -> Ended {
+    let lost = async {
+        match leadership {
+            Some(leadership) => leadership.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(lost);
     let unpeered = tokio::spawn(unpeering.run());
     tokio::pin!(unpeered);
     loop {
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = &mut shutdown => return Ended::Shutdown,
+            _ = &mut lost => return Ended::LostLeadership,
             Ok(mode) = &mut unpeered => {
-                token.cancel();
+                serving.cancel();
                 admin.set_ready(false);
                 tracing::info!(remote_cluster_id = %args.remote_cluster_id, mode = mode.as_str(), "unpeered: the link is stopped for good; this agent now idles until stopped (remove its Deployment: started again, it peers again)");
-                shutdown.await;
-                break;
+                tokio::select! {
+                    _ = &mut shutdown => return Ended::Shutdown,
+                    _ = &mut lost => return Ended::LostLeadership,
+                }
             }
             // An unpeer stops the link before it is done; the agent must outlive that.
             changed = sessions.changed(), if !token.is_cancelled() => {
-                if changed.is_err() {
-                    if token.is_cancelled() { continue; }
-                    break;
-                }
-                // Ready once the first session is up; a later link drop does not make the
-                // agent unready (it keeps working and reconnecting).
-                if sessions.borrow().is_some() {
-                    admin.set_ready(true);
+                if changed.is_err() && !token.is_cancelled() {
+                    return Ended::Shutdown;
                 }
             }
             Some(message) = inbound_rx.recv() => inbound.dispatch(message),

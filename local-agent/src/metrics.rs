@@ -24,6 +24,8 @@ pub fn refused(what: &'static str) -> Refused {
 pub struct Metrics {
     /// 1 while a stream to the remote agent is open.
     pub connected: Gauge,
+    /// 1 while this replica leads.
+    pub leader: Gauge,
     /// Reconnect attempts.
     pub reconnects: Counter,
     /// Provider input refused or left out, by what it was.
@@ -176,6 +178,11 @@ impl Metrics {
                 "connected",
                 "1 while a stream to the remote agent is open",
                 m.connected.clone(),
+            );
+            r.register(
+                "leader",
+                "1 while this replica leads its peering (holds the Lease); a standby only serves the webhook",
+                m.leader.clone(),
             );
             r.register(
                 "reconnects",

@@ -73,9 +73,34 @@ pub async fn run(
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
     let params = PatchParams::apply(LOCAL_FIELD_MANAGER).force();
-    let mut health = health::Health::new(config.health_failures);
-    let mut last_ready: Option<bool> = None;
-    let mut last_transition = Time(k8s_openapi::jiff::Timestamp::now());
+    // A node another replica (or this agent before a restart) kept Ready stays Ready through
+    // the takeover unless the checks have failed for `health_failures` intervals counted from
+    // its last heartbeat: a failover shorter than that never shows the node NotReady.
+    let carried = match nodes.get_opt(&config.name).await {
+        Ok(node) => node.as_ref().and_then(|n| {
+            still_ready(
+                n,
+                config.health_interval * config.health_failures,
+                k8s_openapi::jiff::Timestamp::now(),
+            )
+        }),
+        Err(error) => {
+            tracing::debug!(node = %config.name, %error, "could not read the virtual node at start; its readiness starts anew");
+            None
+        }
+    };
+    let mut health = match &carried {
+        Some(ready) => {
+            let missed =
+                ready.heartbeat_age.as_millis() / config.health_interval.as_millis().max(1);
+            health::Health::resumed(config.health_failures, missed.min(u32::MAX as u128) as u32)
+        }
+        None => health::Health::new(config.health_failures),
+    };
+    let mut last_ready: Option<bool> = carried.as_ref().map(|_| true);
+    let mut last_transition = carried
+        .map(|ready| ready.since)
+        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
     let mut tick = tokio::time::interval(config.health_interval);
     let mut last_refused: (Vec<String>, Vec<String>) = Default::default();
     loop {
@@ -247,6 +272,46 @@ pub async fn run(
     }
 }
 
+/// A node found Ready at start.
+#[derive(Debug, Clone, PartialEq)]
+struct StillReady {
+    /// When it turned Ready.
+    since: Time,
+    /// How old its last heartbeat is.
+    heartbeat_age: Duration,
+}
+
+/// Whether `node` shows Ready with a heartbeat newer than `within`.
+fn still_ready(
+    node: &Node,
+    within: Duration,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<StillReady> {
+    let ready = node
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    if ready.status != "True" {
+        return None;
+    }
+    let heartbeat = ready.last_heartbeat_time.as_ref()?.0;
+    // A heartbeat from the future (another machine's clock) counts as just now.
+    let age = Duration::try_from(now.duration_since(heartbeat)).unwrap_or_default();
+    if age > within {
+        return None;
+    }
+    Some(StillReady {
+        since: ready
+            .last_transition_time
+            .clone()
+            .unwrap_or(Time(heartbeat)),
+        heartbeat_age: age,
+    })
+}
+
 /// How long the node's Lease holds: a kubelet's 40 s, or four health checks when those are
 /// rarer, so a slow check interval never lets the Lease lapse between two renewals.
 fn lease_duration_seconds(health_interval: Duration) -> i32 {
@@ -380,6 +445,40 @@ mod tests {
         assert_eq!(lease_duration_seconds(Duration::from_secs(1)), 40);
         assert_eq!(lease_duration_seconds(Duration::from_secs(10)), 40);
         assert_eq!(lease_duration_seconds(Duration::from_secs(30)), 120);
+    }
+
+    #[test]
+    fn a_ready_node_with_a_recent_heartbeat_is_carried_over() {
+        let ts = |s: i64| k8s_openapi::jiff::Timestamp::from_second(s).unwrap();
+        let node = |status: &str, heartbeat: i64| Node {
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: status.into(),
+                    last_heartbeat_time: Some(Time(ts(heartbeat))),
+                    last_transition_time: Some(Time(ts(5))),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let within = Duration::from_secs(30);
+        assert_eq!(
+            still_ready(&node("True", 100), within, ts(120)),
+            Some(StillReady {
+                since: Time(ts(5)),
+                heartbeat_age: Duration::from_secs(20)
+            })
+        );
+        assert_eq!(
+            still_ready(&node("True", 100), within, ts(131)),
+            None,
+            "a heartbeat older than the failure threshold"
+        );
+        assert_eq!(still_ready(&node("False", 100), within, ts(101)), None);
+        assert_eq!(still_ready(&node("Unknown", 100), within, ts(101)), None);
+        assert_eq!(still_ready(&Node::default(), within, ts(101)), None);
     }
 
     #[test]

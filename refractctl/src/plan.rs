@@ -369,6 +369,10 @@ fn single_host(deployment: &mut Value, api: &HostPort, admin_port: u16) {
         .expect("pod spec");
     spec["hostNetwork"] = Value::from(true);
     spec["dnsPolicy"] = Value::from("ClusterFirstWithHostNet");
+    // A second replica on the one host would want the same ports: one, replaced, not surged.
+    deployment["spec"]["replicas"] = Value::from(1);
+    deployment["spec"]["strategy"] =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}});
     let c = container(deployment);
     let env = c["env"].as_array().cloned().unwrap_or_default();
     let mut env: Vec<Value> = env

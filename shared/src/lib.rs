@@ -7,6 +7,7 @@
 //! - [`kubeconfig`]: the client each agent builds for its own cluster.
 //! - [`kube_auth`]: bearer tokens and access reviewed by a cluster (TokenReview,
 //!   SubjectAccessReview), answers reused for a while.
+//! - [`leader`]: leader election among an agent's replicas on a Lease.
 //! - [`runtime`]: the tokio runtime flags and the allocator every binary uses.
 //! - [`stdout`]: command output that ends quietly when its reader closes the pipe.
 //! - [`telemetry`]: logging setup and the admin endpoint (`/healthz`, `/readyz`, `/metrics`)
@@ -18,6 +19,7 @@
 pub mod cli;
 pub mod kube_auth;
 pub mod kubeconfig;
+pub mod leader;
 pub mod runtime;
 pub mod stdout;
 pub mod telemetry;

@@ -49,6 +49,18 @@ impl Health {
         }
     }
 
+    /// Carries on from a node shown Ready before this agent started (a restart, or another
+    /// replica that led), whose last heartbeat is `missed` check intervals old: those count
+    /// as failed checks but for the one this agent's first check stands for, so the node turns
+    /// NotReady once the checks have failed for `threshold` intervals in all, wherever they ran.
+    pub fn resumed(threshold: u32, missed: u32) -> Self {
+        Self {
+            ready: true,
+            failures: missed.saturating_sub(1),
+            ..Self::new(threshold)
+        }
+    }
+
     /// Takes one check's result; returns the readiness to show.
     pub fn observe(&mut self, check: Check) -> Readiness {
         let (reason, what) = match check {
@@ -128,6 +140,18 @@ mod tests {
         h.observe(Check::Healthy);
         assert!(h.observe(Check::LinkDown).ready);
         assert!(h.observe(Check::Healthy).ready);
+        assert!(h.observe(Check::LinkDown).ready);
+        assert!(!h.observe(Check::LinkDown).ready);
+    }
+
+    #[test]
+    fn a_takeover_keeps_the_node_ready_until_the_threshold() {
+        let mut h = Health::resumed(3, 1);
+        assert!(h.observe(Check::LinkDown).ready, "the stream is not up yet");
+        assert!(h.observe(Check::WaitingForProvider).ready);
+        assert!(h.observe(Check::Healthy).ready);
+        // Two intervals since the last heartbeat: this check is the third failure.
+        let mut h = Health::resumed(3, 2);
         assert!(h.observe(Check::LinkDown).ready);
         assert!(!h.observe(Check::LinkDown).ready);
     }

@@ -15,6 +15,8 @@ use anyhow::{bail, Context};
 use refract_testkit::{ControlPlane, Options};
 use tokio::process::{Child, Command};
 
+pub mod churn;
+pub mod forward;
 pub mod metrics_api;
 pub mod netpol;
 pub mod wire;
@@ -282,6 +284,30 @@ pub struct Peering {
     /// The address the local agent dials, when not [`Peering::remote_addr`] (then the server
     /// certificate is checked for the name `localhost`).
     pub local_dial: Option<String>,
+    /// Where the local agent serves the pod webhook on 127.0.0.1, when it does.
+    pub webhook_port: Option<u16>,
+}
+
+/// The ports of one more local agent replica, on 127.0.0.1.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaPorts {
+    /// `--admin-listen`.
+    pub admin: u16,
+    /// `--kubelet-listen`.
+    pub kubelet: u16,
+    /// `--webhook-listen`.
+    pub webhook: u16,
+}
+
+impl ReplicaPorts {
+    /// Free ports.
+    pub fn free() -> Self {
+        Self {
+            admin: free_port(),
+            kubelet: free_port(),
+            webhook: free_port(),
+        }
+    }
 }
 
 /// The address the virtual node (and offloaded pods' host IP) shows in offloading tests: where
@@ -369,6 +395,7 @@ impl Peering {
             kubelet_port: free_port(),
             local_netns: None,
             local_dial: None,
+            webhook_port: None,
         };
         let crd = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -418,6 +445,7 @@ impl Peering {
         let provider = Options::named("provider").with_node(PROVIDER_POD_RANGE, &[])?;
         let origin = Options::named("origin").with_controllers();
         let mut p = Self::start_on(origin, provider, &refs, &[]).await?;
+        p.webhook_port = Some(webhook_port);
         let ca = std::fs::read(dir_probe.path().join("ca/ca.crt"))?;
         use base64::Engine;
         let bundle = base64::engine::general_purpose::STANDARD.encode(ca);
@@ -472,6 +500,38 @@ impl Peering {
 
     /// Starts (or restarts) the local agent.
     pub fn start_local(&mut self) {
+        let args = self.local_args();
+        self.local = Some(Agent::spawn_in(
+            self.local_netns.as_deref(),
+            "local-agent",
+            &args,
+            self.dir.path().join("local-agent.log"),
+        ));
+    }
+
+    /// Starts another replica of the local agent: the same flags, but its own name in the
+    /// leader election Lease, and its own ports (admin, kubelet API, webhook when served), on
+    /// 127.0.0.1, as a pod of the Deployment would have its own IP. Logs to `<identity>.log`.
+    pub fn start_local_replica(&self, identity: &str, ports: &ReplicaPorts) -> Agent {
+        let mut args = self.local_args();
+        args.extend([
+            format!("--leader-election-identity={identity}"),
+            format!("--admin-listen=127.0.0.1:{}", ports.admin),
+            format!("--kubelet-listen=127.0.0.1:{}", ports.kubelet),
+        ]);
+        if self.webhook_port.is_some() {
+            args.push(format!("--webhook-listen=127.0.0.1:{}", ports.webhook));
+        }
+        Agent::spawn_in(
+            self.local_netns.as_deref(),
+            "local-agent",
+            &args,
+            self.dir.path().join(format!("{identity}.log")),
+        )
+    }
+
+    /// The local agent's flags, later ones overriding earlier ones.
+    fn local_args(&self) -> Vec<String> {
         let c = self.certs.dir.join("client");
         let dial = match &self.local_dial {
             Some(dial) => vec![
@@ -504,18 +564,14 @@ impl Peering {
                 "--kubelet-client-ca={}",
                 self.origin.dir.join("ca.crt").display()
             ),
+            // Its pod's name in deploy/ (POD_NAME): restarted, it is the same replica and takes
+            // its Lease back at once.
+            "--leader-election-identity=local-agent-0".into(),
         ];
-        let args: Vec<String> = dial
-            .into_iter()
+        dial.into_iter()
             .chain(args)
             .chain(self.local_flags.iter().cloned())
-            .collect();
-        self.local = Some(Agent::spawn_in(
-            self.local_netns.as_deref(),
-            "local-agent",
-            &args,
-            self.dir.path().join("local-agent.log"),
-        ));
+            .collect()
     }
 
     /// `grpcurl` with the certificate in `certs/<client>` (no client certificate when `None`);

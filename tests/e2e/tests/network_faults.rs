@@ -19,14 +19,11 @@
     clippy::expect_used,
     reason = "a test fails by panicking"
 )]
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::api::{Api, PostParams};
+use refract_e2e::churn::{self, ProviderWrites};
 use refract_e2e::{busybox, kubectl_get, kubectl_stdin, Peering, PROVIDER_POD_RANGE};
 use refract_testkit::netns::{Delay, Gate, NetNs};
 use refract_testkit::Options;
@@ -58,120 +55,6 @@ fn link_events(log: &str) -> (usize, usize) {
     (failed, connected)
 }
 
-/// Writes the provider saw: every watch event with a new resourceVersion, and those whose
-/// data equals what the object already held (a write that changed nothing).
-#[derive(Default)]
-struct Writes {
-    last: HashMap<String, (String, String)>,
-    writes: u64,
-    duplicates: Vec<String>,
-    /// When the provider first held each (name, round).
-    seen: HashMap<(String, String), Instant>,
-}
-
-fn record(writes: &Mutex<Writes>, cm: &ConfigMap) {
-    let name = cm.metadata.name.clone().unwrap_or_default();
-    let rv = cm.metadata.resource_version.clone().unwrap_or_default();
-    let data = serde_json::to_string(&cm.data).unwrap_or_default();
-    let mut w = writes.lock().unwrap();
-    match w.last.get(&name) {
-        Some((seen_rv, _)) if *seen_rv == rv => return, // a relist delivering it again
-        Some((seen_rv, seen_data)) if *seen_data == data => {
-            let duplicate = format!("{name}@{rv} (after {seen_rv})");
-            w.duplicates.push(duplicate);
-        }
-        _ => {}
-    }
-    w.writes += 1;
-    if let Some(round) = cm.data.as_ref().and_then(|d| d.get("round")) {
-        w.seen
-            .entry((name.clone(), round.clone()))
-            .or_insert_with(Instant::now);
-    }
-    w.last.insert(name, (rv, data));
-}
-
-/// The 99th percentile of how long each object's `round` took from the origin accepting it to
-/// the provider holding it.
-fn reflection_p99(
-    writes: &Mutex<Writes>,
-    accepted: &HashMap<String, Instant>,
-    round: u32,
-) -> Duration {
-    let round = round.to_string();
-    let w = writes.lock().unwrap();
-    let mut took: Vec<Duration> = accepted
-        .iter()
-        .filter_map(|(name, at)| {
-            let seen = w.seen.get(&(name.clone(), round.clone()))?;
-            Some(seen.saturating_duration_since(*at))
-        })
-        .collect();
-    assert_eq!(
-        took.len(),
-        accepted.len(),
-        "every object reached the provider"
-    );
-    took.sort();
-    took[(took.len() * 99).div_ceil(100) - 1]
-}
-
-/// Watches the twin namespace's ConfigMaps on the provider for the whole test.
-fn watch_provider(client: kube::Client, writes: Arc<Mutex<Writes>>) {
-    let api: Api<ConfigMap> = Api::namespaced(client, TWIN);
-    tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = events.next().await {
-            if let Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) = event {
-                record(&writes, &cm)
-            }
-        }
-    });
-}
-
-/// Sets `round` on every origin ConfigMap, 16 writes in flight; when the origin accepted each.
-async fn churn(origin: &Api<ConfigMap>, round: u32) -> HashMap<String, Instant> {
-    futures::stream::iter(0..OBJECTS)
-        .map(|i| {
-            let patch = serde_json::json!({"data": {"round": round.to_string()}});
-            let name = format!("cm-{i:04}");
-            async move {
-                origin
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .map(|_| (name, Instant::now()))
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<HashMap<String, Instant>>()
-        .await
-        .expect("origin writes")
-}
-
-/// How long until every provider copy holds `round`; panics after [`WAIT`].
-async fn converged(provider: &Api<ConfigMap>, round: u32) -> Duration {
-    let started = Instant::now();
-    let want = round.to_string();
-    loop {
-        let list = provider.list(&ListParams::default()).await;
-        let behind = list.map_or(OBJECTS, |l| {
-            OBJECTS
-                - l.items
-                    .iter()
-                    .filter(|cm| cm.data.as_ref().and_then(|d| d.get("round")) == Some(&want))
-                    .count()
-        });
-        if behind == 0 {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < WAIT,
-            "{behind} provider copies still lack round {round} after {WAIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 /// How many `doomed-*` ConfigMaps the provider holds.
 fn doomed_on(p: &Peering) -> usize {
     kubectl_get(&p.provider, &["-n", TWIN, "configmaps", "-o", "name"])
@@ -179,15 +62,6 @@ fn doomed_on(p: &Peering) -> usize {
         .lines()
         .filter(|l| l.contains("/doomed-"))
         .count()
-}
-
-/// The provider pods' identity: pod UID, container ID and restart count of each.
-fn provider_pods(p: &Peering) -> String {
-    kubectl_get(
-        &p.provider,
-        &["-n", TWIN, "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.phase}{\"\\n\"}{end}"],
-    )
-    .unwrap_or_default()
 }
 
 struct Faults {
@@ -198,7 +72,7 @@ struct Faults {
     origin_gate: Gate,
     origin: Api<ConfigMap>,
     provider: Api<ConfigMap>,
-    writes: Arc<Mutex<Writes>>,
+    writes: ProviderWrites,
     pods: String,
     round: u32,
 }
@@ -247,21 +121,9 @@ impl Faults {
             &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {NS}}}\nspec: {{podOffloadingStrategy: Remote}}\n"),
         );
         p.until_extended(NS, WAIT).await;
-        let writes = Arc::new(Mutex::new(Writes::default()));
-        watch_provider(provider_client.clone(), writes.clone());
+        let writes = ProviderWrites::watch(provider_client.clone(), TWIN);
         let origin: Api<ConfigMap> = Api::namespaced(origin_client, NS);
-        futures::stream::iter(0..OBJECTS)
-            .map(|i| {
-                let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": format!("cm-{i:04}")}, "data": {"round": "0"}}))
-                .unwrap();
-                let origin = origin.clone();
-                async move { origin.create(&PostParams::default(), &cm).await.map(|_| ()) }
-            })
-            .buffer_unordered(16)
-            .try_collect::<()>()
-            .await
-            .unwrap();
+        churn::create(&origin, OBJECTS).await;
         for i in 0..DOOMED {
             let cm: ConfigMap = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": format!("doomed-{i:02}")}, "data": {"doomed": "yes"}}))
@@ -274,7 +136,7 @@ impl Faults {
                 "apiVersion: v1\nkind: Pod\nmetadata: {{name: sleeper-{i}, namespace: {NS}}}\nspec:\n  nodeName: refract-provider\n  tolerations: [{{key: virtual-node.liqo.io/not-allowed, operator: Exists}}, {{key: node.kubernetes.io/unreachable, operator: Exists}}, {{key: node.kubernetes.io/not-ready, operator: Exists}}]\n  containers: [{{name: c, image: \"{image}\", command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 1; done']}}]\n"));
         }
         let provider: Api<ConfigMap> = Api::namespaced(provider_client, TWIN);
-        let took = converged(&provider, 0).await;
+        let took = churn::converged(&provider, OBJECTS, 0, WAIT).await;
         p.eventually(WAIT, "the doomed ConfigMaps on the provider", || {
             (doomed_on(&p) == DOOMED).then_some(())
         })
@@ -282,7 +144,7 @@ impl Faults {
         println!("setup: {OBJECTS} ConfigMaps reflected {took:.1?} after the last was created");
         let pods = p
             .eventually(WAIT, "three provider pods Running", || {
-                let pods = provider_pods(&p);
+                let pods = churn::provider_pods(&p, TWIN);
                 (pods.lines().filter(|l| l.ends_with(" 0 Running")).count() == 3).then_some(pods)
             })
             .await;
@@ -310,10 +172,10 @@ impl Faults {
         }
         self.round += 1;
         let round = self.round;
-        let writes_before = self.writes.lock().unwrap().writes;
+        let writes_before = self.writes.count();
         let churn_started = Instant::now();
         let origin = self.origin.clone();
-        let churning = tokio::spawn(async move { churn(&origin, round).await });
+        let churning = tokio::spawn(async move { churn::churn(&origin, OBJECTS, round).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
         let (failed_before, connected_before) = link_events(&self.p.local_log());
         self.begin(s.fault).await;
@@ -345,22 +207,25 @@ impl Faults {
                 s.name
             );
         }
-        let during = self.writes.lock().unwrap().writes - writes_before;
+        let during = self.writes.count() - writes_before;
         let (took, since) = if s.converge_under_fault {
-            let took = converged(&self.provider, round).await;
+            let took = churn::converged(&self.provider, OBJECTS, round, WAIT).await;
             self.heal().await;
             (took, "the churn ended, under the fault")
         } else {
             self.heal().await;
-            (converged(&self.provider, round).await, "healing")
+            (
+                churn::converged(&self.provider, OBJECTS, round, WAIT).await,
+                "healing",
+            )
         };
         // Late duplicates would show within a moment of converging.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let (writes, duplicates) = {
-            let w = self.writes.lock().unwrap();
-            (w.writes - writes_before, w.duplicates.clone())
-        };
-        let pods = provider_pods(&self.p);
+        let (writes, duplicates) = (
+            self.writes.count() - writes_before,
+            self.writes.duplicates(),
+        );
+        let pods = churn::provider_pods(&self.p, TWIN);
         println!(
             "{}: {OBJECTS} objects changed; {during} reached the provider during the fault; converged {took:.1?} after {since} ({:.1?} after the churn began); provider writes {}, duplicate writes {}, lost 0; pods unchanged: {}",
             s.name,
@@ -392,7 +257,7 @@ impl Faults {
             "{}: the provider pods changed or restarted",
             s.name
         );
-        let p99 = reflection_p99(&self.writes, &accepted, round);
+        let p99 = self.writes.p99(&accepted, round);
         println!("{}: origin write to provider write, p99 {p99:.1?}", s.name);
         if let Fault::SlowAndLossy = s.fault {
             let (failed_after, _) = link_events(&self.p.local_log());

@@ -1,0 +1,375 @@
+//! Two local agent replicas of one peering, as `deploy/local-agent` runs them: one leads (the
+//! stream, the virtual node and its kubelet API, origin status), elected on the Lease
+//! `refract-local-agent-provider`; the other stands by and serves the pod webhook. The API
+//! server reaches the webhook through a forwarder that, like a Service, sends each connection
+//! to a replica that is up.
+//!
+//! The leader is killed with SIGKILL while 1,000 origin ConfigMaps change and pods are created
+//! in the offloaded namespace. The standby must take over once the Lease lapses (15 s, the
+//! default) and resume the stream at the cost of what changed: the provider is written exactly
+//! once per changed object and never with what it held, its pod keeps running (0 restarts),
+//! the virtual node stays Ready (the failover is shorter than its health threshold), every pod
+//! created meanwhile is offloaded (placed by the standby's webhook, never run at the origin),
+//! and the node's kubelet endpoint moves to the new leader, where `kubectl logs` and `exec`
+//! work. Then the new leader is stopped gracefully: it releases the Lease and the first
+//! replica, back as a standby, takes over within seconds.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::Api;
+use refract_e2e::churn::{self, ProviderWrites};
+use refract_e2e::forward::Forwarder;
+use refract_e2e::resume_series::CONNECTED;
+use refract_e2e::{
+    busybox, kubectl, kubectl_get, kubectl_stdin, metric, origin_get, Peering, ReplicaPorts,
+};
+
+const OBJECTS: usize = 1000;
+const NS: &str = "ha";
+const TWIN: &str = "ha-origin";
+const WAIT: Duration = Duration::from_secs(120);
+const LEASE: &str = "refract-local-agent-provider";
+/// deploy/'s defaults for the virtual node's health: NotReady after 3 failed checks 10 s apart.
+const HEALTH: [&str; 2] = [
+    "--health-check-interval=10s",
+    "--health-failure-threshold=3",
+];
+const TOLERATION: &str = "virtual-node.liqo.io/not-allowed";
+
+fn holder(p: &Peering) -> String {
+    kubectl_get(
+        &p.origin,
+        &[
+            "-n",
+            "default",
+            "lease",
+            LEASE,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    )
+    .unwrap_or_default()
+}
+
+fn kubelet_port(p: &Peering) -> String {
+    origin_get(
+        p,
+        &[
+            "node",
+            "refract-provider",
+            "-o",
+            "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}",
+        ],
+    )
+    .unwrap_or_default()
+}
+
+fn sleeper(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {NS}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers: [{{name: c, image: \"{}\", command: [sh, -c, 'echo hello from {name}; trap \"exit 0\" TERM; while true; do sleep 1; done']}}]\n",
+        busybox()
+    )
+}
+
+/// Every Ready status the virtual node showed, polled twice a second until dropped.
+struct NodeReadiness {
+    seen: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NodeReadiness {
+    fn watch(nodes: Api<Node>) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(node) = nodes.get("refract-provider").await {
+                    let status = node
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .find(|c| c.type_ == "Ready")
+                        .map(|c| format!("{} {}", c.status, c.reason.unwrap_or_default()))
+                        .unwrap_or_else(|| "missing".into());
+                    record.lock().unwrap().push(status);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// Statuses other than True seen so far.
+    fn not_ready(&self) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        let mut bad: Vec<String> = seen
+            .iter()
+            .filter(|s| !s.starts_with("True"))
+            .cloned()
+            .collect();
+        bad.dedup();
+        bad
+    }
+}
+
+impl Drop for NodeReadiness {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `kubectl logs` and `exec` of `pod` through the virtual node's kubelet API.
+fn logs_and_exec_work(p: &Peering, pod: &str) {
+    let logs = kubectl(&p.origin, &["-n", NS, "logs", pod]);
+    assert!(logs.contains(&format!("hello from {pod}")), "{logs}");
+    let exec = kubectl(&p.origin, &["-n", NS, "exec", pod, "--", "echo", "exec-ok"]);
+    assert_eq!(exec.trim(), "exec-ok");
+}
+
+/// Waits until `check` holds, looking every 200 ms; panics with `what` and the agents' logs
+/// after [`WAIT`].
+async fn until<F: std::future::Future<Output = bool>>(
+    p: &Peering,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + WAIT;
+    while !check().await {
+        if Instant::now() > deadline {
+            let replicas: String = ["local-agent-1"]
+                .iter()
+                .map(|r| {
+                    let log = std::fs::read_to_string(p.dir.path().join(format!("{r}.log")));
+                    format!("--- {r} ---\n{}\n", log.unwrap_or_default())
+                })
+                .collect();
+            panic!(
+                "timed out after {WAIT:?} waiting for {what}\n--- local-agent-0 ---\n{}\n{replicas}",
+                p.local_log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the replica at `admin` has its stream open; how long that took from `since`.
+async fn until_connected(p: &Peering, admin: &str, since: Instant) -> Duration {
+    until(p, "the new leader's stream open", || async {
+        metric(admin, CONNECTED).await == 1.0
+    })
+    .await;
+    since.elapsed()
+}
+
+#[tokio::test]
+async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_pods() {
+    let mut p = Peering::start_offloading_with(&HEALTH)
+        .await
+        .expect("peering");
+    p.until_node_ready(WAIT).await;
+    p.eventually(WAIT, "the first replica leads", || {
+        (holder(&p) == "local-agent-0").then_some(())
+    })
+    .await;
+    let first = ReplicaPorts {
+        admin: p.local_admin.rsplit(':').next().unwrap().parse().unwrap(),
+        kubelet: p.kubelet_port,
+        webhook: p.webhook_port.unwrap(),
+    };
+    let second = ReplicaPorts::free();
+    let standby = p.start_local_replica("local-agent-1", &second);
+    let second_admin = format!("127.0.0.1:{}", second.admin);
+
+    // The webhook behind one address, as a Service puts it.
+    let service = Forwarder::spawn(vec![
+        format!("127.0.0.1:{}", first.webhook),
+        format!("127.0.0.1:{}", second.webhook),
+    ]);
+    let configuration = kubectl(
+        &p.origin,
+        &["get", "mutatingwebhookconfiguration", "-o", "json"],
+    )
+    .replace(
+        &format!("127.0.0.1:{}/", first.webhook),
+        &format!("127.0.0.1:{}/", service.port),
+    );
+    kubectl_stdin(&p.origin, &["apply", "-f", "-"], &configuration);
+
+    until(&p, "the standby ready (serving its webhook)", || async {
+        refract_e2e::http_get(&second_admin, "/readyz", None)
+            .await
+            .0
+            == 200
+    })
+    .await;
+    assert!(
+        standby.log_text().contains("standing by"),
+        "{}",
+        standby.log_text()
+    );
+    assert_eq!(
+        metric(&second_admin, "refract_local_leader").await,
+        0.0,
+        "the standby does not lead"
+    );
+    assert_eq!(metric(&p.local_admin, "refract_local_leader").await, 1.0);
+
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n---\napiVersion: offloading.refract.io/v1alpha1\nkind: NamespaceOffloading\nmetadata: {{name: offloading, namespace: {NS}}}\nspec: {{podOffloadingStrategy: Remote}}\n---\n{}", sleeper("web")),
+    );
+    p.until_extended(NS, WAIT).await;
+    let provider_client = p.provider.client().await.unwrap();
+    let origin_client = p.origin.client().await.unwrap();
+    let writes = ProviderWrites::watch(provider_client.clone(), TWIN);
+    let origin: Api<ConfigMap> = Api::namespaced(origin_client.clone(), NS);
+    let provider: Api<ConfigMap> = Api::namespaced(provider_client, TWIN);
+    churn::create(&origin, OBJECTS).await;
+    churn::converged(&provider, OBJECTS, 0, WAIT).await;
+    let web = p
+        .eventually(WAIT, "web Running on the provider", || {
+            let pods = churn::provider_pods(&p, TWIN);
+            pods.lines()
+                .find(|l| l.starts_with("web ") && l.ends_with(" 0 Running"))
+                .map(str::to_string)
+        })
+        .await;
+    p.eventually(WAIT, "web Running at the origin", || {
+        (origin_get(
+            &p,
+            &["-n", NS, "pod", "web", "-o", "jsonpath={.status.phase}"],
+        )? == "Running")
+            .then_some(())
+    })
+    .await;
+    logs_and_exec_work(&p, "web");
+    let readiness = NodeReadiness::watch(Api::all(origin_client));
+
+    // The leader dies mid-churn; pods are created while nobody leads.
+    let writes_before = writes.count();
+    let churning = {
+        let origin = origin.clone();
+        tokio::spawn(async move { churn::churn(&origin, OBJECTS, 1).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let leader = p.local.take().unwrap();
+    refract_e2e::run_ok("kill", &["-KILL", &leader.pid().unwrap().to_string()]);
+    drop(leader);
+    let killed = Instant::now();
+    let mut during = Vec::new();
+    for i in 0..5 {
+        let name = format!("during-{i}");
+        kubectl_stdin(&p.origin, &["apply", "-f", "-"], &sleeper(&name));
+        during.push(name);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    churning.await.unwrap();
+    let took = until_connected(&p, &second_admin, killed).await;
+    assert_eq!(holder(&p), "local-agent-1");
+    churn::converged(&provider, OBJECTS, 1, WAIT).await;
+    // Late duplicates would show within a moment of converging.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rewritten, duplicates) = (writes.count() - writes_before, writes.duplicates());
+    println!(
+        "SIGKILL of the leader: the standby's stream was open {took:.1?} after the kill (Lease 15 s); provider writes {rewritten} for {OBJECTS} changed objects, {} duplicate",
+        duplicates.len()
+    );
+    assert!(
+        duplicates.is_empty(),
+        "writes that changed nothing: {duplicates:?}"
+    );
+    assert_eq!(rewritten, OBJECTS as u64, "one write per changed object");
+    assert!(
+        took < Duration::from_secs(30),
+        "the standby took {took:?} to take over"
+    );
+
+    // Every pod created while nobody led went through the standby's webhook and is offloaded.
+    for pod in &during {
+        let tolerations = origin_get(
+            &p,
+            &["-n", NS, "pod", pod, "-o", "jsonpath={.spec.tolerations}"],
+        )
+        .unwrap();
+        assert!(
+            tolerations.contains(TOLERATION),
+            "{pod} was not mutated: {tolerations}"
+        );
+        p.eventually(WAIT, "the pods created during the failover Running", || {
+            let out = origin_get(
+                &p,
+                &[
+                    "-n",
+                    NS,
+                    "pod",
+                    pod,
+                    "-o",
+                    "jsonpath={.spec.nodeName} {.status.phase}",
+                ],
+            )?;
+            (out == "refract-provider Running").then_some(())
+        })
+        .await;
+    }
+    println!(
+        "pods created during the failover: {} of {} placed by the standby's webhook and Running on the provider, none at the origin",
+        during.len(),
+        during.len()
+    );
+    let web_after = churn::provider_pods(&p, TWIN)
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .map(str::to_string)
+        .unwrap_or_default();
+    assert_eq!(web_after, web, "the provider pod changed or restarted");
+    let not_ready = readiness.not_ready();
+    assert!(
+        not_ready.is_empty(),
+        "the virtual node left Ready during the failover: {not_ready:?}"
+    );
+    // The node's kubelet API is the new leader's.
+    p.eventually(WAIT, "the kubelet endpoint at the new leader", || {
+        (kubelet_port(&p) == second.kubelet.to_string()).then_some(())
+    })
+    .await;
+    logs_and_exec_work(&p, "web");
+    logs_and_exec_work(&p, "during-0");
+
+    // The first replica comes back (same pod name: a restarted container) and stands by; the
+    // leader is stopped gracefully, releases the Lease, and it takes over at once.
+    p.start_local();
+    p.eventually(WAIT, "the first replica standing by", || {
+        p.local_log().contains("standing by").then_some(())
+    })
+    .await;
+    let stopping = Instant::now();
+    standby.stop().await;
+    let took = until_connected(&p, &p.local_admin.clone(), stopping).await;
+    println!("graceful handover: the first replica's stream was open {took:.1?} after the leader was asked to stop");
+    assert!(
+        took < Duration::from_secs(10),
+        "a released Lease took {took:?} to be taken"
+    );
+    assert_eq!(holder(&p), "local-agent-0");
+    p.eventually(
+        WAIT,
+        "the kubelet endpoint back at the first replica",
+        || (kubelet_port(&p) == first.kubelet.to_string()).then_some(()),
+    )
+    .await;
+    logs_and_exec_work(&p, "web");
+    let not_ready = readiness.not_ready();
+    assert!(
+        not_ready.is_empty(),
+        "the virtual node left Ready during the handover: {not_ready:?}"
+    );
+}
