@@ -332,10 +332,9 @@ impl Elector {
         let me = self.candidacy.identity.clone();
         let duration = self.candidacy.timing.lease_duration;
         let wall = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let verdict = judge(spec.as_ref(), &me, unchanged_for);
-        match verdict {
-            Verdict::Wait { holder, lapses_in } => Ok(Attempt::Held { holder, lapses_in }),
-            Verdict::Create => {
+        match (judge(spec.as_ref(), &me, unchanged_for), current) {
+            (Verdict::Wait { holder, lapses_in }, _) => Ok(Attempt::Held { holder, lapses_in }),
+            (Verdict::Create, _) | (_, None) => {
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.candidacy.lease.clone()),
@@ -350,11 +349,10 @@ impl Elector {
                     Err(e) => Err(e),
                 }
             }
-            Verdict::Renew | Verdict::TakeOver { .. } => {
+            (verdict, Some(mut lease)) => {
                 if let Verdict::TakeOver { from } = &verdict {
                     tracing::info!(lease = %self.lease_ref(), from = from.as_deref().unwrap_or("nobody"), "taking the Lease over");
                 }
-                let mut lease = current.expect("a Lease was read");
                 let previous = lease.spec.take();
                 lease.spec = Some(held_by(previous.as_ref(), &me, duration, wall));
                 // The read's resourceVersion makes this a compare-and-swap: of two replicas
