@@ -11,8 +11,12 @@
 //! the virtual node stays Ready (the failover is shorter than its health threshold), every pod
 //! created meanwhile is offloaded (placed by the standby's webhook, never run at the origin),
 //! and the node's kubelet endpoint moves to the new leader, where `kubectl logs` and `exec`
-//! work. Then the new leader is stopped gracefully: it releases the Lease and the first
-//! replica, back as a standby, takes over within seconds.
+//! work. The killed replica comes back as the standby (a restarted container keeps its pod's
+//! name) and the next round kills the other. Then the leader is stopped gracefully: it releases
+//! the Lease and the standby takes over within seconds.
+//!
+//! One round in the suite; `REFRACT_FAILOVER_ROUNDS=10` (`scripts/bench-failover.sh`) runs
+//! ten and prints the median and worst of each figure.
 
 #![allow(
     clippy::unwrap_used,
@@ -28,7 +32,7 @@ use refract_e2e::churn::{self, ProviderWrites};
 use refract_e2e::forward::Forwarder;
 use refract_e2e::resume_series::CONNECTED;
 use refract_e2e::{
-    busybox, kubectl, kubectl_get, kubectl_stdin, metric, origin_get, Peering, ReplicaPorts,
+    busybox, kubectl, kubectl_get, kubectl_stdin, metric, origin_get, Agent, Peering, ReplicaPorts,
 };
 
 const OBJECTS: usize = 1000;
@@ -42,6 +46,8 @@ const HEALTH: [&str; 2] = [
     "--health-failure-threshold=3",
 ];
 const TOLERATION: &str = "virtual-node.liqo.io/not-allowed";
+/// Pods created in the offloaded namespace while each failover is under way.
+const PODS_DURING: usize = 3;
 
 fn holder(p: &Peering) -> String {
     kubectl_get(
@@ -134,43 +140,75 @@ fn logs_and_exec_work(p: &Peering, pod: &str) {
     assert_eq!(exec.trim(), "exec-ok");
 }
 
-/// Waits until `check` holds, looking every 200 ms; panics with `what` and the agents' logs
+/// One local agent replica: its name in the Lease, its ports, its process while it runs.
+struct Replica {
+    identity: &'static str,
+    ports: ReplicaPorts,
+    agent: Option<Agent>,
+}
+
+impl Replica {
+    fn admin(&self) -> String {
+        format!("127.0.0.1:{}", self.ports.admin)
+    }
+
+    fn log(&self) -> String {
+        self.agent.as_ref().map(Agent::log_text).unwrap_or_default()
+    }
+}
+
+/// Waits until `check` holds, looking every 200 ms; panics with `what` and the replicas' logs
 /// after [`WAIT`].
 async fn until<F: std::future::Future<Output = bool>>(
-    p: &Peering,
+    replicas: &[Replica],
     what: &str,
     mut check: impl FnMut() -> F,
 ) {
     let deadline = Instant::now() + WAIT;
     while !check().await {
         if Instant::now() > deadline {
-            let replicas: String = ["local-agent-1"]
+            let logs: String = replicas
                 .iter()
-                .map(|r| {
-                    let log = std::fs::read_to_string(p.dir.path().join(format!("{r}.log")));
-                    format!("--- {r} ---\n{}\n", log.unwrap_or_default())
-                })
+                .map(|r| format!("--- {} ---\n{}\n", r.identity, r.log()))
                 .collect();
-            panic!(
-                "timed out after {WAIT:?} waiting for {what}\n--- local-agent-0 ---\n{}\n{replicas}",
-                p.local_log()
-            );
+            panic!("timed out after {WAIT:?} waiting for {what}\n{logs}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-/// Waits until the replica at `admin` has its stream open; how long that took from `since`.
-async fn until_connected(p: &Peering, admin: &str, since: Instant) -> Duration {
-    until(p, "the new leader's stream open", || async {
-        metric(admin, CONNECTED).await == 1.0
+/// Waits until `replica` has its stream open; how long that took from `since`.
+async fn until_connected(replicas: &[Replica], replica: usize, since: Instant) -> Duration {
+    let admin = replicas[replica].admin();
+    until(replicas, "the new leader's stream open", || async {
+        metric(&admin, CONNECTED).await == 1.0
     })
     .await;
     since.elapsed()
 }
 
+/// Waits until `replica` says it stands by.
+async fn until_standing_by(replicas: &[Replica], replica: usize) {
+    until(replicas, "the replica standing by", || async {
+        replicas[replica].log().contains("standing by")
+    })
+    .await;
+}
+
+/// The median and the worst of `values`.
+fn median_and_worst(values: &[Duration]) -> (Duration, Duration) {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    (sorted[sorted.len() / 2], sorted[sorted.len() - 1])
+}
+
 #[tokio::test]
 async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_pods() {
+    let rounds: u32 = std::env::var("REFRACT_FAILOVER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let mut p = Peering::start_offloading_with(&HEALTH)
         .await
         .expect("peering");
@@ -185,8 +223,18 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
         webhook: p.webhook_port.unwrap(),
     };
     let second = ReplicaPorts::free();
-    let standby = p.start_local_replica("local-agent-1", &second);
-    let second_admin = format!("127.0.0.1:{}", second.admin);
+    let mut replicas = [
+        Replica {
+            identity: "local-agent-0",
+            ports: first,
+            agent: p.local.take(),
+        },
+        Replica {
+            identity: "local-agent-1",
+            ports: second,
+            agent: Some(p.start_local_replica("local-agent-1", &second)),
+        },
+    ];
 
     // The webhook behind one address, as a Service puts it.
     let service = Forwarder::spawn(vec![
@@ -203,24 +251,28 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
     );
     kubectl_stdin(&p.origin, &["apply", "-f", "-"], &configuration);
 
-    until(&p, "the standby ready (serving its webhook)", || async {
-        refract_e2e::http_get(&second_admin, "/readyz", None)
-            .await
-            .0
-            == 200
-    })
+    let standby_admin = replicas[1].admin();
+    until(
+        &replicas,
+        "the standby ready (serving its webhook)",
+        || async {
+            refract_e2e::http_get(&standby_admin, "/readyz", None)
+                .await
+                .0
+                == 200
+        },
+    )
     .await;
-    assert!(
-        standby.log_text().contains("standing by"),
-        "{}",
-        standby.log_text()
-    );
+    until_standing_by(&replicas, 1).await;
     assert_eq!(
-        metric(&second_admin, "refract_local_leader").await,
+        metric(&standby_admin, "refract_local_leader").await,
         0.0,
         "the standby does not lead"
     );
-    assert_eq!(metric(&p.local_admin, "refract_local_leader").await, 1.0);
+    assert_eq!(
+        metric(&replicas[0].admin(), "refract_local_leader").await,
+        1.0
+    );
 
     kubectl_stdin(
         &p.origin,
@@ -254,117 +306,133 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
     logs_and_exec_work(&p, "web");
     let readiness = NodeReadiness::watch(Api::all(origin_client));
 
-    // The leader dies mid-churn; pods are created while nobody leads.
-    let writes_before = writes.count();
-    let churning = {
-        let origin = origin.clone();
-        tokio::spawn(async move { churn::churn(&origin, OBJECTS, 1).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let leader = p.local.take().unwrap();
-    refract_e2e::run_ok("kill", &["-KILL", &leader.pid().unwrap().to_string()]);
-    drop(leader);
-    let killed = Instant::now();
-    let mut during = Vec::new();
-    for i in 0..5 {
-        let name = format!("during-{i}");
-        kubectl_stdin(&p.origin, &["apply", "-f", "-"], &sleeper(&name));
-        during.push(name);
+    let mut leader = 0;
+    let mut takeovers = Vec::new();
+    for round in 1..=rounds {
+        let next = 1 - leader;
+        // The leader dies mid-churn; pods are created while nobody leads.
+        let writes_before = writes.count();
+        let churning = {
+            let origin = origin.clone();
+            tokio::spawn(async move { churn::churn(&origin, OBJECTS, round).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let dying = replicas[leader].agent.take().unwrap();
+        refract_e2e::run_ok("kill", &["-KILL", &dying.pid().unwrap().to_string()]);
+        drop(dying);
+        let killed = Instant::now();
+        let mut during = Vec::new();
+        for i in 0..PODS_DURING {
+            let name = format!("during-{round}-{i}");
+            kubectl_stdin(&p.origin, &["apply", "-f", "-"], &sleeper(&name));
+            during.push(name);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        churning.await.unwrap();
+        let took = until_connected(&replicas, next, killed).await;
+        assert_eq!(holder(&p), replicas[next].identity);
+        churn::converged(&provider, OBJECTS, round, WAIT).await;
+        // Late duplicates would show within a moment of converging.
         tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-    churning.await.unwrap();
-    let took = until_connected(&p, &second_admin, killed).await;
-    assert_eq!(holder(&p), "local-agent-1");
-    churn::converged(&provider, OBJECTS, 1, WAIT).await;
-    // Late duplicates would show within a moment of converging.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (rewritten, duplicates) = (writes.count() - writes_before, writes.duplicates());
-    println!(
-        "SIGKILL of the leader: the standby's stream was open {took:.1?} after the kill (Lease 15 s); provider writes {rewritten} for {OBJECTS} changed objects, {} duplicate",
-        duplicates.len()
-    );
-    assert!(
-        duplicates.is_empty(),
-        "writes that changed nothing: {duplicates:?}"
-    );
-    assert_eq!(rewritten, OBJECTS as u64, "one write per changed object");
-    assert!(
-        took < Duration::from_secs(30),
-        "the standby took {took:?} to take over"
-    );
-
-    // Every pod created while nobody led went through the standby's webhook and is offloaded.
-    for pod in &during {
-        let tolerations = origin_get(
-            &p,
-            &["-n", NS, "pod", pod, "-o", "jsonpath={.spec.tolerations}"],
-        )
-        .unwrap();
+        let (rewritten, duplicates) = (writes.count() - writes_before, writes.duplicates());
         assert!(
-            tolerations.contains(TOLERATION),
-            "{pod} was not mutated: {tolerations}"
+            duplicates.is_empty(),
+            "round {round}: writes that changed nothing: {duplicates:?}"
         );
-        p.eventually(WAIT, "the pods created during the failover Running", || {
-            let out = origin_get(
+        assert_eq!(
+            rewritten, OBJECTS as u64,
+            "round {round}: one write per changed object"
+        );
+        assert!(
+            took < Duration::from_secs(30),
+            "round {round}: the standby took {took:?} to take over"
+        );
+
+        // Every pod created while nobody led went through the standby's webhook and is
+        // offloaded.
+        for pod in &during {
+            let tolerations = origin_get(
                 &p,
-                &[
-                    "-n",
-                    NS,
-                    "pod",
-                    pod,
-                    "-o",
-                    "jsonpath={.spec.nodeName} {.status.phase}",
-                ],
-            )?;
-            (out == "refract-provider Running").then_some(())
+                &["-n", NS, "pod", pod, "-o", "jsonpath={.spec.tolerations}"],
+            )
+            .unwrap();
+            assert!(
+                tolerations.contains(TOLERATION),
+                "{pod} was not mutated: {tolerations}"
+            );
+            p.eventually(WAIT, "the pods created during the failover Running", || {
+                let out = origin_get(
+                    &p,
+                    &[
+                        "-n",
+                        NS,
+                        "pod",
+                        pod,
+                        "-o",
+                        "jsonpath={.spec.nodeName} {.status.phase}",
+                    ],
+                )?;
+                (out == "refract-provider Running").then_some(())
+            })
+            .await;
+        }
+        let web_after = churn::provider_pods(&p, TWIN)
+            .lines()
+            .find(|l| l.starts_with("web "))
+            .map(str::to_string)
+            .unwrap_or_default();
+        assert_eq!(
+            web_after, web,
+            "round {round}: the provider pod changed or restarted"
+        );
+        let not_ready = readiness.not_ready();
+        assert!(
+            not_ready.is_empty(),
+            "round {round}: the virtual node left Ready during the failover: {not_ready:?}"
+        );
+        // The node's kubelet API is the new leader's.
+        let port = replicas[next].ports.kubelet.to_string();
+        p.eventually(WAIT, "the kubelet endpoint at the new leader", || {
+            (kubelet_port(&p) == port).then_some(())
         })
         .await;
-    }
-    println!(
-        "pods created during the failover: {} of {} placed by the standby's webhook and Running on the provider, none at the origin",
-        during.len(),
-        during.len()
-    );
-    let web_after = churn::provider_pods(&p, TWIN)
-        .lines()
-        .find(|l| l.starts_with("web "))
-        .map(str::to_string)
-        .unwrap_or_default();
-    assert_eq!(web_after, web, "the provider pod changed or restarted");
-    let not_ready = readiness.not_ready();
-    assert!(
-        not_ready.is_empty(),
-        "the virtual node left Ready during the failover: {not_ready:?}"
-    );
-    // The node's kubelet API is the new leader's.
-    p.eventually(WAIT, "the kubelet endpoint at the new leader", || {
-        (kubelet_port(&p) == second.kubelet.to_string()).then_some(())
-    })
-    .await;
-    logs_and_exec_work(&p, "web");
-    logs_and_exec_work(&p, "during-0");
+        logs_and_exec_work(&p, "web");
+        logs_and_exec_work(&p, &during[0]);
+        println!(
+            "round {round}: SIGKILL of {}: {}'s stream open {took:.1?} after the kill (Lease 15 s); provider writes {rewritten} for {OBJECTS} changed objects, 0 duplicate; provider pod restarts 0; node Ready throughout; {PODS_DURING} of {PODS_DURING} pods created meanwhile placed by the standby's webhook and Running on the provider, none at the origin; logs and exec through the new leader",
+            replicas[leader].identity, replicas[next].identity
+        );
+        takeovers.push(took);
 
-    // The first replica comes back (same pod name: a restarted container) and stands by; the
-    // leader is stopped gracefully, releases the Lease, and it takes over at once.
-    p.start_local();
-    p.eventually(WAIT, "the first replica standing by", || {
-        p.local_log().contains("standing by").then_some(())
-    })
-    .await;
+        // The killed replica comes back (same pod name: a restarted container) and stands by.
+        let restarted = p.start_local_replica(replicas[leader].identity, &replicas[leader].ports);
+        replicas[leader].agent = Some(restarted);
+        until_standing_by(&replicas, leader).await;
+        leader = next;
+    }
+    let (median, worst) = median_and_worst(&takeovers);
+    println!(
+        "SIGKILL of the leader, {rounds} round(s): stream back after median {median:.1?}, worst {worst:.1?}"
+    );
+
+    // The leader is stopped gracefully: it releases the Lease and the standby takes it at once.
+    let next = 1 - leader;
     let stopping = Instant::now();
-    standby.stop().await;
-    let took = until_connected(&p, &p.local_admin.clone(), stopping).await;
-    println!("graceful handover: the first replica's stream was open {took:.1?} after the leader was asked to stop");
+    replicas[leader].agent.take().unwrap().stop().await;
+    let took = until_connected(&replicas, next, stopping).await;
+    println!(
+        "graceful handover: {}'s stream open {took:.1?} after the leader was asked to stop",
+        replicas[next].identity
+    );
     assert!(
         took < Duration::from_secs(10),
         "a released Lease took {took:?} to be taken"
     );
-    assert_eq!(holder(&p), "local-agent-0");
-    p.eventually(
-        WAIT,
-        "the kubelet endpoint back at the first replica",
-        || (kubelet_port(&p) == first.kubelet.to_string()).then_some(()),
-    )
+    assert_eq!(holder(&p), replicas[next].identity);
+    let port = replicas[next].ports.kubelet.to_string();
+    p.eventually(WAIT, "the kubelet endpoint at the new leader", || {
+        (kubelet_port(&p) == port).then_some(())
+    })
     .await;
     logs_and_exec_work(&p, "web");
     let not_ready = readiness.not_ready();
