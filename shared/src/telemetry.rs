@@ -1,7 +1,8 @@
 //! Logging and the admin endpoint, identical in both agents.
 //!
-//! The admin endpoint serves `/healthz` (the process is alive), `/readyz` (the agent has done
-//! its first sync and can do its job) and `/metrics` (Prometheus text format).
+//! The admin endpoint serves `/healthz` (the process is alive), `/readyz` (the agent can do its
+//! job: the remote agent once it serves; a local agent replica once it serves its webhook,
+//! leader or standby) and `/metrics` (Prometheus text format).
 //!
 //! The metrics name tenants, peerings and certificates, so they are served only to whom may
 //! read them: on a loopback address to any local process (as a kubelet serves its read-only
