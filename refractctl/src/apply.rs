@@ -30,16 +30,46 @@ impl Outcome {
     }
 }
 
-/// The API of `object`'s kind, namespaced where the kind is.
-pub async fn api_for(client: &kube::Client, object: &Value) -> anyhow::Result<Api<DynamicObject>> {
+/// Versions deploy/ uses that Kubernetes 1.20, the oldest release refractctl supports, serves
+/// under an older name with the same fields: (apiVersion, kind, the older apiVersion).
+const OLDER_VERSIONS: &[(&str, &str, &str)] =
+    &[("policy/v1", "PodDisruptionBudget", "policy/v1beta1")];
+
+/// `object` in a version the cluster serves: as it is, or under its older version when the
+/// cluster serves only that.
+pub async fn served(client: &kube::Client, object: &Value) -> anyhow::Result<Value> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
+    let Some((_, _, older)) = OLDER_VERSIONS
+        .iter()
+        .find(|(v, k, _)| *v == api_version && *k == kind)
+    else {
+        return Ok(object.clone());
+    };
+    if discovery::pinned_kind(client, &gvk(api_version, kind))
+        .await
+        .is_ok()
+    {
+        return Ok(object.clone());
+    }
+    let mut older_object = object.clone();
+    older_object["apiVersion"] = Value::from(*older);
+    Ok(older_object)
+}
+
+fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
     let (group, version) = match api_version.split_once('/') {
         Some((g, v)) => (g, v),
         None => ("", api_version),
     };
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, capabilities) = discovery::pinned_kind(client, &gvk)
+    GroupVersionKind::gvk(group, version, kind)
+}
+
+/// The API of `object`'s kind, namespaced where the kind is.
+pub async fn api_for(client: &kube::Client, object: &Value) -> anyhow::Result<Api<DynamicObject>> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let (resource, capabilities) = discovery::pinned_kind(client, &gvk(api_version, kind))
         .await
         .with_context(|| format!("the cluster does not serve {api_version} {kind}"))?;
     Ok(match capabilities.scope {
@@ -73,6 +103,7 @@ pub fn describe(object: &Value) -> String {
 
 /// Applies `object` (server-side, taking over fields others set) and says what it did.
 pub async fn apply(client: &kube::Client, object: &Value) -> anyhow::Result<Outcome> {
+    let object = &served(client, object).await?;
     let api = api_for(client, object).await?;
     let name = object["metadata"]["name"]
         .as_str()
@@ -111,6 +142,7 @@ pub async fn apply_all(
 
 /// Deletes `object` if it exists; true if it did.
 pub async fn delete(client: &kube::Client, object: &Value) -> anyhow::Result<bool> {
+    let object = &served(client, object).await?;
     let api = api_for(client, object).await?;
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
     match api.delete(name, &DeleteParams::background()).await {

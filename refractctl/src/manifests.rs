@@ -73,6 +73,10 @@ const LOCAL_FILES: &[(&str, &str)] = &[
         include_str!("../../deploy/local-agent/deployment.yaml"),
     ),
     (
+        "disruption-budget.yaml",
+        include_str!("../../deploy/local-agent/disruption-budget.yaml"),
+    ),
+    (
         "service.yaml",
         include_str!("../../deploy/local-agent/service.yaml"),
     ),

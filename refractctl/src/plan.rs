@@ -165,7 +165,7 @@ impl Plan {
         let name = local_agent_name(&self.provider);
         let deployment = manifests::find_mut(&mut objects, "Deployment", LOCAL_BASE_NAME)
             .expect("deploy/local-agent has a Deployment");
-        deployment["metadata"]["name"] = Value::from(name);
+        deployment["metadata"]["name"] = Value::from(name.clone());
         for path in [
             "/metadata/labels",
             "/spec/selector/matchLabels",
@@ -174,6 +174,14 @@ impl Plan {
             deployment.pointer_mut(path).expect("labels")[PEERING_LABEL] =
                 Value::from(self.provider.as_str());
         }
+        // This peering's replicas only: a drain may take one of each peering's at a time.
+        let budget = manifests::find_mut(&mut objects, "PodDisruptionBudget", LOCAL_BASE_NAME)
+            .expect("deploy/local-agent has a PodDisruptionBudget");
+        budget["metadata"]["name"] = Value::from(local_agent_name(&self.provider));
+        budget["spec"]["selector"]["matchLabels"][PEERING_LABEL] =
+            Value::from(self.provider.as_str());
+        let deployment =
+            manifests::find_mut(&mut objects, "Deployment", &name).expect("renamed above");
         let secrets = [
             (
                 LOCAL_BASE_NAME.to_string() + "-tls",
@@ -457,6 +465,15 @@ mod tests {
         assert_eq!(
             d["spec"]["selector"]["matchLabels"][PEERING_LABEL],
             "provider"
+        );
+        let budget = objects
+            .iter()
+            .find(|o| o["kind"] == "PodDisruptionBudget")
+            .unwrap();
+        assert_eq!(budget["metadata"]["name"], "refract-local-agent-provider");
+        assert_eq!(
+            budget["spec"]["selector"]["matchLabels"],
+            serde_json::json!({"app.kubernetes.io/name": "refract-local-agent", PEERING_LABEL: "provider"})
         );
         let secrets: Vec<&str> = d["spec"]["template"]["spec"]["volumes"]
             .as_array()
