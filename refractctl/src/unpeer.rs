@@ -70,6 +70,11 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
             "apps/v1",
             plan::local_agent_name(&args.provider_id),
         ),
+        (
+            "PodDisruptionBudget",
+            "policy/v1",
+            plan::local_agent_name(&args.provider_id),
+        ),
         ("Secret", "v1", plan::local_tls_secret(&args.provider_id)),
         ("Secret", "v1", plan::kubelet_tls_secret(&args.provider_id)),
     ] {
@@ -98,6 +103,12 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
     )
     .await?;
     say("the local agent's pods ended");
+    // Their leader election Lease, once no replica is left to renew it.
+    let lease = refract_core::keys::local_agent_lease(args.provider_id.as_str());
+    let object = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": lease, "namespace": NAMESPACE}});
+    if apply::delete(&origin, &object).await? {
+        say(&format!("Lease {NAMESPACE}/{lease} deleted"));
+    }
     let left = labelled_on_origin(&origin, &args.provider_id).await?;
     if !left.is_empty() {
         anyhow::bail!(

@@ -499,6 +499,25 @@ data: {greeting: hello}
     let pod_after = kubectl(&origin, &["-n", "refract-system", "get", "pods", "-l", "refract.io/peering=provider", "-o", "jsonpath={.items[0].metadata.uid} {.items[0].status.containerStatuses[0].restartCount}"]);
     assert_eq!(pod_before, pod_after, "the local agent was restarted");
 
+    // The local agent leads its peering on its Lease, under its pod's name (deploy/'s RBAC
+    // and downward API, as refractctl applied them).
+    let holder = kubectl_get(
+        &origin,
+        &[
+            "-n",
+            "refract-system",
+            "lease",
+            "refract-local-agent-provider",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    )
+    .unwrap_or_default();
+    assert!(
+        holder.starts_with("refract-local-agent-provider-"),
+        "the Lease is held by {holder:?}"
+    );
+
     // unpeer: graceful; nothing labelled for the tenant is left on either side.
     let started = Instant::now();
     let unpeer = [
@@ -521,6 +540,21 @@ data: {greeting: hello}
     );
     nothing_left_on_provider(&provider, "after unpeer");
     nothing_left_on_origin(&origin, "after unpeer");
+    for kind in ["lease", "poddisruptionbudget"] {
+        let left = kubectl_get(
+            &origin,
+            &[
+                "-n",
+                "refract-system",
+                kind,
+                "refract-local-agent-provider",
+                "-o",
+                "name",
+            ],
+        )
+        .unwrap_or_default();
+        assert!(left.is_empty(), "unpeer left {left}");
+    }
     let status = ok(&refractctl(&["status", "--origin-kubeconfig", &okc]));
     assert!(status.contains("no peerings"));
 
