@@ -252,8 +252,10 @@ pub fn released(previous: &LeaseSpec, now: MicroTime) -> LeaseSpec {
 enum Attempt {
     /// This replica holds the Lease now.
     Holding,
-    /// Another replica holds it, or won a race for it.
+    /// Another replica holds it.
     Held { holder: String, lapses_in: Duration },
+    /// Someone wrote the Lease between this replica's read and write: the next read tells who.
+    Raced,
 }
 
 /// One replica's side of the election.
@@ -292,6 +294,7 @@ impl Elector {
                     tracing::info!(lease = %self.lease_ref(), identity = %self.candidacy.identity, "this replica leads");
                     return Leadership::spawn(self, started);
                 }
+                Ok(Attempt::Raced) => {}
                 Ok(Attempt::Held { holder, lapses_in }) => {
                     if last_said.as_deref() != Some(holder.as_str()) {
                         tracing::info!(lease = %self.lease_ref(), %holder, identity = %self.candidacy.identity, lapses_in = ?lapses_in, "standing by: another replica leads");
@@ -345,7 +348,7 @@ impl Elector {
                 };
                 match self.leases.create(&PostParams::default(), &lease).await {
                     Ok(created) => self.wrote(created, now),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(self.lost_race()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(self.raced()),
                     Err(e) => Err(e),
                 }
             }
@@ -363,7 +366,7 @@ impl Elector {
                     .await
                 {
                     Ok(replaced) => self.wrote(replaced, now),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(self.lost_race()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(self.raced()),
                     Err(e) => Err(e),
                 }
             }
@@ -375,13 +378,10 @@ impl Elector {
         Ok(Attempt::Holding)
     }
 
-    fn lost_race(&mut self) -> Attempt {
-        // Someone else wrote first; the next read tells who, and the duration starts again.
+    fn raced(&mut self) -> Attempt {
+        // The duration starts again from the next read.
         self.seen = None;
-        Attempt::Held {
-            holder: "another replica (it wrote the Lease first)".into(),
-            lapses_in: self.candidacy.timing.lease_duration,
-        }
+        Attempt::Raced
     }
 
     /// Gives the Lease up if this replica still holds it.
@@ -478,6 +478,9 @@ async fn renew(
         let left = renew_deadline.saturating_sub(started - renewed_at);
         match tokio::time::timeout(left, elector.attempt()).await {
             Ok(Ok(Attempt::Holding)) => renewed_at = started,
+            // A write between our read and ours (another replica's takeover shows at the next
+            // read): not renewed, so the deadline keeps counting.
+            Ok(Ok(Attempt::Raced)) => {}
             Ok(Ok(Attempt::Held { holder, .. })) => {
                 tracing::error!(lease = %elector.lease_ref(), %holder, "another replica holds the Lease: this replica stops leading");
                 lost.cancel();

@@ -775,8 +775,12 @@ async fn a_tap_that_is_not_read_is_cut_off_not_held() {
         rss_after < rss_before + 64 * 1024,
         "the remote agent grew from {rss_before} to {rss_after} KiB"
     );
+    // Bob's ack is a write to the provider's API server, on two cores shared with the flood's
+    // decoding and the test's other control planes: the slowest of 40 wanders by a hundred
+    // milliseconds or so (156 ms against 62 ms alone, seen once). A tap that held the agent up
+    // would hold bob for as long as the flood lasts, seconds.
     assert!(
-        during <= alone * 2 + Duration::from_millis(20),
+        during <= alone * 2 + Duration::from_millis(250),
         "bob's acks took up to {during:?} during the flood, {alone:?} without"
     );
     // The tap, read at last: what fit, then the reason it was cut off.
