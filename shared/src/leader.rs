@@ -84,9 +84,12 @@ impl Timing {
                 "--leader-election-renew-deadline ({renew_deadline:?}) must be shorter than --leader-election-lease-duration ({lease_duration:?}): a leader must stop acting before a standby may take over"
             ));
         }
-        if retry_period.is_zero() || retry_period >= renew_deadline {
+        if retry_period.is_zero()
+            || retry_period >= renew_deadline
+            || renew_deadline + retry_period >= lease_duration
+        {
             return Err(format!(
-                "--leader-election-retry-period ({retry_period:?}) must be above zero and shorter than --leader-election-renew-deadline ({renew_deadline:?})"
+                "--leader-election-retry-period ({retry_period:?}) must be above zero, shorter than --leader-election-renew-deadline ({renew_deadline:?}), and with it shorter than --leader-election-lease-duration ({lease_duration:?}): a leader's last look may take a retry period past the deadline"
             ));
         }
         Ok(Self {
@@ -475,7 +478,12 @@ async fn renew(
             _ = tokio::time::sleep(retry_period) => {}
         }
         let started = Instant::now();
-        let left = renew_deadline.saturating_sub(started - renewed_at);
+        // Past the deadline (a process paused by SIGSTOP or the node, a slow API server) one
+        // more look of at most a retry period decides: a renewal that succeeds is a
+        // compare-and-swap on a Lease still naming this replica, so nobody took it meanwhile.
+        let left = renew_deadline
+            .saturating_sub(started - renewed_at)
+            .max(retry_period);
         match tokio::time::timeout(left, elector.attempt()).await {
             Ok(Ok(Attempt::Holding)) => renewed_at = started,
             // A write between our read and ours (another replica's takeover shows at the next
@@ -575,7 +583,7 @@ mod tests {
         assert!(Timing::new(s(15), s(15), s(2))
             .unwrap_err()
             .contains("renew-deadline"));
-        assert!(Timing::new(s(15), s(10), s(10))
+        assert!(Timing::new(s(15), s(10), s(5))
             .unwrap_err()
             .contains("retry-period"));
         assert!(Timing::new(
