@@ -279,11 +279,6 @@ impl Elector {
         }
     }
 
-    /// Who this replica is in the Lease.
-    pub fn candidacy(&self) -> &Candidacy {
-        &self.candidacy
-    }
-
     /// Waits until this replica holds the Lease, then keeps renewing it until the returned
     /// [`Leadership`] is released or lost. Errors reading the Lease (a missing namespace, no
     /// access) are logged with the reason and retried.
@@ -422,26 +417,18 @@ pub struct Leadership {
     lost: CancellationToken,
     stop: CancellationToken,
     renewing: tokio::task::JoinHandle<Elector>,
-    identity: String,
 }
 
 impl Leadership {
     fn spawn(elector: Elector, renewed_at: Instant) -> Self {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
-        let identity = elector.candidacy.identity.clone();
         let renewing = tokio::spawn(renew(elector, renewed_at, lost.clone(), stop.clone()));
         Self {
             lost,
             stop,
             renewing,
-            identity,
         }
-    }
-
-    /// This replica's name in the Lease.
-    pub fn identity(&self) -> &str {
-        &self.identity
     }
 
     /// Resolves when leadership is lost: the Lease could not be renewed within the renew
