@@ -3,9 +3,11 @@
 //! iptables drops every packet (a cut without a reset, so both ends see a half-open
 //! connection until keepalive notices) or a share of them, and a relay in the namespace adds
 //! latency (this kernel lacks netem). Both agents are also killed with SIGKILL mid-burst.
-//! The origin's API server keeps no watch cache and compacts etcd every 10 s, so a local agent
-//! cut off from it for 30 s resumes its watches at a revision that is gone: the API server
-//! answers `410 Gone` and the agent must relist (objects deleted meanwhile included).
+//! The origin's API server keeps no watch cache and compacts etcd every second, so a local
+//! agent cut off from it for 5 s resumes its watches at a revision that is gone: the API server
+//! answers `410 Gone` and the agent must relist (objects deleted meanwhile included). Cut off
+//! for 30 s, longer than deploy's leader election renew deadline, the agent must stop acting
+//! and exit; started again, as its Deployment would, it must converge as well.
 //!
 //! During each fault 1,000 origin ConfigMaps change. Afterwards the provider must hold
 //! exactly the origin's state (0 lost), no write on the provider may repeat what it already
@@ -32,7 +34,8 @@ const OBJECTS: usize = 1000;
 const WAIT: Duration = Duration::from_secs(120);
 const NS: &str = "churn";
 const TWIN: &str = "churn-origin";
-/// ConfigMaps deleted while the local agent cannot see the origin (the `410 Gone` scenario).
+/// ConfigMaps deleted while the local agent cannot see the origin: half in the outage that
+/// costs its leadership, half in the `410 Gone` scenario.
 const DOOMED: usize = 10;
 /// The local agent's HTTP/2 keepalive: a half-open link is found dead within their sum.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
@@ -55,6 +58,13 @@ fn link_events(log: &str) -> (usize, usize) {
     (failed, connected)
 }
 
+/// How many times the local agent's log says it relisted origin ConfigMaps.
+fn configmap_relists(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("origin watch relisted") && l.contains("ConfigMap"))
+        .count()
+}
+
 /// How many `doomed-*` ConfigMaps the provider holds.
 fn doomed_on(p: &Peering) -> usize {
     kubectl_get(&p.provider, &["-n", TWIN, "configmaps", "-o", "name"])
@@ -75,6 +85,8 @@ struct Faults {
     writes: ProviderWrites,
     pods: String,
     round: u32,
+    /// How many `doomed-*` ConfigMaps the origin still holds.
+    doomed_left: usize,
 }
 
 impl Faults {
@@ -82,11 +94,13 @@ impl Faults {
         let provider = Options::named("provider")
             .with_node(PROVIDER_POD_RANGE, &[])
             .unwrap();
-        // No watch cache and a compaction every 10 s: a watch resumed from a revision older
-        // than the last compaction is answered 410 Gone.
+        // No watch cache and a compaction every second: a watch resumed from a revision older
+        // than the last compaction is answered 410 Gone. (The API server compacts to the
+        // revision it saw one interval earlier, so a 5 s outage under churn is always past it,
+        // and short of the leader election renew deadline.)
         let origin = Options::named("origin")
             .with_controllers()
-            .with_apiserver_args(&["--watch-cache=false", "--etcd-compaction-interval=10s"]);
+            .with_apiserver_args(&["--watch-cache=false", "--etcd-compaction-interval=1s"]);
         let mut p = Peering::start_on(
             origin,
             provider,
@@ -158,6 +172,7 @@ impl Faults {
             writes,
             pods,
             round: 0,
+            doomed_left: DOOMED,
         }
     }
 
@@ -178,6 +193,7 @@ impl Faults {
         let churning = tokio::spawn(async move { churn::churn(&origin, OBJECTS, round).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
         let (failed_before, connected_before) = link_events(&self.p.local_log());
+        let relists_before = configmap_relists(&self.p.local_log());
         self.begin(s.fault).await;
         let cut_at = Instant::now();
         // A cut held past the keepalive: the local agent must find the link dead by keepalive
@@ -214,6 +230,9 @@ impl Faults {
             (took, "the churn ended, under the fault")
         } else {
             self.heal().await;
+            if let Fault::OriginOutage = s.fault {
+                self.start_again_after_stepping_down(s.name).await;
+            }
             (
                 churn::converged(&self.provider, OBJECTS, round, WAIT).await,
                 "healing",
@@ -285,34 +304,88 @@ impl Faults {
                 s.name
             );
         }
-        if let Fault::OriginWatchGone = s.fault {
-            self.relisted_without_losing_deletes(s.name).await;
+        match s.fault {
+            Fault::OriginWatchGone => {
+                self.relisted_without_losing_deletes(s.name, relists_before)
+                    .await
+            }
+            Fault::OriginOutage => self.deleted_while_away(s.name).await,
+            _ => {}
         }
     }
 
-    /// After `410 Gone`: the agent said it relisted, and the ConfigMaps deleted while it was
-    /// cut off are gone from the provider too.
-    async fn relisted_without_losing_deletes(&self, name: &str) {
-        let log = self.p.local_log();
-        let relists: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("origin watch relisted") && l.contains("ConfigMap"))
-            .collect();
+    /// After an origin outage past the renew deadline: the local agent stopped acting and
+    /// exited non-zero on its own, saying why; it is started again, as its Deployment's
+    /// kubelet would.
+    async fn start_again_after_stepping_down(&mut self, name: &str) {
+        let mut agent = self.p.local.take().expect("the local agent");
+        let status = self
+            .p
+            .eventually(Duration::from_secs(30), "the local agent to exit", || {
+                agent.exited()
+            })
+            .await;
+        let log = agent.log_text();
         assert!(
-            !relists.is_empty(),
-            "{name}: the local agent never relisted ConfigMaps: the API server did not answer 410 Gone"
+            !status.success(),
+            "{name}: the agent exited with {status}, not as a failure its Deployment restarts"
         );
+        assert!(
+            log.contains("lost the leadership Lease"),
+            "{name}: the agent exited, but not for its Lease:\n{}",
+            log.lines()
+                .skip(log.lines().count().saturating_sub(40))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        println!("{name}: the local agent could not renew its Lease, stopped acting and exited ({status}); started again");
+        self.p.start_local();
+    }
+
+    /// The ConfigMaps deleted while no local agent ran are gone from the provider too.
+    async fn deleted_while_away(&self, name: &str) {
         let started = Instant::now();
+        self.until_doomed_gone().await;
+        println!(
+            "{name}: the ConfigMaps deleted while no agent acted were gone from the provider {:.1?} later",
+            started.elapsed()
+        );
+    }
+
+    async fn until_doomed_gone(&self) {
+        let left = self.doomed_left;
         self.p
             .eventually(
                 WAIT,
                 "the doomed ConfigMaps deleted on the provider",
-                || (doomed_on(&self.p) == 0).then_some(()),
+                || (doomed_on(&self.p) == left).then_some(()),
             )
             .await;
+    }
+
+    /// Deletes `n` more `doomed-*` ConfigMaps on the origin.
+    async fn delete_doomed(&mut self, n: usize) {
+        for i in DOOMED - self.doomed_left..DOOMED - self.doomed_left + n {
+            self.origin
+                .delete(&format!("doomed-{i:02}"), &Default::default())
+                .await
+                .expect("origin delete");
+        }
+        self.doomed_left -= n;
+    }
+
+    /// After `410 Gone`: the agent said it relisted, and the ConfigMaps deleted while it was
+    /// cut off are gone from the provider too.
+    async fn relisted_without_losing_deletes(&self, name: &str, relists_before: usize) {
+        let relists = configmap_relists(&self.p.local_log()) - relists_before;
+        assert!(
+            relists > 0,
+            "{name}: the local agent never relisted ConfigMaps: the API server did not answer 410 Gone"
+        );
+        let started = Instant::now();
+        self.until_doomed_gone().await;
         println!(
-            "{name}: the local agent relisted ConfigMaps {} time(s); the {DOOMED} ConfigMaps deleted while it was cut off were gone from the provider {:.1?} later",
-            relists.len(),
+            "{name}: the local agent relisted ConfigMaps {relists} time(s); the ConfigMaps deleted while it was cut off were gone from the provider {:.1?} later",
             started.elapsed()
         );
     }
@@ -339,15 +412,9 @@ impl Faults {
             }
             Fault::FreezeProviderApiServer => self.signal_provider_api_server("-STOP"),
             Fault::FreezeLocalAgent => self.signal_local_agent("-STOP"),
-            Fault::OriginWatchGone => {
+            Fault::OriginWatchGone | Fault::OriginOutage => {
                 self.origin_gate.close();
-                for i in 0..DOOMED {
-                    let name = format!("doomed-{i:02}");
-                    self.origin
-                        .delete(&name, &Default::default())
-                        .await
-                        .expect("origin delete");
-                }
+                self.delete_doomed(DOOMED / 2).await;
             }
         }
     }
@@ -393,6 +460,9 @@ enum Fault {
     /// while the origin changes and compacts: its watches resume at a compacted revision, are
     /// answered 410 Gone, and must relist.
     OriginWatchGone,
+    /// As `OriginWatchGone`, held past the renew deadline: the agent cannot renew its Lease,
+    /// so it must stop acting and exit (a standby may lead by then), and it is started again.
+    OriginOutage,
 }
 
 /// One fault, how long it holds at least, and what must hold of it.
@@ -455,9 +525,17 @@ async fn the_provider_converges_without_loss_or_duplicate_writes_through_real_li
     })
     .await;
     f.scenario(Scenario {
-        name: "origin watch answered 410 Gone (API server out of reach 30s, etcd compacted)",
-        fault: Fault::OriginWatchGone,
+        name: "origin API server out of reach 30s (past the Lease renew deadline)",
+        fault: Fault::OriginOutage,
         hold: Duration::from_secs(30),
+        converge_under_fault: false,
+        cuts_writes: true,
+    })
+    .await;
+    f.scenario(Scenario {
+        name: "origin watch answered 410 Gone (API server out of reach 5s, etcd compacted)",
+        fault: Fault::OriginWatchGone,
+        hold: Duration::from_secs(5),
         converge_under_fault: false,
         cuts_writes: true,
     })
