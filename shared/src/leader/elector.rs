@@ -1,0 +1,257 @@
+//! One replica's side of the election: reading and writing the Lease by [`super::rule`], and
+//! renewing it while leading.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::rule::{held_by, judge, released, Verdict};
+use super::{Candidacy, Timing};
+
+/// What one look at the Lease came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Attempt {
+    /// This replica holds the Lease now.
+    Holding,
+    /// Another replica holds it.
+    Held { holder: String, lapses_in: Duration },
+    /// Someone wrote the Lease between this replica's read and write: the next read tells who.
+    Raced,
+}
+
+/// One replica's side of the election.
+pub struct Elector {
+    leases: Api<Lease>,
+    candidacy: Candidacy,
+    /// The Lease's spec as last read or written, and since when this replica has seen it so.
+    seen: Option<(LeaseSpec, Instant)>,
+}
+
+impl Elector {
+    /// An elector for `candidacy`, on `client`'s cluster.
+    pub fn new(client: kube::Client, candidacy: Candidacy) -> Self {
+        Self {
+            leases: Api::namespaced(client, &candidacy.namespace),
+            candidacy,
+            seen: None,
+        }
+    }
+
+    /// Waits until this replica holds the Lease, then keeps renewing it until the returned
+    /// [`Leadership`] is released or lost. Errors reading the Lease (a missing namespace, no
+    /// access) are logged with the reason and retried.
+    pub async fn acquire(mut self) -> Leadership {
+        let retry = self.candidacy.timing.retry_period;
+        let mut last_said: Option<String> = None;
+        loop {
+            let started = Instant::now();
+            match self.attempt().await {
+                Ok(Attempt::Holding) => {
+                    tracing::info!(lease = %self.lease_ref(), identity = %self.candidacy.identity, "this replica leads");
+                    return Leadership::spawn(self, started);
+                }
+                Ok(Attempt::Raced) => {}
+                Ok(Attempt::Held { holder, lapses_in }) => {
+                    if last_said.as_deref() != Some(holder.as_str()) {
+                        tracing::info!(lease = %self.lease_ref(), %holder, identity = %self.candidacy.identity, lapses_in = ?lapses_in, "standing by: another replica leads");
+                        last_said = Some(holder);
+                    }
+                }
+                Err(error) => {
+                    // Said once per distinct error, not at every retry.
+                    let said = format!("error: {error}");
+                    if last_said.as_deref() != Some(said.as_str()) {
+                        tracing::warn!(lease = %self.lease_ref(), %error, "failed to read or write the leader election Lease; retrying (does the namespace exist, and may this agent get, create and update leases in it?)");
+                        last_said = Some(said);
+                    }
+                }
+            }
+            tokio::time::sleep(retry).await;
+        }
+    }
+
+    fn lease_ref(&self) -> String {
+        format!("{}/{}", self.candidacy.namespace, self.candidacy.lease)
+    }
+
+    /// Reads the Lease and acts on [`judge`]'s verdict once.
+    async fn attempt(&mut self) -> Result<Attempt, kube::Error> {
+        let current = self.leases.get_opt(&self.candidacy.lease).await?;
+        let spec = current.as_ref().map(|l| l.spec.clone().unwrap_or_default());
+        let now = Instant::now();
+        let unchanged_for = match (&self.seen, &spec) {
+            (Some((seen, since)), Some(spec)) if seen == spec => now - *since,
+            _ => Duration::ZERO,
+        };
+        if let Some(spec) = &spec {
+            if unchanged_for.is_zero() {
+                self.seen = Some((spec.clone(), now));
+            }
+        }
+        let me = self.candidacy.identity.clone();
+        let duration = self.candidacy.timing.lease_duration;
+        let wall = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        match (judge(spec.as_ref(), &me, unchanged_for), current) {
+            (Verdict::Wait { holder, lapses_in }, _) => Ok(Attempt::Held { holder, lapses_in }),
+            (Verdict::Create, _) | (_, None) => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.candidacy.lease.clone()),
+                        namespace: Some(self.candidacy.namespace.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(held_by(None, &me, duration, wall)),
+                };
+                match self.leases.create(&PostParams::default(), &lease).await {
+                    Ok(created) => self.wrote(created, now),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(self.raced()),
+                    Err(e) => Err(e),
+                }
+            }
+            (verdict, Some(mut lease)) => {
+                if let Verdict::TakeOver { from } = &verdict {
+                    tracing::info!(lease = %self.lease_ref(), from = from.as_deref().unwrap_or("nobody"), "taking the Lease over");
+                }
+                let previous = lease.spec.take();
+                lease.spec = Some(held_by(previous.as_ref(), &me, duration, wall));
+                // The read's resourceVersion makes this a compare-and-swap: of two replicas
+                // taking over at once, one is answered 409.
+                match self
+                    .leases
+                    .replace(&self.candidacy.lease, &PostParams::default(), &lease)
+                    .await
+                {
+                    Ok(replaced) => self.wrote(replaced, now),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(self.raced()),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    fn wrote(&mut self, lease: Lease, at: Instant) -> Result<Attempt, kube::Error> {
+        self.seen = lease.spec.map(|s| (s, at));
+        Ok(Attempt::Holding)
+    }
+
+    fn raced(&mut self) -> Attempt {
+        // The duration starts again from the next read.
+        self.seen = None;
+        Attempt::Raced
+    }
+
+    /// Gives the Lease up if this replica still holds it.
+    async fn release(&mut self) {
+        let Ok(Some(mut lease)) = self.leases.get_opt(&self.candidacy.lease).await else {
+            return;
+        };
+        let Some(spec) = lease.spec.take() else {
+            return;
+        };
+        if spec.holder_identity.as_deref() != Some(self.candidacy.identity.as_str()) {
+            return;
+        }
+        lease.spec = Some(released(
+            &spec,
+            MicroTime(k8s_openapi::jiff::Timestamp::now()),
+        ));
+        match self
+            .leases
+            .replace(&self.candidacy.lease, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(lease = %self.lease_ref(), "released the Lease: a standby takes over at its next look")
+            }
+            Err(error) => {
+                tracing::warn!(lease = %self.lease_ref(), %error, "failed to release the Lease; a standby takes over once it lapses")
+            }
+        }
+    }
+}
+
+/// This replica's leadership: renewed in the background until released or lost.
+pub struct Leadership {
+    lost: CancellationToken,
+    stop: CancellationToken,
+    renewing: tokio::task::JoinHandle<Elector>,
+}
+
+impl Leadership {
+    fn spawn(elector: Elector, renewed_at: Instant) -> Self {
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let renewing = tokio::spawn(renew(elector, renewed_at, lost.clone(), stop.clone()));
+        Self {
+            lost,
+            stop,
+            renewing,
+        }
+    }
+
+    /// Resolves when leadership is lost: the Lease could not be renewed within the renew
+    /// deadline, or another replica holds it. Everything leader-only must stop then.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await
+    }
+
+    /// Stops renewing and gives the Lease up, after the caller has stopped acting.
+    pub async fn release(self) {
+        self.stop.cancel();
+        if let Ok(mut elector) = self.renewing.await {
+            if !self.lost.is_cancelled() {
+                elector.release().await;
+            }
+        }
+    }
+}
+
+async fn renew(
+    mut elector: Elector,
+    mut renewed_at: Instant,
+    lost: CancellationToken,
+    stop: CancellationToken,
+) -> Elector {
+    let Timing {
+        renew_deadline,
+        retry_period,
+        ..
+    } = elector.candidacy.timing;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return elector,
+            _ = tokio::time::sleep(retry_period) => {}
+        }
+        let started = Instant::now();
+        // Past the deadline (a process paused by SIGSTOP or the node, a slow API server) one
+        // more look of at most a retry period decides: a renewal that succeeds is a
+        // compare-and-swap on a Lease still naming this replica, so nobody took it meanwhile.
+        let left = renew_deadline
+            .saturating_sub(started - renewed_at)
+            .max(retry_period);
+        match tokio::time::timeout(left, elector.attempt()).await {
+            Ok(Ok(Attempt::Holding)) => renewed_at = started,
+            // A write between our read and ours (another replica's takeover shows at the next
+            // read): not renewed, so the deadline keeps counting.
+            Ok(Ok(Attempt::Raced)) => {}
+            Ok(Ok(Attempt::Held { holder, .. })) => {
+                tracing::error!(lease = %elector.lease_ref(), %holder, "another replica holds the Lease: this replica stops leading");
+                lost.cancel();
+                return elector;
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %elector.lease_ref(), %error, "failed to renew the Lease; retrying until the renew deadline")
+            }
+            Err(_) => {}
+        }
+        if renewed_at.elapsed() >= renew_deadline {
+            tracing::error!(lease = %elector.lease_ref(), deadline = ?renew_deadline, "could not renew the Lease within the renew deadline: this replica stops leading");
+            lost.cancel();
+            return elector;
+        }
+    }
+}
