@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 
-use crate::{kubectl_get, Peering};
+use refract_testkit::ControlPlane;
+
+use crate::kubectl_get;
 
 /// The name of churned object `i`.
 fn name(i: usize) -> String {
@@ -174,9 +176,9 @@ pub async fn converged(
 
 /// The provider pods' identity in `namespace`: pod UID, container ID, restart count and phase
 /// of each, a line a pod.
-pub fn provider_pods(p: &Peering, namespace: &str) -> String {
+pub fn provider_pods(provider: &ControlPlane, namespace: &str) -> String {
     kubectl_get(
-        &p.provider,
+        provider,
         &["-n", namespace, "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.phase}{\"\\n\"}{end}"],
     )
     .unwrap_or_default()

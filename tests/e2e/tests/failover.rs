@@ -289,7 +289,7 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
     churn::converged(&provider, OBJECTS, 0, WAIT).await;
     let web = p
         .eventually(WAIT, "web Running on the provider", || {
-            let pods = churn::provider_pods(&p, TWIN);
+            let pods = churn::provider_pods(&p.provider, TWIN);
             pods.lines()
                 .find(|l| l.starts_with("web ") && l.ends_with(" 0 Running"))
                 .map(str::to_string)
@@ -376,7 +376,7 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
             })
             .await;
         }
-        let web_after = churn::provider_pods(&p, TWIN)
+        let web_after = churn::provider_pods(&p.provider, TWIN)
             .lines()
             .find(|l| l.starts_with("web "))
             .map(str::to_string)

@@ -12,6 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use refract_e2e::churn::{self, ProviderWrites};
 use refract_e2e::{
     busybox, can_i, eventually, free_port, grpcurl, http_get, kubectl, kubectl_get, kubectl_stdin,
     run, until_extended, Certs,
@@ -634,6 +637,74 @@ spec:
     println!("GET /metrics as monitoring/prometheus: {status}");
     assert_eq!(status, 200);
     assert!(body.contains("refract_remote_tenant_usage"), "{body}");
+
+    rollouts_during_a_burst(&origin, &provider).await;
+}
+
+/// `kubectl rollout restart` of each agent while 1,000 origin ConfigMaps change: the provider
+/// ends with exactly the origin's state, written once per change and never with what it held,
+/// and its pods are the same containers. One replica each, rolled as deploy/ and the test
+/// overlays roll them: the old pod stops (the local agent releasing its Lease) before the new
+/// one starts, as two host-network pods on one node would want the same ports.
+async fn rollouts_during_a_burst(origin: &ControlPlane, provider: &ControlPlane) {
+    const OBJECTS: usize = 1000;
+    let origin_api: Api<ConfigMap> = Api::namespaced(origin.client().await.unwrap(), "apps");
+    let provider_client = provider.client().await.unwrap();
+    let provider_api: Api<ConfigMap> = Api::namespaced(provider_client.clone(), "apps-origin");
+    let writes = ProviderWrites::watch(provider_client, "apps-origin");
+    churn::create(&origin_api, OBJECTS).await;
+    churn::converged(&provider_api, OBJECTS, 0, WAIT).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pods = churn::provider_pods(provider, "apps-origin");
+    for (round, cp, agent) in [(1, origin, "local-agent"), (2, provider, "remote-agent")] {
+        let before = writes.count();
+        let churning = {
+            let origin_api = origin_api.clone();
+            tokio::spawn(async move { churn::churn(&origin_api, OBJECTS, round).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let deployment = format!("deployment/refract-{agent}");
+        let started = std::time::Instant::now();
+        kubectl(
+            cp,
+            &["-n", "refract-system", "rollout", "restart", &deployment],
+        );
+        kubectl(
+            cp,
+            &[
+                "-n",
+                "refract-system",
+                "rollout",
+                "status",
+                &deployment,
+                "--timeout=120s",
+            ],
+        );
+        let rolled = started.elapsed();
+        churning.await.unwrap();
+        let took = churn::converged(&provider_api, OBJECTS, round, WAIT).await;
+        // Late duplicates would show within a moment of converging.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (written, duplicates) = (writes.count() - before, writes.duplicates());
+        let pods_after = churn::provider_pods(provider, "apps-origin");
+        println!(
+            "kubectl rollout restart {deployment} during a churn of {OBJECTS}: rolled out in {rolled:.1?}, the provider converged {took:.1?} after the churn ended; provider writes {written}, duplicate writes {}, provider pods unchanged: {}",
+            duplicates.len(),
+            pods_after == pods
+        );
+        assert!(
+            duplicates.is_empty(),
+            "{agent} rollout: writes that changed nothing: {duplicates:?}"
+        );
+        assert_eq!(
+            written, OBJECTS as u64,
+            "{agent} rollout: one write per changed object"
+        );
+        assert_eq!(
+            pods_after, pods,
+            "{agent} rollout: the provider pods changed or restarted"
+        );
+    }
 }
 
 /// The token of ServiceAccount `namespace/name`, from the Secret Kubernetes 1.20 makes for it.

@@ -158,7 +158,7 @@ impl Faults {
         println!("setup: {OBJECTS} ConfigMaps reflected {took:.1?} after the last was created");
         let pods = p
             .eventually(WAIT, "three provider pods Running", || {
-                let pods = churn::provider_pods(&p, TWIN);
+                let pods = churn::provider_pods(&p.provider, TWIN);
                 (pods.lines().filter(|l| l.ends_with(" 0 Running")).count() == 3).then_some(pods)
             })
             .await;
@@ -244,7 +244,7 @@ impl Faults {
             self.writes.count() - writes_before,
             self.writes.duplicates(),
         );
-        let pods = churn::provider_pods(&self.p, TWIN);
+        let pods = churn::provider_pods(&self.p.provider, TWIN);
         println!(
             "{}: {OBJECTS} objects changed; {during} reached the provider during the fault; converged {took:.1?} after {since} ({:.1?} after the churn began); provider writes {}, duplicate writes {}, lost 0; pods unchanged: {}",
             s.name,
