@@ -17,8 +17,8 @@ pub mod rule;
 
 use std::time::Duration;
 
-pub use elector::{Elector, Leadership};
-pub use rule::{held_by, judge, released, Verdict};
+pub use elector::{Elector, Leadership, StillHeld};
+pub use rule::{handover_asked, held_by, judge, released, Verdict, HANDOVER_ANNOTATION};
 
 /// Leader election flags, shared by the agents.
 #[derive(Debug, Clone, clap::Args)]
@@ -112,6 +112,28 @@ pub struct Candidacy {
     pub identity: String,
     /// Durations.
     pub timing: Timing,
+    /// Whether this replica gives the Lease up when another asks for it
+    /// ([`rule::HANDOVER_ANNOTATION`]): for work that follows a client's connection, where
+    /// the replica the client reached last should serve it.
+    pub yields: bool,
+}
+
+impl Candidacy {
+    /// The same replica, running for Lease `lease` instead.
+    pub fn for_lease(&self, lease: String) -> Self {
+        Self {
+            lease,
+            ..self.clone()
+        }
+    }
+
+    /// The same, giving the Lease up when asked.
+    pub fn yielding(self) -> Self {
+        Self {
+            yields: true,
+            ..self
+        }
+    }
 }
 
 impl LeaderElectionArgs {
@@ -144,6 +166,7 @@ impl LeaderElectionArgs {
             lease,
             identity,
             timing,
+            yields: false,
         }))
     }
 }

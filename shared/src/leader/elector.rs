@@ -9,7 +9,7 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::rule::{held_by, judge, released, Verdict};
+use super::rule::{handover_asked, held_by, judge, released, Verdict, HANDOVER_ANNOTATION};
 use super::{Candidacy, Timing};
 
 /// What one look at the Lease came to.
@@ -21,6 +21,15 @@ enum Attempt {
     Held { holder: String, lapses_in: Duration },
     /// Someone wrote the Lease between this replica's read and write: the next read tells who.
     Raced,
+    /// This replica holds it, yields, and another replica asks for it: not renewed.
+    Asked { by: String },
+}
+
+/// Who held the Lease when [`Elector::claim`] gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StillHeld {
+    /// The holder, or why the Lease could not be read or written.
+    pub by: String,
 }
 
 /// One replica's side of the election.
@@ -49,12 +58,13 @@ impl Elector {
         let mut last_said: Option<String> = None;
         loop {
             let started = Instant::now();
-            match self.attempt().await {
+            match self.attempt(false).await {
                 Ok(Attempt::Holding) => {
                     tracing::info!(lease = %self.lease_ref(), identity = %self.candidacy.identity, "this replica leads");
                     return Leadership::spawn(self, started);
                 }
-                Ok(Attempt::Raced) => {}
+                // Asked: only a yielding holder is, and it stops at its next renewal.
+                Ok(Attempt::Raced | Attempt::Asked { .. }) => {}
                 Ok(Attempt::Held { holder, lapses_in }) => {
                     if last_said.as_deref() != Some(holder.as_str()) {
                         tracing::info!(lease = %self.lease_ref(), %holder, identity = %self.candidacy.identity, lapses_in = ?lapses_in, "standing by: another replica leads");
@@ -74,12 +84,68 @@ impl Elector {
         }
     }
 
+    /// Takes the Lease within `within`, asking its holder to hand it over
+    /// ([`super::rule::HANDOVER_ANNOTATION`]) when another replica holds it; looks again every
+    /// `poll`. A holder that yields releases it at its next renewal; one that is gone lets it
+    /// lapse after the lease duration.
+    pub async fn claim(mut self, within: Duration, poll: Duration) -> Result<Leadership, StillHeld> {
+        let deadline = Instant::now() + within;
+        let mut asked = false;
+        loop {
+            let started = Instant::now();
+            let by = match self.attempt(true).await {
+                Ok(Attempt::Holding) => {
+                    tracing::info!(lease = %self.lease_ref(), identity = %self.candidacy.identity, "took the Lease");
+                    return Ok(Leadership::spawn(self, started));
+                }
+                Ok(Attempt::Raced) => String::from("a replica that wrote the Lease at the same time"),
+                Ok(Attempt::Held { holder, .. }) => {
+                    if !asked {
+                        match self.ask_handover().await {
+                            Ok(()) => asked = true,
+                            Err(error) => tracing::debug!(lease = %self.lease_ref(), %error, "asking for the Lease failed; asking again"),
+                        }
+                    }
+                    holder
+                }
+                Ok(Attempt::Asked { by }) => by,
+                Err(error) => format!("none known: the Lease could not be read or written ({error})"),
+            };
+            if Instant::now() + poll > deadline {
+                return Err(StillHeld { by });
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// Names this replica on the Lease as the one asking for it.
+    async fn ask_handover(&mut self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.leases.get_opt(&self.candidacy.lease).await? else {
+            return Ok(());
+        };
+        let me = &self.candidacy.identity;
+        let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+        if annotations.get(HANDOVER_ANNOTATION) == Some(me) {
+            return Ok(());
+        }
+        annotations.insert(HANDOVER_ANNOTATION.to_string(), me.clone());
+        // A compare-and-swap like every write here: a 409 means the holder renewed meanwhile,
+        // and the caller asks again.
+        self.leases
+            .replace(&self.candidacy.lease, &PostParams::default(), &lease)
+            .await?;
+        tracing::info!(lease = %self.lease_ref(), identity = %me, "asked the holder to hand the Lease over");
+        Ok(())
+    }
+
     fn lease_ref(&self) -> String {
         format!("{}/{}", self.candidacy.namespace, self.candidacy.lease)
     }
 
-    /// Reads the Lease and acts on [`judge`]'s verdict once.
-    async fn attempt(&mut self) -> Result<Attempt, kube::Error> {
+    /// Reads the Lease and acts on [`judge`]'s verdict once. `claiming`: a client reached this
+    /// replica just now, so a holder's pending request for the Lease is overruled, and cleared
+    /// as this replica writes it.
+    async fn attempt(&mut self, claiming: bool) -> Result<Attempt, kube::Error> {
         let current = self.leases.get_opt(&self.candidacy.lease).await?;
         let spec = current.as_ref().map(|l| l.spec.clone().unwrap_or_default());
         let now = Instant::now();
@@ -95,7 +161,14 @@ impl Elector {
         let me = self.candidacy.identity.clone();
         let duration = self.candidacy.timing.lease_duration;
         let wall = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        match (judge(spec.as_ref(), &me, unchanged_for), current) {
+        let verdict = judge(spec.as_ref(), &me, unchanged_for);
+        let yields = self.candidacy.yields && !claiming;
+        if let (Verdict::Renew, true, Some(lease)) = (&verdict, yields, &current) {
+            if let Some(by) = handover_asked(lease.metadata.annotations.as_ref(), &me) {
+                return Ok(Attempt::Asked { by });
+            }
+        }
+        match (verdict, current) {
             (Verdict::Wait { holder, lapses_in }, _) => Ok(Attempt::Held { holder, lapses_in }),
             (Verdict::Create, _) | (_, None) => {
                 let lease = Lease {
@@ -118,6 +191,13 @@ impl Elector {
                 }
                 let previous = lease.spec.take();
                 lease.spec = Some(held_by(previous.as_ref(), &me, duration, wall));
+                // This replica's own request is granted by taking the Lease; a claim overrules
+                // any other.
+                if let Some(annotations) = lease.metadata.annotations.as_mut() {
+                    if claiming || annotations.get(HANDOVER_ANNOTATION) == Some(&me) {
+                        annotations.remove(HANDOVER_ANNOTATION);
+                    }
+                }
                 // The read's resourceVersion makes this a compare-and-swap: of two replicas
                 // taking over at once, one is answered 409.
                 match self
@@ -178,6 +258,8 @@ impl Elector {
 pub struct Leadership {
     lost: CancellationToken,
     stop: CancellationToken,
+    /// Set when a yielding holder was asked for the Lease: by whom.
+    asked_by: std::sync::Arc<std::sync::OnceLock<String>>,
     renewing: tokio::task::JoinHandle<Elector>,
 }
 
@@ -185,37 +267,63 @@ impl Leadership {
     fn spawn(elector: Elector, renewed_at: Instant) -> Self {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
-        let renewing = tokio::spawn(renew(elector, renewed_at, lost.clone(), stop.clone()));
+        let asked_by = std::sync::Arc::default();
+        let renewing = tokio::spawn(renew(
+            elector,
+            renewed_at,
+            Ends {
+                lost: lost.clone(),
+                stop: stop.clone(),
+                asked_by: std::sync::Arc::clone(&asked_by),
+            },
+        ));
         Self {
             lost,
             stop,
+            asked_by,
             renewing,
         }
     }
 
     /// Resolves when leadership is lost: the Lease could not be renewed within the renew
-    /// deadline, or another replica holds it. Everything leader-only must stop then.
+    /// deadline, another replica holds it, or (yielding) another asked for it. Everything
+    /// leader-only must stop then.
     pub async fn lost(&self) {
         self.lost.cancelled().await
     }
 
-    /// Stops renewing and gives the Lease up, after the caller has stopped acting.
+    /// The replica that asked for the Lease, when that is how it was lost: it waits for
+    /// [`Leadership::release`].
+    pub fn asked_by(&self) -> Option<&str> {
+        self.asked_by.get().map(String::as_str)
+    }
+
+    /// Stops renewing and gives the Lease up, after the caller has stopped acting: unless it
+    /// was lost to another holder or to the renew deadline (then it is not this replica's to
+    /// give).
     pub async fn release(self) {
         self.stop.cancel();
         if let Ok(mut elector) = self.renewing.await {
-            if !self.lost.is_cancelled() {
+            if !self.lost.is_cancelled() || self.asked_by.get().is_some() {
                 elector.release().await;
             }
         }
     }
 }
 
-async fn renew(
-    mut elector: Elector,
-    mut renewed_at: Instant,
+/// How a renewal loop ends, and tells.
+struct Ends {
     lost: CancellationToken,
     stop: CancellationToken,
-) -> Elector {
+    asked_by: std::sync::Arc<std::sync::OnceLock<String>>,
+}
+
+async fn renew(mut elector: Elector, mut renewed_at: Instant, ends: Ends) -> Elector {
+    let Ends {
+        lost,
+        stop,
+        asked_by,
+    } = ends;
     let Timing {
         renew_deadline,
         retry_period,
@@ -233,13 +341,19 @@ async fn renew(
         let left = renew_deadline
             .saturating_sub(started - renewed_at)
             .max(retry_period);
-        match tokio::time::timeout(left, elector.attempt()).await {
+        match tokio::time::timeout(left, elector.attempt(false)).await {
             Ok(Ok(Attempt::Holding)) => renewed_at = started,
             // A write between our read and ours (another replica's takeover shows at the next
             // read): not renewed, so the deadline keeps counting.
             Ok(Ok(Attempt::Raced)) => {}
             Ok(Ok(Attempt::Held { holder, .. })) => {
                 tracing::error!(lease = %elector.lease_ref(), %holder, "another replica holds the Lease: this replica stops leading");
+                lost.cancel();
+                return elector;
+            }
+            Ok(Ok(Attempt::Asked { by })) => {
+                tracing::info!(lease = %elector.lease_ref(), %by, "another replica asks for the Lease: handing it over");
+                let _ = asked_by.set(by);
                 lost.cancel();
                 return elector;
             }

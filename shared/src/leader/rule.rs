@@ -1,10 +1,26 @@
 //! The rule of the election, pure: what a replica does about the Lease as it read it, and
 //! the Lease it writes.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+/// Set on a Lease another replica holds, naming the replica that asks for it. A holder that
+/// yields ([`crate::leader::Candidacy::yields`]) stops acting and releases the Lease at its
+/// next renewal; the one that asked takes it at its next look.
+pub const HANDOVER_ANNOTATION: &str = "refract.io/handover-to";
+
+/// Who asks `me`, holding the Lease, to hand it over: the replica named by
+/// [`HANDOVER_ANNOTATION`], unless that is `me` (a request of mine left from taking it over).
+pub fn handover_asked(annotations: Option<&BTreeMap<String, String>>, me: &str) -> Option<String> {
+    annotations
+        .and_then(|a| a.get(HANDOVER_ANNOTATION))
+        .map(|by| by.trim())
+        .filter(|by| !by.is_empty() && *by != me)
+        .map(str::to_string)
+}
 
 /// What a replica does about the Lease as it last read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,5 +173,18 @@ mod tests {
         assert_eq!(taken.acquire_time, Some(at(40)));
         assert_eq!(taken.lease_transitions, Some(1));
         assert_eq!(taken.lease_duration_seconds, Some(15));
+    }
+
+    #[test]
+    fn a_handover_is_asked_by_another_replica_only() {
+        let asked = |v: &str| Some([(HANDOVER_ANNOTATION.to_string(), v.to_string())].into());
+        assert_eq!(handover_asked(asked("b").as_ref(), "a"), Some("b".into()));
+        assert_eq!(
+            handover_asked(asked("a").as_ref(), "a"),
+            None,
+            "my own request, left on the Lease I took"
+        );
+        assert_eq!(handover_asked(asked(" ").as_ref(), "a"), None);
+        assert_eq!(handover_asked(None, "a"), None);
     }
 }
