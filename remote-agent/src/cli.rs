@@ -212,6 +212,14 @@ pub struct Args {
     /// The async runtime.
     #[command(flatten)]
     pub runtime: refract_shared::runtime::RuntimeArgs,
+
+    /// Replicas: each tenant is served by one replica at a time, the holder of Lease
+    /// `refract-tenant-<tenant>` (a tenant's new connection to another replica asks for it);
+    /// the work that spans tenants (ShadowPods, expiry, fences) runs on the holder of Lease
+    /// `refract-remote-agent`. Leases live in `--own-namespace` unless
+    /// `--leader-election-namespace` says otherwise.
+    #[command(flatten)]
+    pub leader_election: refract_shared::leader::LeaderElectionArgs,
 }
 
 impl Args {

@@ -38,6 +38,7 @@ pub mod restore;
 pub mod shadowpod;
 pub mod shadowpod_controller;
 pub mod sync;
+pub mod tenancy;
 pub mod tenants;
 pub mod tls_listener;
 pub mod usage;
@@ -152,11 +153,31 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let api_service = networks::discover(&client, &args.provider_cidrs, &applier.networks()).await;
     let outbox = outbox::Outbox::default();
     restore::spawn_restorer(applier.clone(), outbox.clone(), changes);
+    let candidacy = args
+        .leader_election
+        .candidacy(String::new(), &args.own_namespace)
+        .map_err(anyhow::Error::msg)?;
+    let tenancy = match &candidacy {
+        Some(candidacy) => tenancy::Tenancy::elected(
+            client.clone(),
+            candidacy.clone(),
+            registry.clone(),
+            applier.desired.clone(),
+            token.clone(),
+        ),
+        None => tenancy::Tenancy::alone(),
+    };
+    // Whether this replica runs the work that spans tenants.
+    let leading = tenancy::spawn_controller_election(client.clone(), candidacy, token.clone());
     if let Some(expiry) = args.tenant_expiry {
         let desired = applier.desired.clone();
         tenants::spawn_collector(
             identities.clone(),
-            registry.clone(),
+            tenants::Served {
+                here: registry.clone(),
+                tenancy: tenancy.clone(),
+                leading: leading.clone(),
+            },
             desired,
             expiry,
             token.clone(),
@@ -166,6 +187,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         identities.clone(),
         &args.cluster_id,
         shadow_feed,
+        leading.clone(),
         token.clone(),
     );
     pod_status::spawn(stores.clone(), outbox.clone(), token.clone());
@@ -188,18 +210,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         networks_changed.clone(),
         token.clone(),
     );
-    {
-        // Each twin namespace's NetworkPolicy denies the provider's networks as they now are.
-        let (applier, token) = (applier.clone(), token.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = token.cancelled() => return,
-                    _ = networks_changed.notified() => applier.write_all_fences().await,
-                }
-            }
-        });
-    }
+    spawn_fence_writer(
+        applier.clone(),
+        networks_changed,
+        leading.clone(),
+        token.clone(),
+    );
     volumes::spawn(
         client.clone(),
         &args.cluster_id,
@@ -221,18 +237,6 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         applier.objects().clone(),
         token.clone(),
     );
-    {
-        // The policy may have changed while the agent was away: every twin namespace's fences
-        // (binding, ResourceQuota, LimitRange, NetworkPolicy) are written again once the
-        // namespaces are listed.
-        let (applier, token) = (applier.clone(), token.clone());
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = token.cancelled() => {}
-                _ = applier.objects().namespaces_listed() => applier.write_all_fences().await,
-            }
-        });
-    }
     if let Some(path) = &args.policy {
         // What `limits` loaded; a change from here on is followed.
         let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -246,6 +250,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 metrics: metrics.policy.clone(),
                 registry: registry.clone(),
                 client: client.clone(),
+                leading: leading.clone(),
             },
             token.clone(),
         );
@@ -261,6 +266,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         started: std::time::Instant::now(),
         client,
         tenant_expiry: args.tenant_expiry,
+        tenancy: tenancy.clone(),
     };
     let inspect = inspect::InspectService { registry, applier };
 
@@ -343,6 +349,43 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }
     };
     token.cancel();
+    // The tenants served here are released, so that other replicas take them at once.
+    tenancy.released(SHUTDOWN_DRAIN).await;
     tracing::info!("remote agent stopped");
     result.context("gRPC server failed")
+}
+
+/// Writes every twin namespace's fences (binding, ResourceQuota, LimitRange, NetworkPolicy)
+/// while this replica runs the work that spans tenants: once the namespaces are listed and
+/// whenever it starts leading (the policy may have changed meanwhile), and again whenever the
+/// provider's networks change.
+fn spawn_fence_writer(
+    applier: apply::Applier,
+    networks_changed: Arc<tokio::sync::Notify>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+    token: CancellationToken,
+) {
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = applier.objects().namespaces_listed() => {}
+        }
+        let mut was_leading = false;
+        loop {
+            let now_leading = *leading.borrow_and_update();
+            if now_leading && !was_leading {
+                applier.write_all_fences().await;
+            }
+            was_leading = now_leading;
+            tokio::select! {
+                _ = token.cancelled() => return,
+                changed = leading.changed() => if changed.is_err() { return },
+                _ = networks_changed.notified() => {
+                    if *leading.borrow() {
+                        applier.write_all_fences().await;
+                    }
+                }
+            }
+        }
+    });
 }

@@ -33,6 +33,8 @@ pub enum StreamRefusal {
     IdentityMismatch,
     /// The Hello's protocol version is not this agent's.
     ProtocolVersion,
+    /// Another replica serves the tenant and did not hand it over in time.
+    ServedElsewhere,
 }
 
 impl StreamRefusal {
@@ -43,6 +45,7 @@ impl StreamRefusal {
             StreamRefusal::NoHello => "no_hello",
             StreamRefusal::IdentityMismatch => "identity_mismatch",
             StreamRefusal::ProtocolVersion => "protocol_version",
+            StreamRefusal::ServedElsewhere => "served_elsewhere",
         }
     }
 }

@@ -39,6 +39,7 @@ pub fn follow(
         metrics,
         registry,
         client,
+        leading,
     } = effects;
     let reporting = Reporting {
         registry,
@@ -99,7 +100,9 @@ pub fn follow(
             for (key, error) in refused {
                 act_on_refusal(&applier, &outbox, &metrics, &reporting, key, error).await;
             }
-            applier.write_all_fences().await;
+            if *leading.borrow() {
+                applier.write_all_fences().await;
+            }
         }
     });
 }
@@ -124,6 +127,8 @@ pub struct Effects {
     pub registry: Registry,
     /// Records the Warning events that reach the origin objects.
     pub client: kube::Client,
+    /// Whether this replica writes the fences of every twin namespace.
+    pub leading: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Where a refusal that leaves the object in place is shown.

@@ -107,11 +107,14 @@ impl ChangedKeys {
 }
 
 /// Starts the controller; returns its stores. Its watch of ShadowPods also feeds the tenant
-/// objects' store of them (`feed`).
+/// objects' store of them (`feed`). The stores are kept on every replica; pods are created and
+/// ShadowPods' status written only while `leading` (one replica runs the work that spans
+/// tenants), and everything is checked again when it starts leading.
 pub fn spawn(
     identities: Identities,
     provider: &ClusterId,
     feed: Feed,
+    mut leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> Stores {
     let (shadows, shadows_writer) = reflector::store::<ShadowPod>();
@@ -205,8 +208,17 @@ pub fn spawn(
             let mut retries = Retries::default();
             // Retries come back on their own channel, so the loop knows a key's retry is due.
             let (due_tx, mut due_rx) = mpsc::channel::<(String, String)>(1024);
+            let mut leading_open = true;
             loop {
                 let key = tokio::select! {
+                    changed = leading.changed(), if leading_open => {
+                        leading_open = changed.is_ok();
+                        if leading_open && *leading.borrow_and_update() {
+                            // Whatever changed while another replica led is looked at now.
+                            resync.reset_immediately();
+                        }
+                        continue;
+                    }
                     k = key_rx.recv() => match k { Some(k) => k, None => return },
                     Some(k) = due_rx.recv() => {
                         retries.scheduled.remove(&k);
@@ -224,6 +236,10 @@ pub fn spawn(
                         continue;
                     }
                 };
+                if !*leading.borrow() {
+                    // Another replica keeps the pods; this one looks at everything once it leads.
+                    continue;
+                }
                 match reconcile(&identities, &recorder, &stores, &key.0, &key.1).await {
                     Ok(()) => retries.succeeded(&key),
                     Err(error) => {

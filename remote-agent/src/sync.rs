@@ -72,6 +72,8 @@ pub struct ReflectionService {
     pub client: kube::Client,
     /// `--tenant-expiry`: when set, a tenant's namespaces are stamped when its stream ends.
     pub tenant_expiry: Option<Duration>,
+    /// Which tenants this replica serves.
+    pub tenancy: crate::tenancy::Tenancy,
 }
 
 #[tonic::async_trait]
@@ -96,6 +98,15 @@ impl Reflection for ReflectionService {
             Ok(Ok(Some(first))) => first,
         };
         let hello = hello::accept(&peer.cluster_id, first).map_err(|r| self.refuse(r))?;
+        self.tenancy
+            .claim(&peer.cluster_id)
+            .await
+            .map_err(|elsewhere| {
+                self.refuse(hello::Refusal {
+                    reason: StreamRefusal::ServedElsewhere,
+                    status: Status::unavailable(elsewhere.to_string()),
+                })
+            })?;
 
         let session_id = format!("{:016x}", fastrand::u64(..));
         let advertised = if hello.resume {

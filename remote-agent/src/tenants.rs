@@ -4,5 +4,5 @@
 
 pub mod expiry;
 
-pub use expiry::spawn_collector;
+pub use expiry::{spawn_collector, Served};
 pub use refract_admin::tenant::remove;

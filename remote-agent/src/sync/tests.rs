@@ -86,6 +86,7 @@ fn mk_session(
         started: std::time::Instant::now(),
         client,
         tenant_expiry: None,
+        tenancy: crate::tenancy::Tenancy::alone(),
     };
     let (tx, rx) = mpsc::channel(16);
     let session = TenantSession {

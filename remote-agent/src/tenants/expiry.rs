@@ -4,7 +4,9 @@
 //! collector removes a tenant that is not connected and was last seen longer ago than the
 //! expiry. Nothing counts from before this agent started (a stamp may be missing or stale when
 //! the agent died while the tenant was connected), so a restart only ever postpones a
-//! collection.
+//! collection. Of several replicas, each collects the tenants it serves (it alone knows
+//! whether they are connected), and the one running the work that spans tenants collects those
+//! no live replica serves.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,6 +22,42 @@ use tokio_util::sync::CancellationToken;
 use crate::apply::desired::DesiredStore;
 use crate::identity::Identities;
 use crate::registry::Registry;
+use crate::tenancy::Tenancy;
+
+/// Where the collector learns which tenants are connected, and which are its to collect.
+pub struct Served {
+    /// The tenants connected to this replica.
+    pub here: Registry,
+    /// Which tenants this replica and the others serve.
+    pub tenancy: Tenancy,
+    /// Whether this replica runs the work that spans tenants.
+    pub leading: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Served {
+    /// The tenants this replica leaves alone: those connected here, those another replica
+    /// serves, and unless it runs the work that spans tenants, those it does not serve.
+    async fn not_mine(&self) -> Result<NotMine, kube::Error> {
+        let mut skipped = self.tenancy.served_elsewhere().await?;
+        skipped.extend(self.here.connected());
+        Ok(NotMine {
+            skipped,
+            only_served_here: !*self.leading.borrow(),
+        })
+    }
+}
+
+/// What [`Served::not_mine`] found.
+struct NotMine {
+    skipped: std::collections::BTreeSet<ClusterId>,
+    only_served_here: bool,
+}
+
+impl NotMine {
+    fn contains(&self, tenant: &ClusterId, tenancy: &Tenancy) -> bool {
+        self.skipped.contains(tenant) || (self.only_served_here && !tenancy.serves_here(tenant))
+    }
+}
 
 /// Field manager of the last-seen stamp, apart from the applier's own fields.
 const LAST_SEEN_FIELD_MANAGER: &str = "refract-remote-agent-tenant-expiry";
@@ -53,7 +91,7 @@ pub async fn mark_last_seen(client: kube::Client, tenant: ClusterId) {
 /// Removes, every so often, the tenants not connected for `expiry`.
 pub fn spawn_collector(
     identities: Identities,
-    registry: Registry,
+    served: Served,
     desired: DesiredStore,
     expiry: Duration,
     shutdown: CancellationToken,
@@ -69,7 +107,7 @@ pub fn spawn_collector(
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            if let Err(error) = collect(&identities, &registry, &desired, expiry, started).await {
+            if let Err(error) = collect(&identities, &served, &desired, expiry, started).await {
                 tracing::warn!(%error, "failed to look for expired tenants; trying again later");
             }
         }
@@ -78,7 +116,7 @@ pub fn spawn_collector(
 
 async fn collect(
     identities: &Identities,
-    registry: &Registry,
+    served: &Served,
     desired: &DesiredStore,
     expiry: Duration,
     started: OffsetDateTime,
@@ -91,17 +129,17 @@ async fn collect(
         .items;
     // Those already being deleted are on their way; removing them again would only log it.
     namespaces.retain(|ns| ns.metadata.deletion_timestamp.is_none());
-    let connected = registry.connected();
+    let not_mine = served.not_mine().await?;
     let now = OffsetDateTime::now_utc();
     for (tenant, last_seen) in last_seen_by_tenant(&namespaces, started) {
         let Ok(id) = ClusterId::parse(&tenant) else {
             continue;
         };
-        if connected.contains(&id) || !is_expired(last_seen, now, expiry) {
+        if not_mine.contains(&id, &served.tenancy) || !is_expired(last_seen, now, expiry) {
             continue;
         }
         // It may have connected while the namespaces were listed.
-        if registry.connected().contains(&id) {
+        if served.not_mine().await?.contains(&id, &served.tenancy) {
             continue;
         }
         let reason = format!(
