@@ -167,7 +167,10 @@ impl Tenancy {
             .items
             .iter()
             .filter_map(|lease| {
-                let tenant = lease.name_any().strip_prefix(TENANT_LEASE_PREFIX)?.to_string();
+                let tenant = lease
+                    .name_any()
+                    .strip_prefix(TENANT_LEASE_PREFIX)?
+                    .to_string();
                 let spec = lease.spec.as_ref()?;
                 let holder = spec.holder_identity.as_deref().unwrap_or_default();
                 let renewed = spec.renew_time.as_ref()?.0;

@@ -88,7 +88,11 @@ impl Elector {
     /// ([`super::rule::HANDOVER_ANNOTATION`]) when another replica holds it; looks again every
     /// `poll`. A holder that yields releases it at its next renewal; one that is gone lets it
     /// lapse after the lease duration.
-    pub async fn claim(mut self, within: Duration, poll: Duration) -> Result<Leadership, StillHeld> {
+    pub async fn claim(
+        mut self,
+        within: Duration,
+        poll: Duration,
+    ) -> Result<Leadership, StillHeld> {
         let deadline = Instant::now() + within;
         let mut asked = false;
         loop {
@@ -98,18 +102,24 @@ impl Elector {
                     tracing::info!(lease = %self.lease_ref(), identity = %self.candidacy.identity, "took the Lease");
                     return Ok(Leadership::spawn(self, started));
                 }
-                Ok(Attempt::Raced) => String::from("a replica that wrote the Lease at the same time"),
+                Ok(Attempt::Raced) => {
+                    String::from("a replica that wrote the Lease at the same time")
+                }
                 Ok(Attempt::Held { holder, .. }) => {
                     if !asked {
                         match self.ask_handover().await {
                             Ok(()) => asked = true,
-                            Err(error) => tracing::debug!(lease = %self.lease_ref(), %error, "asking for the Lease failed; asking again"),
+                            Err(error) => {
+                                tracing::debug!(lease = %self.lease_ref(), %error, "asking for the Lease failed; asking again")
+                            }
                         }
                     }
                     holder
                 }
                 Ok(Attempt::Asked { by }) => by,
-                Err(error) => format!("none known: the Lease could not be read or written ({error})"),
+                Err(error) => {
+                    format!("none known: the Lease could not be read or written ({error})")
+                }
             };
             if Instant::now() + poll > deadline {
                 return Err(StillHeld { by });
@@ -124,7 +134,10 @@ impl Elector {
             return Ok(());
         };
         let me = &self.candidacy.identity;
-        let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+        let annotations = lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
         if annotations.get(HANDOVER_ANNOTATION) == Some(me) {
             return Ok(());
         }

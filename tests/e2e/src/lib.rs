@@ -477,25 +477,42 @@ impl Peering {
 
     /// Starts (or restarts) the remote agent.
     pub fn start_remote(&mut self) {
-        let s = self.certs.dir.join("server");
-        let args = vec![
-            format!("--listen={}", self.remote_addr),
-            format!("--tls-cert={}", s.join("tls.crt").display()),
-            format!("--tls-key={}", s.join("tls.key").display()),
-            format!("--client-ca={}", s.join("ca.crt").display()),
-            "--cluster-id=provider".into(),
-            format!("--kubeconfig={}", self.provider.kubeconfig.display()),
-            format!("--admin-listen={}", self.remote_admin),
-        ];
-        let args: Vec<String> = args
-            .into_iter()
-            .chain(self.remote_flags.iter().cloned())
-            .collect();
+        // Its pod's name in a cluster: a restart takes the tenants' Leases back at once.
+        let args = self.remote_args(&self.remote_addr, &self.remote_admin, "remote-agent-0");
         self.remote = Some(Agent::spawn(
             "remote-agent",
             &args,
             self.dir.path().join("remote-agent.log"),
         ));
+    }
+
+    /// Starts another replica of the remote agent: the same flags, but its own name in the
+    /// Leases and its own ports on 127.0.0.1 (`listen` and `admin`, `127.0.0.1:<port>`), as a
+    /// pod of the Deployment would have its own IP. Logs to `<identity>.log`.
+    pub fn start_remote_replica(&self, identity: &str, listen: &str, admin: &str) -> Agent {
+        Agent::spawn(
+            "remote-agent",
+            &self.remote_args(listen, admin, identity),
+            self.dir.path().join(format!("{identity}.log")),
+        )
+    }
+
+    /// The remote agent's flags, later ones overriding earlier ones.
+    fn remote_args(&self, listen: &str, admin: &str, identity: &str) -> Vec<String> {
+        let s = self.certs.dir.join("server");
+        let args = vec![
+            format!("--listen={listen}"),
+            format!("--tls-cert={}", s.join("tls.crt").display()),
+            format!("--tls-key={}", s.join("tls.key").display()),
+            format!("--client-ca={}", s.join("ca.crt").display()),
+            "--cluster-id=provider".into(),
+            format!("--kubeconfig={}", self.provider.kubeconfig.display()),
+            format!("--admin-listen={admin}"),
+            format!("--leader-election-identity={identity}"),
+        ];
+        args.into_iter()
+            .chain(self.remote_flags.iter().cloned())
+            .collect()
     }
 
     /// Starts (or restarts) the local agent.
