@@ -108,6 +108,10 @@ const REMOTE_FILES: &[(&str, &str)] = &[
         include_str!("../../deploy/remote-agent/deployment.yaml"),
     ),
     (
+        "disruption-budget.yaml",
+        include_str!("../../deploy/remote-agent/disruption-budget.yaml"),
+    ),
+    (
         "service.yaml",
         include_str!("../../deploy/remote-agent/service.yaml"),
     ),

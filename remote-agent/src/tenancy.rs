@@ -56,9 +56,20 @@ struct Inner {
     desired: DesiredStore,
     shutdown: CancellationToken,
     /// One slot a tenant ever claimed here; its lock orders a claim after a handover under way.
-    slots: Mutex<BTreeMap<ClusterId, Arc<tokio::sync::Mutex<bool>>>>,
+    slots: Mutex<BTreeMap<ClusterId, Arc<tokio::sync::Mutex<Slot>>>>,
     /// The tenants served here until their Lease is released.
     served: Mutex<BTreeSet<ClusterId>>,
+}
+
+/// One tenant on this replica.
+#[derive(Default)]
+struct Slot {
+    /// Whether this replica serves the tenant.
+    holding: bool,
+    /// While it does not: the elector of its last claim, which keeps what it saw of the
+    /// Lease, so that a holder gone silent lapses over several claims (each is shorter than
+    /// the lease duration).
+    elector: Option<Elector>,
 }
 
 /// Why a stream is not served here.
@@ -112,23 +123,28 @@ impl Tenancy {
             return Ok(());
         };
         let slot = Arc::clone(inner.slots.locked().entry(tenant.clone()).or_default());
-        let mut holding = slot.lock().await;
-        if *holding {
+        let mut slot_now = slot.lock().await;
+        if slot_now.holding {
             return Ok(());
         }
-        let elector = Elector::new(
-            inner.client.clone(),
-            inner.candidacy.for_lease(tenant_lease(tenant)),
-        );
+        let elector = slot_now.elector.take().unwrap_or_else(|| {
+            Elector::new(
+                inner.client.clone(),
+                inner.candidacy.for_lease(tenant_lease(tenant)),
+            )
+        });
         match elector.claim(CLAIM_TIMEOUT, CLAIM_POLL).await {
             Ok(leadership) => {
-                *holding = true;
+                slot_now.holding = true;
                 inner.served.locked().insert(tenant.clone());
                 tracing::info!(%tenant, "this replica serves the tenant now");
                 tokio::spawn(Arc::clone(inner).hold(tenant.clone(), leadership, Arc::clone(&slot)));
                 Ok(())
             }
-            Err(still) => Err(NotServedHere { holder: still.by }),
+            Err(still) => {
+                slot_now.elector = Some(still.elector);
+                Err(NotServedHere { holder: still.by })
+            }
         }
     }
 
@@ -190,14 +206,14 @@ impl Inner {
         self: Arc<Self>,
         tenant: ClusterId,
         leadership: Leadership,
-        slot: Arc<tokio::sync::Mutex<bool>>,
+        slot: Arc<tokio::sync::Mutex<Slot>>,
     ) {
         tokio::select! {
             _ = leadership.lost() => {}
             _ = self.shutdown.cancelled() => {}
         }
         // A claim of the tenant here waits until this is done.
-        let mut holding = slot.lock().await;
+        let mut slot_now = slot.lock().await;
         self.registry.end_current(&tenant);
         if !self
             .registry
@@ -210,7 +226,7 @@ impl Inner {
         // What this replica kept of the tenant would restore its objects from this replica's
         // view, older than the next holder's.
         self.desired.forget_tenant(&tenant);
-        *holding = false;
+        slot_now.holding = false;
         match leadership.asked_by() {
             Some(by) => tracing::info!(%tenant, to = %by, "handed the tenant over"),
             None if self.shutdown.is_cancelled() => {

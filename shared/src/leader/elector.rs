@@ -25,11 +25,13 @@ enum Attempt {
     Asked { by: String },
 }
 
-/// Who held the Lease when [`Elector::claim`] gave up.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who held the Lease when [`Elector::claim`] gave up, and the elector for the next claim:
+/// it keeps what it saw of the Lease, so that a holder gone silent lapses across claims.
 pub struct StillHeld {
     /// The holder, or why the Lease could not be read or written.
     pub by: String,
+    /// The next claim's elector.
+    pub elector: Elector,
 }
 
 /// One replica's side of the election.
@@ -122,7 +124,7 @@ impl Elector {
                 }
             };
             if Instant::now() + poll > deadline {
-                return Err(StillHeld { by });
+                return Err(StillHeld { by, elector: self });
             }
             tokio::time::sleep(poll).await;
         }

@@ -98,6 +98,38 @@ fn provider_web(p: &Peering) -> Option<(String, String)> {
     Some((uid.to_string(), phase.to_string()))
 }
 
+/// Sets `data.round` of origin ConfigMap `name`.
+fn origin_patch(p: &Peering, name: &str, round: &str) {
+    kubectl(
+        &p.origin,
+        &[
+            "-n",
+            NS,
+            "patch",
+            "configmap",
+            name,
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"data":{{"round":"{round}"}}}}"#),
+        ],
+    );
+}
+
+/// `data.round` of the provider's copy of `name`.
+fn provider_round(p: &Peering, name: &str) -> Option<String> {
+    kubectl_get(
+        &p.provider,
+        &[
+            "-n",
+            TWIN,
+            "configmap",
+            name,
+            "-o",
+            "jsonpath={.data.round}",
+        ],
+    )
+}
+
 /// What one move must leave: exactly the origin's state, one write per change, no write of
 /// what the provider held.
 struct Churn {
@@ -299,8 +331,14 @@ async fn a_tenant_moves_between_remote_agent_replicas_without_rewrites_or_lost_p
         "{}",
         replicas[0].log()
     );
-    // A copy edited on the provider is restored by the replica serving the tenant, and by no
-    // other from an older view.
+    // A copy edited on the provider is restored by the replica serving the tenant (from what
+    // the tenant sent it), and by no other from an older view.
+    origin_patch(&p, "cm-0000", "sent-to-remote-b");
+    p.eventually(WAIT, "cm-0000 written by remote-b", || {
+        (provider_round(&p, "cm-0000")? == "sent-to-remote-b").then_some(())
+    })
+    .await;
+    let edited = Instant::now();
     kubectl(
         &p.provider,
         &[
@@ -314,21 +352,19 @@ async fn a_tenant_moves_between_remote_agent_replicas_without_rewrites_or_lost_p
             r#"{"data":{"round":"edited"}}"#,
         ],
     );
-    let round = churn.round.to_string();
     p.eventually(WAIT, "the edited copy restored", || {
-        let v = kubectl_get(
-            &p.provider,
-            &[
-                "-n",
-                TWIN,
-                "configmap",
-                "cm-0000",
-                "-o",
-                "jsonpath={.data.round}",
-            ],
-        )?;
-        (v == round).then_some(())
+        (provider_round(&p, "cm-0000")? == "sent-to-remote-b").then_some(())
     })
     .await;
+    println!(
+        "a copy edited on the provider: restored by remote-b {:.1?} later",
+        edited.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        provider_round(&p, "cm-0000").as_deref(),
+        Some("sent-to-remote-b"),
+        "a replica that handed the tenant over wrote its older view back"
+    );
     drop(service);
 }
