@@ -28,8 +28,9 @@ pub struct LeaderElectionArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
 
-    /// Namespace of the Lease: by default the agent's own (POD_NAMESPACE, set from the
-    /// downward API in deploy/), else the namespace of the kubeconfig's context.
+    /// Namespace of the Leases: by default the agent's own (POD_NAMESPACE, set from the
+    /// downward API in deploy/); without it, the local agent's kubeconfig context's namespace,
+    /// and the remote agent's --own-namespace.
     #[arg(long, env = "POD_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
 

@@ -99,7 +99,18 @@ impl Elector {
         let mut asked = false;
         loop {
             let started = Instant::now();
-            let by = match self.attempt(true).await {
+            // An API server that does not answer must not hold the claim past its deadline.
+            let left = deadline.saturating_duration_since(started).max(poll);
+            let looked = match tokio::time::timeout(left, self.attempt(true)).await {
+                Ok(looked) => looked,
+                Err(_) => {
+                    return Err(StillHeld {
+                        by: format!("none known: the API server did not answer within {within:?}"),
+                        elector: self,
+                    })
+                }
+            };
+            let by = match looked {
                 Ok(Attempt::Holding) => {
                     tracing::info!(lease = %self.lease_ref(), identity = %self.candidacy.identity, "took the Lease");
                     return Ok(Leadership::spawn(self, started));
@@ -109,10 +120,13 @@ impl Elector {
                 }
                 Ok(Attempt::Held { holder, .. }) => {
                     if !asked {
-                        match self.ask_handover().await {
-                            Ok(()) => asked = true,
-                            Err(error) => {
+                        match tokio::time::timeout(poll, self.ask_handover()).await {
+                            Ok(Ok(())) => asked = true,
+                            Ok(Err(error)) => {
                                 tracing::debug!(lease = %self.lease_ref(), %error, "asking for the Lease failed; asking again")
+                            }
+                            Err(_) => {
+                                tracing::debug!(lease = %self.lease_ref(), "asking for the Lease took too long; asking again")
                             }
                         }
                     }
