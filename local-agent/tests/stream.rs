@@ -3,7 +3,8 @@
 //! disk being used by the next connection.
 //!
 //! Both agents run as tasks in this process; the provider's Kubernetes API is never called by
-//! these paths, so its kubeconfig points at a closed port.
+//! these paths, so its kubeconfig points at a closed port, and each agent runs as the one
+//! replica (`--leader-elect=false`): with no API server there is no Lease to elect on.
 
 #![allow(
     clippy::unwrap_used,
@@ -105,6 +106,8 @@ fn start_remote(pki: &Pki, port: u16, extra: &[&str]) -> Running {
         "127.0.0.1:0",
         "--cert-poll-interval",
         "200ms",
+        // One replica, and no API server to hold Leases on: these paths are the stream's.
+        "--leader-elect=false",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -154,6 +157,8 @@ fn start_local(pki: &Pki, client: &str, port: u16, remote_id: &str) -> Running {
         "500ms",
         "--cert-poll-interval",
         "200ms",
+        // One replica, and no API server to hold its Lease on: these paths are the stream's.
+        "--leader-elect=false",
     ]
     .iter()
     .map(|s| s.to_string())
