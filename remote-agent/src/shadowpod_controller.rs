@@ -386,6 +386,13 @@ async fn reconcile(
             if pending != status {
                 write_status(&shadows, name, &pending).await?;
             }
+            // The ShadowPod's store may lag behind the status naming a pod created a moment
+            // ago: a create of a pod that exists is refused, but only after the API server's
+            // quota admission counted it, and the tenant's pod count stays too high until the
+            // quota controller recounts (minutes). One read first.
+            if status.pod_uid.is_none() && pods.get_opt(name).await?.is_some() {
+                return Ok(());
+            }
             let create = PostParams {
                 field_manager: Some(SHADOWPOD_FIELD_MANAGER.into()),
                 ..Default::default()
