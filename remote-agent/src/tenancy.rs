@@ -75,16 +75,16 @@ struct Slot {
 /// Why a stream is not served here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotServedHere {
-    /// Who holds the tenant's Lease.
-    pub holder: String,
+    /// Who holds the tenant's Lease, or why it could not be taken.
+    pub reason: String,
 }
 
 impl std::fmt::Display for NotServedHere {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "another replica of this remote agent serves the tenant ({}) and did not hand it over within {CLAIM_TIMEOUT:?}; connect again",
-            self.holder
+            "this remote agent replica could not take the tenant's Lease within {CLAIM_TIMEOUT:?} ({}); connect again",
+            self.reason
         )
     }
 }
@@ -143,7 +143,7 @@ impl Tenancy {
             }
             Err(still) => {
                 slot_now.elector = Some(still.elector);
-                Err(NotServedHere { holder: still.by })
+                Err(NotServedHere { reason: still.by })
             }
         }
     }

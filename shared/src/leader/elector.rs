@@ -25,10 +25,10 @@ enum Attempt {
     Asked { by: String },
 }
 
-/// Who held the Lease when [`Elector::claim`] gave up, and the elector for the next claim:
-/// it keeps what it saw of the Lease, so that a holder gone silent lapses across claims.
+/// Why [`Elector::claim`] gave up, and the elector for the next claim: it keeps what it saw
+/// of the Lease, so that a holder gone silent lapses across claims.
 pub struct StillHeld {
-    /// The holder, or why the Lease could not be read or written.
+    /// Why, for a person: who holds the Lease, or why it could not be read or written.
     pub by: String,
     /// The next claim's elector.
     pub elector: Elector,
@@ -105,7 +105,7 @@ impl Elector {
                 Ok(looked) => looked,
                 Err(_) => {
                     return Err(StillHeld {
-                        by: format!("none known: the API server did not answer within {within:?}"),
+                        by: format!("the API server did not answer within {within:?}"),
                         elector: self,
                     })
                 }
@@ -116,7 +116,7 @@ impl Elector {
                     return Ok(Leadership::spawn(self, started));
                 }
                 Ok(Attempt::Raced) => {
-                    String::from("a replica that wrote the Lease at the same time")
+                    String::from("another replica wrote the Lease at the same time")
                 }
                 Ok(Attempt::Held { holder, .. }) => {
                     if !asked {
@@ -130,11 +130,11 @@ impl Elector {
                             }
                         }
                     }
-                    holder
+                    format!("replica {holder} holds it and has not handed it over")
                 }
-                Ok(Attempt::Asked { by }) => by,
+                Ok(Attempt::Asked { by }) => format!("replica {by} asks for it"),
                 Err(error) => {
-                    format!("none known: the Lease could not be read or written ({error})")
+                    format!("the Lease could not be read or written: {error}")
                 }
             };
             if Instant::now() + poll > deadline {
