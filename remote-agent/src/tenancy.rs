@@ -57,16 +57,15 @@ struct Inner {
     shutdown: CancellationToken,
     /// One slot a tenant ever claimed here; its lock orders a claim after a handover under way.
     slots: Mutex<BTreeMap<ClusterId, Arc<tokio::sync::Mutex<Slot>>>>,
-    /// The tenants served here until their Lease is released.
+    /// The tenants served here until their Lease is released (changed only under the
+    /// tenant's slot lock).
     served: Mutex<BTreeSet<ClusterId>>,
 }
 
 /// One tenant on this replica.
 #[derive(Default)]
 struct Slot {
-    /// Whether this replica serves the tenant.
-    holding: bool,
-    /// While it does not: the elector of its last claim, which keeps what it saw of the
+    /// While this replica does not serve the tenant: the elector of its last claim, which keeps what it saw of the
     /// Lease, so that a holder gone silent lapses over several claims (each is shorter than
     /// the lease duration).
     elector: Option<Elector>,
@@ -124,7 +123,7 @@ impl Tenancy {
         };
         let slot = Arc::clone(inner.slots.locked().entry(tenant.clone()).or_default());
         let mut slot_now = slot.lock().await;
-        if slot_now.holding {
+        if inner.served.locked().contains(tenant) {
             return Ok(());
         }
         let elector = slot_now.elector.take().unwrap_or_else(|| {
@@ -135,7 +134,6 @@ impl Tenancy {
         });
         match elector.claim(CLAIM_TIMEOUT, CLAIM_POLL).await {
             Ok(leadership) => {
-                slot_now.holding = true;
                 inner.served.locked().insert(tenant.clone());
                 tracing::info!(%tenant, "this replica serves the tenant now");
                 tokio::spawn(Arc::clone(inner).hold(tenant.clone(), leadership, Arc::clone(&slot)));
@@ -213,7 +211,7 @@ impl Inner {
             _ = self.shutdown.cancelled() => {}
         }
         // A claim of the tenant here waits until this is done.
-        let mut slot_now = slot.lock().await;
+        let _ordered = slot.lock().await;
         self.registry.end_current(&tenant);
         if !self
             .registry
@@ -226,7 +224,6 @@ impl Inner {
         // What this replica kept of the tenant would restore its objects from this replica's
         // view, older than the next holder's.
         self.desired.forget_tenant(&tenant);
-        slot_now.holding = false;
         match leadership.asked_by() {
             Some(by) => tracing::info!(%tenant, to = %by, "handed the tenant over"),
             None if self.shutdown.is_cancelled() => {
