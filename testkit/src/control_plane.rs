@@ -11,6 +11,7 @@ use kube::api::{Api, PostParams};
 use tokio::process::{Child, Command};
 
 use crate::node::{ClusterAccess, NodeOptions, RealNode, NODE_NAME};
+use crate::node_network::API_ADDRESS;
 use crate::pki;
 use crate::ports::free_port;
 
@@ -87,8 +88,23 @@ impl Options {
             pod_range: pod_range.parse()?,
             images,
             pause_image: crate::images::reference(&catalog, "pause")?,
+            own_network: false,
         });
         Ok(self.with_controllers())
+    }
+
+    /// Gives the node of [`Options::with_node`] a network namespace of its own and kube-proxy,
+    /// so that ClusterIP and NodePort Services route and pods reach the API server at the
+    /// `kubernetes` Service ([`crate::node_network`]).
+    pub fn with_own_network(mut self) -> Self {
+        if let Some(node) = &mut self.node {
+            node.own_network = true;
+        }
+        self
+    }
+
+    fn own_network(&self) -> bool {
+        self.node.as_ref().is_some_and(|n| n.own_network)
     }
 }
 
@@ -226,12 +242,20 @@ impl ControlPlane {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        pki::write_apiserver_pki(&dir)?;
+        // The `kubernetes` Service takes the first address of the Service range.
+        let service_ip = options
+            .service_cidr
+            .parse::<ipnet::Ipv4Net>()
+            .ok()
+            .and_then(|net| net.hosts().next())
+            .with_context(|| format!("bad Service range {}", options.service_cidr))?;
+        pki::write_apiserver_pki(&dir, service_ip)?;
         let node_token = format!("refract-testkit-node-{:016x}", fastrand::u64(..));
+        let kube_proxy_token = format!("refract-testkit-proxy-{:016x}", fastrand::u64(..));
         std::fs::write(
             dir.join("tokens.csv"),
             format!(
-                "{ADMIN_TOKEN},admin,admin,\"system:masters\"\n{node_token},system:node:{NODE_NAME},system:node:{NODE_NAME},\"system:nodes\"\n"
+                "{ADMIN_TOKEN},admin,admin,\"system:masters\"\n{node_token},system:node:{NODE_NAME},system:node:{NODE_NAME},\"system:nodes\"\n{kube_proxy_token},system:kube-proxy,system:kube-proxy\n"
             ),
         )?;
         let etcd_tmp = match &options.etcd_parent {
@@ -285,10 +309,19 @@ impl ControlPlane {
         let port = free_port()?;
         cp.server = format!("https://127.0.0.1:{port}");
         let p = |f: &str| dir.join(f).display().to_string();
+        // A node with a network of its own reaches the API server at API_ADDRESS, where its
+        // pods reach the `kubernetes` Service's endpoint; its kubelet is called at its
+        // InternalIP (its Hostname, `localhost`, is the machine's loopback, not the node's).
+        let (advertise, kubelet_address_types) = if options.own_network() {
+            (API_ADDRESS.to_string(), "InternalIP,Hostname")
+        } else {
+            ("127.0.0.1".to_string(), "Hostname,InternalIP")
+        };
         let mut apiserver_args = vec![
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--advertise-address={advertise}"),
+            format!("--kubelet-preferred-address-types={kubelet_address_types}"),
             format!("--secure-port={port}"),
             "--insecure-port=0".into(),
             format!("--tls-cert-file={}", p("serving.crt")),
@@ -306,8 +339,9 @@ impl ControlPlane {
             format!("--service-cluster-ip-range={}", options.service_cidr),
             "--runtime-config=discovery.k8s.io/v1beta1=false".into(),
             "--enable-priority-and-fairness=false".into(),
-            // Aggregated APIs (a metrics API) are reached at their endpoints' addresses: the
-            // test clusters have no kube-proxy to route a Service's cluster IP.
+            // Aggregated APIs (a metrics API) and webhooks behind a Service are reached at
+            // their endpoints' addresses: the API server runs on the machine, where no
+            // kube-proxy routes a Service's cluster IP.
             "--enable-aggregator-routing=true".into(),
             // As in real clusters; the provider-side pod security check is what refuses.
             "--allow-privileged=true".into(),
@@ -374,6 +408,7 @@ impl ControlPlane {
                 server: &cp.server,
                 ca: &dir.join("ca.crt"),
                 node_token: &node_token,
+                kube_proxy_token: &kube_proxy_token,
             };
             let client = cp.client().await?;
             match RealNode::start(&dir.join("node"), &access, node_options, &client).await {

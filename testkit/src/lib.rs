@@ -7,7 +7,8 @@
 //!
 //! With [`Options::with_node`] a cluster also gets a real [`node`]: containerd, kubelet
 //! 1.20.2 and a CNI bridge, running pods as real containers from the OCI archives of
-//! `scripts/images.sh` ([`images`]).
+//! `scripts/images.sh` ([`images`]); with [`Options::with_own_network`] that node has a
+//! network namespace of its own and runs kube-proxy, so Services route ([`node_network`]).
 //!
 //! [`fake_kubelet`] stands in for the provider's kubelets: it registers Nodes with capacity and
 //! runs the pods bound to them (Running, with IPs from a pod CIDR).
@@ -27,6 +28,7 @@ pub mod fuzz;
 pub mod images;
 pub mod netns;
 pub mod node;
+pub mod node_network;
 pub mod pki;
 pub mod ports;
 pub mod procfs;

@@ -185,6 +185,11 @@ impl NetNs {
     /// Creates a TCP listener on `addr` inside the namespace (the calling process stays where
     /// it is: only a short-lived thread enters the namespace to open the socket).
     pub fn listen(&self, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+        Ok(TcpListener::from_std(self.listen_std(addr)?)?)
+    }
+
+    /// [`NetNs::listen`] for a caller outside a Tokio runtime: a non-blocking std listener.
+    pub fn listen_std(&self, addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
         let path = format!("/var/run/netns/{}", self.name);
         let listener = std::thread::scope(|s| {
             s.spawn(|| -> anyhow::Result<std::net::TcpListener> {
@@ -198,7 +203,7 @@ impl NetNs {
             .join()
             .map_err(|_| anyhow::anyhow!("the thread entering {path} panicked"))?
         })?;
-        Ok(TcpListener::from_std(listener)?)
+        Ok(listener)
     }
 
     /// Makes the host's `127.0.0.1:port` reachable at `127.0.0.1:port` inside the namespace,

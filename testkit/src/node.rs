@@ -14,6 +14,12 @@
 //! kills its containers, unmounts what they mounted (volumes, network namespaces, root
 //! filesystems; those made inside the node's mount namespace go with it), stops containerd and
 //! the kubelet and deletes the bridge.
+//!
+//! A node with its own network ([`NodeOptions::own_network`]) also runs kube-proxy: containerd,
+//! the kubelet, kube-proxy and the pods live in a network namespace of the node's own, and
+//! the node's InternalIP is its end of a veth pair ([`crate::node_network`]). Without it, the
+//! node shares the machine's network and Services do not route (no kube-proxy: two of them in
+//! one namespace would delete each other's rules).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,6 +31,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
 use crate::control_plane::{binary, log_tail};
+use crate::node_network::{NodeNetwork, API_ADDRESS};
 use crate::ports::free_port;
 
 /// The name every real node registers as (see the module documentation).
@@ -51,6 +58,8 @@ pub struct NodeOptions {
     pub images: Vec<PathBuf>,
     /// The sandbox image's name, as imported from one of `images`.
     pub pause_image: String,
+    /// A network namespace of the node's own, with kube-proxy (see the module documentation).
+    pub own_network: bool,
 }
 
 /// A running node. Dropping it stops everything and removes what it made on the machine.
@@ -63,8 +72,11 @@ pub struct RealNode {
     pub bridge: String,
     /// containerd's socket, for `ctr --address`.
     pub containerd_socket: PathBuf,
+    /// The node's own network, when it has one.
+    pub network: Option<NodeNetwork>,
     containerd: Option<Child>,
     kubelet: Option<Child>,
+    kube_proxy: Option<Child>,
 }
 
 /// The files a node needs from its control plane.
@@ -75,6 +87,8 @@ pub struct ClusterAccess<'a> {
     pub ca: &'a Path,
     /// A bearer token of `system:node:localhost` in group `system:nodes`.
     pub node_token: &'a str,
+    /// A bearer token of `system:kube-proxy` (bound to `system:node-proxier` by default).
+    pub kube_proxy_token: &'a str,
 }
 
 impl RealNode {
@@ -89,13 +103,25 @@ impl RealNode {
         let started = Instant::now();
         std::fs::create_dir_all(dir)?;
         let (pod_cidr, bridge) = free_subnet(options.pod_range)?;
+        let network = if options.own_network {
+            let tag = bridge.replacen("rfx", "node", 1);
+            Some(NodeNetwork::create(
+                &tag,
+                pod_cidr,
+                api_port(cluster.server)?,
+            )?)
+        } else {
+            None
+        };
         let mut node = Self {
             pod_cidr,
             dir: dir.to_path_buf(),
             bridge,
             containerd_socket: dir.join("containerd/containerd.sock"),
+            network,
             containerd: None,
             kubelet: None,
+            kube_proxy: None,
         };
         node.write_cni_config()?;
         node.start_containerd(&options.pause_image)?;
@@ -104,10 +130,14 @@ impl RealNode {
             node.import(image)?;
         }
         node.start_kubelet(cluster, &options.pause_image)?;
+        if node.network.is_some() {
+            node.start_kube_proxy(cluster, options.pod_range)?;
+        }
         node.wait_ready(client).await?;
         tracing::info!(
             bridge = %node.bridge,
             pod_cidr = %node.pod_cidr,
+            node_ip = ?node.network.as_ref().map(NodeNetwork::node_ip),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "node ready"
         );
@@ -144,7 +174,9 @@ impl RealNode {
     fn write_cni_config(&self) -> anyhow::Result<()> {
         let net_d = self.dir.join("cni/net.d");
         std::fs::create_dir_all(&net_d)?;
-        // No masquerading and no port mappings: pod traffic stays on this bridge.
+        // No masquerading and no port mappings: pod traffic stays on this bridge, or with a
+        // network of the node's own, goes through the node (the default route), where
+        // kube-proxy translates Service addresses and only 10.0.0.0/8 leads anywhere.
         let conflist = serde_json::json!({
             "cniVersion": "0.4.0",
             "name": self.bridge,
@@ -153,6 +185,7 @@ impl RealNode {
                     "type": "bridge",
                     "bridge": self.bridge,
                     "isGateway": true,
+                    "isDefaultGateway": self.network.is_some(),
                     "ipMasq": false,
                     "hairpinMode": true,
                     "ipam": {
@@ -218,7 +251,9 @@ state = "{state}"
         // where the node's folders stand in for /var/log/pods and /var/log/containers: a
         // kubelet removes every pod log folder there of a pod it does not know, so nodes
         // sharing the machine's would delete each other's logs.
-        let mut args: Vec<String> = vec![
+        let mut args: Vec<String> = self.enter_network();
+        args.extend([
+            "/usr/bin/unshare".to_string(),
             "--mount".into(),
             "--propagation".into(),
             "slave".into(),
@@ -227,7 +262,7 @@ state = "{state}"
             "-c".into(),
             r#"mount --bind "$1" /var/log/pods && mount --bind "$2" /var/log/containers && shift 2 && exec "$@""#.into(),
             "node-mounts".into(),
-        ];
+        ]);
         for (host, own) in POD_LOG_DIRS {
             std::fs::create_dir_all(host)?;
             let own = self.dir.join(own);
@@ -240,9 +275,84 @@ state = "{state}"
             path.display().to_string(),
         ]);
         self.containerd = Some(spawn(
-            Path::new("/usr/bin/unshare"),
+            Path::new("/usr/bin/nsenter"),
             &args,
             &self.dir.join("containerd.log"),
+        )?);
+        Ok(())
+    }
+
+    /// `nsenter` arguments that enter the node's own network (none without one), ending with
+    /// `--`: the command follows.
+    fn enter_network(&self) -> Vec<String> {
+        let mut args: Vec<String> = self
+            .network
+            .iter()
+            .map(|n| format!("--net={}", n.path()))
+            .collect();
+        args.push("--".into());
+        args
+    }
+
+    /// The API server's URL as the node's processes reach it.
+    fn server_in_node(&self, cluster: &ClusterAccess<'_>) -> anyhow::Result<String> {
+        Ok(match &self.network {
+            Some(_) => format!("https://{API_ADDRESS}:{}", api_port(cluster.server)?),
+            None => cluster.server.to_string(),
+        })
+    }
+
+    fn write_kubeconfig(
+        &self,
+        name: &str,
+        cluster: &ClusterAccess<'_>,
+        token: &str,
+    ) -> anyhow::Result<PathBuf> {
+        let path = self.dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
+                self.server_in_node(cluster)?,
+                cluster.ca.display(),
+                token
+            ),
+        )?;
+        Ok(path)
+    }
+
+    /// kube-proxy in iptables mode, in the node's own network. It reads Endpoints, not
+    /// EndpointSlices: testkit's clusters serve EndpointSlices from a shim no controller fills
+    /// (see `install_endpointslice_shim`). It leaves the conntrack table's sysctls alone
+    /// (machine-wide ones are not writable from a namespace) and its OOM score too (these
+    /// machines lack CAP_SYS_RESOURCE).
+    fn start_kube_proxy(
+        &mut self,
+        cluster: &ClusterAccess<'_>,
+        cluster_cidr: Ipv4Net,
+    ) -> anyhow::Result<()> {
+        let kubeconfig =
+            self.write_kubeconfig("kube-proxy.kubeconfig", cluster, cluster.kube_proxy_token)?;
+        let mut args = self.enter_network();
+        args.extend([
+            binary("kube-proxy")?.display().to_string(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--hostname-override={NODE_NAME}"),
+            format!("--cluster-cidr={cluster_cidr}"),
+            "--proxy-mode=iptables".into(),
+            "--feature-gates=EndpointSliceProxying=false".into(),
+            "--conntrack-max-per-core=0".into(),
+            "--conntrack-tcp-timeout-established=0".into(),
+            "--conntrack-tcp-timeout-close-wait=0".into(),
+            "--oom-score-adj=0".into(),
+            "--healthz-bind-address=127.0.0.1:10256".into(),
+            "--metrics-bind-address=127.0.0.1:10249".into(),
+            "--v=1".into(),
+        ]);
+        self.kube_proxy = Some(spawn(
+            Path::new("/usr/bin/nsenter"),
+            &args,
+            &self.dir.join("kube-proxy.log"),
         )?);
         Ok(())
     }
@@ -314,16 +424,8 @@ authorization: {{mode: AlwaysAllow}}
             ca = cluster.ca.display(),
         );
         std::fs::write(self.dir.join("kubelet.yaml"), config)?;
-        std::fs::write(
-            self.dir.join("kubelet.kubeconfig"),
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: node\n  user:\n    token: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: node}}\ncurrent-context: c\n",
-                cluster.server,
-                cluster.ca.display(),
-                cluster.node_token
-            ),
-        )?;
-        let args = vec![
+        self.write_kubeconfig("kubelet.kubeconfig", cluster, cluster.node_token)?;
+        let mut args = vec![
             format!("--config={}", d("kubelet.yaml")),
             format!("--kubeconfig={}", d("kubelet.kubeconfig")),
             "--container-runtime=remote".into(),
@@ -337,6 +439,9 @@ authorization: {{mode: AlwaysAllow}}
             format!("--pod-infra-container-image={pause}"),
             "--v=1".into(),
         ];
+        if let Some(network) = &self.network {
+            args.push(format!("--node-ip={}", network.node_ip()));
+        }
         // In containerd's mount namespace: the same pod log folders, and the volumes it
         // mounts are where containerd's containers see them.
         let containerd = self
@@ -344,14 +449,12 @@ authorization: {{mode: AlwaysAllow}}
             .as_ref()
             .context("containerd is not running")?;
         let kubelet = binary("kubelet")?;
-        let args: Vec<String> = [
-            format!("--mount=/proc/{}/ns/mnt", containerd.id()),
-            "--".into(),
-            kubelet.display().to_string(),
-        ]
-        .into_iter()
-        .chain(args)
-        .collect();
+        let args: Vec<String> =
+            std::iter::once(format!("--mount=/proc/{}/ns/mnt", containerd.id()))
+                .chain(self.enter_network())
+                .chain([kubelet.display().to_string()])
+                .chain(args)
+                .collect();
         self.kubelet = Some(spawn(
             Path::new("/usr/bin/nsenter"),
             &args,
@@ -392,6 +495,7 @@ authorization: {{mode: AlwaysAllow}}
         for (name, child) in [
             ("containerd", &mut self.containerd),
             ("kubelet", &mut self.kubelet),
+            ("kube-proxy", &mut self.kube_proxy),
         ] {
             if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 bail!(
@@ -406,6 +510,7 @@ authorization: {{mode: AlwaysAllow}}
     /// Kills every container of the node and removes what containerd, the CNI plugins and the
     /// kubelet left on the machine. Runs from `Drop`, so it only logs what fails.
     fn clean_up(&mut self) {
+        stop(self.kube_proxy.take());
         stop(self.kubelet.take());
         if self.containerd.is_some() {
             for id in self.ctr(&["tasks", "ls", "-q"]).unwrap_or_default().lines() {
@@ -415,10 +520,16 @@ authorization: {{mode: AlwaysAllow}}
         }
         stop(self.containerd.take());
         unmount_below(&self.dir);
-        let _ = Command::new("ip")
-            .args(["link", "delete", &self.bridge])
-            .stderr(Stdio::null())
-            .status();
+        if self.network.is_some() {
+            // The bridge lives in the node's namespace and goes with it; a bridge of the same
+            // name on the machine is another node's.
+            self.network = None;
+        } else {
+            let _ = Command::new("ip")
+                .args(["link", "delete", &self.bridge])
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
@@ -426,6 +537,15 @@ impl Drop for RealNode {
     fn drop(&mut self) {
         self.clean_up();
     }
+}
+
+/// The port of an `https://host:port` URL.
+fn api_port(server: &str) -> anyhow::Result<u16> {
+    server
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .with_context(|| format!("no port in the API server's URL {server}"))
 }
 
 fn spawn(bin: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {

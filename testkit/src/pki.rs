@@ -4,10 +4,11 @@ use std::path::Path;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
 
-/// Writes `ca.crt`, `serving.crt`/`serving.key` (for 127.0.0.1 and localhost),
+/// Writes `ca.crt`, `serving.crt`/`serving.key` (for 127.0.0.1, localhost and
+/// [`crate::node_network::API_ADDRESS`] and `service_ip`, the `kubernetes` Service's),
 /// `kubelet-client.crt`/`.key` (the API server's identity towards kubelets) and
 /// `sa.key`/`sa.pub` (service-account signing key) into `dir`.
-pub fn write_apiserver_pki(dir: &Path) -> anyhow::Result<()> {
+pub fn write_apiserver_pki(dir: &Path, service_ip: std::net::Ipv4Addr) -> anyhow::Result<()> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -26,6 +27,14 @@ pub fn write_apiserver_pki(dir: &Path) -> anyhow::Result<()> {
     serving
         .subject_alt_names
         .push(SanType::IpAddress("127.0.0.1".parse()?));
+    // Where pods reach it: the `kubernetes` Service's cluster IP, and where nodes with a
+    // network of their own reach it.
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress(service_ip.into()));
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress(crate::node_network::API_ADDRESS.into()));
     serving
         .distinguished_name
         .push(rcgen::DnType::CommonName, "kube-apiserver");

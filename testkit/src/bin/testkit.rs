@@ -43,6 +43,11 @@ enum Command {
         /// `scripts/images.sh --base`.
         #[arg(long = "node", value_name = "CLUSTER=RANGE")]
         nodes: Vec<String>,
+        /// Give every --node a network namespace of its own with kube-proxy, so that
+        /// Services route and pods reach their API server; its InternalIP is the node's end
+        /// of a veth pair (10.251.0.0/16), where the machine reaches its NodePorts.
+        #[arg(long, requires = "nodes")]
+        own_network: bool,
     },
     /// Provision volumes for claims of the stand-in storage classes (provisioner
     /// `refract.test/fake-provisioner`): each volume is a folder a real kubelet creates.
@@ -88,6 +93,7 @@ async fn main() -> anyhow::Result<()> {
             clusters,
             controllers,
             nodes,
+            own_network,
         } => {
             let mut ranges = std::collections::BTreeMap::new();
             for node in &nodes {
@@ -110,6 +116,9 @@ async fn main() -> anyhow::Result<()> {
                 let range = ranges.get(&name);
                 if let Some(range) = range {
                     options = options.with_node(range, &[])?;
+                    if own_network {
+                        options = options.with_own_network();
+                    }
                 }
                 eprintln!(
                     "starting control plane {name} (etcd + kube-apiserver{}{})",

@@ -19,14 +19,18 @@ impl Drop for MetricsApi {
     }
 }
 
-/// The address the API server can reach a stand-in on: the gateway of the provider's real
-/// node's pod bridge, which exists once a pod ran there. The aggregator refuses loopback
-/// endpoints, and this bridge is one the test made.
+/// The address the API server can reach a stand-in on, on a link the test made (the
+/// aggregator refuses loopback endpoints): the machine's end of the provider's real node's
+/// veth pair when the node has a network of its own, else the gateway of its pod bridge,
+/// which exists once a pod ran there.
 pub fn bridge_address(provider: &ControlPlane) -> anyhow::Result<Ipv4Addr> {
     let node = provider
         .node
         .as_ref()
         .context("the provider has no real node")?;
+    if let Some(network) = &node.network {
+        return Ok(network.host_ip());
+    }
     node.pod_cidr
         .hosts()
         .next()

@@ -1,8 +1,10 @@
 //! Both agents running in-cluster, deployed from `deploy/` the way users deploy them: their
-//! images imported into real nodes, each under its own ServiceAccount with exactly the RBAC of
-//! `deploy/`, no admin kubeconfig, the peering's certificates in Secrets minted by
-//! `refract-certs --secret`. The test overlays (`deploy/test/`, plus the ports of this run)
-//! add only host networking and loopback addresses, as testkit's clusters have no kube-proxy.
+//! images imported into real nodes, two replicas each with pod networking behind their
+//! Services (kube-proxy on nodes with a network of their own), each under its own
+//! ServiceAccount with exactly the RBAC of `deploy/`, no admin kubeconfig, the peering's
+//! certificates in Secrets minted by `refract-certs --secret`. The test overlays
+//! (`deploy/test/`, plus this run's addresses) change only what a testkit cluster lacks: a
+//! load balancer (the remote agent's Service is a NodePort) and policy/v1 (Kubernetes 1.20).
 
 #![allow(
     clippy::unwrap_used,
@@ -16,8 +18,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use refract_e2e::churn::{self, ProviderWrites};
 use refract_e2e::{
-    busybox, can_i, eventually, free_port, grpcurl, http_get, kubectl, kubectl_get, kubectl_stdin,
-    run, until_extended, Certs,
+    busybox, can_i, eventually, grpcurl, http_get, kubectl, kubectl_get, kubectl_stdin, run,
+    until_extended, Certs,
 };
 use refract_testkit::{ControlPlane, Options};
 
@@ -64,33 +66,84 @@ fn apply_overlay(cp: &ControlPlane, dir: &Path, agent: &str, patches: &[serde_js
     kubectl(cp, &["apply", "-k", overlay.to_str().unwrap()]);
 }
 
-/// The JSON patch that points a Deployment's only container at this run's addresses.
-fn container_patch(
-    deployment: &str,
-    args: Vec<String>,
-    api_port: &str,
-    admin_port: u16,
-    extra_env: serde_json::Value,
-) -> serde_json::Value {
-    let probe = serde_json::json!({"httpGet": {"host": "127.0.0.1", "port": admin_port, "path": "/readyz"}, "periodSeconds": 2});
-    let live = serde_json::json!({"httpGet": {"host": "127.0.0.1", "port": admin_port, "path": "/healthz"}});
-    let mut env = vec![
-        serde_json::json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}),
-        serde_json::json!({"name": "KUBERNETES_SERVICE_PORT", "value": api_port}),
-    ];
-    env.extend(extra_env.as_array().cloned().unwrap_or_default());
-    let c = "/spec/template/spec/containers/0";
+/// The arguments `deploy/<agent>/deployment.yaml` gives the agent's container, each flag in
+/// `changes` given this run's value instead, then `extra`.
+fn deploy_args(agent: &str, changes: &[(&str, String)], extra: &[String]) -> Vec<String> {
+    let path = deploy_dir().join(agent).join("deployment.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let deployment: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap();
+    let mut out: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            let flag = a.split('=').next().unwrap();
+            match changes.iter().find(|(f, _)| *f == flag) {
+                Some((f, v)) => format!("{f}={v}"),
+                None => a.to_string(),
+            }
+        })
+        .collect();
+    for (flag, _) in changes {
+        assert!(
+            out.iter().any(|a| a.starts_with(&format!("{flag}="))),
+            "{flag} is not among deploy/{agent}'s arguments"
+        );
+    }
+    out.extend_from_slice(extra);
+    out
+}
+
+/// The JSON patch that gives a Deployment's only container `args`.
+fn args_patch(deployment: &str, args: Vec<String>) -> serde_json::Value {
     serde_json::json!({
         "kind": "Deployment",
         "name": deployment,
-        "ops": [
-            {"op": "replace", "path": format!("{c}/args"), "value": args},
-            {"op": "add", "path": format!("{c}/env"), "value": env},
-            {"op": "replace", "path": format!("{c}/readinessProbe"), "value": probe},
-            {"op": "replace", "path": format!("{c}/livenessProbe"), "value": live},
-            {"op": "remove", "path": format!("{c}/ports")},
-        ]
+        "ops": [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
     })
+}
+
+/// The address of `cp`'s real node (its InternalIP, on its own network).
+fn node_ip(cp: &ControlPlane) -> String {
+    cp.node
+        .as_ref()
+        .and_then(|n| n.network.as_ref())
+        .expect("a real node with a network of its own")
+        .node_ip()
+        .to_string()
+}
+
+/// The pod IP of the `refract-<agent>` replica named by Lease `lease` in refract-system (the
+/// one leading the peering, or serving the tenant).
+fn lease_holder_ip(cp: &ControlPlane, lease: &str) -> String {
+    let holder = kubectl(
+        cp,
+        &[
+            "-n",
+            "refract-system",
+            "get",
+            "lease",
+            lease,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    );
+    kubectl(
+        cp,
+        &[
+            "-n",
+            "refract-system",
+            "get",
+            "pod",
+            holder.trim(),
+            "-o",
+            "jsonpath={.status.podIP}",
+        ],
+    )
+    .trim()
+    .to_string()
 }
 
 fn api_port(cp: &ControlPlane) -> String {
@@ -137,14 +190,18 @@ fn agent_state(cp: &ControlPlane, agent: &str) -> String {
     )
 }
 
-fn agent_log(cp: &ControlPlane, agent: &str) -> String {
+/// The logs of every replica of `refract-<agent>`.
+fn agent_logs(cp: &ControlPlane, agent: &str) -> String {
     kubectl(
         cp,
         &[
             "-n",
             "refract-system",
             "logs",
-            &format!("deployment/refract-{agent}"),
+            "-l",
+            &format!("app.kubernetes.io/name=refract-{agent}"),
+            "--tail=-1",
+            "--prefix",
         ],
     )
 }
@@ -153,10 +210,12 @@ fn agent_log(cp: &ControlPlane, agent: &str) -> String {
 async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
     let origin_options = Options::named("origin")
         .with_node("10.100.0.0/16", &["local-agent"])
-        .expect("origin node images");
+        .expect("origin node images")
+        .with_own_network();
     let provider_options = Options::named("provider")
         .with_node("10.200.0.0/16", &["remote-agent"])
-        .expect("provider node images");
+        .expect("provider node images")
+        .with_own_network();
     let (origin, provider) = tokio::try_join!(
         ControlPlane::start(origin_options),
         ControlPlane::start(provider_options)
@@ -168,9 +227,9 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
         .unwrap();
     let certs = Certs::new(dir.path());
 
-    // The provider: the remote agent's serving certificate, then deploy/remote-agent.
-    let grpc_port = free_port();
-    let remote_admin = free_port();
+    // The provider: the remote agent's serving certificate for the address the origin reaches
+    // it at (the node's, with the Service's node port), then deploy/remote-agent as it is.
+    let provider_node = node_ip(&provider);
     kubectl(&provider, &["create", "namespace", "refract-system"]);
     secret(
         &provider,
@@ -178,34 +237,25 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
         "refract-remote-agent-tls",
         "provider",
         "server",
-        &["--ip", "127.0.0.1"],
+        &["--ip", &provider_node],
     );
-    let t = "/etc/refract/tls";
-    apply_overlay(
+    apply_overlay(&provider, dir.path(), "remote-agent", &[]);
+    let node_port = kubectl(
         &provider,
-        dir.path(),
-        "remote-agent",
-        &[container_patch(
+        &[
+            "-n",
+            "refract-system",
+            "get",
+            "service",
             "refract-remote-agent",
-            vec![
-                format!("--listen=127.0.0.1:{grpc_port}"),
-                format!("--tls-cert={t}/tls.crt"),
-                format!("--tls-key={t}/tls.key"),
-                format!("--client-ca={t}/ca.crt"),
-                "--cluster-id=provider".into(),
-                format!("--admin-listen=127.0.0.1:{remote_admin}"),
-                // Loopback here; deploy/'s 0.0.0.0 needs no flag for the same.
-                "--admin-auth=kubernetes".into(),
-            ],
-            &api_port(&provider),
-            remote_admin,
-            serde_json::json!([]),
-        )],
+            "-o",
+            "jsonpath={.spec.ports[?(@.name==\"grpc\")].nodePort}",
+        ],
     );
+    let remote_endpoint = format!("{provider_node}:{}", node_port.trim());
+    println!("the remote agent's Service: NodePort {remote_endpoint}");
 
-    // The origin: the client and webhook certificates, then deploy/local-agent.
-    let webhook_port = free_port();
-    let local_admin = free_port();
+    // The origin: the client and webhook certificates, then deploy/local-agent pointed at it.
     kubectl(&origin, &["create", "namespace", "refract-system"]);
     secret(
         &origin,
@@ -215,66 +265,52 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
         "client",
         &[],
     );
+    // The API server calls the webhook through its Service, checking this name.
     secret(
         &origin,
         &certs,
         "refract-local-agent-webhook-tls",
         "origin-webhook",
         "server",
-        &["--ip", "127.0.0.1"],
+        &["--dns", "refract-local-agent.refract-system.svc"],
     );
-    // The virtual node's kubelet API: served on 127.0.0.1, where the API server reaches it.
+    // The virtual node's kubelet API, at the leading replica's pod IP (the API servers of these
+    // clusters, like most, do not check a kubelet's serving certificate).
     secret(
         &origin,
         &certs,
         "refract-local-agent-kubelet-tls",
         "origin-kubelet",
         "server",
-        &["--ip", "127.0.0.1"],
+        &["--dns", "refract-local-agent.refract-system.svc"],
     );
-    let kubelet_port = free_port();
     use base64::Engine;
     let ca_bundle = base64::engine::general_purpose::STANDARD
         .encode(std::fs::read(certs.dir.join("ca/ca.crt")).unwrap());
-    let w = "/etc/refract/webhook";
     apply_overlay(
         &origin,
         dir.path(),
         "local-agent",
         &[
-            container_patch(
+            args_patch(
                 "refract-local-agent",
-                vec![
-                    format!("--remote=https://127.0.0.1:{grpc_port}"),
-                    format!("--tls-cert={t}/tls.crt"),
-                    format!("--tls-key={t}/tls.key"),
-                    format!("--server-ca={t}/ca.crt"),
-                    "--cluster-id=origin".into(),
-                    "--remote-cluster-id=provider".into(),
-                    format!("--webhook-listen=127.0.0.1:{webhook_port}"),
-                    format!("--webhook-cert={w}/tls.crt"),
-                    format!("--webhook-key={w}/tls.key"),
-                    format!("--admin-listen=127.0.0.1:{local_admin}"),
-                    "--admin-auth=kubernetes".into(),
-                    "--remote-pod-remap=10.200.0.0/16=10.71.0.0/16".into(),
-                    "--home-api-server-host=127.0.0.1".into(),
-                    format!("--home-api-server-port={}", api_port(&origin)),
-                    format!("--kubelet-listen=127.0.0.1:{kubelet_port}"),
-                    "--kubelet-cert=/etc/refract/kubelet/tls.crt".into(),
-                    "--kubelet-key=/etc/refract/kubelet/tls.key".into(),
-                    "--kubelet-client-ca=/etc/refract/kubelet-client-ca/ca.crt".into(),
-                    "--node-ip=127.0.0.1".into(),
-                ],
-                &api_port(&origin),
-                local_admin,
-                serde_json::json!([{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]),
+                deploy_args(
+                    "local-agent",
+                    &[
+                        ("--remote", format!("https://{remote_endpoint}")),
+                        ("--home-api-server-host", "127.0.0.1".into()),
+                        ("--home-api-server-port", api_port(&origin)),
+                    ],
+                    &["--remote-pod-remap=10.200.0.0/16=10.71.0.0/16".into()],
+                ),
             ),
             serde_json::json!({
                 "kind": "MutatingWebhookConfiguration",
                 "name": "refract-local-agent",
-                "ops": [{"op": "replace", "path": "/webhooks", "value":
-                    refract_e2e::webhook_configuration(webhook_port, &ca_bundle)["webhooks"],
-                }]
+                "ops": [
+                    {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca_bundle},
+                    {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": ca_bundle},
+                ]
             }),
         ],
     );
@@ -296,7 +332,7 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
                         "jsonpath={.status.availableReplicas}",
                     ],
                 )?;
-                (s == "1").then_some(())
+                (s == "2").then_some(())
             },
             || agent_state(cp, agent),
         )
@@ -329,7 +365,7 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
                 client.join("tls.crt").to_str().unwrap(),
                 "-key",
                 client.join("tls.key").to_str().unwrap(),
-                &format!("127.0.0.1:{grpc_port}"),
+                &remote_endpoint,
                 "refract.v1.Inspect/ListTenants",
             ],
         );
@@ -590,7 +626,7 @@ spec:
 
     // Neither agent was refused anything by its API server.
     for (cp, agent) in [(&origin, "local-agent"), (&provider, "remote-agent")] {
-        let log = agent_log(cp, agent);
+        let log = agent_logs(cp, agent);
         let refused: Vec<&str> = log
             .lines()
             .filter(|l| l.to_ascii_lowercase().contains("forbidden"))
@@ -604,7 +640,11 @@ spec:
 
     // /metrics names tenants: only a token its cluster accepts, whose user may `get`
     // /metrics, reads it; Prometheus' account is given that right by deploy/monitoring.
-    let admin = format!("127.0.0.1:{remote_admin}");
+    // The replica serving the tenant, at its pod IP (the machine routes the node's pods).
+    let admin = format!(
+        "{}:9090",
+        lease_holder_ip(&provider, "refract-tenant-origin")
+    );
     assert_eq!(
         http_get(&admin, "/readyz", None).await.0,
         200,
@@ -643,9 +683,10 @@ spec:
 
 /// `kubectl rollout restart` of each agent while 1,000 origin ConfigMaps change: the provider
 /// ends with exactly the origin's state, written once per change and never with what it held,
-/// and its pods are the same containers. One replica each, rolled as deploy/ and the test
-/// overlays roll them: the old pod stops (the local agent releasing its Lease) before the new
-/// one starts, as two host-network pods on one node would want the same ports.
+/// and its pods are the same containers. Two replicas each, rolled as deploy/ rolls them
+/// (`maxSurge: 1`, `maxUnavailable: 0`): a new replica is up before an old one stops, and a
+/// stopping replica hands its Leases over (the local agent's peering, the remote agent's
+/// tenants and controller), so no two lead at once.
 async fn rollouts_during_a_burst(origin: &ControlPlane, provider: &ControlPlane) {
     const OBJECTS: usize = 1000;
     let origin_api: Api<ConfigMap> = Api::namespaced(origin.client().await.unwrap(), "apps");
