@@ -17,8 +17,10 @@ use tokio::process::{Child, Command};
 
 pub mod churn;
 pub mod forward;
+pub mod in_cluster;
 pub mod metrics_api;
 pub mod netpol;
+pub mod node_readiness;
 pub mod wire;
 
 /// The folder holding `local-agent`, `remote-agent` and `refract-certs`.
@@ -1076,6 +1078,17 @@ pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
 
 /// `kubectl` with stdin, for `apply -f -`; panics on failure.
 pub fn kubectl_stdin(cp: &ControlPlane, args: &[&str], stdin: &str) -> String {
+    let out = kubectl_stdin_output(cp, args, stdin);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl` against `cp` with `stdin` piped in, whatever its outcome.
+pub fn kubectl_stdin_output(cp: &ControlPlane, args: &[&str], stdin: &str) -> Output {
     use std::io::Write;
     let kc = cp.kubeconfig.display().to_string();
     let mut child = StdCommand::new("kubectl")
@@ -1093,13 +1106,7 @@ pub fn kubectl_stdin(cp: &ControlPlane, args: &[&str], stdin: &str) -> String {
         .unwrap()
         .write_all(stdin.as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    child.wait_with_output().unwrap()
 }
 
 /// `kubectl get` that returns `None` when the object does not exist.

@@ -23,13 +23,13 @@
     clippy::expect_used,
     reason = "a test fails by panicking"
 )]
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use refract_e2e::churn::{self, ProviderWrites};
 use refract_e2e::forward::Forwarder;
+use refract_e2e::node_readiness::NodeReadiness;
 use refract_e2e::resume_series::CONNECTED;
 use refract_e2e::{
     busybox, kubectl, kubectl_get, kubectl_stdin, metric, origin_get, Agent, Peering, ReplicaPorts,
@@ -82,54 +82,6 @@ fn sleeper(name: &str) -> String {
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {NS}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers: [{{name: c, image: \"{}\", command: [sh, -c, 'echo hello from {name}; trap \"exit 0\" TERM; while true; do sleep 1; done']}}]\n",
         busybox()
     )
-}
-
-/// Every Ready status the virtual node showed, polled twice a second until dropped.
-struct NodeReadiness {
-    seen: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl NodeReadiness {
-    fn watch(nodes: Api<Node>) -> Self {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let record = seen.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                if let Ok(node) = nodes.get("refract-provider").await {
-                    let status = node
-                        .status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .find(|c| c.type_ == "Ready")
-                        .map(|c| format!("{} {}", c.status, c.reason.unwrap_or_default()))
-                        .unwrap_or_else(|| "missing".into());
-                    record.lock().unwrap().push(status);
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        });
-        Self { seen, task }
-    }
-
-    /// Statuses other than True seen so far.
-    fn not_ready(&self) -> Vec<String> {
-        let seen = self.seen.lock().unwrap();
-        let mut bad: Vec<String> = seen
-            .iter()
-            .filter(|s| !s.starts_with("True"))
-            .cloned()
-            .collect();
-        bad.dedup();
-        bad
-    }
-}
-
-impl Drop for NodeReadiness {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// `kubectl logs` and `exec` of `pod` through the virtual node's kubelet API.

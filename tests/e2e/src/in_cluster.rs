@@ -1,0 +1,433 @@
+//! Both agents deployed in-cluster from `deploy/` the way users deploy them: their images
+//! imported into real nodes that run kube-proxy (testkit's `with_own_network`), two replicas
+//! each with pod networking behind their Services, each under its own ServiceAccount with
+//! exactly the RBAC of `deploy/`, no admin kubeconfig, the peering's certificates in Secrets
+//! minted by `refract-certs --secret`. The test overlays (`deploy/test/`, plus this run's
+//! addresses) change only what a testkit cluster lacks: a load balancer (the remote agent's
+//! Service is a NodePort) and policy/v1 (Kubernetes 1.20).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use refract_testkit::{ControlPlane, Options};
+
+use crate::{eventually, grpcurl, kubectl, kubectl_get, kubectl_stdin, run, Certs};
+
+/// Two clusters with both agents running in them, connected.
+pub struct InCluster {
+    /// The origin, with the local agent's two replicas.
+    pub origin: ControlPlane,
+    /// The provider, with the remote agent's two replicas.
+    pub provider: ControlPlane,
+    /// The peering's certificate authority and certificates.
+    pub certs: Certs,
+    /// A client certificate of tenant `origin` for `grpcurl` (its folder).
+    pub operator: PathBuf,
+    /// Where the origin reaches the remote agent: the provider node's address and the
+    /// Service's node port.
+    pub remote_endpoint: String,
+    /// What `Inspect/ListTenants` said once the tenant was connected.
+    pub tenants: String,
+    _dir: tempfile::TempDir,
+}
+
+impl InCluster {
+    /// `grpcurl ... Inspect/ListTenants` through the remote agent's Service, as the operator.
+    pub fn list_tenants(&self) -> String {
+        self.inspector().list_tenants()
+    }
+
+    /// What [`InCluster::list_tenants`] needs, to take to another thread.
+    pub fn inspector(&self) -> Inspector {
+        Inspector {
+            ca: self.certs.dir.join("ca/ca.crt"),
+            client: self.operator.clone(),
+            endpoint: self.remote_endpoint.clone(),
+        }
+    }
+}
+
+/// The remote agent's Inspect service, called with `grpcurl` as the operator.
+#[derive(Clone)]
+pub struct Inspector {
+    ca: PathBuf,
+    client: PathBuf,
+    endpoint: String,
+}
+
+impl Inspector {
+    /// `grpcurl ... Inspect/ListTenants`; its output.
+    pub fn list_tenants(&self) -> String {
+        list_tenants(&self.ca, &self.client, &self.endpoint)
+    }
+}
+
+fn list_tenants(ca: &Path, client: &Path, endpoint: &str) -> String {
+    let out = run(
+        grpcurl(),
+        &[
+            "-max-time",
+            "5",
+            "-cacert",
+            ca.to_str().unwrap(),
+            "-cert",
+            client.join("tls.crt").to_str().unwrap(),
+            "-key",
+            client.join("tls.key").to_str().unwrap(),
+            endpoint,
+            "refract.v1.Inspect/ListTenants",
+        ],
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts both clusters with real nodes, deploys both agents from `deploy/` and waits until
+/// both Deployments are Available and the tenant is connected.
+pub async fn deploy() -> InCluster {
+    let origin_options = Options::named("origin")
+        .with_node("10.100.0.0/16", &["local-agent"])
+        .expect("origin node images")
+        .with_own_network();
+    let provider_options = Options::named("provider")
+        .with_node("10.200.0.0/16", &["remote-agent"])
+        .expect("provider node images")
+        .with_own_network();
+    let (origin, provider) = tokio::try_join!(
+        ControlPlane::start(origin_options),
+        ControlPlane::start(provider_options)
+    )
+    .expect("control planes with real nodes");
+    let dir = tempfile::Builder::new()
+        .prefix("refract-in-cluster-")
+        .tempdir()
+        .unwrap();
+    let certs = Certs::new(dir.path());
+
+    // The provider: the remote agent's serving certificate for the address the origin reaches
+    // it at (the node's, with the Service's node port), then deploy/remote-agent as it is.
+    let provider_node = node_ip(&provider);
+    kubectl(&provider, &["create", "namespace", "refract-system"]);
+    secret(
+        &provider,
+        &certs,
+        "refract-remote-agent-tls",
+        "provider",
+        "server",
+        &["--ip", &provider_node],
+    );
+    apply_overlay(&provider, dir.path(), "remote-agent", &[]);
+    let node_port = kubectl(
+        &provider,
+        &[
+            "-n",
+            "refract-system",
+            "get",
+            "service",
+            "refract-remote-agent",
+            "-o",
+            "jsonpath={.spec.ports[?(@.name==\"grpc\")].nodePort}",
+        ],
+    );
+    let remote_endpoint = format!("{provider_node}:{}", node_port.trim());
+    println!("the remote agent's Service: NodePort {remote_endpoint}");
+
+    // The origin: the client and webhook certificates, then deploy/local-agent pointed at it.
+    kubectl(&origin, &["create", "namespace", "refract-system"]);
+    secret(
+        &origin,
+        &certs,
+        "refract-local-agent-tls",
+        "origin",
+        "client",
+        &[],
+    );
+    // The API server calls the webhook through its Service, checking this name.
+    secret(
+        &origin,
+        &certs,
+        "refract-local-agent-webhook-tls",
+        "origin-webhook",
+        "server",
+        &["--dns", "refract-local-agent.refract-system.svc"],
+    );
+    // The virtual node's kubelet API, at the leading replica's pod IP (the API servers of these
+    // clusters, like most, do not check a kubelet's serving certificate).
+    secret(
+        &origin,
+        &certs,
+        "refract-local-agent-kubelet-tls",
+        "origin-kubelet",
+        "server",
+        &["--dns", "refract-local-agent.refract-system.svc"],
+    );
+    use base64::Engine;
+    let ca_bundle = base64::engine::general_purpose::STANDARD
+        .encode(std::fs::read(certs.dir.join("ca/ca.crt")).unwrap());
+    apply_overlay(
+        &origin,
+        dir.path(),
+        "local-agent",
+        &[
+            args_patch(
+                "refract-local-agent",
+                deploy_args(
+                    "local-agent",
+                    &[
+                        ("--remote", format!("https://{remote_endpoint}")),
+                        ("--home-api-server-host", "127.0.0.1".into()),
+                        ("--home-api-server-port", api_port(&origin)),
+                    ],
+                    &["--remote-pod-remap=10.200.0.0/16=10.71.0.0/16".into()],
+                ),
+            ),
+            serde_json::json!({
+                "kind": "MutatingWebhookConfiguration",
+                "name": "refract-local-agent",
+                "ops": [
+                    {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca_bundle},
+                    {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": ca_bundle},
+                ]
+            }),
+        ],
+    );
+
+    // Both Deployments become Available: the probes pass once each agent has synced.
+    for (cp, agent) in [(&provider, "remote-agent"), (&origin, "local-agent")] {
+        eventually(
+            WAIT,
+            &format!("deployment refract-{agent} Available"),
+            || {
+                let s = kubectl_get(
+                    cp,
+                    &[
+                        "-n",
+                        "refract-system",
+                        "deployment",
+                        &format!("refract-{agent}"),
+                        "-o",
+                        "jsonpath={.status.availableReplicas}",
+                    ],
+                )?;
+                (s == "2").then_some(())
+            },
+            || agent_state(cp, agent),
+        )
+        .await;
+    }
+    let pod_sa = kubectl_get(
+        &origin,
+        &[
+            "-n",
+            "refract-system",
+            "pods",
+            "-o",
+            "jsonpath={.items[0].spec.serviceAccountName}",
+        ],
+    )
+    .unwrap();
+    assert_eq!(pod_sa, "refract-local-agent");
+
+    // The pair is connected: the remote agent shows the tenant to grpcurl with its certificate.
+    let client = certs.issue("operator", "origin", "client", &[]);
+    let connected = || {
+        let text = list_tenants(&certs.dir.join("ca/ca.crt"), &client, &remote_endpoint);
+        text.contains("\"connected\": true").then_some(text)
+    };
+    let tenants = eventually(WAIT, "tenant origin connected", connected, || {
+        agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent")
+    })
+    .await;
+    InCluster {
+        origin,
+        provider,
+        certs,
+        operator: client,
+        remote_endpoint,
+        tenants,
+        _dir: dir,
+    }
+}
+
+/// How long each step may take.
+pub const WAIT: Duration = Duration::from_secs(120);
+
+/// The workspace's `deploy/` folder.
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+/// `target` relative to `from` (both absolute): kustomize takes bases by relative path only.
+fn relative(from: &Path, target: &Path) -> String {
+    let up = from.components().count() - 1;
+    let target = target.canonicalize().expect("deploy folder");
+    format!(
+        "{}{}",
+        "../".repeat(up),
+        target.display().to_string().trim_start_matches('/')
+    )
+}
+
+/// Writes an overlay of `deploy/test/<agent>` with this run's JSON patches and applies it.
+fn apply_overlay(cp: &ControlPlane, dir: &Path, agent: &str, patches: &[serde_json::Value]) {
+    let overlay = dir.join(agent);
+    std::fs::create_dir_all(&overlay).unwrap();
+    let mut kustomization = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\npatches:\n",
+        relative(&overlay, &deploy_dir().join("test").join(agent))
+    );
+    for (i, patch) in patches.iter().enumerate() {
+        let file = format!("patch-{i}.json");
+        std::fs::write(
+            overlay.join(&file),
+            serde_json::to_vec_pretty(&patch["ops"]).unwrap(),
+        )
+        .unwrap();
+        kustomization.push_str(&format!(
+            "  - path: {file}\n    target: {{kind: {}, name: {}}}\n",
+            patch["kind"].as_str().unwrap(),
+            patch["name"].as_str().unwrap()
+        ));
+    }
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
+    kubectl(cp, &["apply", "-k", overlay.to_str().unwrap()]);
+}
+
+/// The arguments `deploy/<agent>/deployment.yaml` gives the agent's container, each flag in
+/// `changes` given this run's value instead, then `extra`.
+fn deploy_args(agent: &str, changes: &[(&str, String)], extra: &[String]) -> Vec<String> {
+    let path = deploy_dir().join(agent).join("deployment.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let deployment: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap();
+    let mut out: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            let flag = a.split('=').next().unwrap();
+            match changes.iter().find(|(f, _)| *f == flag) {
+                Some((f, v)) => format!("{f}={v}"),
+                None => a.to_string(),
+            }
+        })
+        .collect();
+    for (flag, _) in changes {
+        assert!(
+            out.iter().any(|a| a.starts_with(&format!("{flag}="))),
+            "{flag} is not among deploy/{agent}'s arguments"
+        );
+    }
+    out.extend_from_slice(extra);
+    out
+}
+
+/// The JSON patch that gives a Deployment's only container `args`.
+fn args_patch(deployment: &str, args: Vec<String>) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "Deployment",
+        "name": deployment,
+        "ops": [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
+    })
+}
+
+/// The address of `cp`'s real node (its InternalIP, on its own network).
+pub fn node_ip(cp: &ControlPlane) -> String {
+    cp.node
+        .as_ref()
+        .and_then(|n| n.network.as_ref())
+        .expect("a real node with a network of its own")
+        .node_ip()
+        .to_string()
+}
+
+/// The pod IP of the `refract-<agent>` replica named by Lease `lease` in refract-system (the
+/// one leading the peering, or serving the tenant).
+pub fn lease_holder_ip(cp: &ControlPlane, lease: &str) -> String {
+    let holder = kubectl(
+        cp,
+        &[
+            "-n",
+            "refract-system",
+            "get",
+            "lease",
+            lease,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    );
+    kubectl(
+        cp,
+        &[
+            "-n",
+            "refract-system",
+            "get",
+            "pod",
+            holder.trim(),
+            "-o",
+            "jsonpath={.status.podIP}",
+        ],
+    )
+    .trim()
+    .to_string()
+}
+
+fn api_port(cp: &ControlPlane) -> String {
+    cp.server.rsplit(':').next().unwrap().to_string()
+}
+
+/// The peering's certificate `name` as a Secret in `refract-system` of `cp`.
+fn secret(cp: &ControlPlane, certs: &Certs, name: &str, id: &str, role: &str, extra: &[&str]) {
+    let yaml = certs.issue_secret(name, "refract-system", id, role, extra);
+    kubectl_stdin(cp, &["apply", "-f", "-"], &yaml);
+}
+
+/// What an operator looks at when an agent does not come up: its pod and its log.
+pub fn agent_state(cp: &ControlPlane, agent: &str) -> String {
+    let kc = cp.kubeconfig.display().to_string();
+    let describe = run(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &kc,
+            "-n",
+            "refract-system",
+            "describe",
+            "pods",
+        ],
+    );
+    let logs = run(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &kc,
+            "-n",
+            "refract-system",
+            "logs",
+            &format!("deployment/refract-{agent}"),
+            "--tail=60",
+        ],
+    );
+    format!(
+        "--- {agent} pods ---\n{}\n--- {agent} log ---\n{}{}",
+        String::from_utf8_lossy(&describe.stdout),
+        String::from_utf8_lossy(&logs.stdout),
+        String::from_utf8_lossy(&logs.stderr)
+    )
+}
+
+/// The logs of every replica of `refract-<agent>`.
+pub fn agent_logs(cp: &ControlPlane, agent: &str) -> String {
+    kubectl(
+        cp,
+        &[
+            "-n",
+            "refract-system",
+            "logs",
+            "-l",
+            &format!("app.kubernetes.io/name=refract-{agent}"),
+            "--tail=-1",
+            "--prefix",
+        ],
+    )
+}
