@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 say() { printf '\033[1m[test]\033[0m %s\n' "$*" >&2; }
 start=$(date +%s)
 
-say "1/4 toolchain: etcd, Kubernetes 1.20.2 control plane and kubelet, containerd, CNI plugins, grpcurl, promtool (cached after the first run)"
+say "1/4 toolchain: etcd, Kubernetes 1.20.2 control plane, kubelet and kube-proxy, containerd, CNI plugins, grpcurl, promtool (cached after the first run)"
 eval "$(scripts/ensure-toolchain.sh | grep -E '^REFRACT_(K8S_BIN|PROMTOOL)=')"
 export REFRACT_K8S_BIN REFRACT_PROMTOOL
 

@@ -1087,6 +1087,25 @@ pub fn kubectl_stdin(cp: &ControlPlane, args: &[&str], stdin: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `kubectl logs` and `exec` of `pod` in `namespace` of `origin`, through the virtual node's
+/// kubelet API: the pod printed `hello from <pod>` when it started.
+pub fn logs_and_exec_work(origin: &ControlPlane, namespace: &str, pod: &str) {
+    let logs = kubectl(origin, &["-n", namespace, "logs", pod]);
+    assert!(logs.contains(&format!("hello from {pod}")), "{logs}");
+    let exec = kubectl(
+        origin,
+        &["-n", namespace, "exec", pod, "--", "echo", "exec-ok"],
+    );
+    assert_eq!(exec.trim(), "exec-ok");
+}
+
+/// The median and the worst of `values` (not empty).
+pub fn median_and_worst(values: &[Duration]) -> (Duration, Duration) {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    (sorted[sorted.len() / 2], sorted[sorted.len() - 1])
+}
+
 /// `kubectl` against `cp` with `stdin` piped in, whatever its outcome.
 pub fn kubectl_stdin_output(cp: &ControlPlane, args: &[&str], stdin: &str) -> Output {
     use std::io::Write;

@@ -32,7 +32,8 @@ use refract_e2e::forward::Forwarder;
 use refract_e2e::node_readiness::NodeReadiness;
 use refract_e2e::resume_series::CONNECTED;
 use refract_e2e::{
-    busybox, kubectl, kubectl_get, kubectl_stdin, metric, origin_get, Agent, Peering, ReplicaPorts,
+    busybox, kubectl, kubectl_get, kubectl_stdin, logs_and_exec_work, median_and_worst, metric,
+    origin_get, Agent, Peering, ReplicaPorts,
 };
 
 const OBJECTS: usize = 1000;
@@ -82,14 +83,6 @@ fn sleeper(name: &str) -> String {
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {NS}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers: [{{name: c, image: \"{}\", command: [sh, -c, 'echo hello from {name}; trap \"exit 0\" TERM; while true; do sleep 1; done']}}]\n",
         busybox()
     )
-}
-
-/// `kubectl logs` and `exec` of `pod` through the virtual node's kubelet API.
-fn logs_and_exec_work(p: &Peering, pod: &str) {
-    let logs = kubectl(&p.origin, &["-n", NS, "logs", pod]);
-    assert!(logs.contains(&format!("hello from {pod}")), "{logs}");
-    let exec = kubectl(&p.origin, &["-n", NS, "exec", pod, "--", "echo", "exec-ok"]);
-    assert_eq!(exec.trim(), "exec-ok");
 }
 
 /// One local agent replica: its name in the Lease, its ports, its process while it runs.
@@ -145,13 +138,6 @@ async fn until_standing_by(replicas: &[Replica], replica: usize) {
         replicas[replica].log().contains("standing by")
     })
     .await;
-}
-
-/// The median and the worst of `values`.
-fn median_and_worst(values: &[Duration]) -> (Duration, Duration) {
-    let mut sorted = values.to_vec();
-    sorted.sort();
-    (sorted[sorted.len() / 2], sorted[sorted.len() - 1])
 }
 
 #[tokio::test]
@@ -255,7 +241,7 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
             .then_some(())
     })
     .await;
-    logs_and_exec_work(&p, "web");
+    logs_and_exec_work(&p.origin, NS, "web");
     let readiness = NodeReadiness::watch(Api::all(origin_client));
 
     let mut leader = 0;
@@ -348,8 +334,8 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
             (kubelet_port(&p) == port).then_some(())
         })
         .await;
-        logs_and_exec_work(&p, "web");
-        logs_and_exec_work(&p, &during[0]);
+        logs_and_exec_work(&p.origin, NS, "web");
+        logs_and_exec_work(&p.origin, NS, &during[0]);
         println!(
             "round {round}: SIGKILL of {}: {}'s stream open {took:.1?} after the kill (Lease 15 s); provider writes {rewritten} for {OBJECTS} changed objects, 0 duplicate; provider pod restarts 0; node Ready throughout; {PODS_DURING} of {PODS_DURING} pods created meanwhile placed by the standby's webhook and Running on the provider, none at the origin; logs and exec through the new leader",
             replicas[leader].identity, replicas[next].identity
@@ -386,7 +372,7 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
         (kubelet_port(&p) == port).then_some(())
     })
     .await;
-    logs_and_exec_work(&p, "web");
+    logs_and_exec_work(&p.origin, NS, "web");
     let not_ready = readiness.not_ready();
     assert!(
         not_ready.is_empty(),

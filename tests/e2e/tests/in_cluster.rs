@@ -29,7 +29,7 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
     // A namespace offloaded: a ConfigMap reflected, a Deployment's pods running as real
     // containers on the provider's node and Running at the origin on the virtual node.
     kubectl_stdin(
-        &origin,
+        origin,
         &["apply", "-f", "-"],
         r#"
 apiVersion: v1
@@ -47,12 +47,12 @@ metadata: {name: settings, namespace: apps}
 data: {greeting: hello}
 "#,
     );
-    until_extended(&origin, "apps", WAIT, || {
-        agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent")
+    until_extended(origin, "apps", WAIT, || {
+        agent_state(origin, "local-agent") + &agent_state(provider, "remote-agent")
     })
     .await;
     kubectl_stdin(
-        &origin,
+        origin,
         &["apply", "-f", "-"],
         &format!(
             r#"
@@ -80,7 +80,7 @@ spec:
         "ConfigMap settings on the provider",
         || {
             let v = kubectl_get(
-                &provider,
+                provider,
                 &[
                     "-n",
                     "apps-origin",
@@ -92,7 +92,7 @@ spec:
             )?;
             (v == "hello").then_some(())
         },
-        || agent_state(&provider, "remote-agent"),
+        || agent_state(provider, "remote-agent"),
     )
     .await;
     // The tenant's quota in its twin namespace, written under deploy/'s RBAC.
@@ -101,7 +101,7 @@ spec:
         "the twin namespace's ResourceQuota",
         || {
             let pods = kubectl_get(
-                &provider,
+                provider,
                 &[
                     "-n",
                     "apps-origin",
@@ -114,7 +114,7 @@ spec:
             // Kubernetes writes quantities its own way: 1000 is 1k.
             (pods == "1k").then_some(())
         },
-        || agent_state(&provider, "remote-agent"),
+        || agent_state(provider, "remote-agent"),
     )
     .await;
     // Its network fence, written under deploy/'s RBAC: the tenant's own namespaces in.
@@ -123,7 +123,7 @@ spec:
         "the twin namespace's NetworkPolicy",
         || {
             let from = kubectl_get(
-                &provider,
+                provider,
                 &[
                     "-n",
                     "apps-origin",
@@ -135,14 +135,14 @@ spec:
             )?;
             (from == r#"{"refract.io/tenant":"origin"}"#).then_some(())
         },
-        || agent_state(&provider, "remote-agent"),
+        || agent_state(provider, "remote-agent"),
     )
     .await;
     let origin_pods = eventually(
         WAIT,
         "two web pods Running at the origin on the virtual node",
         || {
-            let out = kubectl_get(&origin, &["-n", "apps", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.spec.nodeName} {.status.podIP}{\"\\n\"}{end}"])?;
+            let out = kubectl_get(origin, &["-n", "apps", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.spec.nodeName} {.status.podIP}{\"\\n\"}{end}"])?;
             let lines: Vec<String> = out.lines().map(str::to_string).collect();
             (lines.len() == 2
                 && lines
@@ -150,12 +150,12 @@ spec:
                     .all(|l| l.contains(" Running refract-provider 10.71.")))
             .then_some(lines)
         },
-        || agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent"),
+        || agent_state(origin, "local-agent") + &agent_state(provider, "remote-agent"),
     )
     .await;
     println!("origin pods:\n{}", origin_pods.join("\n"));
     let provider_pods = kubectl(
-        &provider,
+        provider,
         &["-n", "apps-origin", "get", "pods", "-o", "wide"],
     );
     println!("provider pods:\n{provider_pods}");
@@ -165,7 +165,7 @@ spec:
         "the container's output on the provider",
         || {
             let logs = kubectl_get(
-                &provider,
+                provider,
                 &[
                     "--raw",
                     &format!("/api/v1/namespaces/apps-origin/pods/{first}/log"),
@@ -173,7 +173,7 @@ spec:
             )?;
             logs.contains("served by").then_some(logs)
         },
-        || agent_state(&provider, "remote-agent"),
+        || agent_state(provider, "remote-agent"),
     )
     .await;
     println!("kubectl logs {first} (provider): {}", output.trim());
@@ -184,7 +184,7 @@ spec:
         "kubectl logs at the origin",
         || {
             let logs = kubectl_get(
-                &origin,
+                origin,
                 &[
                     "--raw",
                     &format!("/api/v1/namespaces/apps/pods/{first}/log"),
@@ -192,13 +192,13 @@ spec:
             )?;
             logs.contains("served by").then_some(logs)
         },
-        || agent_state(&origin, "local-agent"),
+        || agent_state(origin, "local-agent"),
     )
     .await;
     println!("kubectl logs {first} (origin): {}", origin_logs.trim());
     assert_eq!(origin_logs.trim(), output.trim());
     let exec = kubectl(
-        &origin,
+        origin,
         &[
             "-n",
             "apps",
@@ -215,8 +215,8 @@ spec:
 
     // Pod stats at the origin from the provider's metrics.k8s.io, read by the in-cluster agent
     // as the tenant with deploy/'s RBAC (no nodes/proxy anywhere).
-    let bridge = refract_e2e::metrics_api::bridge_address(&provider).unwrap();
-    let _metrics = refract_e2e::metrics_api::serve(&provider, "localhost", bridge)
+    let bridge = refract_e2e::metrics_api::bridge_address(provider).unwrap();
+    let _metrics = refract_e2e::metrics_api::serve(provider, "localhost", bridge)
         .await
         .expect("the provider's metrics API");
     let stats = eventually(
@@ -224,7 +224,7 @@ spec:
         "the offloaded pod's memory in the virtual node's stats",
         || {
             let raw = kubectl_get(
-                &origin,
+                origin,
                 &[
                     "--raw",
                     "/api/v1/nodes/refract-provider/proxy/stats/summary",
@@ -238,7 +238,7 @@ spec:
             let memory = pod["memory"]["workingSetBytes"].as_u64()?;
             (memory > 0).then(|| pod.to_string())
         },
-        || agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent"),
+        || agent_state(origin, "local-agent") + &agent_state(provider, "remote-agent"),
     )
     .await;
     println!(
@@ -266,7 +266,7 @@ spec:
         (tenant, "patch", "resourcequotas", "apps-origin", "no"),
     ] {
         assert_eq!(
-            can_i(&provider, user, verb, what, ns),
+            can_i(provider, user, verb, what, ns),
             answer,
             "can {user} {verb} {what} in {ns}?"
         );
@@ -291,7 +291,7 @@ spec:
     // The replica serving the tenant, at its pod IP (the machine routes the node's pods).
     let admin = format!(
         "{}:9090",
-        lease_holder_ip(&provider, "refract-tenant-origin")
+        lease_holder_ip(provider, "refract-tenant-origin")
     );
     assert_eq!(
         http_get(&admin, "/readyz", None).await.0,
@@ -301,10 +301,10 @@ spec:
     let (status, body) = http_get(&admin, "/metrics", None).await;
     println!("GET /metrics without a token: {status} {}", body.trim());
     assert_eq!(status, 401);
-    kubectl(&provider, &["create", "namespace", "monitoring"]);
+    kubectl(provider, &["create", "namespace", "monitoring"]);
     for account in ["prometheus", "nobody"] {
         kubectl(
-            &provider,
+            provider,
             &["-n", "monitoring", "create", "serviceaccount", account],
         );
     }
@@ -312,21 +312,21 @@ spec:
         env!("CARGO_MANIFEST_DIR"),
         "/../../deploy/monitoring/metrics-reader.yaml"
     );
-    kubectl(&provider, &["apply", "-f", reader]);
-    let nobody = account_token(&provider, "monitoring", "nobody").await;
+    kubectl(provider, &["apply", "-f", reader]);
+    let nobody = account_token(provider, "monitoring", "nobody").await;
     let (status, body) = http_get(&admin, "/metrics", Some(&nobody)).await;
     println!(
         "GET /metrics as monitoring/nobody: {status} {}",
         body.trim()
     );
     assert_eq!(status, 403);
-    let prometheus = account_token(&provider, "monitoring", "prometheus").await;
+    let prometheus = account_token(provider, "monitoring", "prometheus").await;
     let (status, body) = http_get(&admin, "/metrics", Some(&prometheus)).await;
     println!("GET /metrics as monitoring/prometheus: {status}");
     assert_eq!(status, 200);
     assert!(body.contains("refract_remote_tenant_usage"), "{body}");
 
-    rollouts_during_a_burst(&origin, &provider).await;
+    rollouts_during_a_burst(origin, provider).await;
 }
 
 /// `kubectl rollout restart` of each agent while 1,000 origin ConfigMaps change: the provider
