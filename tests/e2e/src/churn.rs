@@ -62,6 +62,13 @@ impl ProviderWrites {
         self.0.lock().unwrap().duplicates.clone()
     }
 
+    /// Once the provider has converged: waits a moment (late duplicates would show within
+    /// it), then the writes since the count was `before`, and every duplicate write so far.
+    pub async fn settled(&self, before: u64) -> (u64, Vec<String>) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        (self.count() - before, self.duplicates())
+    }
+
     /// The 99th percentile of how long each object's `round` took from the origin accepting it
     /// to the provider holding it.
     pub fn p99(&self, accepted: &HashMap<String, Instant>, round: u32) -> Duration {

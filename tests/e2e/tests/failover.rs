@@ -270,9 +270,7 @@ async fn a_standby_local_agent_takes_over_without_rewrites_lost_pods_or_local_po
         let took = until_connected(&replicas, next, killed).await;
         assert_eq!(holder(&p), replicas[next].identity);
         churn::converged(&provider, OBJECTS, round, WAIT).await;
-        // Late duplicates would show within a moment of converging.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (rewritten, duplicates) = (writes.count() - writes_before, writes.duplicates());
+        let (rewritten, duplicates) = writes.settled(writes_before).await;
         assert!(
             duplicates.is_empty(),
             "round {round}: writes that changed nothing: {duplicates:?}"

@@ -372,9 +372,7 @@ async fn rollouts_during_a_burst(origin: &ControlPlane, provider: &ControlPlane)
         let rolled = started.elapsed();
         churning.await.unwrap();
         let took = churn::converged(&provider_api, OBJECTS, round, WAIT).await;
-        // Late duplicates would show within a moment of converging.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (written, duplicates) = (writes.count() - before, writes.duplicates());
+        let (written, duplicates) = writes.settled(before).await;
         let pods_after = churn::provider_pods(provider, "apps-origin");
         println!(
             "kubectl rollout restart {deployment} during a churn of {OBJECTS}: rolled out in {rolled:.1?}, the provider converged {took:.1?} after the churn ended; provider writes {written}, duplicate writes {}, provider pods unchanged: {}",

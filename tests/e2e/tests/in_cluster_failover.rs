@@ -326,9 +326,7 @@ async fn either_agent_fails_over_in_cluster_without_rewrites_lost_pods_or_local_
                     )
                 });
                 churn::converged(&provider_api, OBJECTS, churn_round, WAIT).await;
-                // Late duplicates would show within a moment of converging.
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                let (written, duplicates) = (writes.count() - writes_before, writes.duplicates());
+                let (written, duplicates) = writes.settled(writes_before).await;
                 assert!(
                     duplicates.is_empty(),
                     "{agent:?} {fault:?} round {round}: writes that changed nothing: {duplicates:?}"

@@ -238,12 +238,7 @@ impl Faults {
                 "healing",
             )
         };
-        // Late duplicates would show within a moment of converging.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (writes, duplicates) = (
-            self.writes.count() - writes_before,
-            self.writes.duplicates(),
-        );
+        let (writes, duplicates) = self.writes.settled(writes_before).await;
         let pods = churn::provider_pods(&self.p.provider, TWIN);
         println!(
             "{}: {OBJECTS} objects changed; {during} reached the provider during the fault; converged {took:.1?} after {since} ({:.1?} after the churn began); provider writes {}, duplicate writes {}, lost 0; pods unchanged: {}",

@@ -157,12 +157,7 @@ impl Churn {
     async fn end(&self, name: &str, started: Started) {
         started.churning.await.unwrap();
         let took = churn::converged(&self.provider, OBJECTS, self.round, WAIT).await;
-        // Late duplicates would show within a moment of converging.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (written, duplicates) = (
-            self.writes.count() - started.before,
-            self.writes.duplicates(),
-        );
+        let (written, duplicates) = self.writes.settled(started.before).await;
         println!(
             "{name}: {OBJECTS} objects changed; converged {took:.1?} after the churn; provider writes {written}, duplicate writes {}",
             duplicates.len()
