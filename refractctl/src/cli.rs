@@ -88,11 +88,17 @@ pub struct PeerArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub home_api_server: Option<HostPort>,
 
-    /// The local agent's image.
+    /// Where the agents' images are: the clusters pull REGISTRY/local-agent:<version> and
+    /// REGISTRY/remote-agent:<version>, as `scripts/images.sh --push REGISTRY` tags them
+    /// (e.g. registry.example.com/refract). Required unless both image flags are given.
+    #[arg(long, value_name = "REGISTRY", env = "REFRACT_REGISTRY")]
+    pub registry: Option<String>,
+
+    /// The local agent's image (default: REGISTRY/local-agent:<version>).
     #[arg(long, value_name = "IMAGE")]
     pub local_agent_image: Option<String>,
 
-    /// The remote agent's image.
+    /// The remote agent's image (default: REGISTRY/remote-agent:<version>).
     #[arg(long, value_name = "IMAGE")]
     pub remote_agent_image: Option<String>,
 

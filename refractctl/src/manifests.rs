@@ -34,10 +34,11 @@ impl Agent {
         }
     }
 
-    /// The image `scripts/images.sh` builds for this version.
-    pub fn default_image(self) -> String {
+    /// This version's image in `registry`, as `scripts/images.sh --push` tags it.
+    pub fn image_in(self, registry: &str) -> String {
         format!(
-            "refract.local/{}:{}",
+            "{}/{}:{}",
+            registry.trim_end_matches('/'),
             self.component(),
             env!("CARGO_PKG_VERSION")
         )

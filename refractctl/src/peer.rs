@@ -208,17 +208,29 @@ fn plan_of(args: &PeerArgs, origin_api: HostPort, provider_api: HostPort) -> any
         provider: args.provider_id.clone(),
         endpoint,
         home_api_server: args.home_api_server.clone().unwrap_or(origin_api),
-        local_image: args
-            .local_agent_image
-            .clone()
-            .unwrap_or_else(|| Agent::Local.default_image()),
-        remote_image: args
-            .remote_agent_image
-            .clone()
-            .unwrap_or_else(|| Agent::Remote.default_image()),
+        local_image: image(Agent::Local, &args.local_agent_image, &args.registry)?,
+        remote_image: image(Agent::Remote, &args.remote_agent_image, &args.registry)?,
         network,
         local_args: args.local_agent_args.clone(),
     })
+}
+
+/// The image `agent` runs: the one named, or the version's in `registry`.
+fn image(
+    agent: Agent,
+    named: &Option<String>,
+    registry: &Option<String>,
+) -> anyhow::Result<String> {
+    match (named, registry) {
+        (Some(image), _) => Ok(image.clone()),
+        (None, Some(registry)) => Ok(agent.image_in(registry)),
+        (None, None) => bail!(
+            "no image for the {}: give --registry REGISTRY (where you pushed the images with \
+             `scripts/images.sh --push REGISTRY`; README, \"Install on your clusters\") or --{}-image IMAGE",
+            agent.component(),
+            agent.component()
+        ),
+    }
 }
 
 /// Applies the Namespace of `objects` (so Secrets can go in) and takes it out of the list.

@@ -74,20 +74,32 @@ impl Options {
     }
 
     /// Also run the scheduler, the controller manager and a real node whose pod subnets come
-    /// from `pod_range`, with the base images (pause, busybox) and `extra_images` imported.
-    pub fn with_node(mut self, pod_range: &str, extra_images: &[&str]) -> anyhow::Result<Self> {
-        let catalog = crate::images::catalog(!extra_images.is_empty())?;
+    /// from `pod_range`, with the base images (pause, busybox) imported. With `pulled` images
+    /// (`local-agent`, `remote-agent`, `refractctl`) the node also pulls from the test
+    /// process's registry, where those are pushed first (see [`crate::images`]).
+    pub fn with_node(mut self, pod_range: &str, pulled: &[&str]) -> anyhow::Result<Self> {
+        let catalog = crate::images::catalog(!pulled.is_empty())?;
         let mut images = Vec::new();
-        for name in ["pause", "busybox"].iter().chain(extra_images) {
-            let image = catalog
-                .get(*name)
+        for name in ["pause", "busybox"] {
+            let archive = catalog
+                .get(name)
+                .and_then(|image| image.archive.clone())
                 .with_context(|| format!("no image archive for {name}"))?;
-            images.push(image.archive.clone());
+            images.push(archive);
         }
+        for name in pulled {
+            crate::images::reference(&catalog, name)?;
+        }
+        let registry = if pulled.is_empty() {
+            None
+        } else {
+            Some(crate::registry::Registry::shared()?.address)
+        };
         self.node = Some(NodeOptions {
             pod_range: pod_range.parse()?,
             images,
             pause_image: crate::images::reference(&catalog, "pause")?,
+            registry,
             own_network: false,
         });
         Ok(self.with_controllers())

@@ -1,8 +1,10 @@
-//! The OCI image archives `scripts/images.sh` builds, found by name.
+//! The images `scripts/images.sh` builds, found by name.
 //!
-//! testkit's nodes import `pause` and `busybox`; a test running the agents in-cluster also
-//! imports theirs. The script rebuilds an archive only when its inputs changed, so calling it
-//! once per test process costs little.
+//! testkit's nodes import `pause` and `busybox` from OCI archives. The agents' images (and
+//! refractctl's) are never imported: the script pushes them to the process's [`Registry`] and
+//! a node pulls them by reference, as a user's node pulls them from the user's registry. The
+//! script rebuilds and pushes only what changed, so calling it once per test process costs
+//! little.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,13 +13,16 @@ use std::sync::Mutex;
 
 use anyhow::{bail, Context};
 
-/// One archive: the image reference it carries and where it is.
+pub use crate::registry::Registry;
+
+/// One image: its reference and, for the base images, the archive a node imports.
 #[derive(Debug, Clone)]
 pub struct Image {
-    /// `refract.local/<name>:<version>`.
+    /// `refract.local/<name>:<version>`, or for an image in the registry
+    /// `127.0.0.1:<port>/refract/<name>:<version>-<revision>`.
     pub reference: String,
-    /// The archive file.
-    pub archive: PathBuf,
+    /// The archive file; `None` for an image pulled from the registry.
+    pub archive: Option<PathBuf>,
 }
 
 /// The workspace root (testkit lives in `<root>/testkit`).
@@ -31,9 +36,10 @@ pub fn workspace_root() -> PathBuf {
 /// Which archives a process has built already: `base` (pause, busybox) or `agents` (all).
 static BUILT: Mutex<Option<&'static str>> = Mutex::new(None);
 
-/// The images by name (`pause`, `busybox`, and with `agents` also `local-agent` and
-/// `remote-agent`), building what is missing first. The agents come from the debug build the
-/// tests run, or from a release build with `REFRACT_IMAGE_PROFILE=release`.
+/// The images by name (`pause`, `busybox`, and with `agents` also `local-agent`,
+/// `remote-agent` and `refractctl`, pushed to [`Registry::shared`]), building what is missing
+/// first. The agents come from the debug build the tests run, or from a release build with
+/// `REFRACT_IMAGE_PROFILE=release`.
 pub fn catalog(agents: bool) -> anyhow::Result<BTreeMap<String, Image>> {
     let wanted = if agents { "agents" } else { "base" };
     let mut built = BUILT
@@ -44,7 +50,9 @@ pub fn catalog(agents: bool) -> anyhow::Result<BTreeMap<String, Image>> {
         let mut cmd = Command::new(root.join("scripts/images.sh"));
         if agents {
             let profile = std::env::var("REFRACT_IMAGE_PROFILE").unwrap_or_else(|_| "debug".into());
-            cmd.args(["--profile", &profile]);
+            let registry = Registry::shared()?;
+            cmd.args(["--profile", &profile, "--push"])
+                .arg(format!("{}/refract", registry.address));
         } else {
             cmd.arg("--base");
         }
@@ -71,7 +79,7 @@ fn read_list(path: &Path) -> anyhow::Result<BTreeMap<String, Image>> {
                     name.to_string(),
                     Image {
                         reference: reference.to_string(),
-                        archive: PathBuf::from(file),
+                        archive: (file != "-").then(|| PathBuf::from(file)),
                     },
                 )),
                 _ => bail!("{}: malformed line {line:?}", path.display()),

@@ -6,8 +6,9 @@
 //! `shared/design/testing.md`). Dropping it stops everything and removes its files.
 //!
 //! With [`Options::with_node`] a cluster also gets a real [`node`]: containerd, kubelet
-//! 1.20.2 and a CNI bridge, running pods as real containers from the OCI archives of
-//! `scripts/images.sh` ([`images`]); with [`Options::with_own_network`] that node has a
+//! 1.20.2 and a CNI bridge, running pods as real containers from the images of
+//! `scripts/images.sh` ([`images`]: the base images imported from archives, the agents pulled
+//! from a real [`registry`] on loopback); with [`Options::with_own_network`] that node has a
 //! network namespace of its own and runs kube-proxy, so Services route ([`node_network`]).
 //!
 //! [`fake_kubelet`] stands in for the provider's kubelets: it registers Nodes with capacity and
@@ -32,5 +33,6 @@ pub mod node_network;
 pub mod pki;
 pub mod ports;
 pub mod procfs;
+pub mod registry;
 
 pub use control_plane::{ControlPlane, Options};

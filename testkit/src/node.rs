@@ -21,6 +21,7 @@
 //! node shares the machine's network and Services do not route (no kube-proxy: two of them in
 //! one namespace would delete each other's rules).
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,6 +59,10 @@ pub struct NodeOptions {
     pub images: Vec<PathBuf>,
     /// The sandbox image's name, as imported from one of `images`.
     pub pause_image: String,
+    /// A plain-HTTP registry on the machine's loopback the node pulls from (the agents'
+    /// images; [`crate::registry`]), reached at the same address from inside a network of
+    /// the node's own.
+    pub registry: Option<SocketAddr>,
     /// A network namespace of the node's own, with kube-proxy (see the module documentation).
     pub own_network: bool,
 }
@@ -109,6 +114,7 @@ impl RealNode {
                 &tag,
                 pod_cidr,
                 api_port(cluster.server)?,
+                options.registry,
             )?)
         } else {
             None
@@ -124,7 +130,7 @@ impl RealNode {
             kube_proxy: None,
         };
         node.write_cni_config()?;
-        node.start_containerd(&options.pause_image)?;
+        node.start_containerd(&options.pause_image, options.registry)?;
         node.wait_for_containerd().await?;
         for image in &options.images {
             node.import(image)?;
@@ -204,7 +210,11 @@ impl RealNode {
         Ok(())
     }
 
-    fn start_containerd(&mut self, pause_image: &str) -> anyhow::Result<()> {
+    fn start_containerd(
+        &mut self,
+        pause_image: &str,
+        registry: Option<SocketAddr>,
+    ) -> anyhow::Result<()> {
         let d = |p: &str| self.dir.join(p).display().to_string();
         // restrict_oom_score_adj: these machines lack CAP_SYS_RESOURCE, and without it every
         // sandbox fails. Network namespaces are mounted under the state folder so that the
@@ -244,7 +254,7 @@ state = "{state}"
             net_d = d("cni/net.d"),
             registries = d("registries"),
         );
-        self.write_registry_guard()?;
+        self.write_registry_guard(registry)?;
         let path = self.dir.join("containerd.toml");
         std::fs::write(&path, config)?;
         // containerd (and the kubelet, which joins it) runs in a mount namespace of its own
@@ -357,19 +367,27 @@ state = "{state}"
         Ok(())
     }
 
-    /// Test nodes run only images imported from archives; a pull must never leave the machine.
-    /// Unqualified names (`nginx`) resolve to docker.io, so its registry, and every registry
-    /// where containerd supports a default (`_default`), is a closed port on loopback.
-    fn write_registry_guard(&self) -> anyhow::Result<()> {
-        for host in ["docker.io", "_default"] {
+    /// A pull must never leave the machine: test nodes run images imported from archives, and
+    /// pull only from the test's own `registry` on loopback. Unqualified names (`nginx`)
+    /// resolve to docker.io, so its registry, and every registry where containerd supports a
+    /// default (`_default`), is a closed port on loopback.
+    fn write_registry_guard(&self, registry: Option<SocketAddr>) -> anyhow::Result<()> {
+        let closed = format!("127.0.0.1:{CLOSED_PORT}");
+        let mut hosts = vec![
+            ("docker.io".to_string(), closed.clone()),
+            ("_default".into(), closed),
+        ];
+        if let Some(registry) = registry {
+            hosts.push((registry.to_string(), registry.to_string()));
+        }
+        for (host, server) in hosts {
             let dir = self.dir.join("registries").join(host);
             std::fs::create_dir_all(&dir)?;
             std::fs::write(
                 dir.join("hosts.toml"),
                 // containerd 1.6 refuses a hosts.toml without a [host] table.
                 format!(
-                    "server = \"{closed}\"\n[host.\"{closed}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
-                    closed = format!("http://127.0.0.1:{CLOSED_PORT}")
+                    "server = \"http://{server}\"\n[host.\"http://{server}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
                 ),
             )?;
         }

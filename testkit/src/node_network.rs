@@ -20,7 +20,10 @@
 //! - the API server listens on the machine's loopback only; a relay listening inside the
 //!   namespace on [`API_ADDRESS`] carries the node's connections to it. The API server
 //!   advertises that address as the `kubernetes` Service's endpoint, so pods reach it at the
-//!   Service's cluster IP through kube-proxy, as in any cluster.
+//!   Service's cluster IP through kube-proxy, as in any cluster;
+//! - the test's image registry listens on the machine's loopback too; a second relay listens
+//!   at the same address on the namespace's loopback, so the node's containerd pulls from
+//!   the same reference as a node sharing the machine's network.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::thread::JoinHandle;
@@ -35,18 +38,24 @@ use crate::netns::NetNs;
 /// loopback device; see the module documentation). It is in the API server's certificate.
 pub const API_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 255, 255, 1);
 
-/// The namespace, its routes and the API server's relay. Dropping it stops the relay and
-/// deletes the namespace with everything in it (the pod bridge included).
+/// The namespace, its routes and the relays. Dropping it stops the relays and deletes the
+/// namespace with everything in it (the pod bridge included).
 pub struct NodeNetwork {
     netns: NetNs,
     stop: CancellationToken,
-    relay: Option<JoinHandle<()>>,
+    relays: Vec<JoinHandle<()>>,
 }
 
 impl NodeNetwork {
     /// Creates the namespace for a node whose pods get `pod_cidr`, whose API server listens
-    /// on the machine's `127.0.0.1:api_port`; `tag` names the namespace (`rfx-<tag>-<pid>`).
-    pub fn create(tag: &str, pod_cidr: Ipv4Net, api_port: u16) -> anyhow::Result<Self> {
+    /// on the machine's `127.0.0.1:api_port` and which pulls from `registry` (on the machine's
+    /// loopback); `tag` names the namespace (`rfx-<tag>-<pid>`).
+    pub fn create(
+        tag: &str,
+        pod_cidr: Ipv4Net,
+        api_port: u16,
+        registry: Option<SocketAddr>,
+    ) -> anyhow::Result<Self> {
         ensure_forwarding()?;
         let netns = NetNs::create(tag)?;
         let ns = netns.name.clone();
@@ -72,17 +81,23 @@ impl NodeNetwork {
             "dev",
             &netns.host_if,
         ])?;
-        let listener = netns.listen_std(SocketAddr::from((API_ADDRESS, api_port)))?;
         let stop = CancellationToken::new();
-        let relay = spawn_relay(
-            listener,
+        let mut relays = vec![spawn_relay(
+            netns.listen_std(SocketAddr::from((API_ADDRESS, api_port)))?,
             SocketAddr::from(([127, 0, 0, 1], api_port)),
             stop.clone(),
-        )?;
+        )?];
+        if let Some(registry) = registry {
+            relays.push(spawn_relay(
+                netns.listen_std(registry)?,
+                registry,
+                stop.clone(),
+            )?);
+        }
         Ok(Self {
             netns,
             stop,
-            relay: Some(relay),
+            relays,
         })
     }
 
@@ -106,7 +121,7 @@ impl NodeNetwork {
 impl Drop for NodeNetwork {
     fn drop(&mut self) {
         self.stop.cancel();
-        if let Some(relay) = self.relay.take() {
+        for relay in self.relays.drain(..) {
             let _ = relay.join();
         }
         // NetNs's own drop deletes the veth pair (and with it the route) and the namespace.
@@ -141,7 +156,7 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 
 /// Relays every connection accepted on `listener` to `target`, on a thread and runtime of its
 /// own: a test blocks its runtime on `kubectl`, whose requests reach the API server through
-/// the node's kubelet, which needs this relay.
+/// the node's kubelet, which needs the API server's relay.
 fn spawn_relay(
     listener: std::net::TcpListener,
     target: SocketAddr,
@@ -151,7 +166,7 @@ fn spawn_relay(
         .enable_all()
         .build()?;
     Ok(std::thread::Builder::new()
-        .name("node-api-relay".into())
+        .name("node-relay".into())
         .spawn(move || {
             runtime.block_on(async move {
                 let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {

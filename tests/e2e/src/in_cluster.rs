@@ -1,5 +1,5 @@
 //! Both agents deployed in-cluster from `deploy/` the way users deploy them: their images
-//! imported into real nodes that run kube-proxy (testkit's `with_own_network`), two replicas
+//! pulled by reference from a registry (testkit's, on loopback) by real nodes that run kube-proxy (testkit's `with_own_network`), two replicas
 //! each with pod networking behind their Services, each under its own ServiceAccount with
 //! exactly the RBAC of `deploy/`, no admin kubeconfig, the peering's certificates in Secrets
 //! minted by `refract-certs --secret`. The test overlays (`deploy/test/`, plus this run's
@@ -214,6 +214,36 @@ pub async fn deploy() -> InCluster {
         )
         .await;
     }
+    // Each replica runs the image its node pulled from the registry: the kubelet reports the
+    // digest the registry served (an imported image would have no repository digest).
+    for (cp, agent) in [(&provider, "remote-agent"), (&origin, "local-agent")] {
+        let catalog = refract_testkit::images::catalog(true).unwrap();
+        let image = refract_testkit::images::reference(&catalog, agent).unwrap();
+        let ids = kubectl(
+            cp,
+            &[
+                "-n",
+                "refract-system",
+                "get",
+                "pods",
+                "-l",
+                &format!("app.kubernetes.io/name=refract-{agent}"),
+                "-o",
+                "jsonpath={range .items[*]}{.status.containerStatuses[0].imageID}{\"\\n\"}{end}",
+            ],
+        );
+        let repository = image.rsplit_once(':').unwrap().0;
+        for id in ids.lines() {
+            assert!(
+                id.starts_with(&format!("{repository}@sha256:")),
+                "{agent} runs {id:?}, not {image} from the registry"
+            );
+        }
+        println!(
+            "{agent}: both replicas run {image}, pulled as {}",
+            ids.lines().next().unwrap_or_default()
+        );
+    }
     let pod_sa = kubectl_get(
         &origin,
         &[
@@ -268,11 +298,16 @@ fn relative(from: &Path, target: &Path) -> String {
 }
 
 /// Writes an overlay of `deploy/test/<agent>` with this run's JSON patches and applies it.
+/// Applies `deploy/test/<agent>` with the agent's image from the test's registry, as a user
+/// points deploy/'s kustomization at their registry (an `images:` entry), and `patches`.
 fn apply_overlay(cp: &ControlPlane, dir: &Path, agent: &str, patches: &[serde_json::Value]) {
     let overlay = dir.join(agent);
     std::fs::create_dir_all(&overlay).unwrap();
+    let catalog = refract_testkit::images::catalog(true).expect("the agents' images");
+    let image = refract_testkit::images::reference(&catalog, agent).unwrap();
+    let (name, tag) = image.rsplit_once(':').unwrap();
     let mut kustomization = format!(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\npatches:\n",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\nimages:\n  - name: refract.local/{agent}\n    newName: {name}\n    newTag: \"{tag}\"\npatches:\n",
         relative(&overlay, &deploy_dir().join("test").join(agent))
     );
     for (i, patch) in patches.iter().enumerate() {

@@ -153,6 +153,14 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
     let okc = origin.kubeconfig.display().to_string();
     let pkc = provider.kubeconfig.display().to_string();
     let ports: Vec<String> = (0..5).map(|_| free_port().to_string()).collect();
+    // The agents' images, as a user names them: the registry they were pushed to (testkit's,
+    // on loopback), from which each node pulls.
+    let registry = format!(
+        "{}/refract",
+        refract_testkit::registry::Registry::shared()
+            .expect("the image registry")
+            .address
+    );
 
     // peer: everything installed, certificates minted, both agents in-cluster, node Ready.
     let peer: Vec<&str> = vec![
@@ -165,6 +173,8 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         "origin",
         "--provider-id",
         "provider",
+        "--registry",
+        &registry,
         "--single-host",
         "--grpc-port",
         &ports[0],
