@@ -11,9 +11,10 @@ use crate::plan::HostPort;
 ///
 /// `peer` runs on the operator's machine with both clusters' kubeconfigs: it installs the
 /// agents from the manifests of `deploy/` (compiled in), mints the certificates, stores them
-/// as Secrets and waits until the origin's virtual node is Ready. The provider's CA key stays
-/// in the provider; the origin gets only its own client certificate and the CA certificate.
-/// No kubeconfig or token of either cluster is stored in the other.
+/// as Secrets and waits until the origin's virtual node is Ready. The provider's CA key is read
+/// into this process to sign the tenant's certificate and is never written to the origin; the
+/// origin gets only its own client certificate and the CA certificate. No kubeconfig or token
+/// of either cluster is stored in the other.
 ///
 /// `status`, `tap` and `unpeer` need the origin's kubeconfig only: they reach the provider's
 /// agent with the origin's own certificate, the way the local agent does.
@@ -43,6 +44,33 @@ pub enum Command {
     /// Shows a peering's stream live, one line per message, with Secret data and tokens
     /// redacted by the provider.
     Tap(TapArgs),
+    /// Prints this client's version and, for each peering of the origin, both agents'.
+    Version(VersionArgs),
+    /// Prints a shell completion script: `source <(refractctl completion bash)`.
+    Completion(CompletionArgs),
+}
+
+/// `refractctl version`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VersionArgs {
+    #[command(flatten)]
+    pub origin: OriginArgs,
+
+    /// Only this client's version; no cluster is asked.
+    #[arg(long)]
+    pub client: bool,
+
+    /// How to print.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// `refractctl completion`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// The origin's kubeconfig and the peering's provider, shared by several commands.
@@ -51,6 +79,10 @@ pub struct OriginArgs {
     /// Kubeconfig of the origin cluster (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, value_name = "FILE")]
     pub origin_kubeconfig: Option<PathBuf>,
+
+    /// The context of the origin's kubeconfig to use (default: its current context).
+    #[arg(long, value_name = "CONTEXT")]
+    pub origin_context: Option<String>,
 }
 
 /// `refractctl peer`.
@@ -62,6 +94,10 @@ pub struct PeerArgs {
     /// Kubeconfig of the provider cluster.
     #[arg(long, value_name = "FILE")]
     pub provider_kubeconfig: PathBuf,
+
+    /// The context of the provider's kubeconfig to use (default: its current context).
+    #[arg(long, value_name = "CONTEXT")]
+    pub provider_context: Option<String>,
 
     /// The origin's cluster id (a DNS label): the tenant's name on the provider, in its
     /// namespaces' names (`<namespace>-<origin-id>`) and its certificate.
@@ -152,6 +188,20 @@ pub struct StatusArgs {
     /// Only the peering with this provider (default: every peering of the origin).
     #[arg(long)]
     pub provider_id: Option<ClusterId>,
+
+    /// How to print: text for people, json or yaml for scripts (the same fields either way).
+    /// The exit code is 0 only when every peering's link is connected and its virtual node
+    /// Ready; 3 when one is not (or there is no peering); 1 when status itself failed.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// `-o`: how a command prints what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+    Yaml,
 }
 
 /// `refractctl unpeer`.
@@ -168,6 +218,10 @@ pub struct UnpeerArgs {
     /// forced unpeer also removes the tenant's namespaces on the provider.
     #[arg(long, value_name = "FILE")]
     pub provider_kubeconfig: Option<PathBuf>,
+
+    /// The context of the provider's kubeconfig to use (default: its current context).
+    #[arg(long, value_name = "CONTEXT", requires = "provider_kubeconfig")]
+    pub provider_context: Option<String>,
 
     /// The provider is dead or unreachable: do not wait for it. The origin is cleaned up at
     /// once; the provider keeps the tenant's namespaces until its --tenant-expiry, unless
@@ -195,6 +249,10 @@ pub struct RotateArgs {
     /// Kubeconfig of the provider, whose CA signs the new certificate.
     #[arg(long, value_name = "FILE")]
     pub provider_kubeconfig: PathBuf,
+
+    /// The context of the provider's kubeconfig to use (default: its current context).
+    #[arg(long, value_name = "CONTEXT")]
+    pub provider_context: Option<String>,
 
     /// The provider of the peering whose client certificate is rotated.
     #[arg(long)]

@@ -57,10 +57,18 @@ struct Clusters {
 impl Clusters {
     /// Connects to both and says which Kubernetes each runs.
     async fn connect(args: &PeerArgs, say: &impl Fn(&str)) -> anyhow::Result<Self> {
-        let (origin, origin_api) =
-            connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
-        let (provider, provider_api) =
-            connect_cluster(Some(&args.provider_kubeconfig), "provider").await?;
+        let (origin, origin_api) = connect_cluster(
+            args.origin.origin_kubeconfig.as_deref(),
+            args.origin.origin_context.as_deref(),
+            "origin",
+        )
+        .await?;
+        let (provider, provider_api) = connect_cluster(
+            Some(&args.provider_kubeconfig),
+            args.provider_context.as_deref(),
+            "provider",
+        )
+        .await?;
         for (client, which, api) in [
             (&origin, "origin", &origin_api),
             (&provider, "provider", &provider_api),

@@ -151,19 +151,31 @@ pub async fn get(origin: &kube::Client, provider: &ClusterId) -> anyhow::Result<
 /// API server's address as the kubeconfig names it.
 pub async fn connect_cluster(
     kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
     which: &str,
 ) -> anyhow::Result<(kube::Client, HostPort)> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let in_context = context
+        .map(|c| format!(" (context {c})"))
+        .unwrap_or_default();
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).with_context(|| {
                 format!("failed to read the {which} kubeconfig {}", path.display())
             })?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| {
+                    format!("the {which} kubeconfig {}{in_context}", path.display())
+                })?
         }
-        None => kube::Config::from_kubeconfig(&Default::default())
+        None => kube::Config::from_kubeconfig(&options)
             .await
             .with_context(|| {
-                format!("no {which} kubeconfig given and none in $KUBECONFIG or ~/.kube/config")
+                format!("no {which} kubeconfig given{in_context}, and none usable in $KUBECONFIG or ~/.kube/config")
             })?,
     };
     let uri = config.cluster_url.clone();

@@ -18,10 +18,18 @@ use crate::plan;
 pub async fn run(args: RotateArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let say = |what: &str| println!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
-    let (origin, _) =
-        peering::connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
-    let (provider, _) =
-        peering::connect_cluster(Some(&args.provider_kubeconfig), "provider").await?;
+    let (origin, _) = peering::connect_cluster(
+        args.origin.origin_kubeconfig.as_deref(),
+        args.origin.origin_context.as_deref(),
+        "origin",
+    )
+    .await?;
+    let (provider, _) = peering::connect_cluster(
+        Some(&args.provider_kubeconfig),
+        args.provider_context.as_deref(),
+        "provider",
+    )
+    .await?;
     let peering = peering::get(&origin, &args.provider_id).await?;
     let tenant = peering
         .origin

@@ -1,8 +1,6 @@
 //! `refractctl status`: each peering of an origin, from the origin's API server, the local
 //! agent's metrics (through the API server's pod proxy) and the provider's Inspect service.
 
-use std::fmt::Write as _;
-
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -11,90 +9,125 @@ use refract_admin::crd::NamespaceOffloading;
 use refract_core::keys::PEERING_LABEL;
 use refract_wire::proto::{ListObjectsRequest, ListTenantsRequest, Outcome};
 
-use crate::cli::StatusArgs;
+use crate::cli::{Output, StatusArgs};
 use crate::manifests::NAMESPACE;
 use crate::peering::{self, Peering};
 use crate::pki;
 use crate::plan;
 use crate::wait;
 
+mod report;
+
+use report::{
+    Certificate, Fallible, Link, LinkState, LocalAgent, Offloading, PeeringReport, Queue, QuotaUse,
+    Refused, RefusedObject, Report, Tenant, VirtualNode,
+};
+
 /// How many of the provider's latest refusals are shown.
 const LAST_ERRORS: usize = 5;
 
-/// Runs `status`.
+/// Runs `status`: the report on stdout; exits non-zero (with the problems on stderr) when a
+/// peering's link is not up or its virtual node not Ready, or there is no peering.
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let (origin, api) =
-        peering::connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
+    let (origin, api) = peering::connect_cluster(
+        args.origin.origin_kubeconfig.as_deref(),
+        args.origin.origin_context.as_deref(),
+        "origin",
+    )
+    .await?;
     let peerings = peering::list(&origin, args.provider_id.as_ref()).await?;
-    if peerings.is_empty() {
-        println!("origin {api}: no peerings (no local agent Deployment labelled {PEERING_LABEL} in {NAMESPACE})");
+    let mut reports = Vec::new();
+    for p in &peerings {
+        reports.push(peering_report(&origin, p).await);
+    }
+    let report = Report {
+        origin_api_server: api.to_string(),
+        peerings: reports,
+        offloaded_namespaces: Fallible::from_result(offloadings(&origin).await),
+    };
+    match args.output {
+        Output::Text => print!("{}", report.text()),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&report)?),
+    }
+    let problems = report.problems();
+    if problems.is_empty() {
         return Ok(());
     }
-    for p in &peerings {
-        print!("{}", report(&origin, p).await);
-    }
-    print!("{}", offloadings(&origin).await);
-    Ok(())
+    Err(Unhealthy(problems).into())
 }
 
-async fn report(origin: &kube::Client, p: &Peering) -> String {
-    let mut out = String::new();
-    let origin_id = p
-        .origin
-        .as_ref()
-        .map(|o| o.to_string())
-        .unwrap_or_else(|| "?".into());
-    let _ = writeln!(out, "PEERING {origin_id} -> {}", p.provider);
+/// `status` found a peering that does not work (or none): the exit code says so.
+#[derive(Debug, thiserror::Error)]
+#[error("not healthy: {}", .0.join("; "))]
+pub struct Unhealthy(pub Vec<String>);
+
+async fn peering_report(origin: &kube::Client, p: &Peering) -> PeeringReport {
     let status = p.deployment.status.clone().unwrap_or_default();
-    let _ = writeln!(
-        out,
-        "  local agent:   {NAMESPACE}/{} {}/{} available",
-        p.name(),
-        status.available_replicas.unwrap_or(0),
-        status.replicas.unwrap_or(0)
-    );
-    let endpoint = p
-        .endpoint
-        .as_ref()
-        .map(|e| e.to_string())
-        .unwrap_or_else(|| "?".into());
-    let _ = writeln!(out, "  provider:      {endpoint}");
-    match p
+    let certificate = p
         .credentials(origin)
         .await
         .and_then(|c| pki::summary(&c.cert_pem))
-    {
-        Ok(s) => {
-            let _ = writeln!(
-                out,
-                "  certificate:   serial {}, valid until {}",
-                s.serial, s.not_after
-            );
-        }
-        Err(e) => {
-            let _ = writeln!(out, "  certificate:   unreadable: {e:#}");
-        }
-    }
-    let _ = writeln!(out, "  link:          {}", link(origin, p).await);
-    let node = plan::virtual_node(&p.provider);
-    let node_line = match wait::node_ready(origin, &node).await {
-        Ok(Some((s, r, m))) => format!("{node} Ready={s} {r} {m}"),
-        Ok(None) => format!("{node} does not exist"),
-        Err(e) => format!("{node}: {e}"),
+        .map(|s| Certificate {
+            serial: s.serial,
+            not_after: s
+                .not_after
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_else(|_| s.not_after.to_string()),
+        });
+    let name = plan::virtual_node(&p.provider);
+    let virtual_node = match wait::node_ready(origin, &name).await {
+        Ok(Some((ready, reason, message))) => VirtualNode {
+            name,
+            ready: Some(ready),
+            reason,
+            message,
+            error: None,
+        },
+        Ok(None) => VirtualNode {
+            name,
+            ready: None,
+            reason: String::new(),
+            message: String::new(),
+            error: None,
+        },
+        Err(e) => VirtualNode {
+            name,
+            ready: None,
+            reason: String::new(),
+            message: String::new(),
+            error: Some(e.to_string()),
+        },
     };
-    let _ = writeln!(out, "  virtual node:  {}", node_line.trim_end());
-    let _ = writeln!(out, "  queue:         {}", queue(origin, p).await);
-    out
+    PeeringReport {
+        origin: p.origin.as_ref().map(|o| o.to_string()),
+        provider: p.provider.to_string(),
+        local_agent: LocalAgent {
+            deployment: format!("{NAMESPACE}/{}", p.name()),
+            available_replicas: status.available_replicas.unwrap_or(0),
+            replicas: status.replicas.unwrap_or(0),
+        },
+        provider_endpoint: p.endpoint.as_ref().map(|e| e.to_string()),
+        certificate: Fallible::from_result(certificate),
+        link: link(origin, p).await,
+        virtual_node,
+        queue: Fallible::from_result(queue(origin, p).await),
+    }
 }
 
 /// The tenant as the provider sees it, and its latest refused objects.
-async fn link(origin: &kube::Client, p: &Peering) -> String {
+async fn link(origin: &kube::Client, p: &Peering) -> Link {
+    let unknown = |reason: String| Link {
+        state: LinkState::Unknown,
+        reason: Some(reason),
+        tenant: None,
+    };
     let Some(origin_id) = p.origin.clone() else {
-        return "unknown: the local agent has no --cluster-id".into();
+        return unknown("unknown: the local agent has no --cluster-id".into());
     };
     let mut inspect = match p.inspect(origin, peering::Calls::Bounded).await {
         Ok(i) => i,
-        Err(e) => return format!("provider not reachable from here: {e:#}"),
+        Err(e) => return unknown(format!("provider not reachable from here: {e:#}")),
     };
     let tenant = match inspect.list_tenants(ListTenantsRequest {}).await {
         Ok(r) => r
@@ -103,34 +136,22 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
             .into_iter()
             .find(|t| t.cluster_id == origin_id.as_str()),
         Err(e) => {
-            return format!(
+            return unknown(format!(
                 "Inspect refused: {} {}",
                 e.code(),
                 crate::display::printable(e.message())
-            )
+            ))
         }
     };
     let Some(t) = tenant else {
-        return format!("the provider does not know tenant {origin_id} (never connected)");
+        return Link {
+            state: LinkState::NeverConnected,
+            reason: Some(format!(
+                "the provider does not know tenant {origin_id} (never connected)"
+            )),
+            tenant: None,
+        };
     };
-    let p = crate::display::printable;
-    let mut line = if t.connected {
-        format!(
-            "connected since {} from {} (agent {}, {} connections, {} objects; connection certificate valid until {})",
-            p(&t.connected_since),
-            p(&t.peer_address),
-            p(&t.agent_version),
-            t.connections,
-            t.objects,
-            p(&t.certificate_not_after)
-        )
-    } else {
-        format!(
-            "DISCONNECTED since {} ({} connections before)",
-            t.disconnected_at, t.connections
-        )
-    };
-    line.push_str(&quota_line(&t.quota));
     let objects = inspect
         .list_objects(ListObjectsRequest {
             cluster_id: origin_id.to_string(),
@@ -138,7 +159,7 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
             namespace: String::new(),
         })
         .await;
-    match objects {
+    let refused = match objects {
         Ok(r) => {
             let mut refused: Vec<_> = r
                 .into_inner()
@@ -152,51 +173,73 @@ async fn link(origin: &kube::Client, p: &Peering) -> String {
                 })
                 .collect();
             refused.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
-            if refused.is_empty() {
-                line.push_str("\n  last errors:   none");
-            } else {
-                line.push_str(&format!(
-                    "\n  last errors:   {} objects not applied; latest:",
-                    refused.len()
-                ));
-                for o in refused.iter().take(LAST_ERRORS) {
-                    let what = o.object.as_ref().map(|r| r.display()).unwrap_or_default();
-                    let outcome = Outcome::try_from(o.outcome)
-                        .map(|x| x.as_str_name().trim_start_matches("OUTCOME_").to_string())
-                        .unwrap_or_else(|_| o.outcome.to_string());
-                    line.push_str(&format!(
-                        "\n    {} {} {outcome}: {}",
-                        p(&o.updated_at),
-                        p(&what),
-                        p(&o.message)
-                    ));
-                }
-            }
+            Fallible::Known(Refused {
+                count: refused.len(),
+                latest: refused
+                    .iter()
+                    .take(LAST_ERRORS)
+                    .map(|o| RefusedObject {
+                        at: o.updated_at.clone(),
+                        object: o.object.as_ref().map(|r| r.display()).unwrap_or_default(),
+                        outcome: Outcome::try_from(o.outcome)
+                            .map(|x| {
+                                x.as_str_name()
+                                    .trim_start_matches("OUTCOME_")
+                                    .to_ascii_lowercase()
+                            })
+                            .unwrap_or_else(|_| o.outcome.to_string()),
+                        message: o.message.clone(),
+                    })
+                    .collect(),
+            })
         }
-        Err(e) => line.push_str(&format!("\n  last errors:   unknown ({})", p(e.message()))),
+        Err(e) => Fallible::Unknown {
+            error: e.message().to_string(),
+        },
+    };
+    Link {
+        state: if t.connected {
+            LinkState::Connected
+        } else {
+            LinkState::Disconnected
+        },
+        reason: (!t.connected).then(|| "the provider saw the tenant's stream close".to_string()),
+        tenant: Some(Tenant {
+            connected_since: t.connected_since,
+            disconnected_at: t.disconnected_at,
+            peer_address: t.peer_address,
+            agent_version: t.agent_version,
+            connections: t.connections,
+            objects: t.objects,
+            certificate_not_after: t.certificate_not_after,
+            quota: t
+                .quota
+                .into_iter()
+                .map(|u| QuotaUse {
+                    resource: u.resource,
+                    used: u.used,
+                    limit: u.limit,
+                })
+                .collect(),
+            refused,
+        }),
     }
-    line
 }
 
 /// The local agent's outbox, from its /metrics through the API server's pod proxy.
-async fn queue(origin: &kube::Client, p: &Peering) -> String {
-    match scrape(origin, p).await {
-        Ok(text) => {
-            let sum = |name: &str| metric_values(&text, name).into_iter().sum::<f64>();
-            let max = |name: &str| {
-                metric_values(&text, name)
-                    .into_iter()
-                    .fold(0.0_f64, f64::max)
-            };
-            format!(
-                "{} unacknowledged, oldest {:.1}s; {} reconnects",
-                sum("refract_local_outbox_unacked"),
-                max("refract_local_outbox_oldest_unacked_seconds"),
-                sum("refract_local_reconnects_total")
-            )
-        }
-        Err(e) => format!("unknown: {e:#}"),
-    }
+async fn queue(origin: &kube::Client, p: &Peering) -> anyhow::Result<Queue> {
+    let text = scrape(origin, p).await?;
+    let sum = |name: &str| metric_values(&text, name).into_iter().sum::<f64>();
+    let max = |name: &str| {
+        metric_values(&text, name)
+            .into_iter()
+            .fold(0.0_f64, f64::max)
+    };
+    Ok(Queue {
+        unacknowledged: sum("refract_local_outbox_unacked"),
+        oldest_unacknowledged_seconds: max("refract_local_outbox_oldest_unacked_seconds"),
+        reconnects: sum("refract_local_reconnects_total"),
+    })
 }
 
 async fn scrape(origin: &kube::Client, p: &Peering) -> anyhow::Result<String> {
@@ -298,51 +341,30 @@ fn metric_values(text: &str, name: &str) -> Vec<f64> {
         .collect()
 }
 
-/// Every NamespaceOffloading of the origin, one line each.
-async fn offloadings(origin: &kube::Client) -> String {
+/// Every NamespaceOffloading of the origin.
+async fn offloadings(origin: &kube::Client) -> anyhow::Result<Vec<Offloading>> {
     let api: Api<NamespaceOffloading> = Api::all(origin.clone());
-    let list = match api.list(&ListParams::default()).await {
-        Ok(l) => l.items,
-        Err(e) => return format!("OFFLOADED NAMESPACES unknown ({e})\n"),
-    };
-    if list.is_empty() {
-        return "OFFLOADED NAMESPACES none (create a NamespaceOffloading in one)\n".into();
-    }
-    let mut out = String::from("OFFLOADED NAMESPACES\n");
-    for nso in list {
-        let ns = nso.namespace().unwrap_or_default();
-        let status = nso.status.clone().unwrap_or_default();
-        let ready = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| format!("Ready={} {}", c.status, c.reason))
-            .unwrap_or_else(|| "Ready=Unknown".into());
-        let _ = writeln!(
-            out,
-            "  {ns} -> {} {} {ready}",
-            status.remote_namespace_name.unwrap_or_default(),
-            status.offloading_phase.unwrap_or_default()
-        );
-    }
-    out
-}
-
-/// The tenant's usage of each quota it has or holds something of: `pods 3/10`.
-fn quota_line(usage: &[refract_wire::proto::QuotaUsage]) -> String {
-    let p = crate::display::printable;
-    let shown: Vec<String> = usage
-        .iter()
-        .filter(|u| u.limit.is_some() || u.used > 0.0)
-        .map(|u| match u.limit {
-            Some(limit) => format!("{} {}/{}", p(&u.resource), u.used, limit),
-            None => format!("{} {}", p(&u.resource), u.used),
+    let list = api.list(&ListParams::default()).await?.items;
+    Ok(list
+        .into_iter()
+        .map(|nso| {
+            let namespace = nso.namespace().unwrap_or_default();
+            let status = nso.status.unwrap_or_default();
+            let (ready, reason) = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| (c.status.clone(), c.reason.clone()))
+                .unwrap_or_else(|| ("Unknown".into(), String::new()));
+            Offloading {
+                namespace,
+                remote_namespace: status.remote_namespace_name.unwrap_or_default(),
+                phase: status.offloading_phase.unwrap_or_default(),
+                ready,
+                reason,
+            }
         })
-        .collect();
-    if shown.is_empty() {
-        return String::new();
-    }
-    format!("\n  quota:         {}", shown.join(", "))
+        .collect())
 }
 
 #[cfg(test)]

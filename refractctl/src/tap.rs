@@ -13,8 +13,12 @@ use crate::peering;
 
 /// Runs `tap` until interrupted, --count messages or --for elapses.
 pub async fn run(args: TapArgs) -> anyhow::Result<()> {
-    let (origin, _) =
-        peering::connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
+    let (origin, _) = peering::connect_cluster(
+        args.origin.origin_kubeconfig.as_deref(),
+        args.origin.origin_context.as_deref(),
+        "origin",
+    )
+    .await?;
     let peering = peering::get(&origin, &args.provider_id).await?;
     let tenant = peering
         .origin

@@ -25,8 +25,12 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let deadline = started + args.timeout;
     let say = |what: &str| println!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
-    let (origin, _) =
-        peering::connect_cluster(args.origin.origin_kubeconfig.as_deref(), "origin").await?;
+    let (origin, _) = peering::connect_cluster(
+        args.origin.origin_kubeconfig.as_deref(),
+        args.origin.origin_context.as_deref(),
+        "origin",
+    )
+    .await?;
     let found = peering::list(&origin, Some(&args.provider_id)).await?;
     let origin_id = match (
         found.first().and_then(|p| p.origin.clone()),
@@ -45,18 +49,31 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
     }
 
     // The agent's own unpeer: drains (graceful) and removes the virtual node.
-    refract_admin::unpeer::command::run(AgentUnpeer {
-        remote_cluster_id: args.provider_id.clone(),
-        node_name: None,
-        kubeconfig: args.origin.origin_kubeconfig.clone(),
-        force: args.force,
-        timeout: args.timeout,
-    })
+    refract_admin::unpeer::command::run_with(
+        origin.clone(),
+        AgentUnpeer {
+            remote_cluster_id: args.provider_id.clone(),
+            node_name: None,
+            kubeconfig: None,
+            force: args.force,
+            timeout: args.timeout,
+        },
+    )
     .await?;
 
     if let Some(kubeconfig) = &args.provider_kubeconfig {
         match &origin_id {
-            Some(tenant) => clean_provider(kubeconfig, tenant, args.force, deadline, &say).await?,
+            Some(tenant) => {
+                clean_provider(
+                    kubeconfig,
+                    args.provider_context.as_deref(),
+                    tenant,
+                    args.force,
+                    deadline,
+                    &say,
+                )
+                .await?
+            }
             None => say("the origin's cluster id is unknown (no local agent left): nothing removed on the provider; run again with --origin-id"),
         }
     } else if args.force {
@@ -128,12 +145,13 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
 /// here when forced) and its record.
 async fn clean_provider(
     kubeconfig: &std::path::Path,
+    context: Option<&str>,
     tenant: &ClusterId,
     force: bool,
     deadline: Instant,
     say: &impl Fn(&str),
 ) -> anyhow::Result<()> {
-    let (provider, _) = peering::connect_cluster(Some(kubeconfig), "provider").await?;
+    let (provider, _) = peering::connect_cluster(Some(kubeconfig), context, "provider").await?;
     if force {
         refract_admin::tenant::run(RemoveTenantArgs {
             cluster_id: tenant.clone(),

@@ -67,7 +67,10 @@ impl Inspect for InspectService {
                 })
                 .collect();
         }
-        Ok(Response::new(ListTenantsResponse { tenants }))
+        Ok(Response::new(ListTenantsResponse {
+            tenants,
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        }))
     }
 
     async fn list_objects(

@@ -80,6 +80,12 @@ impl UnpeerArgs {
 /// Runs the command; each step is printed as it happens.
 pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
     let client = refract_shared::kubeconfig::client(args.kubeconfig.as_deref()).await?;
+    run_with(client, args).await
+}
+
+/// [`run`] with a client built by the caller (`refractctl`'s, which honours its context);
+/// `args.kubeconfig` is not read.
+pub async fn run_with(client: kube::Client, args: UnpeerArgs) -> anyhow::Result<()> {
     let name = args.node();
     let nodes: Api<Node> = Api::all(client.clone());
     let started = Instant::now();

@@ -85,7 +85,7 @@ pub async fn ensure_client(
             let leaf = pki::issue(ca, &plan.origin, Role::Client, &[])?;
             let labels = [(PEERING_LABEL, plan.provider.as_str())];
             apply::apply(origin, &pki::secret(&name, &labels, &leaf, &ca.cert_pem)).await?;
-            say(&format!("client certificate for tenant {} issued into Secret {NAMESPACE}/{name} (the provider's CA key stays on the provider)", plan.origin));
+            say(&format!("client certificate for tenant {} issued into Secret {NAMESPACE}/{name}, signed here with the provider's CA (its key is not written to the origin)", plan.origin));
             TlsSecret {
                 cert_pem: leaf.cert_pem,
                 key_pem: leaf.key_pem,

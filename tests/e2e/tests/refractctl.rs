@@ -436,6 +436,63 @@ data: {greeting: hello}
         "status shows no queue, or a stuck one: {oldest:?}"
     );
 
+    // The same for scripts: -o json and -o yaml, exit code 0 while healthy, and the context
+    // of the kubeconfig picked by name.
+    let context = kubectl(&origin, &["config", "current-context"]);
+    let json = ok(&refractctl(&[
+        "status",
+        "--origin-kubeconfig",
+        &okc,
+        "--origin-context",
+        context.trim(),
+        "-o",
+        "json",
+    ]));
+    let json: serde_json::Value = serde_json::from_str(&json).expect("status -o json");
+    assert_eq!(json["peerings"][0]["link"]["state"], "connected", "{json}");
+    assert_eq!(
+        json["peerings"][0]["virtualNode"]["ready"], "True",
+        "{json}"
+    );
+    assert_eq!(
+        json["peerings"][0]["link"]["tenant"]["refused"]["count"], 0,
+        "{json}"
+    );
+    let yaml = ok(&refractctl(&[
+        "status",
+        "--origin-kubeconfig",
+        &okc,
+        "-o",
+        "yaml",
+    ]));
+    assert!(yaml.contains("state: connected"), "{yaml}");
+    let wrong = refractctl(&[
+        "status",
+        "--origin-kubeconfig",
+        &okc,
+        "--origin-context",
+        "nope",
+    ]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("(context nope)"));
+
+    // version: this client, and both agents through the provider's Inspect service.
+    let version = ok(&refractctl(&["version", "--origin-kubeconfig", &okc]));
+    let v = env!("CARGO_PKG_VERSION");
+    assert!(
+        version.contains(&format!("client: refractctl {v}")),
+        "{version}"
+    );
+    assert!(
+        version.contains(&format!("peering with provider: local agent {v} (image {registry}/local-agent:{v}), remote agent {v}")),
+        "{version}"
+    );
+    let completion = ok(&refractctl(&["completion", "bash"]));
+    assert!(
+        completion.contains("_refractctl()"),
+        "no bash completion function"
+    );
+
     // tap: a change made while tapping shows up, as a line, without its data.
     let tap = tokio::task::spawn_blocking({
         let okc = okc.clone();
@@ -565,8 +622,10 @@ data: {greeting: hello}
         .unwrap_or_default();
         assert!(left.is_empty(), "unpeer left {left}");
     }
-    let status = ok(&refractctl(&["status", "--origin-kubeconfig", &okc]));
-    assert!(status.contains("no peerings"));
+    // No peering: nothing is offloaded, which a script must see in the exit code.
+    let status = refractctl(&["status", "--origin-kubeconfig", &okc]);
+    assert_eq!(status.status.code(), Some(3), "status without peerings");
+    assert!(String::from_utf8_lossy(&status.stdout).contains("no peerings"));
 
     // A dead provider: peered again, a pod offloaded, then the remote agent stops. A forced
     // unpeer cleans the origin at once and deletes nothing on the provider; once the provider
@@ -642,6 +701,16 @@ data: {greeting: hello}
         String::new,
     )
     .await;
+    // The link is down: status says so and exits 3.
+    let down = refractctl(&["status", "--origin-kubeconfig", &okc, "-o", "json"]);
+    assert_eq!(
+        down.status.code(),
+        Some(3),
+        "status with the remote agent gone"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&down.stdout).expect("status -o json");
+    assert_eq!(json["peerings"][0]["link"]["state"], "unknown", "{json}");
+    assert!(String::from_utf8_lossy(&down.stderr).contains("link to provider is unknown"));
     let started = Instant::now();
     let forced = ok(&refractctl(
         &[&unpeer[..], &["--force", "--timeout", "2m"]].concat(),
