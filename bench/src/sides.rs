@@ -116,10 +116,8 @@ pub struct Refract<'a> {
 
 const REFRACT_NS: &str = "bench-refract";
 const REFRACT_REMOTE_NS: &str = "bench-refract-origin";
-const UNCHANGED_ACKS: &str =
-    "refract_remote_acks_total{tenant=\"origin\",outcome=\"OUTCOME_UNCHANGED\"}";
-const APPLIED_ACKS: &str =
-    "refract_remote_acks_total{tenant=\"origin\",outcome=\"OUTCOME_APPLIED\"}";
+const UNCHANGED_ACKS: &str = "refract_remote_acks_total{tenant=\"origin\",outcome=\"unchanged\"}";
+const APPLIED_ACKS: &str = "refract_remote_acks_total{tenant=\"origin\",outcome=\"applied\"}";
 
 impl<'a> Refract<'a> {
     /// Extends the benchmark namespace to the provider and watches its twin.

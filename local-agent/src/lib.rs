@@ -349,6 +349,18 @@ async fn serve(
     }
 }
 
+/// The certificates the agent serves the origin's API server with, for their expiry metric.
+fn served_certificates(args: &Args) -> Vec<(&'static str, std::path::PathBuf)> {
+    let mut served = Vec::new();
+    if let (Some(_), Some(cert)) = (args.webhook_listen, &args.webhook_cert) {
+        served.push(("webhook", cert.clone()));
+    }
+    if let (Some(_), Some(cert)) = (args.kubelet_listen, &args.kubelet_cert) {
+        served.push(("kubelet", cert.clone()));
+    }
+    served
+}
+
 /// The client certificate, followed on disk, after checking it names `--cluster-id`.
 fn client_identity(
     args: &Args,
@@ -371,6 +383,7 @@ fn client_identity(
         admin,
         "refract_local",
         client_tls.clone(),
+        served_certificates(args),
         token.clone(),
     );
     let own = client_tls.current().identity.clone();

@@ -116,15 +116,6 @@ impl AnswerLatency {
     /// (queued at the origin) and `sent` then.
     pub fn observe(&self, kind: &'static str, outcome: Outcome, noticed: Instant, sent: Instant) {
         let now = Instant::now();
-        let class = match outcome {
-            Outcome::Applied => "applied",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Transient => "transient",
-            Outcome::Resend => "resend",
-            Outcome::QuotaExceeded => "quota",
-            Outcome::Denied | Outcome::Invalid | Outcome::Conflict => "refused",
-            Outcome::Unspecified => "unspecified",
-        };
         // Applied first: a scrape between the two never shows an applied answer without
         // its change-to-applied time.
         if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
@@ -133,7 +124,7 @@ impl AnswerLatency {
                 .observe(now.saturating_duration_since(noticed).as_secs_f64());
         }
         self.answered
-            .get_or_create(&vec![("kind", kind), ("outcome", class)])
+            .get_or_create(&vec![("kind", kind), ("outcome", outcome.label())])
             .observe(now.saturating_duration_since(sent).as_secs_f64());
     }
 }

@@ -182,11 +182,7 @@ async fn link(origin: &kube::Client, p: &Peering) -> Link {
                         at: o.updated_at.clone(),
                         object: o.object.as_ref().map(|r| r.display()).unwrap_or_default(),
                         outcome: Outcome::try_from(o.outcome)
-                            .map(|x| {
-                                x.as_str_name()
-                                    .trim_start_matches("OUTCOME_")
-                                    .to_ascii_lowercase()
-                            })
+                            .map(|x| x.label().to_string())
                             .unwrap_or_else(|_| o.outcome.to_string()),
                         message: o.message.clone(),
                     })

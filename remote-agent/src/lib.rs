@@ -94,6 +94,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &admin,
         "refract_remote",
         server_tls.clone(),
+        Vec::new(),
         token.clone(),
     );
     let own = server_tls.current().identity.clone();

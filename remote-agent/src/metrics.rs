@@ -164,7 +164,7 @@ impl TenantCounters {
 
     /// Counts an ack sent with `outcome`.
     pub fn ack(&self, outcome: Outcome) {
-        self.count(Series::Ack(outcome.as_str_name()));
+        self.count(Series::Ack(outcome.label()));
     }
 
     fn count(&self, series: Series) {
@@ -217,7 +217,7 @@ mod tests {
                 .get()
         };
         assert_eq!((received("upsert"), received("delete")), (2, 1));
-        let applied = series("origin", "outcome", "OUTCOME_APPLIED");
+        let applied = series("origin", "outcome", "applied");
         assert_eq!(metrics.acks.get_or_create(&applied).get(), 2);
     }
 }

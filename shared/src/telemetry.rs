@@ -282,37 +282,56 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// How often the certificate expiry gauge is brought up to date.
+/// How often the certificate expiry gauges are brought up to date.
 const EXPIRY_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Registers, under `prefix`, `build_info{version}` (always 1) and
-/// `certificate_expiry_seconds`: how long until the agent's own certificate (as `tls` follows
-/// it) expires, negative once it has. Kept current until `shutdown`.
+/// `certificate_expiry_timestamp_seconds{certificate}`: when each certificate the agent
+/// presents or serves expires, as Unix seconds. `link` is the link certificate as `tls`
+/// follows it; each of `served` (`webhook`, `kubelet`) is read from its file, as the server
+/// using it re-reads it (a file that does not parse keeps the last value). Kept current until
+/// `shutdown`.
 pub fn register_agent_info<T: Send + Sync + 'static>(
     admin: &Admin,
     prefix: &str,
     tls: crate::tls::Watched<T>,
+    served: Vec<(&'static str, std::path::PathBuf)>,
     shutdown: CancellationToken,
 ) {
     use prometheus_client::metrics::family::Family;
     use prometheus_client::metrics::gauge::Gauge;
+    type ExpiryGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
     let info: Family<Vec<(&'static str, &'static str)>, Gauge> = Family::default();
     info.get_or_create(&vec![("version", refract_core::AGENT_VERSION)])
         .set(1);
-    let expiry: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+    let expiry: Family<Vec<(&'static str, &'static str)>, ExpiryGauge> = Family::default();
     admin.register(prefix, |r| {
         r.register("build_info", "The agent's version (always 1)", info);
         r.register(
-            "certificate_expiry_seconds",
-            "Seconds until the agent's own certificate expires (negative once it has)",
+            "certificate_expiry_timestamp_seconds",
+            "When each certificate the agent presents or serves expires (Unix seconds), by certificate: link, webhook, kubelet",
             expiry.clone(),
         );
     });
+    let unix = |t: time::OffsetDateTime| t.unix_timestamp() as f64;
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_PERIOD);
         loop {
-            let left = tls.current().not_after - time::OffsetDateTime::now_utc();
-            expiry.set(left.as_seconds_f64());
+            expiry
+                .get_or_create(&vec![("certificate", "link")])
+                .set(unix(tls.current().not_after));
+            for (name, path) in &served {
+                match crate::tls::files::leaf_not_after(path) {
+                    Ok(not_after) => {
+                        expiry
+                            .get_or_create(&vec![("certificate", *name)])
+                            .set(unix(not_after));
+                    }
+                    Err(error) => {
+                        tracing::debug!(certificate = name, %error, "certificate expiry not read; keeping the last value");
+                    }
+                }
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}

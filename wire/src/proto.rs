@@ -15,3 +15,21 @@ impl ObjectRef {
         format!("{} {}/{}", self.kind, self.namespace, self.name)
     }
 }
+
+impl Outcome {
+    /// The outcome's name in metrics, logs and `refractctl`: lower case, the same in both
+    /// agents (`applied`, `quota_exceeded`, ...), never the wire's `OUTCOME_` spelling.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Unspecified => "unspecified",
+            Outcome::Applied => "applied",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Conflict => "conflict",
+            Outcome::Invalid => "invalid",
+            Outcome::Denied => "denied",
+            Outcome::Transient => "transient",
+            Outcome::Resend => "resend",
+            Outcome::QuotaExceeded => "quota_exceeded",
+        }
+    }
+}

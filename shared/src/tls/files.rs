@@ -115,6 +115,17 @@ impl TlsFiles {
     }
 }
 
+/// The expiry of the first certificate in the PEM file at `path` (any certificate, Refract
+/// identity or not).
+pub fn leaf_not_after(path: &Path) -> Result<time::OffsetDateTime, LoadError> {
+    let chain = parse_chain(&read(path)?, path)?;
+    let summary = identity::summarize(&chain[0]).map_err(|source| LoadError::Identity {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(summary.not_after)
+}
+
 fn pem_err(path: &Path, reason: impl Into<String>) -> LoadError {
     LoadError::Pem {
         path: path.to_path_buf(),

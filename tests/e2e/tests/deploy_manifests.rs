@@ -101,3 +101,65 @@ fn deploy_renders_and_the_cert_manager_overlays_fit_the_agents() {
         "true"
     );
 }
+
+/// deploy/monitoring fits the agents: each PodMonitor selects the pods of one agent's
+/// Deployment by its pod template's labels, on a port that Deployment names, sending the token
+/// of a ServiceAccount that the kustomization binds to `get /metrics`; the dashboard ships in
+/// a ConfigMap Grafana's sidecar picks up.
+#[test]
+fn the_monitoring_kustomization_scrapes_both_agents_with_a_bound_token() {
+    let monitoring = render("monitoring");
+    let monitors = of_kind(&monitoring, "PodMonitor");
+    assert_eq!(monitors.len(), 2);
+    for agent in ["local-agent", "remote-agent"] {
+        let deployment = render(agent)
+            .into_iter()
+            .find(|o| o["kind"] == "Deployment")
+            .unwrap();
+        let pod = &deployment["spec"]["template"];
+        let monitor = monitors
+            .iter()
+            .find(|m| {
+                m["spec"]["selector"]["matchLabels"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .all(|(k, v)| pod["metadata"]["labels"][k] == *v)
+            })
+            .unwrap_or_else(|| panic!("no PodMonitor selects the {agent}'s pods"));
+        let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+        let ports: Vec<&Value> = pod["spec"]["containers"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .collect();
+        assert!(
+            ports.iter().any(|p| p["name"] == endpoint["port"]),
+            "the {agent}'s pods have no port {}",
+            endpoint["port"]
+        );
+        assert_eq!(
+            monitor["metadata"]["namespace"],
+            deployment["metadata"]["namespace"]
+        );
+        let secret = endpoint["bearerTokenSecret"]["name"].as_str().unwrap();
+        let token = of_kind(&monitoring, "Secret")
+            .into_iter()
+            .find(|s| s["metadata"]["name"] == secret)
+            .expect("the PodMonitors' token Secret");
+        let account = token["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+            .as_str()
+            .unwrap();
+        let binding = of_kind(&monitoring, "ClusterRoleBinding")[0];
+        assert!(binding["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == account && s["namespace"] == token["metadata"]["namespace"]));
+    }
+    let dashboard = of_kind(&monitoring, "ConfigMap")[0];
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    serde_json::from_str::<Value>(dashboard["data"]["dashboard.json"].as_str().unwrap())
+        .expect("the dashboard is JSON");
+    assert_eq!(of_kind(&monitoring, "PrometheusRule").len(), 1);
+}

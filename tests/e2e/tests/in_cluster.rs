@@ -301,18 +301,48 @@ spec:
     let (status, body) = http_get(&admin, "/metrics", None).await;
     println!("GET /metrics without a token: {status} {}", body.trim());
     assert_eq!(status, 401);
-    kubectl(provider, &["create", "namespace", "monitoring"]);
-    for account in ["prometheus", "nobody"] {
-        kubectl(
-            provider,
-            &["-n", "monitoring", "create", "serviceaccount", account],
-        );
-    }
-    let reader = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/monitoring/metrics-reader.yaml"
+    // deploy/monitoring applied as a Prometheus Operator user applies it. The operator is not
+    // run here: its two CRDs stand in, reduced to what the API server needs to store the
+    // PodMonitors and the PrometheusRule. What a PodMonitor would send is the token of the
+    // ServiceAccount the kustomization makes; an account without the binding gets 403.
+    kubectl_stdin(provider, &["apply", "-f", "-"], &operator_crds_stand_in());
+    kubectl(
+        provider,
+        &[
+            "wait",
+            "--for=condition=established",
+            "--timeout=60s",
+            "crd/podmonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+        ],
     );
-    kubectl(provider, &["apply", "-f", reader]);
+    let monitoring = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/monitoring");
+    let applied = kubectl(provider, &["apply", "-k", monitoring]);
+    println!(
+        "kubectl apply -k deploy/monitoring:\n{}",
+        applied.trim_end()
+    );
+    for kind in ["podmonitor", "prometheusrule", "configmap"] {
+        let names = kubectl(
+            provider,
+            &[
+                "-n",
+                "refract-system",
+                "get",
+                kind,
+                "-o",
+                "name",
+                "-l",
+                "app.kubernetes.io/component=monitoring",
+            ],
+        );
+        assert!(!names.trim().is_empty(), "deploy/monitoring made no {kind}");
+    }
+    kubectl(provider, &["create", "namespace", "monitoring"]);
+    kubectl(
+        provider,
+        &["-n", "monitoring", "create", "serviceaccount", "nobody"],
+    );
     let nobody = account_token(provider, "monitoring", "nobody").await;
     let (status, body) = http_get(&admin, "/metrics", Some(&nobody)).await;
     println!(
@@ -320,11 +350,15 @@ spec:
         body.trim()
     );
     assert_eq!(status, 403);
-    let prometheus = account_token(provider, "monitoring", "prometheus").await;
-    let (status, body) = http_get(&admin, "/metrics", Some(&prometheus)).await;
-    println!("GET /metrics as monitoring/prometheus: {status}");
+    let reader = account_token(provider, "refract-system", "refract-metrics-reader").await;
+    let (status, body) = http_get(&admin, "/metrics", Some(&reader)).await;
+    println!("GET /metrics with the PodMonitors' token (refract-system/refract-metrics-reader): {status}");
     assert_eq!(status, 200);
     assert!(body.contains("refract_remote_tenant_usage"), "{body}");
+    assert!(
+        body.contains("refract_remote_certificate_expiry_timestamp_seconds{certificate=\"link\"}"),
+        "{body}"
+    );
 
     rollouts_during_a_burst(origin, provider).await;
 }
@@ -395,6 +429,20 @@ async fn rollouts_during_a_burst(origin: &ControlPlane, provider: &ControlPlane)
 }
 
 /// The token of ServiceAccount `namespace/name`, from the Secret Kubernetes 1.20 makes for it.
+/// The Prometheus Operator's PodMonitor and PrometheusRule CRDs, with no schema beyond "an
+/// object": enough for the API server to store what deploy/monitoring applies.
+fn operator_crds_stand_in() -> String {
+    ["podmonitors:PodMonitor", "prometheusrules:PrometheusRule"]
+        .iter()
+        .map(|pair| {
+            let (plural, kind) = pair.split_once(':').unwrap();
+            format!(
+                "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.monitoring.coreos.com\nspec:\n  group: monitoring.coreos.com\n  scope: Namespaced\n  names: {{plural: {plural}, kind: {kind}}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n---\n"
+            )
+        })
+        .collect()
+}
+
 async fn account_token(cp: &ControlPlane, namespace: &str, name: &str) -> String {
     use base64::Engine as _;
     let encoded = eventually(

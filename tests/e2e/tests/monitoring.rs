@@ -81,13 +81,103 @@ fn named_metrics(text: &str) -> BTreeSet<String> {
 
 #[test]
 fn the_alert_rules_pass_promtool() {
-    let rules = repo_file("deploy/monitoring/alerts.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("refract-rules.yaml");
+    std::fs::write(&rules, rule_file()).unwrap();
     let out = run(promtool(), &["check", "rules", rules.to_str().unwrap()]);
     let said =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "promtool refused the rules:\n{said}");
-    assert!(said.contains("SUCCESS: 8 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 11 rules found"), "{said}");
+
+    // The alerts that watch certificates and the agents themselves fire when they should:
+    // `promtool test rules` on series a day apart.
+    let tests = dir.path().join("refract-rules-test.yaml");
+    std::fs::write(&tests, RULE_TESTS).unwrap();
+    let out = run(promtool(), &["test", "rules", tests.to_str().unwrap()]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool test rules failed:\n{said}");
+    println!("{said}");
 }
+
+/// The rule file inside deploy/monitoring's PrometheusRule: its `spec`, as Prometheus without
+/// the operator loads it.
+fn rule_file() -> String {
+    let text =
+        std::fs::read_to_string(repo_file("deploy/monitoring/prometheus-rule.yaml")).unwrap();
+    let rule: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    assert_eq!(rule["kind"], "PrometheusRule");
+    serde_yaml_ng::to_string(&rule["spec"]).unwrap()
+}
+
+/// `promtool test rules` input: a link certificate 10 days from expiry (the 21-day alert
+/// fires, the 7-day one not), a webhook certificate 3 days from it (both fire), a replica
+/// that stops answering scrapes, and a cluster where no agent is scraped at all.
+const RULE_TESTS: &str = r#"rule_files: [refract-rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      # Unix seconds: the evaluation starts at 0, so these are 10 and 3 days ahead.
+      - series: 'refract_local_certificate_expiry_timestamp_seconds{job="refract-system/refract-local-agent",instance="a",certificate="link"}'
+        values: '864000x10'
+      - series: 'refract_local_certificate_expiry_timestamp_seconds{job="refract-system/refract-local-agent",instance="a",certificate="webhook"}'
+        values: '259200x10'
+      - series: 'up{job="refract-system/refract-local-agent",instance="a"}'
+        values: '1x10'
+      - series: 'up{job="refract-system/refract-local-agent",instance="b"}'
+        values: '0x10'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: RefractCertificateExpiresIn21Days
+        exp_alerts:
+          - exp_labels: {severity: warning, job: refract-system/refract-local-agent, instance: a, certificate: link}
+            exp_annotations:
+              summary: "The link certificate of a expires in 9d 23h 59m 0s"
+              description: "Renew it (refractctl rotate, refract-certs, or cert-manager); the agent reloads it without a restart."
+              runbook_url: "https://example.invalid/refract/blob/main/README.md#troubleshooting"
+          - exp_labels: {severity: warning, job: refract-system/refract-local-agent, instance: a, certificate: webhook}
+            exp_annotations:
+              summary: "The webhook certificate of a expires in 2d 23h 59m 0s"
+              description: "Renew it (refractctl rotate, refract-certs, or cert-manager); the agent reloads it without a restart."
+              runbook_url: "https://example.invalid/refract/blob/main/README.md#troubleshooting"
+      - eval_time: 1m
+        alertname: RefractCertificateExpiresIn7Days
+        exp_alerts:
+          - exp_labels: {severity: critical, job: refract-system/refract-local-agent, instance: a, certificate: webhook}
+            exp_annotations:
+              summary: "The webhook certificate of a expires in 2d 23h 59m 0s"
+              description: "Renew it now (refractctl rotate, refract-certs, or cert-manager); the agent reloads it without a restart."
+              runbook_url: "https://example.invalid/refract/blob/main/README.md#troubleshooting"
+      - eval_time: 1m
+        alertname: RefractCertificateExpired
+        exp_alerts: []
+      - eval_time: 6m
+        alertname: RefractAgentDown
+        exp_alerts:
+          - exp_labels: {severity: critical, job: refract-system/refract-local-agent, instance: b}
+            exp_annotations:
+              summary: "Refract agent b (refract-system/refract-local-agent) does not answer scrapes"
+              description: "Check the pod's state and log (kubectl -n refract-system describe pod, logs)."
+              runbook_url: "https://example.invalid/refract/blob/main/README.md#troubleshooting"
+      - eval_time: 6m
+        alertname: RefractAgentAbsent
+        exp_alerts: []
+  - interval: 1m
+    input_series:
+      - series: 'up{job="refract-system/refract-remote-agent",instance="c"}'
+        values: '0x10'
+    alert_rule_test:
+      - eval_time: 6m
+        alertname: RefractAgentAbsent
+        exp_alerts:
+          - exp_labels: {severity: critical}
+            exp_annotations:
+              summary: "No Refract agent is being scraped in this cluster"
+              description: "No replica of either agent answers. Offloading and reflection have stopped (pods already offloaded keep running on the provider)."
+              runbook_url: "https://example.invalid/refract/blob/main/README.md#troubleshooting"
+"#;
 
 #[tokio::test]
 async fn every_metric_the_rules_and_dashboard_name_is_exported_with_live_values() {
@@ -129,7 +219,7 @@ async fn every_metric_the_rules_and_dashboard_name_is_exported_with_live_values(
         .into_iter()
         .chain(families(&p.remote_admin).await)
         .collect();
-    let rules = std::fs::read_to_string(repo_file("deploy/monitoring/alerts.yaml")).unwrap();
+    let rules = rule_file();
     let dashboard = std::fs::read_to_string(repo_file("deploy/monitoring/dashboard.json")).unwrap();
     serde_json::from_str::<serde_json::Value>(&dashboard).expect("the dashboard is JSON");
     let named = named_metrics(&rules)
@@ -158,15 +248,21 @@ async fn every_metric_the_rules_and_dashboard_name_is_exported_with_live_values(
     for (admin, side) in [(&p.local_admin, "local"), (&p.remote_admin, "remote")] {
         let info = format!(r#"refract_{side}_build_info{{version="{version}"}}"#);
         assert_eq!(metric(admin, &info).await, 1.0, "{info}");
-        let expiry = metric(admin, &format!("refract_{side}_certificate_expiry_seconds")).await;
+        let name =
+            format!(r#"refract_{side}_certificate_expiry_timestamp_seconds{{certificate="link"}}"#);
+        let expiry = metric(admin, &name).await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
         assert!(
-            expiry > 24.0 * 3600.0,
-            "the {side} agent's certificate expiry is {expiry}s"
+            expiry > now + 24.0 * 3600.0,
+            "the {side} agent's link certificate expires at {expiry}, now is {now}"
         );
     }
     let acks = metric(
         &p.remote_admin,
-        r#"refract_remote_acks_total{tenant="origin",outcome="OUTCOME_APPLIED"}"#,
+        r#"refract_remote_acks_total{tenant="origin",outcome="applied"}"#,
     )
     .await;
     assert!(acks >= 2.0, "applied acks of tenant origin: {acks}");
