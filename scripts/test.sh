@@ -11,7 +11,7 @@ say "1/4 toolchain: etcd, Kubernetes 1.20.2 control plane, kubelet and kube-prox
 eval "$(scripts/ensure-toolchain.sh | grep -E '^REFRACT_(K8S_BIN|PROMTOOL)=')"
 export REFRACT_K8S_BIN REFRACT_PROMTOOL
 
-say "2/4 building the workspace and its tests, then the node images (pause, busybox, both agents)"
+say "2/4 building the workspace and its tests, then the images (pause and busybox archives; the agents and refractctl from their Containerfiles, with buildah)"
 cargo build --workspace --bins --tests --locked
 scripts/images.sh --profile debug
 

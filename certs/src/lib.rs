@@ -10,6 +10,7 @@
 //! names); [`output`] writes them as files or as a `kubernetes.io/tls` Secret manifest.
 
 pub mod output;
+pub mod request;
 
 use std::net::IpAddr;
 
@@ -29,6 +30,9 @@ pub enum CertError {
     /// An input certificate could not be read.
     #[error("failed to read certificate: {0}")]
     Read(String),
+    /// A certificate request is not one Refract signs.
+    #[error("certificate request refused: {0}")]
+    Request(String),
 }
 
 /// A PEM certificate and its PEM (PKCS#8) private key.
@@ -102,8 +106,23 @@ pub fn create_ca(common_name: &str, validity: Validity) -> Result<Issued, CertEr
 
 /// Issues a leaf certificate signed by the CA in `ca`.
 pub fn issue(ca: &Issued, request: &LeafRequest) -> Result<Issued, CertError> {
+    let key = KeyPair::generate()?;
+    let cert = leaf_params(request)?.signed_by(&key, &ca_issuer(ca)?)?;
+    Ok(Issued {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// The CA in `ca` as rcgen's issuer.
+fn ca_issuer(ca: &Issued) -> Result<Issuer<'static, KeyPair>, CertError> {
     let ca_key = KeyPair::from_pem(&ca.key_pem)?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
+    Ok(Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?)
+}
+
+/// Everything a leaf says but its key: the one place that decides what Refract's
+/// certificates carry, whoever made the key.
+fn leaf_params(request: &LeafRequest) -> Result<CertificateParams, CertError> {
     let mut params = CertificateParams::default();
     params.distinguished_name = name(&format!(
         "refract-{}-{}",
@@ -139,12 +158,7 @@ pub fn issue(ca: &Issued, request: &LeafRequest) -> Result<Issued, CertError> {
     params.not_before = request.validity.not_before;
     params.not_after = request.validity.not_after;
     params.serial_number = Some(random_serial());
-    let key = KeyPair::generate()?;
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok(Issued {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
+    Ok(params)
 }
 
 /// Reads back what a leaf certificate was issued for, so it can be re-issued.
@@ -196,7 +210,7 @@ pub fn pem_to_der(pem: &str) -> Result<Vec<u8>, CertError> {
         .map_err(|e| CertError::Read(format!("no PEM certificate: {e}")))
 }
 
-fn name(common_name: &str) -> DistinguishedName {
+pub(crate) fn name(common_name: &str) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::OrganizationName, "Refract");
     dn.push(DnType::CommonName, common_name);

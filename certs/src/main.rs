@@ -62,6 +62,23 @@ enum Command {
         #[command(flatten)]
         common: LeafArgs,
     },
+    /// Make a tenant's key and a certificate request for its client certificate, for a
+    /// peering by two admins: the key (tls.key) stays with the origin's admin; the request
+    /// (tls.csr) goes to the provider's admin, who submits it as a Kubernetes
+    /// CertificateSigningRequest (`--manifest` prints one) and approves it with `kubectl
+    /// certificate approve`; the provider's remote agent signs it with the peering CA.
+    Request {
+        /// The origin's cluster id (becomes spiffe://refract/cluster/<id>).
+        #[arg(long)]
+        cluster_id: ClusterId,
+        /// Write tls.key (mode 0600) and tls.csr into this folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// Also print the CertificateSigningRequest manifest for the provider (signerName
+        /// refract.io/tenant-client, named refract-tenant-<cluster id>).
+        #[arg(long)]
+        manifest: bool,
+    },
     /// Print a certificate's identity, names and expiry.
     Inspect {
         /// The certificate (PEM).
@@ -189,8 +206,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let leaf = refract_certs::reissue(&ca, &pem, common.validity())?;
             common.emit(&ca, &leaf)
         }
+        Command::Request {
+            cluster_id,
+            out,
+            manifest,
+        } => request(&cluster_id, &out, manifest),
         Command::Inspect { cert, json } => print_summary(&cert, json),
     }
+}
+
+fn request(cluster_id: &ClusterId, out: &Path, manifest: bool) -> anyhow::Result<()> {
+    let key_path = out.join("tls.key");
+    if key_path.exists() {
+        bail!(
+            "{} exists; refusing to replace a key (a certificate issued for it would stop working)",
+            key_path.display()
+        );
+    }
+    let (request_pem, key_pem) = refract_certs::request::create_client_request(cluster_id)?;
+    std::fs::create_dir_all(out)?;
+    output::write_atomic(&key_path, key_pem.as_bytes(), 0o600)?;
+    output::write_atomic(&out.join("tls.csr"), request_pem.as_bytes(), 0o644)?;
+    eprintln!(
+        "wrote {dir}/tls.key (keep it here) and {dir}/tls.csr (send it to the provider's admin)",
+        dir = out.display()
+    );
+    if manifest {
+        refract_shared::stdout::write(&output::csr_manifest(cluster_id, &request_pem))?;
+    }
+    Ok(())
 }
 
 fn create_ca(out: &Path, name: &str, days: i64, force: bool) -> anyhow::Result<()> {

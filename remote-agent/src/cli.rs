@@ -106,6 +106,18 @@ pub struct Args {
     #[arg(long, env = "POD_NAMESPACE", default_value = "refract-system")]
     pub own_namespace: String,
 
+    /// The Secret in --own-namespace with the peering CA (`tls.crt`, `tls.key`; cert-manager's
+    /// CA issuer layout) that signs tenants' client certificates: Kubernetes
+    /// CertificateSigningRequests with signerName `refract.io/tenant-client`, once an admin
+    /// has approved them (`kubectl certificate approve`). Only what the request's key proves
+    /// and its one Refract identity are taken from it. Empty: the agent signs nothing.
+    #[arg(long, value_name = "SECRET", default_value = "refract-peering-ca")]
+    pub tenant_ca_secret: String,
+
+    /// How long a tenant certificate the agent signs is valid, in days.
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(i64).range(1..=3650))]
+    pub tenant_certificate_days: i64,
+
     /// The provider's own pod and Service ranges (repeatable): no tenant EndpointSlice may
     /// point into them, and each twin namespace's NetworkPolicy keeps tenants' pods from
     /// reaching them. Node addresses, the pod ranges nodes publish (spec.podCIDR) and the API

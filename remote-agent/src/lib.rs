@@ -15,6 +15,7 @@ pub mod access;
 pub mod apply;
 pub mod capacity;
 mod cli;
+mod csr_signer;
 pub mod events;
 pub mod identity;
 pub mod inspect;
@@ -181,6 +182,18 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             },
             desired,
             expiry,
+            token.clone(),
+        );
+    }
+    if !args.tenant_ca_secret.is_empty() {
+        csr_signer::spawn(
+            client.clone(),
+            csr_signer::SignerConfig {
+                namespace: args.own_namespace.clone(),
+                ca_secret: args.tenant_ca_secret.clone(),
+                validity_days: args.tenant_certificate_days,
+            },
+            leading.clone(),
             token.clone(),
         );
     }

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use refract_testkit::{ControlPlane, Options};
 
-use crate::{eventually, grpcurl, kubectl, kubectl_get, kubectl_stdin, run, Certs};
+use crate::{
+    eventually, grpcurl, kubectl, kubectl_get, kubectl_stdin, kubectl_stdin_output, run, Certs,
+};
 
 /// Two clusters with both agents running in them, connected.
 pub struct InCluster {
@@ -133,14 +135,7 @@ pub async fn deploy() -> InCluster {
 
     // The origin: the client and webhook certificates, then deploy/local-agent pointed at it.
     kubectl(&origin, &["create", "namespace", "refract-system"]);
-    secret(
-        &origin,
-        &certs,
-        "refract-local-agent-tls",
-        "origin",
-        "client",
-        &[],
-    );
+    tenant_certificate_by_two_admins(&origin, &provider, &certs, dir.path()).await;
     // The API server calls the webhook through its Service, checking this name.
     secret(
         &origin,
@@ -276,6 +271,210 @@ pub async fn deploy() -> InCluster {
         tenants,
         _dir: dir,
     }
+}
+
+/// The tenant's client certificate as two admins make it, neither holding the other's
+/// kubeconfig or key: the origin's admin makes the key and a request (`refract-certs
+/// request`), the provider's admin submits the request as a CertificateSigningRequest and
+/// approves it with `kubectl certificate approve`, the remote agent signs it with the peering
+/// CA kept in the provider's Secret `refract-peering-ca`, and the origin's admin puts the
+/// certificate beside the key in the Secret deploy/local-agent mounts. The CA key goes to the
+/// provider only; the tenant's key to the origin only.
+async fn tenant_certificate_by_two_admins(
+    origin: &ControlPlane,
+    provider: &ControlPlane,
+    certs: &Certs,
+    dir: &Path,
+) {
+    let ca = certs.dir.join("ca");
+    let ca_crt = ca.join("ca.crt").display().to_string();
+    // The provider's admin keeps the peering CA in the provider (cert-manager's CA layout).
+    kubectl(
+        provider,
+        &[
+            "-n",
+            "refract-system",
+            "create",
+            "secret",
+            "tls",
+            "refract-peering-ca",
+            "--cert",
+            &ca_crt,
+            "--key",
+            ca.join("ca.key").to_str().unwrap(),
+        ],
+    );
+    // The origin's admin: a key that stays here, and a request to send.
+    let origin_admin = dir.join("origin-admin");
+    let out = run(
+        crate::bin("refract-certs"),
+        &[
+            "request",
+            "--cluster-id",
+            "origin",
+            "--out",
+            origin_admin.to_str().unwrap(),
+            "--manifest",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "refract-certs request: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "$ refract-certs request --cluster-id origin --out origin-admin --manifest\n{}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    // The provider's admin: the request (no key) submitted and approved.
+    let manifest = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!manifest.contains("PRIVATE KEY"));
+    let created = kubectl_stdin_output(provider, &["create", "-f", "-"], &manifest);
+    assert!(
+        created.status.success(),
+        "kubectl create csr: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    println!(
+        "$ kubectl create -f csr.yaml\n{}",
+        String::from_utf8_lossy(&created.stdout).trim()
+    );
+    println!(
+        "$ kubectl certificate approve refract-tenant-origin\n{}",
+        kubectl(
+            provider,
+            &["certificate", "approve", "refract-tenant-origin"]
+        )
+        .trim()
+    );
+    let signed = eventually(
+        WAIT,
+        "the remote agent to sign refract-tenant-origin",
+        || {
+            kubectl_get(
+                provider,
+                &[
+                    "csr",
+                    "refract-tenant-origin",
+                    "-o",
+                    "jsonpath={.status.certificate}",
+                ],
+            )
+            .filter(|c| !c.is_empty())
+        },
+        || {
+            kubectl(provider, &["get", "csr", "-o", "wide"])
+                + &agent_state(provider, "remote-agent")
+        },
+    )
+    .await;
+    use base64::Engine;
+    let cert = base64::engine::general_purpose::STANDARD
+        .decode(signed.trim())
+        .expect("the certificate is base64");
+    std::fs::write(origin_admin.join("tls.crt"), &cert).unwrap();
+    println!(
+        "$ kubectl get csr refract-tenant-origin\n{}",
+        kubectl(provider, &["get", "csr", "refract-tenant-origin"]).trim()
+    );
+    // A request for more than one identity (a Refract name and a DNS name of the provider's
+    // API), approved by mistake, is refused by the signer, not signed.
+    let greedy = dir.join("greedy");
+    std::fs::create_dir_all(&greedy).unwrap();
+    let out = run(
+        "openssl",
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            greedy.join("tls.key").to_str().unwrap(),
+            "-out",
+            greedy.join("tls.csr").to_str().unwrap(),
+            "-subj",
+            "/CN=mallory",
+            "-addext",
+            "subjectAltName=URI:spiffe://refract/cluster/mallory,DNS:kubernetes.default.svc",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "openssl req: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let request = std::fs::read(greedy.join("tls.csr")).unwrap();
+    let manifest = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: refract-tenant-mallory}}\nspec:\n  signerName: refract.io/tenant-client\n  usages: [client auth]\n  request: {}\n",
+        base64::engine::general_purpose::STANDARD.encode(request)
+    );
+    kubectl_stdin(provider, &["create", "-f", "-"], &manifest);
+    kubectl(
+        provider,
+        &["certificate", "approve", "refract-tenant-mallory"],
+    );
+    let refused = eventually(
+        WAIT,
+        "the remote agent to refuse refract-tenant-mallory",
+        || {
+            kubectl_get(
+                provider,
+                &[
+                    "csr",
+                    "refract-tenant-mallory",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Failed\")].message}",
+                ],
+            )
+            .filter(|m| !m.is_empty())
+        },
+        || kubectl(provider, &["get", "csr", "-o", "wide"]),
+    )
+    .await;
+    println!("refract-tenant-mallory (two names, approved): Failed: {refused}");
+    assert!(
+        refused.contains("exactly one Refract identity"),
+        "{refused}"
+    );
+    let certificate = kubectl(
+        provider,
+        &[
+            "get",
+            "csr",
+            "refract-tenant-mallory",
+            "-o",
+            "jsonpath={.status.certificate}",
+        ],
+    );
+    assert!(
+        certificate.trim().is_empty(),
+        "a refused request got a certificate"
+    );
+
+    // The origin's admin: the certificate and the CA certificate beside the key.
+    kubectl(
+        origin,
+        &[
+            "-n",
+            "refract-system",
+            "create",
+            "secret",
+            "generic",
+            "refract-local-agent-tls",
+            &format!(
+                "--from-file=tls.crt={}",
+                origin_admin.join("tls.crt").display()
+            ),
+            &format!(
+                "--from-file=tls.key={}",
+                origin_admin.join("tls.key").display()
+            ),
+            &format!("--from-file=ca.crt={ca_crt}"),
+        ],
+    );
 }
 
 /// How long each step may take.

@@ -87,6 +87,17 @@ fn deploy_renders_and_the_cert_manager_overlays_fit_the_agents() {
             assert_eq!(c["metadata"]["namespace"], "refract-system");
         }
     }
+    // The one Secret the origin overlay mounts but does not issue comes from the provider: the
+    // provider overlay's comments copy it under exactly that name.
+    let provider_comments = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/cert-manager/provider/certificates.yaml"),
+    )
+    .unwrap();
+    assert!(
+        provider_comments.contains("name: \"refract-local-agent-tls\", namespace: \"refract-system\""),
+        "deploy/cert-manager/provider copies the tenant Secret under another name than the origin mounts"
+    );
     let origin = render("cert-manager/origin");
     let webhook = of_kind(&origin, "MutatingWebhookConfiguration")[0];
     let from = webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]

@@ -1,0 +1,252 @@
+//! The signer of tenants' client certificates: Kubernetes CertificateSigningRequests with
+//! signerName `refract.io/tenant-client`, once the provider's admin has approved them
+//! (`kubectl certificate approve`), are signed with the peering CA kept in a Secret of the
+//! agent's namespace. The origin's admin keeps the tenant's key; the provider's admin keeps the
+//! CA's key; neither crosses (README, "Install on your clusters").
+//!
+//! Only the replica leading the cross-tenant work signs, so two replicas never sign one
+//! request twice. It looks every [`POLL`]: requests are rare and an admin waits seconds for
+//! them, so a watch (and its connection) would buy nothing.
+//!
+//! What a request may ask for is decided by `refract_certs::request`: one Refract identity
+//! and nothing else; the certificate's usages and lifetime are the signer's. A request whose
+//! `refract.io/tenant` label (set by `refractctl tenant add`) names another identity is
+//! refused. A refused request gets condition Failed with the reason, as Kubernetes' own signers
+//! do.
+
+use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::ResourceExt;
+use refract_certs::{Issued, Validity};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// The signerName of tenants' client certificates.
+pub const SIGNER_NAME: &str = "refract.io/tenant-client";
+/// The label `refractctl tenant add` puts on a request: the tenant it is for.
+pub const TENANT_LABEL: &str = "refract.io/tenant";
+/// How often pending approved requests are looked for.
+const POLL: Duration = Duration::from_secs(2);
+
+/// Where the CA is and what the signer issues.
+#[derive(Debug, Clone)]
+pub struct SignerConfig {
+    /// The agent's namespace, holding the CA Secret.
+    pub namespace: String,
+    /// The Secret with the CA's `tls.crt` and `tls.key` (cert-manager's CA issuer layout).
+    pub ca_secret: String,
+    /// How long a signed certificate is valid.
+    pub validity_days: i64,
+}
+
+/// What to do with one request.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    /// Nothing: not approved yet, already signed, denied or failed.
+    Wait,
+    /// Sign it.
+    Sign,
+}
+
+fn decide(csr: &CertificateSigningRequest) -> Decision {
+    let Some(status) = &csr.status else {
+        return Decision::Wait;
+    };
+    if status.certificate.as_ref().is_some_and(|c| !c.0.is_empty()) {
+        return Decision::Wait;
+    }
+    let has = |kind: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == kind && c.status == "True")
+    };
+    if has("Denied") || has("Failed") || !has("Approved") {
+        return Decision::Wait;
+    }
+    Decision::Sign
+}
+
+/// Signs approved requests while `leading`, until `shutdown`.
+pub fn spawn(
+    client: kube::Client,
+    config: SignerConfig,
+    leading: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let api: Api<CertificateSigningRequest> = Api::all(client.clone());
+        let secrets: Api<Secret> = Api::namespaced(client, &config.namespace);
+        let mut tick = tokio::time::interval(POLL);
+        let mut warned = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if !*leading.borrow() {
+                continue;
+            }
+            let listed = api
+                .list(&ListParams::default().fields(&format!("spec.signerName={SIGNER_NAME}")))
+                .await;
+            let pending: Vec<CertificateSigningRequest> = match listed {
+                Ok(list) => {
+                    warned = false;
+                    list.items
+                        .into_iter()
+                        .filter(|csr| decide(csr) == Decision::Sign)
+                        .collect()
+                }
+                Err(error) => {
+                    if !warned {
+                        tracing::warn!(%error, "cannot list certificate requests for {SIGNER_NAME}; tenants' requests wait");
+                        warned = true;
+                    }
+                    continue;
+                }
+            };
+            for csr in pending {
+                sign_one(&api, &secrets, &config, csr).await;
+            }
+        }
+    });
+}
+
+async fn sign_one(
+    api: &Api<CertificateSigningRequest>,
+    secrets: &Api<Secret>,
+    config: &SignerConfig,
+    csr: CertificateSigningRequest,
+) {
+    let name = csr.name_any();
+    let ca = match read_ca(secrets, &config.ca_secret).await {
+        Ok(ca) => ca,
+        Err(reason) => {
+            // Not the request's fault: it stays pending until the CA is there.
+            tracing::warn!(request = %name, %reason, "cannot sign the tenant's certificate request yet");
+            return;
+        }
+    };
+    let request_pem = String::from_utf8_lossy(&csr.spec.request.0).into_owned();
+    let signed = refract_certs::request::sign_client_request(
+        &ca,
+        &request_pem,
+        Validity::days_from_now(config.validity_days),
+    )
+    .map_err(|e| e.to_string())
+    .and_then(|(cert, tenant)| match csr.labels().get(TENANT_LABEL) {
+        Some(label) if label != tenant.as_str() => Err(format!(
+            "the request asks for identity {tenant} but is labelled {TENANT_LABEL}={label}"
+        )),
+        _ => Ok((cert, tenant)),
+    });
+    let patch = match &signed {
+        Ok((cert, _)) => serde_json::json!({
+            "status": {"certificate": base64_encode(cert.as_bytes())}
+        }),
+        Err(reason) => {
+            let mut conditions = csr
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            conditions.push(CertificateSigningRequestCondition {
+                type_: "Failed".into(),
+                status: "True".into(),
+                reason: Some("RefractRefused".into()),
+                message: Some(reason.clone()),
+                last_update_time: None,
+                last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                )),
+            });
+            serde_json::json!({"status": {"conditions": conditions}})
+        }
+    };
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => match signed {
+            Ok((_, tenant)) => {
+                tracing::info!(request = %name, %tenant, "signed the tenant's client certificate")
+            }
+            Err(reason) => {
+                tracing::warn!(request = %name, %reason, "refused the tenant's certificate request")
+            }
+        },
+        Err(error) => {
+            tracing::warn!(request = %name, %error, "cannot write the certificate request's status; trying again")
+        }
+    }
+}
+
+async fn read_ca(secrets: &Api<Secret>, name: &str) -> Result<Issued, String> {
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("cannot read Secret {name}: {e}"))?
+        .ok_or_else(|| format!("Secret {name} (the peering CA) does not exist"))?;
+    let data = secret.data.unwrap_or_default();
+    let field = |key: &str| {
+        data.get(key)
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| format!("Secret {name} has no {key}"))
+    };
+    Ok(Issued {
+        cert_pem: field("tls.crt")?,
+        key_pem: field("tls.key")?,
+    })
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequestStatus;
+    use k8s_openapi::ByteString;
+
+    fn csr(conditions: &[&str], certificate: Option<&str>) -> CertificateSigningRequest {
+        CertificateSigningRequest {
+            status: Some(CertificateSigningRequestStatus {
+                certificate: certificate.map(|c| ByteString(c.as_bytes().to_vec())),
+                conditions: Some(
+                    conditions
+                        .iter()
+                        .map(|t| CertificateSigningRequestCondition {
+                            type_: t.to_string(),
+                            status: "True".into(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_an_approved_unsigned_request_is_signed() {
+        assert_eq!(
+            decide(&CertificateSigningRequest::default()),
+            Decision::Wait
+        );
+        assert_eq!(decide(&csr(&[], None)), Decision::Wait);
+        assert_eq!(decide(&csr(&["Approved"], None)), Decision::Sign);
+        assert_eq!(decide(&csr(&["Approved"], Some("pem"))), Decision::Wait);
+        assert_eq!(decide(&csr(&["Approved", "Failed"], None)), Decision::Wait);
+        assert_eq!(decide(&csr(&["Denied"], None)), Decision::Wait);
+    }
+}
