@@ -128,6 +128,7 @@ async fn install(clusters: &Clusters, plan: &Plan, say: &impl Fn(&str)) -> anyho
     ));
     let mut provider_objects = plan.provider_objects();
     apply_namespace(provider, &mut provider_objects, say).await?;
+    leave_a_running_remote_agent(provider, &mut provider_objects, say).await?;
     let ca = pki::ensure_ca(
         provider,
         plan::PROVIDER_CA_SECRET,
@@ -185,6 +186,34 @@ async fn install(clusters: &Clusters, plan: &Plan, say: &impl Fn(&str)) -> anyho
     let mut origin_objects = plan.origin_objects(&origin_ca.cert_pem);
     origin_objects.retain(|o| o["kind"] != "Namespace");
     apply::apply_all(origin, &origin_objects, say).await
+}
+
+/// The remote agent serves every tenant of the provider: adding one must not change its flags
+/// or image for the others (an admin may have added `--policy` or `--tenant-deny-list`). Once
+/// its Deployment exists, `peer` leaves it as it is; the rest of deploy/remote-agent (RBAC,
+/// CRD, Service) is applied as usual.
+async fn leave_a_running_remote_agent(
+    provider: &kube::Client,
+    objects: &mut Vec<Value>,
+    say: &impl Fn(&str),
+) -> anyhow::Result<()> {
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(provider.clone(), crate::manifests::NAMESPACE);
+    let exists = deployments
+        .get_opt(plan::REMOTE_NAME)
+        .await
+        .context("failed to read the remote agent's Deployment")?
+        .is_some();
+    if exists {
+        objects
+            .retain(|o| !(o["kind"] == "Deployment" && o["metadata"]["name"] == plan::REMOTE_NAME));
+        say(&format!(
+            "Deployment {}/{} exists: left as it is (its flags and image serve every tenant)",
+            crate::manifests::NAMESPACE,
+            plan::REMOTE_NAME
+        ));
+    }
+    Ok(())
 }
 
 fn plan_of(args: &PeerArgs, origin_api: HostPort, provider_api: HostPort) -> anyhow::Result<Plan> {

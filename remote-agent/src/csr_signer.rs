@@ -5,8 +5,8 @@
 //! CA's key; neither crosses (README, "Install on your clusters").
 //!
 //! Only the replica leading the cross-tenant work signs, so two replicas never sign one
-//! request twice. It looks every [`POLL`]: requests are rare and an admin waits seconds for
-//! them, so a watch (and its connection) would buy nothing.
+//! request twice; only it watches the requests (of this signer only), from a fresh list each
+//! time it starts leading, so nothing approved meanwhile is missed.
 //!
 //! What a request may ask for is decided by `refract_certs::request`: one Refract identity
 //! and nothing else; the certificate's usages and lifetime are the signer's. A request whose
@@ -14,13 +14,13 @@
 //! refused. A refused request gets condition Failed with the reason, as Kubernetes' own signers
 //! do.
 
-use std::time::Duration;
-
+use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use refract_certs::{Issued, Validity};
 use tokio::sync::watch;
@@ -30,8 +30,6 @@ use tokio_util::sync::CancellationToken;
 pub const SIGNER_NAME: &str = "refract.io/tenant-client";
 /// The label `refractctl tenant add` puts on a request: the tenant it is for.
 pub const TENANT_LABEL: &str = "refract.io/tenant";
-/// How often pending approved requests are looked for.
-const POLL: Duration = Duration::from_secs(2);
 
 /// Where the CA is and what the signer issues.
 #[derive(Debug, Clone)]
@@ -77,43 +75,43 @@ fn decide(csr: &CertificateSigningRequest) -> Decision {
 pub fn spawn(
     client: kube::Client,
     config: SignerConfig,
-    leading: watch::Receiver<bool>,
+    mut leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) {
     tokio::spawn(async move {
         let api: Api<CertificateSigningRequest> = Api::all(client.clone());
         let secrets: Api<Secret> = Api::namespaced(client, &config.namespace);
-        let mut tick = tokio::time::interval(POLL);
-        let mut warned = false;
         loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            if !*leading.borrow() {
-                continue;
-            }
-            let listed = api
-                .list(&ListParams::default().fields(&format!("spec.signerName={SIGNER_NAME}")))
-                .await;
-            let pending: Vec<CertificateSigningRequest> = match listed {
-                Ok(list) => {
-                    warned = false;
-                    list.items
-                        .into_iter()
-                        .filter(|csr| decide(csr) == Decision::Sign)
-                        .collect()
+            // Wait to lead.
+            while !*leading.borrow_and_update() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    changed = leading.changed() => if changed.is_err() { return },
                 }
-                Err(error) => {
-                    if !warned {
-                        tracing::warn!(%error, "cannot list certificate requests for {SIGNER_NAME}; tenants' requests wait");
-                        warned = true;
+            }
+            let selector = format!("spec.signerName={SIGNER_NAME}");
+            let mut requests = watcher(api.clone(), watcher::Config::default().fields(&selector))
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    changed = leading.changed() => {
+                        if changed.is_err() { return }
+                        if !*leading.borrow() { break }
                     }
-                    continue;
+                    next = requests.next() => match next {
+                        Some(Ok(csr)) if decide(&csr) == Decision::Sign => {
+                            sign_one(&api, &secrets, &config, csr).await;
+                        }
+                        Some(Ok(_)) => {}
+                        Some(Err(error)) => {
+                            tracing::warn!(%error, "watching certificate requests for {SIGNER_NAME} failed; retrying");
+                        }
+                        None => break,
+                    },
                 }
-            };
-            for csr in pending {
-                sign_one(&api, &secrets, &config, csr).await;
             }
         }
     });

@@ -232,8 +232,57 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         |(k, _)| !k.starts_with("refract-peering-ca") && !k.starts_with("refract-remote-agent")
     ));
 
+    // An admin adds a flag to the remote agent by hand; peering again (another tenant would
+    // do the same) must leave the shared agent's flags and image as they are.
+    kubectl(
+        &provider,
+        &[
+            "-n",
+            "refract-system",
+            "patch",
+            "deployment",
+            "refract-remote-agent",
+            "--type=json",
+            "-p",
+            r#"[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--max-orphan-share=40"}]"#,
+        ],
+    );
+    kubectl(
+        &provider,
+        &[
+            "-n",
+            "refract-system",
+            "rollout",
+            "status",
+            "deployment/refract-remote-agent",
+            "--timeout=120s",
+        ],
+    );
+    let remote_agent = || {
+        kubectl(
+            &provider,
+            &[
+                "-n",
+                "refract-system",
+                "get",
+                "deployment",
+                "refract-remote-agent",
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].args}",
+            ],
+        )
+    };
+    let before = remote_agent();
+    assert!(before.contains("--max-orphan-share=40"), "{before}");
+
     // peer again: nothing is issued again, nothing restarts.
     let again = ok(&refractctl(&peer));
+    assert!(again.contains("Deployment refract-system/refract-remote-agent exists: left as it is"));
+    assert_eq!(
+        remote_agent(),
+        before,
+        "peer changed the shared remote agent"
+    );
     assert!(again.contains("a peering with provider exists"));
     assert!(again.contains(
         "client certificate in Secret refract-system/refract-local-agent-provider-tls kept"
