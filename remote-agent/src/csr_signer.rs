@@ -6,11 +6,13 @@
 //!
 //! Only the replica leading the cross-tenant work signs, so two replicas never sign one
 //! request twice; only it watches the requests (of this signer only), from a fresh list each
-//! time it starts leading, so nothing approved meanwhile is missed.
+//! time it starts leading and every [`RELIST`], so nothing approved meanwhile is missed and a
+//! request that could not be signed (no CA Secret yet, a status write that failed) is taken
+//! up again.
 //!
 //! What a request may ask for is decided by `refract_certs::request`: one Refract identity
 //! and nothing else; the certificate's usages and lifetime are the signer's. A request whose
-//! `refract.io/tenant` label (set by `refractctl tenant add`) names another identity is
+//! `refract.io/tenant` label (set by `refract-certs request --manifest`) names another identity is
 //! refused. A refused request gets condition Failed with the reason, as Kubernetes' own signers
 //! do.
 
@@ -28,7 +30,9 @@ use tokio_util::sync::CancellationToken;
 
 /// The signerName of tenants' client certificates.
 pub const SIGNER_NAME: &str = "refract.io/tenant-client";
-/// The label `refractctl tenant add` puts on a request: the tenant it is for.
+/// How often the leader lists the requests afresh.
+const RELIST: std::time::Duration = std::time::Duration::from_secs(60);
+/// The label `refract-certs request --manifest` puts on a request: the tenant it is for.
 pub const TENANT_LABEL: &str = "refract.io/tenant";
 
 /// Where the CA is and what the signer issues.
@@ -94,9 +98,12 @@ pub fn spawn(
                 .default_backoff()
                 .applied_objects()
                 .boxed();
+            let relist = tokio::time::sleep(RELIST);
+            tokio::pin!(relist);
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
+                    _ = &mut relist => break,
                     changed = leading.changed() => {
                         if changed.is_err() { return }
                         if !*leading.borrow() { break }
@@ -124,11 +131,21 @@ async fn sign_one(
     csr: CertificateSigningRequest,
 ) {
     let name = csr.name_any();
+    // An event may be older than the request's state (two queued before the first was
+    // signed): read it again, so that one request is signed once.
+    let csr = match api.get_opt(&name).await {
+        Ok(Some(current)) if decide(&current) == Decision::Sign => current,
+        Ok(_) => return,
+        Err(error) => {
+            tracing::warn!(request = %name, %error, "cannot read the certificate request; trying again within a minute");
+            return;
+        }
+    };
     let ca = match read_ca(secrets, &config.ca_secret).await {
         Ok(ca) => ca,
         Err(reason) => {
-            // Not the request's fault: it stays pending until the CA is there.
-            tracing::warn!(request = %name, %reason, "cannot sign the tenant's certificate request yet");
+            // Not the request's fault: it stays pending, and is taken up at the next list.
+            tracing::warn!(request = %name, %reason, "cannot sign the tenant's certificate request yet; trying again within a minute");
             return;
         }
     };
@@ -181,7 +198,7 @@ async fn sign_one(
             }
         },
         Err(error) => {
-            tracing::warn!(request = %name, %error, "cannot write the certificate request's status; trying again")
+            tracing::warn!(request = %name, %error, "cannot write the certificate request's status; trying again within a minute")
         }
     }
 }
