@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Container;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use refract_core::keys::PEERING_LABEL;
@@ -36,23 +37,43 @@ pub struct Peering {
 impl Peering {
     fn from_deployment(deployment: Deployment) -> Option<Self> {
         let provider = ClusterId::parse(deployment.labels().get(PEERING_LABEL)?).ok()?;
-        let args = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|s| s.containers.first())
-            .and_then(|c| c.args.clone())
-            .unwrap_or_default();
-        let arg = |flag: &str| {
-            args.iter()
-                .find_map(|a| a.strip_prefix(flag)?.strip_prefix('=').map(str::to_string))
-        };
-        Some(Self {
+        let mut peering = Self {
             provider,
-            origin: arg("--cluster-id").and_then(|id| ClusterId::parse(&id).ok()),
-            endpoint: arg("--remote").and_then(|e| e.parse().ok()),
+            origin: None,
+            endpoint: None,
             deployment,
-        })
+        };
+        peering.origin = peering
+            .arg("--cluster-id")
+            .and_then(|id| ClusterId::parse(&id).ok());
+        peering.endpoint = peering.arg("--remote").and_then(|e| e.parse().ok());
+        Some(peering)
+    }
+
+    /// The local agent's container.
+    fn container(&self) -> Option<&Container> {
+        self.deployment
+            .spec
+            .as_ref()?
+            .template
+            .spec
+            .as_ref()?
+            .containers
+            .first()
+    }
+
+    /// The value the local agent is given for `flag` (`--flag=value`).
+    pub fn arg(&self, flag: &str) -> Option<String> {
+        self.container()?
+            .args
+            .iter()
+            .flatten()
+            .find_map(|a| a.strip_prefix(flag)?.strip_prefix('=').map(str::to_string))
+    }
+
+    /// The local agent's image.
+    pub fn image(&self) -> Option<&str> {
+        self.container()?.image.as_deref()
     }
 
     /// The local agent Deployment's name.

@@ -76,29 +76,22 @@ async fn peering_report(origin: &kube::Client, p: &Peering) -> PeeringReport {
                 .unwrap_or_else(|_| s.not_after.to_string()),
         });
     let name = plan::virtual_node(&p.provider);
-    let virtual_node = match wait::node_ready(origin, &name).await {
-        Ok(Some((ready, reason, message))) => VirtualNode {
-            name,
-            ready: Some(ready),
-            reason,
-            message,
-            error: None,
-        },
-        Ok(None) => VirtualNode {
-            name,
-            ready: None,
-            reason: String::new(),
-            message: String::new(),
-            error: None,
-        },
-        Err(e) => VirtualNode {
-            name,
-            ready: None,
-            reason: String::new(),
-            message: String::new(),
-            error: Some(e.to_string()),
-        },
+    let mut virtual_node = VirtualNode {
+        name,
+        ready: None,
+        reason: String::new(),
+        message: String::new(),
+        error: None,
     };
+    match wait::node_ready(origin, &virtual_node.name).await {
+        Ok(Some((ready, reason, message))) => {
+            virtual_node.ready = Some(ready);
+            virtual_node.reason = reason;
+            virtual_node.message = message;
+        }
+        Ok(None) => {}
+        Err(e) => virtual_node.error = Some(e.to_string()),
+    }
     PeeringReport {
         origin: p.origin.as_ref().map(|o| o.to_string()),
         provider: p.provider.to_string(),
@@ -248,7 +241,8 @@ async fn scrape(origin: &kube::Client, p: &Peering) -> anyhow::Result<String> {
         .into_iter()
         .find(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .context("no running local agent pod")?;
-    let admin: std::net::SocketAddr = admin_listen(p)
+    let admin: std::net::SocketAddr = p
+        .arg("--admin-listen")
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| ([0, 0, 0, 0], 9090).into());
     if admin.ip().is_loopback() {
@@ -304,23 +298,6 @@ async fn scrape_loopback(addr: std::net::SocketAddr) -> anyhow::Result<String> {
         );
     }
     Ok(body.to_string())
-}
-
-fn admin_listen(p: &Peering) -> Option<String> {
-    let args = p
-        .deployment
-        .spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .args
-        .clone()?;
-    args.iter()
-        .find_map(|a| a.strip_prefix("--admin-listen="))
-        .map(str::to_string)
 }
 
 /// The values of every series of metric `name` in a Prometheus text exposition.

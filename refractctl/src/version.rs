@@ -80,17 +80,9 @@ pub async fn run(args: VersionArgs) -> anyhow::Result<()> {
 }
 
 async fn of_peering(origin: &kube::Client, p: &Peering) -> PeeringVersions {
-    let local_agent_image = p
-        .deployment
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|s| s.containers.first())
-        .and_then(|c| c.image.clone())
-        .unwrap_or_default();
     let mut versions = PeeringVersions {
         provider: p.provider.to_string(),
-        local_agent_image,
+        local_agent_image: p.image().unwrap_or_default().to_string(),
         local_agent: String::new(),
         remote_agent: String::new(),
         error: None,

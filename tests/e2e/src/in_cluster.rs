@@ -212,8 +212,7 @@ pub async fn deploy() -> InCluster {
     // Each replica runs the image its node pulled from the registry: the kubelet reports the
     // digest the registry served (an imported image would have no repository digest).
     for (cp, agent) in [(&provider, "remote-agent"), (&origin, "local-agent")] {
-        let catalog = refract_testkit::images::catalog(true).unwrap();
-        let image = refract_testkit::images::reference(&catalog, agent).unwrap();
+        let image = pushed_image(agent);
         let ids = kubectl(
             cp,
             &[
@@ -497,13 +496,18 @@ fn relative(from: &Path, target: &Path) -> String {
 }
 
 /// Writes an overlay of `deploy/test/<agent>` with this run's JSON patches and applies it.
+/// `agent`'s image as pushed to the test's registry (testkit pushes it once per process).
+fn pushed_image(agent: &str) -> String {
+    let catalog = refract_testkit::images::catalog(true).expect("the agents' images");
+    refract_testkit::images::reference(&catalog, agent).unwrap()
+}
+
 /// Applies `deploy/test/<agent>` with the agent's image from the test's registry, as a user
 /// points deploy/'s kustomization at their registry (an `images:` entry), and `patches`.
 fn apply_overlay(cp: &ControlPlane, dir: &Path, agent: &str, patches: &[serde_json::Value]) {
     let overlay = dir.join(agent);
     std::fs::create_dir_all(&overlay).unwrap();
-    let catalog = refract_testkit::images::catalog(true).expect("the agents' images");
-    let image = refract_testkit::images::reference(&catalog, agent).unwrap();
+    let image = pushed_image(agent);
     let (name, tag) = image.rsplit_once(':').unwrap();
     let mut kustomization = format!(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\nimages:\n  - name: refract.local/{agent}\n    newName: {name}\n    newTag: \"{tag}\"\npatches:\n",
