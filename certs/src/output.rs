@@ -51,13 +51,11 @@ pub fn secret_manifest(name: &str, namespace: &str, leaf: &Issued, ca_cert_pem: 
     )
 }
 
-/// A Kubernetes CertificateSigningRequest for a tenant's client certificate, signed by the
-/// provider's remote agent once approved (`kubectl certificate approve
+/// A Kubernetes CertificateSigningRequest for a tenant's client certificate (YAML), signed by
+/// the provider's remote agent once approved (`kubectl certificate approve
 /// refract-tenant-<cluster id>`). It holds the request only, never a key.
 pub fn csr_manifest(cluster_id: &refract_shared::tls::ClusterId, request_pem: &str) -> String {
-    use base64::Engine as _;
-    format!(
-        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: refract-tenant-{cluster_id}\n  labels:\n    app.kubernetes.io/part-of: refract\n    refract.io/tenant: {cluster_id}\nspec:\n  signerName: refract.io/tenant-client\n  usages: [client auth, digital signature, key encipherment]\n  request: {}\n",
-        base64::engine::general_purpose::STANDARD.encode(request_pem)
-    )
+    let object = crate::request::request_object(cluster_id, request_pem);
+    // A JSON value always has a YAML form.
+    serde_yaml_ng::to_string(&object).unwrap_or_else(|_| object.to_string())
 }

@@ -12,6 +12,38 @@ use refract_shared::tls::identity::ClusterId;
 
 use crate::{leaf_params, CertError, Issued, LeafRequest, Role, Validity};
 
+/// The signerName of tenant client certificates: the remote agent signs approved
+/// CertificateSigningRequests of this signer, and no others.
+pub const TENANT_SIGNER: &str = "refract.io/tenant-client";
+
+/// The CertificateSigningRequest of tenant `cluster_id` (one per tenant; a new request for the
+/// same tenant replaces it).
+pub fn request_object_name(cluster_id: &ClusterId) -> String {
+    format!("refract-tenant-{cluster_id}")
+}
+
+/// The CertificateSigningRequest object for `request_pem`: it holds the request only, never a
+/// key, and is labelled with the tenant it asks for (the signer refuses a mismatch).
+pub fn request_object(cluster_id: &ClusterId, request_pem: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    serde_json::json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {
+            "name": request_object_name(cluster_id),
+            "labels": {
+                "app.kubernetes.io/part-of": "refract",
+                refract_core::keys::TENANT_NAMESPACE_LABEL: cluster_id.as_str(),
+            },
+        },
+        "spec": {
+            "signerName": TENANT_SIGNER,
+            "usages": ["client auth", "digital signature", "key encipherment"],
+            "request": base64::engine::general_purpose::STANDARD.encode(request_pem),
+        },
+    })
+}
+
 /// A new key, and a request for `cluster_id`'s client certificate signed with it (both PEM):
 /// `(request, key)`.
 pub fn create_client_request(cluster_id: &ClusterId) -> Result<(String, String), CertError> {
@@ -50,6 +82,18 @@ pub fn sign_client_request(
     })?;
     let cert = params.signed_by(&request.public_key, &crate::ca_issuer(ca)?)?;
     Ok((cert.pem(), cluster_id))
+}
+
+/// Whether `cert_pem` certifies the public half of `key_pem`: a certificate handed back for a
+/// request is checked against the key kept for it before the two are put together.
+pub fn certificate_matches_key(cert_pem: &str, key_pem: &str) -> Result<bool, CertError> {
+    use x509_parser::prelude::FromDer;
+    let der = crate::pem_to_der(cert_pem)?;
+    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der)
+        .map_err(|e| CertError::Read(format!("not an X.509 certificate: {e}")))?;
+    let key = KeyPair::from_pem(key_pem)
+        .map_err(|e| CertError::Read(format!("not a PEM private key: {e}")))?;
+    Ok(cert.public_key().subject_public_key.data.as_ref() == key.public_key_raw())
 }
 
 fn parse(request_pem: &str) -> Result<(CertificateSigningRequestParams, ClusterId), CertError> {
@@ -103,6 +147,9 @@ mod tests {
             cert.public_key().subject_public_key.data.as_ref(),
             key.public_key_raw()
         );
+        assert!(certificate_matches_key(&cert_pem, &key_pem).unwrap());
+        let (_, other_key) = create_client_request(&origin).unwrap();
+        assert!(!certificate_matches_key(&cert_pem, &other_key).unwrap());
     }
 
     #[test]

@@ -9,17 +9,26 @@ use crate::plan::HostPort;
 
 /// Peers two Kubernetes clusters with Refract and looks after the peering.
 ///
-/// `peer` runs on the operator's machine with both clusters' kubeconfigs: it installs the
-/// agents from the manifests of `deploy/` (compiled in), mints the certificates, stores them
-/// as Secrets and waits until the origin's virtual node is Ready. The provider's CA key is read
-/// into this process to sign the tenant's certificate and is never written to the origin; the
-/// origin gets only its own client certificate and the CA certificate. No kubeconfig or token
-/// of either cluster is stored in the other.
+/// Two admins, each with their own cluster's kubeconfig only, peer in four steps; each step
+/// prints the next:
 ///
-/// `status`, `tap` and `unpeer` need the origin's kubeconfig only: they reach the provider's
-/// agent with the origin's own certificate, the way the local agent does.
+///   provider: refractctl install provider --provider-id P --provider-endpoint HOST:PORT --registry R
+///   origin:   refractctl join request --origin-id O --provider-id P --out O.csr.yaml
+///   provider: kubectl apply -f O.csr.yaml; kubectl certificate approve refract-tenant-O;
+///             refractctl tenant export --origin-id O --provider-id P --provider-endpoint HOST:PORT --out O.bundle.yaml
+///   origin:   refractctl join complete --bundle O.bundle.yaml --registry R
+///
+/// The tenant's key is made in the origin and never leaves it; the remote agent signs the
+/// approved request with the CA in its own Secret, whose key never leaves the provider; the
+/// bundle holds certificates and the endpoint only. No kubeconfig or token of either cluster
+/// is stored in the other.
+///
+/// `peer`, with both kubeconfigs, runs the same steps in a row (approving the request itself);
+/// `rotate` does the same for a new key. `status`, `tap` and `unpeer` need the origin's
+/// kubeconfig only: they reach the provider's agent with the origin's own certificate, the
+/// way the local agent does.
 #[derive(Debug, clap::Parser)]
-#[command(name = "refractctl", version, about, long_about)]
+#[command(name = "refractctl", version, about, long_about, verbatim_doc_comment)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -29,8 +38,10 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Peers an origin with a provider: installs what is missing, mints the certificates,
-    /// deploys both agents and waits until the tenant is connected and the virtual node Ready.
+    /// Peers an origin with a provider, holding both kubeconfigs: installs the provider's half,
+    /// asks for the tenant's certificate as two admins would (a key made in the origin, a
+    /// CertificateSigningRequest approved here and signed by the remote agent), installs the
+    /// origin's half and waits until the tenant is connected and the virtual node Ready.
     Peer(PeerArgs),
     /// Shows each peering of an origin: agent, link, certificate, virtual node, offloaded
     /// namespaces, queue and the provider's last refusals.
@@ -38,16 +49,184 @@ pub enum Command {
     /// Ends a peering: graceful (the provider removes the tenant's namespaces) or --force (for a
     /// dead provider), then removes the peering's local agent and Secrets.
     Unpeer(UnpeerArgs),
-    /// Issues a new client certificate for one tenant and puts it in place; the local agent
-    /// loads it without a restart.
+    /// Makes a new key in the origin and has the remote agent sign a certificate for it (a
+    /// CertificateSigningRequest approved here), then puts it in place; the local agent loads
+    /// it without a restart.
     Rotate(RotateArgs),
     /// Shows a peering's stream live, one line per message, with Secret data and tokens
     /// redacted by the provider.
     Tap(TapArgs),
+    /// Installs or updates the provider's remote agent, once per provider; adding a tenant
+    /// never touches it.
+    #[command(subcommand)]
+    Install(InstallCommand),
+    /// The origin admin's steps of a peering made by two admins: `join request`, then (after
+    /// the provider's admin ran `tenant export`) `join complete`.
+    #[command(subcommand)]
+    Join(JoinCommand),
+    /// The provider admin's step of a peering made by two admins: `tenant export`.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
     /// Prints this client's version and, for each peering of the origin, both agents'.
     Version(VersionArgs),
     /// Prints a shell completion script: `source <(refractctl completion bash)`.
     Completion(CompletionArgs),
+}
+
+/// `refractctl install`.
+#[derive(Debug, clap::Subcommand)]
+pub enum InstallCommand {
+    /// The provider's half, with the provider's kubeconfig only: the peering CA (made once,
+    /// its key kept in Secret refract-system/refract-peering-ca), the remote agent's serving
+    /// certificate and deploy/remote-agent. A running remote agent's Deployment is left as it
+    /// is; the rest is brought to this version.
+    Provider(InstallProviderArgs),
+}
+
+/// `refractctl install provider`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InstallProviderArgs {
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+
+    /// The provider's cluster id (a DNS label).
+    #[arg(long)]
+    pub provider_id: ClusterId,
+
+    /// Where origins reach the remote agent (HOST:PORT): the remote agent's serving
+    /// certificate is issued for this host. Required unless --single-host.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        required_unless_present = "single_host"
+    )]
+    pub provider_endpoint: Option<HostPort>,
+
+    #[command(flatten)]
+    pub images: ImageArgs,
+
+    #[command(flatten)]
+    pub single_host: SingleHostArgs,
+
+    /// How long to wait for the remote agent to become available.
+    #[arg(long, default_value = "5m", value_parser = refract_core::duration::parse)]
+    pub timeout: Duration,
+}
+
+/// `refractctl join`.
+#[derive(Debug, clap::Subcommand)]
+pub enum JoinCommand {
+    /// Step 1, by the origin's admin: makes the tenant's key in the origin (Secret
+    /// refract-system/refract-local-agent-<provider>-request; it never leaves) and writes a
+    /// CertificateSigningRequest for the provider's admin. Run again, it writes the same
+    /// request; after `join complete`, a new key (this is how two admins rotate).
+    Request(JoinRequestArgs),
+    /// Step 3, by the origin's admin: puts the certificate of the provider admin's bundle next
+    /// to the key, installs this peering's local agent and waits until it works.
+    Complete(JoinCompleteArgs),
+}
+
+/// `refractctl join request`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JoinRequestArgs {
+    #[command(flatten)]
+    pub origin: OriginArgs,
+
+    /// The origin's cluster id (a DNS label): the tenant's name on the provider.
+    #[arg(long)]
+    pub origin_id: ClusterId,
+
+    /// The provider's cluster id (a DNS label).
+    #[arg(long)]
+    pub provider_id: ClusterId,
+
+    /// Where to write the CertificateSigningRequest (default: standard output).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// `refractctl join complete`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JoinCompleteArgs {
+    #[command(flatten)]
+    pub origin: OriginArgs,
+
+    /// The bundle the provider's admin wrote with `tenant export` (certificate, CA
+    /// certificate, endpoint; nothing secret).
+    #[arg(long, value_name = "FILE")]
+    pub bundle: PathBuf,
+
+    /// Where offloaded pods reach the origin's API server (HOST:PORT; default: the origin
+    /// kubeconfig's server).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub home_api_server: Option<HostPort>,
+
+    #[command(flatten)]
+    pub images: ImageArgs,
+
+    /// A further local agent flag (repeatable; see `local-agent --help`).
+    #[arg(
+        long = "local-agent-arg",
+        value_name = "FLAG",
+        allow_hyphen_values = true
+    )]
+    pub local_agent_args: Vec<String>,
+
+    #[command(flatten)]
+    pub single_host: SingleHostArgs,
+
+    /// How long to wait for the local agent, the connection and the virtual node.
+    #[arg(long, default_value = "5m", value_parser = refract_core::duration::parse)]
+    pub timeout: Duration,
+}
+
+/// `refractctl tenant`.
+#[derive(Debug, clap::Subcommand)]
+pub enum TenantCommand {
+    /// Step 2, by the provider's admin, after `kubectl apply -f` of the origin's request and
+    /// `kubectl certificate approve refract-tenant-<origin id>`: waits for the remote agent to
+    /// sign it, records the tenant, and writes the bundle for the origin's admin.
+    Export(TenantExportArgs),
+}
+
+/// `refractctl tenant export`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TenantExportArgs {
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+
+    /// The tenant's (origin's) cluster id.
+    #[arg(long)]
+    pub origin_id: ClusterId,
+
+    /// This provider's cluster id.
+    #[arg(long)]
+    pub provider_id: ClusterId,
+
+    /// Where the origin's agent reaches this provider's (HOST:PORT), as given to `install
+    /// provider`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub provider_endpoint: HostPort,
+
+    /// Where to write the bundle (default: standard output).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+
+    /// How long to wait for the request to be approved and signed.
+    #[arg(long, default_value = "2m", value_parser = refract_core::duration::parse)]
+    pub timeout: Duration,
+}
+
+/// The provider's kubeconfig, for the commands its admin runs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProviderArgs {
+    /// Kubeconfig of the provider cluster (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub provider_kubeconfig: Option<PathBuf>,
+
+    /// The context of the provider's kubeconfig to use (default: its current context).
+    #[arg(long, value_name = "CONTEXT")]
+    pub provider_context: Option<String>,
 }
 
 /// `refractctl version`.
@@ -124,19 +303,8 @@ pub struct PeerArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub home_api_server: Option<HostPort>,
 
-    /// Where the agents' images are: the clusters pull REGISTRY/local-agent:<version> and
-    /// REGISTRY/remote-agent:<version>, as `scripts/images.sh --push REGISTRY` tags them
-    /// (e.g. registry.example.com/refract). Required unless both image flags are given.
-    #[arg(long, value_name = "REGISTRY", env = "REFRACT_REGISTRY")]
-    pub registry: Option<String>,
-
-    /// The local agent's image (default: REGISTRY/local-agent:<version>).
-    #[arg(long, value_name = "IMAGE")]
-    pub local_agent_image: Option<String>,
-
-    /// The remote agent's image (default: REGISTRY/remote-agent:<version>).
-    #[arg(long, value_name = "IMAGE")]
-    pub remote_agent_image: Option<String>,
+    #[command(flatten)]
+    pub images: ImageArgs,
 
     /// A further local agent flag, e.g. `--local-agent-arg=--remote-pod-remap=10.2.0.0/16=10.92.0.0/16`
     /// (repeatable; see `local-agent --help`).
@@ -147,32 +315,8 @@ pub struct PeerArgs {
     )]
     pub local_agent_args: Vec<String>,
 
-    /// Both clusters run on this machine, without kube-proxy (the demo, the tests): the agents
-    /// use host networking and listen on 127.0.0.1 on the ports below, reach their API servers
-    /// at their kubeconfigs' addresses, and the origin's API server calls the webhook at
-    /// 127.0.0.1.
-    #[arg(long)]
-    pub single_host: bool,
-
-    /// --single-host: the remote agent's gRPC port.
-    #[arg(long, default_value_t = 16443, requires = "single_host")]
-    pub grpc_port: u16,
-
-    /// --single-host: the remote agent's admin port (probes, /metrics).
-    #[arg(long, default_value_t = 19091, requires = "single_host")]
-    pub remote_admin_port: u16,
-
-    /// --single-host: the local agent's webhook port.
-    #[arg(long, default_value_t = 19443, requires = "single_host")]
-    pub webhook_port: u16,
-
-    /// --single-host: the local agent's admin port (probes, /metrics).
-    #[arg(long, default_value_t = 19090, requires = "single_host")]
-    pub local_admin_port: u16,
-
-    /// --single-host: the virtual node's kubelet API port.
-    #[arg(long, default_value_t = 20250, requires = "single_host")]
-    pub kubelet_port: u16,
+    #[command(flatten)]
+    pub single_host: SingleHostArgs,
 
     /// How long to wait for the agents, the connection and the virtual node.
     #[arg(long, default_value = "5m", value_parser = refract_core::duration::parse)]
@@ -246,7 +390,9 @@ pub struct RotateArgs {
     #[command(flatten)]
     pub origin: OriginArgs,
 
-    /// Kubeconfig of the provider, whose CA signs the new certificate.
+    /// Kubeconfig of the provider, where the new certificate's request is approved and its
+    /// remote agent signs it. Without it, two admins rotate as they peered: `join request`,
+    /// the provider's `kubectl certificate approve` and `tenant export`, then `join complete`.
     #[arg(long, value_name = "FILE")]
     pub provider_kubeconfig: PathBuf,
 
@@ -257,6 +403,10 @@ pub struct RotateArgs {
     /// The provider of the peering whose client certificate is rotated.
     #[arg(long)]
     pub provider_id: ClusterId,
+
+    /// How long to wait for the remote agent to sign the new certificate.
+    #[arg(long, default_value = "2m", value_parser = refract_core::duration::parse)]
+    pub timeout: Duration,
 }
 
 /// `refractctl tap`.
@@ -276,4 +426,53 @@ pub struct TapArgs {
     /// Stop after this long (e.g. 30s; default: until interrupted).
     #[arg(long = "for", value_name = "DURATION", value_parser = refract_core::duration::parse)]
     pub duration: Option<Duration>,
+}
+
+/// Where the agents' images are.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ImageArgs {
+    /// Where the agents' images are: the clusters pull REGISTRY/local-agent:<version> and
+    /// REGISTRY/remote-agent:<version>, as `scripts/images.sh --push REGISTRY` tags them
+    /// (e.g. registry.example.com/refract). Required unless both image flags are given.
+    #[arg(long, value_name = "REGISTRY", env = "REFRACT_REGISTRY")]
+    pub registry: Option<String>,
+
+    /// The local agent's image (default: REGISTRY/local-agent:<version>).
+    #[arg(long, value_name = "IMAGE")]
+    pub local_agent_image: Option<String>,
+
+    /// The remote agent's image (default: REGISTRY/remote-agent:<version>).
+    #[arg(long, value_name = "IMAGE")]
+    pub remote_agent_image: Option<String>,
+}
+
+/// `--single-host` and the ports it uses.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SingleHostArgs {
+    /// Both clusters run on this machine, without kube-proxy (the demo, the tests): the agents
+    /// use host networking and listen on 127.0.0.1 on the ports below, reach their API servers
+    /// at their kubeconfigs' addresses, and the origin's API server calls the webhook at
+    /// 127.0.0.1.
+    #[arg(id = "single_host", long = "single-host")]
+    pub enabled: bool,
+
+    /// --single-host: the remote agent's gRPC port.
+    #[arg(long, default_value_t = 16443, requires = "single_host")]
+    pub grpc_port: u16,
+
+    /// --single-host: the remote agent's admin port (probes, /metrics).
+    #[arg(long, default_value_t = 19091, requires = "single_host")]
+    pub remote_admin_port: u16,
+
+    /// --single-host: the local agent's webhook port.
+    #[arg(long, default_value_t = 19443, requires = "single_host")]
+    pub webhook_port: u16,
+
+    /// --single-host: the local agent's admin port (probes, /metrics).
+    #[arg(long, default_value_t = 19090, requires = "single_host")]
+    pub local_admin_port: u16,
+
+    /// --single-host: the virtual node's kubelet API port.
+    #[arg(long, default_value_t = 20250, requires = "single_host")]
+    pub kubelet_port: u16,
 }

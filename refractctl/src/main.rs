@@ -3,14 +3,19 @@
 mod apply;
 mod cli;
 mod display;
+mod install;
+mod join;
 mod manifests;
 mod peer;
 mod peering;
 mod pki;
 mod plan;
+mod ready;
 mod rotate;
 mod status;
 mod tap;
+mod tenant;
+mod tenant_cert;
 mod unpeer;
 mod version;
 mod wait;
@@ -43,6 +48,12 @@ fn main() -> ExitCode {
             cli::Command::Unpeer(args) => unpeer::run(args).await,
             cli::Command::Rotate(args) => rotate::run(args).await,
             cli::Command::Tap(args) => tap::run(args).await,
+            cli::Command::Install(cli::InstallCommand::Provider(args)) => {
+                install::run_provider(args).await
+            }
+            cli::Command::Join(cli::JoinCommand::Request(args)) => join::request(args).await,
+            cli::Command::Join(cli::JoinCommand::Complete(args)) => join::complete(args).await,
+            cli::Command::Tenant(cli::TenantCommand::Export(args)) => tenant::export(args).await,
             cli::Command::Version(args) => version::run(args).await,
             cli::Command::Completion(_) => Ok(()),
         }

@@ -213,3 +213,26 @@ pub async fn connect_cluster(
         .with_context(|| format!("failed to build a client for the {which} cluster"))?;
     Ok((client, server))
 }
+
+/// A peering with `provider` may exist already (peering again brings it to what was asked),
+/// but not under another origin id than `origin_id`: the provider would see a second tenant.
+pub async fn refuse_another_origin(
+    origin: &kube::Client,
+    provider: &ClusterId,
+    origin_id: &ClusterId,
+    say: &impl Fn(&str),
+) -> anyhow::Result<()> {
+    let existing = list(origin, Some(provider)).await?;
+    let Some(existing) = existing.first() else {
+        return Ok(());
+    };
+    if let Some(other) = existing.origin.as_ref().filter(|o| *o != origin_id) {
+        bail!(
+            "this origin already peers with {provider} as {other}; unpeer it first, or peer again with --origin-id {other}"
+        );
+    }
+    say(&format!(
+        "a peering with {provider} exists; bringing it to what was asked"
+    ));
+    Ok(())
+}

@@ -141,16 +141,17 @@ pub fn summary(pem: &str) -> anyhow::Result<identity::CertSummary> {
     Ok(identity::summarize(&der)?)
 }
 
-/// Why an existing leaf must be issued again, if it must: it is not from `ca`, it is for
-/// another identity, it lacks one of `names`, or it ends within 30 days.
+/// Why an existing leaf must be issued again, if it must: it is not from the CA of
+/// `ca_cert_pem`, it is for another identity, it lacks one of `names`, or it ends within 30
+/// days.
 pub fn reissue_reason(
     existing: &TlsSecret,
-    ca: &Issued,
+    ca_cert_pem: &str,
     id: &ClusterId,
     names: &[String],
 ) -> anyhow::Result<Option<String>> {
     let leaf = summary(&existing.cert_pem)?;
-    let ca = summary(&ca.cert_pem)?;
+    let ca = summary(ca_cert_pem)?;
     if leaf.issuer != ca.subject {
         return Ok(Some(format!(
             "it was issued by {}, not by {}",
@@ -197,18 +198,21 @@ mod tests {
             key_pem: leaf.key_pem,
             ca_pem: ca.cert_pem.clone(),
         };
-        assert_eq!(reissue_reason(&held, &ca, &id, &names).unwrap(), None);
+        assert_eq!(
+            reissue_reason(&held, &ca.cert_pem, &id, &names).unwrap(),
+            None
+        );
         let more = vec!["other.example".to_string()];
-        assert!(reissue_reason(&held, &ca, &id, &more)
+        assert!(reissue_reason(&held, &ca.cert_pem, &id, &more)
             .unwrap()
             .unwrap()
             .contains("lacks"));
-        assert!(reissue_reason(&held, &other, &id, &names)
+        assert!(reissue_reason(&held, &other.cert_pem, &id, &names)
             .unwrap()
             .unwrap()
             .contains("issued by"));
         let someone = ClusterId::parse("someone").unwrap();
-        assert!(reissue_reason(&held, &ca, &someone, &names)
+        assert!(reissue_reason(&held, &ca.cert_pem, &someone, &names)
             .unwrap()
             .unwrap()
             .contains("identify"));

@@ -43,6 +43,11 @@ pub fn local_tls_secret(provider: &ClusterId) -> String {
     format!("{LOCAL_BASE_NAME}-{provider}-tls")
 }
 
+/// The Secret with the tenant's key and certificate request while the provider signs it.
+pub fn local_request_secret(provider: &ClusterId) -> String {
+    format!("{LOCAL_BASE_NAME}-{provider}-request")
+}
+
 /// The Secret with the virtual node's kubelet serving certificate.
 pub fn kubelet_tls_secret(provider: &ClusterId) -> String {
     format!("{LOCAL_BASE_NAME}-{provider}-kubelet-tls")
@@ -129,16 +134,14 @@ pub enum Network {
     SingleHost {
         /// The chosen ports.
         ports: HostPorts,
-        /// The origin's API server as the kubeconfig names it.
-        origin_api: HostPort,
-        /// The provider's API server as the kubeconfig names it.
-        provider_api: HostPort,
+        /// The API server of the cluster this half goes to, as its kubeconfig names it.
+        api: HostPort,
     },
 }
 
-/// One peering to make.
+/// The origin's half of one peering: what `join complete` (and `peer`) apply in the origin.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct OriginPlan {
     /// The origin's cluster id (the tenant).
     pub origin: ClusterId,
     /// The provider's cluster id.
@@ -148,20 +151,32 @@ pub struct Plan {
     /// Where offloaded pods reach the origin's API server.
     pub home_api_server: HostPort,
     /// The local agent's image.
-    pub local_image: String,
-    /// The remote agent's image.
-    pub remote_image: String,
+    pub image: String,
     /// How the agents are reached.
     pub network: Network,
     /// More local agent flags, appended as given.
     pub local_args: Vec<String>,
 }
 
-impl Plan {
+/// The provider's half: what `install provider` (and `peer`) apply in the provider, the same
+/// for every tenant.
+#[derive(Debug, Clone)]
+pub struct ProviderPlan {
+    /// The provider's cluster id.
+    pub provider: ClusterId,
+    /// Where origins reach the remote agent: its serving certificate names this host.
+    pub endpoint: HostPort,
+    /// The remote agent's image.
+    pub image: String,
+    /// How the agents are reached.
+    pub network: Network,
+}
+
+impl OriginPlan {
     /// The origin's objects: deploy/local-agent with this peering's local agent, Secrets
     /// names, and the webhook pointed at `webhook_ca_pem`.
-    pub fn origin_objects(&self, webhook_ca_pem: &str) -> Vec<Value> {
-        let mut objects = manifests::render(Agent::Local, &self.local_image);
+    pub fn objects(&self, webhook_ca_pem: &str) -> Vec<Value> {
+        let mut objects = manifests::render(Agent::Local, &self.image);
         let name = local_agent_name(&self.provider);
         let deployment = manifests::find_mut(&mut objects, "Deployment", LOCAL_BASE_NAME)
             .expect("deploy/local-agent has a Deployment");
@@ -206,21 +221,18 @@ impl Plan {
             format!("--home-api-server-host={}", self.home_api_server.host),
             format!("--home-api-server-port={}", self.home_api_server.port),
         ];
-        if let Network::SingleHost {
-            ports, origin_api, ..
-        } = &self.network
-        {
+        if let Network::SingleHost { ports, api } = &self.network {
             args.extend([
                 format!("--webhook-listen=127.0.0.1:{}", ports.webhook),
                 format!("--admin-listen=127.0.0.1:{}", ports.local_admin),
                 format!("--kubelet-listen=127.0.0.1:{}", ports.kubelet),
                 "--node-ip=127.0.0.1".to_string(),
             ]);
-            single_host(deployment, origin_api, ports.local_admin);
+            single_host(deployment, api, ports.local_admin);
         }
         set_args(deployment, &args);
         add_operator_args(deployment, &self.local_args);
-        self.relax_pod_security(&mut objects);
+        relax_pod_security(&self.network, &mut objects);
 
         let webhook =
             manifests::find_mut(&mut objects, "MutatingWebhookConfiguration", WEBHOOK_NAME)
@@ -248,53 +260,6 @@ impl Plan {
         objects
     }
 
-    /// The provider's objects: deploy/remote-agent for this provider.
-    pub fn provider_objects(&self) -> Vec<Value> {
-        let mut objects = manifests::render(Agent::Remote, &self.remote_image);
-        let deployment = manifests::find_mut(&mut objects, "Deployment", REMOTE_NAME)
-            .expect("deploy/remote-agent has a Deployment");
-        let mut args = vec![format!("--cluster-id={}", self.provider)];
-        if let Network::SingleHost {
-            ports,
-            provider_api,
-            ..
-        } = &self.network
-        {
-            args.extend([
-                format!("--listen=127.0.0.1:{}", ports.grpc),
-                format!("--admin-listen=127.0.0.1:{}", ports.remote_admin),
-            ]);
-            single_host(deployment, provider_api, ports.remote_admin);
-        }
-        set_args(deployment, &args);
-        self.relax_pod_security(&mut objects);
-        objects
-    }
-
-    /// Host networking is not allowed at the restricted Pod Security level deploy/ enforces
-    /// in refract-system: a single-host peering runs it at the privileged level.
-    fn relax_pod_security(&self, objects: &mut [Value]) {
-        if matches!(self.network, Network::SingleHost { .. }) {
-            if let Some(ns) = manifests::find_mut(objects, "Namespace", NAMESPACE) {
-                ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] =
-                    Value::from("privileged");
-            }
-        }
-    }
-
-    /// The names the remote agent's serving certificate must carry: its Service's, and the
-    /// endpoint's host the origin dials.
-    pub fn server_names(&self) -> Vec<String> {
-        let mut names = vec![
-            format!("{REMOTE_NAME}.{NAMESPACE}.svc"),
-            format!("{REMOTE_NAME}.{NAMESPACE}.svc.cluster.local"),
-        ];
-        if !names.contains(&self.endpoint.host) {
-            names.push(self.endpoint.host.clone());
-        }
-        names
-    }
-
     /// The names of the webhook's serving certificate (one per origin).
     pub fn webhook_names(&self) -> Vec<String> {
         let mut names = vec![format!("{WEBHOOK_NAME}.{NAMESPACE}.svc")];
@@ -313,6 +278,50 @@ impl Plan {
             names.push("127.0.0.1".into());
         }
         names
+    }
+}
+
+impl ProviderPlan {
+    /// The provider's objects: deploy/remote-agent for this provider.
+    pub fn objects(&self) -> Vec<Value> {
+        let mut objects = manifests::render(Agent::Remote, &self.image);
+        let deployment = manifests::find_mut(&mut objects, "Deployment", REMOTE_NAME)
+            .expect("deploy/remote-agent has a Deployment");
+        let mut args = vec![format!("--cluster-id={}", self.provider)];
+        if let Network::SingleHost { ports, api } = &self.network {
+            args.extend([
+                format!("--listen=127.0.0.1:{}", ports.grpc),
+                format!("--admin-listen=127.0.0.1:{}", ports.remote_admin),
+            ]);
+            single_host(deployment, api, ports.remote_admin);
+        }
+        set_args(deployment, &args);
+        relax_pod_security(&self.network, &mut objects);
+        objects
+    }
+
+    /// The names the remote agent's serving certificate must carry: its Service's, and the
+    /// endpoint's host the origin dials.
+    pub fn server_names(&self) -> Vec<String> {
+        let mut names = vec![
+            format!("{REMOTE_NAME}.{NAMESPACE}.svc"),
+            format!("{REMOTE_NAME}.{NAMESPACE}.svc.cluster.local"),
+        ];
+        if !names.contains(&self.endpoint.host) {
+            names.push(self.endpoint.host.clone());
+        }
+        names
+    }
+}
+
+/// Host networking is not allowed at the restricted Pod Security level deploy/ enforces
+/// in refract-system: a single-host peering runs it at the privileged level.
+fn relax_pod_security(network: &Network, objects: &mut [Value]) {
+    if matches!(network, Network::SingleHost { .. }) {
+        if let Some(ns) = manifests::find_mut(objects, "Namespace", NAMESPACE) {
+            ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] =
+                Value::from("privileged");
+        }
     }
 }
 
@@ -405,20 +414,28 @@ fn single_host(deployment: &mut Value, api: &HostPort, admin_port: u16) {
 mod tests {
     use super::*;
 
-    fn plan(network: Network) -> Plan {
-        Plan {
+    fn origin_plan(network: Network) -> OriginPlan {
+        OriginPlan {
             origin: ClusterId::parse("origin").unwrap(),
             provider: ClusterId::parse("provider").unwrap(),
             endpoint: "agent.provider.example:6443".parse().unwrap(),
             home_api_server: "api.origin.example:6443".parse().unwrap(),
-            local_image: "l:1".into(),
-            remote_image: "r:1".into(),
+            image: "l:1".into(),
             network,
             local_args: vec![
                 "--remote-pod-cidr=10.0.0.0/16".into(),
                 "--remote-pod-cidr=10.1.0.0/16".into(),
                 "--log-format=plain".into(),
             ],
+        }
+    }
+
+    fn provider_plan(network: Network) -> ProviderPlan {
+        ProviderPlan {
+            provider: ClusterId::parse("provider").unwrap(),
+            endpoint: "agent.provider.example:6443".parse().unwrap(),
+            image: "r:1".into(),
+            network,
         }
     }
 
@@ -433,7 +450,7 @@ mod tests {
 
     #[test]
     fn the_local_agent_is_named_for_its_provider_and_keeps_deploys_defaults() {
-        let objects = plan(Network::Pods).origin_objects("CA");
+        let objects = origin_plan(Network::Pods).objects("CA");
         let a = args(&objects, "refract-local-agent-provider");
         assert!(a.contains(&"--remote=https://agent.provider.example:6443".to_string()));
         assert!(a.contains(&"--remote-cluster-id=provider".to_string()));
@@ -506,12 +523,11 @@ mod tests {
             local_admin: 1004,
             kubelet: 1005,
         };
-        let p = plan(Network::SingleHost {
-            ports,
-            origin_api: "127.0.0.1:7001".parse().unwrap(),
-            provider_api: "127.0.0.1:7002".parse().unwrap(),
-        });
-        let remote = p.provider_objects();
+        let remote = provider_plan(Network::SingleHost {
+            ports: ports.clone(),
+            api: "127.0.0.1:7002".parse().unwrap(),
+        })
+        .objects();
         let a = args(&remote, REMOTE_NAME);
         assert!(a.contains(&"--listen=127.0.0.1:1001".to_string()), "{a:?}");
         assert_eq!(a.iter().filter(|x| x.starts_with("--listen")).count(), 1);
@@ -519,7 +535,11 @@ mod tests {
         assert_eq!(d["spec"]["template"]["spec"]["hostNetwork"], true);
         let env = &d["spec"]["template"]["spec"]["containers"][0]["env"];
         assert!(env.as_array().unwrap().iter().any(|e| e["value"] == "7002"));
-        let origin = p.origin_objects("CA");
+        let origin = origin_plan(Network::SingleHost {
+            ports,
+            api: "127.0.0.1:7001".parse().unwrap(),
+        })
+        .objects("CA");
         let webhook = origin
             .iter()
             .find(|o| o["kind"] == "MutatingWebhookConfiguration")

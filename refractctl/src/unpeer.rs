@@ -93,6 +93,11 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
             plan::local_agent_name(&args.provider_id),
         ),
         ("Secret", "v1", plan::local_tls_secret(&args.provider_id)),
+        (
+            "Secret",
+            "v1",
+            plan::local_request_secret(&args.provider_id),
+        ),
         ("Secret", "v1", plan::kubelet_tls_secret(&args.provider_id)),
     ] {
         let object = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE}});
@@ -142,7 +147,7 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
 }
 
 /// The provider's half: the tenant's namespaces (removed by the remote agent when graceful,
-/// here when forced) and its record.
+/// here when forced), its record and its certificate request.
 async fn clean_provider(
     kubeconfig: &std::path::Path,
     context: Option<&str>,
@@ -166,6 +171,14 @@ async fn clean_provider(
         say(&format!(
             "tenant record {NAMESPACE}/{} deleted on the provider",
             plan::tenant_record(tenant)
+        ));
+    }
+    // The tenant's certificate request: a new peering of this origin asks afresh.
+    let request_name = refract_certs::request::request_object_name(tenant);
+    let request = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": request_name}});
+    if apply::delete(&provider, &request).await? {
+        say(&format!(
+            "CertificateSigningRequest {request_name} deleted on the provider"
         ));
     }
     let namespaces: Api<Namespace> = Api::all(provider.clone());

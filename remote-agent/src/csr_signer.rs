@@ -29,11 +29,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// The signerName of tenants' client certificates.
-pub const SIGNER_NAME: &str = "refract.io/tenant-client";
+pub const SIGNER_NAME: &str = refract_certs::request::TENANT_SIGNER;
 /// How often the leader lists the requests afresh.
 const RELIST: std::time::Duration = std::time::Duration::from_secs(60);
 /// The label `refract-certs request --manifest` puts on a request: the tenant it is for.
-pub const TENANT_LABEL: &str = "refract.io/tenant";
+pub const TENANT_LABEL: &str = refract_core::keys::TENANT_NAMESPACE_LABEL;
 
 /// Where the CA is and what the signer issues.
 #[derive(Debug, Clone)]

@@ -1,8 +1,11 @@
 //! `refractctl` as an operator runs it: `peer` joins two real clusters (both agents in-cluster
-//! from their images, on real nodes), `status` shows the link connected and the virtual node
-//! Ready, `tap` shows the stream, `rotate` replaces the tenant's certificate without a restart,
-//! and `unpeer` leaves nothing labelled for the tenant on either side: graceful, and forced
-//! for a dead provider (the origin at once, the provider once it is back). Both clusters run
+//! from their images, on real nodes; the tenant's certificate through a CertificateSigningRequest
+//! the remote agent signs), `status` shows the link connected and the virtual node Ready, `tap`
+//! shows the stream, `rotate` replaces the tenant's key and certificate without a restart,
+//! `unpeer` leaves nothing labelled for the tenant on either side, two admins peer again with
+//! their own kubeconfigs only (`install provider`, `join request`, `kubectl certificate
+//! approve`, `tenant export`, `join complete`), and a forced unpeer handles a dead provider
+//! (the origin at once, the provider once it is back). Both clusters run
 //! on this machine without kube-proxy, hence `--single-host`.
 
 #![allow(
@@ -79,7 +82,7 @@ fn labelled(cp: &ControlPlane, kinds: &str, selector: &str) -> Vec<String> {
 
 /// Fails if the provider holds anything labelled for tenant `origin`.
 fn nothing_left_on_provider(provider: &ControlPlane, when: &str) {
-    let kinds = "namespaces,configmaps,secrets,pods,services,shadowpods.offloading.refract.io";
+    let kinds = "namespaces,configmaps,secrets,pods,services,shadowpods.offloading.refract.io,certificatesigningrequests";
     for selector in [
         "refract.io/tenant=origin",
         "offloading.refract.io/origin=origin",
@@ -196,6 +199,8 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         "Deployment refract-system/refract-remote-agent created",
         "Deployment refract-system/refract-local-agent-provider created",
         "CustomResourceDefinition namespaceoffloadings.offloading.refract.io created",
+        "CertificateSigningRequest refract-tenant-origin approved",
+        "tenant origin: certificate signed by the remote agent",
         "tenant origin connected to provider provider",
         "virtual node refract-provider Ready",
         "peered: origin origin offloads to provider provider",
@@ -676,12 +681,13 @@ data: {greeting: hello}
     assert_eq!(status.status.code(), Some(3), "status without peerings");
     assert!(String::from_utf8_lossy(&status.stdout).contains("no peerings"));
 
-    // A dead provider: peered again, a pod offloaded, then the remote agent stops. A forced
-    // unpeer cleans the origin at once and deletes nothing on the provider; once the provider
-    // is reachable again, a forced unpeer with its kubeconfig removes the tenant there.
-    ok(&refractctl(
-        &[peer.as_slice(), &["--timeout", "4m"]].concat(),
-    ));
+    // Peered again by two admins, each with their own kubeconfig only, each step printing the
+    // next: no key, CA key or kubeconfig crosses, only a request and a bundle of certificates.
+    peer_by_two_admins(&origin, &provider, &registry, &ports, &before);
+
+    // A dead provider: a pod offloaded, then the remote agent stops. A forced unpeer cleans
+    // the origin at once and deletes nothing on the provider; once the provider is reachable
+    // again, a forced unpeer with its kubeconfig removes the tenant there.
     eventually(
         WAIT,
         "apps extended to the provider again, and its gate label set",
@@ -801,4 +807,189 @@ data: {greeting: hello}
         "{cleaned}"
     );
     nothing_left_on_provider(&provider, "after the forced unpeer with its kubeconfig");
+}
+
+/// The peering made by two admins: `install provider` (which leaves the shared remote agent,
+/// `remote_agent_before`, as it is), `join request`, the provider's `kubectl apply` and
+/// `kubectl certificate approve`, `tenant export`, then `join complete`.
+fn peer_by_two_admins(
+    origin: &ControlPlane,
+    provider: &ControlPlane,
+    registry: &str,
+    ports: &[String],
+    remote_agent_before: &str,
+) {
+    let okc = origin.kubeconfig.display().to_string();
+    let pkc = provider.kubeconfig.display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let csr_file = dir.path().join("origin.csr.yaml").display().to_string();
+    let bundle_file = dir.path().join("origin.bundle.yaml").display().to_string();
+    let endpoint = format!("127.0.0.1:{}", ports[0]);
+    let single_host = [
+        "--single-host",
+        "--grpc-port",
+        &ports[0],
+        "--remote-admin-port",
+        &ports[1],
+        "--webhook-port",
+        &ports[2],
+        "--local-admin-port",
+        &ports[3],
+        "--kubelet-port",
+        &ports[4],
+    ];
+
+    // The provider's admin, once per provider.
+    let installed = ok(&refractctl(
+        &[
+            &[
+                "install",
+                "provider",
+                "--provider-kubeconfig",
+                &pkc,
+                "--provider-id",
+                "provider",
+                "--registry",
+                registry,
+            ][..],
+            &single_host,
+        ]
+        .concat(),
+    ));
+    assert!(
+        installed.contains("Deployment refract-system/refract-remote-agent exists: left as it is")
+    );
+    assert!(
+        installed.contains("refractctl tenant export --origin-id <origin id>"),
+        "install provider does not print the next step"
+    );
+    let remote_agent = kubectl(
+        provider,
+        &[
+            "-n",
+            "refract-system",
+            "get",
+            "deployment",
+            "refract-remote-agent",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].args}",
+        ],
+    );
+    assert_eq!(
+        remote_agent, remote_agent_before,
+        "install provider changed the running remote agent"
+    );
+
+    // The origin's admin: a key kept in the origin, a request for the provider's admin.
+    let join_request = [
+        "join",
+        "request",
+        "--origin-kubeconfig",
+        &okc,
+        "--origin-id",
+        "origin",
+        "--provider-id",
+        "provider",
+        "--out",
+        &csr_file,
+    ];
+    let requested = refractctl(&join_request);
+    assert!(requested.status.success(), "join request failed");
+    let said = String::from_utf8_lossy(&requested.stderr).into_owned();
+    assert!(
+        said.contains("kubectl certificate approve refract-tenant-origin"),
+        "join request does not print the next step"
+    );
+    let request = std::fs::read_to_string(&csr_file).unwrap();
+    assert!(
+        request.contains("signerName: refract.io/tenant-client"),
+        "{request}"
+    );
+    assert!(!request.contains("PRIVATE KEY"), "the request holds a key");
+    // Asked twice, the same request: one key, one certificate.
+    assert!(refractctl(&join_request).status.success());
+    assert_eq!(
+        std::fs::read_to_string(&csr_file).unwrap(),
+        request,
+        "a second join request made a new key"
+    );
+
+    // The provider's admin applies and approves it with kubectl, then exports the bundle.
+    kubectl(provider, &["apply", "-f", &csr_file]);
+    kubectl(
+        provider,
+        &["certificate", "approve", "refract-tenant-origin"],
+    );
+    let exported = refractctl(&[
+        "tenant",
+        "export",
+        "--provider-kubeconfig",
+        &pkc,
+        "--origin-id",
+        "origin",
+        "--provider-id",
+        "provider",
+        "--provider-endpoint",
+        &endpoint,
+        "--out",
+        &bundle_file,
+    ]);
+    assert!(exported.status.success(), "tenant export failed");
+    assert!(
+        String::from_utf8_lossy(&exported.stderr).contains("refractctl join complete --bundle"),
+        "tenant export does not print the next step"
+    );
+    let bundle = std::fs::read_to_string(&bundle_file).unwrap();
+    assert!(bundle.contains("kind: PeeringBundle"), "{bundle}");
+    assert!(!bundle.contains("PRIVATE KEY"), "the bundle holds a key");
+
+    // The origin's admin completes it.
+    let join_complete = [
+        &[
+            "join",
+            "complete",
+            "--origin-kubeconfig",
+            &okc,
+            "--bundle",
+            &bundle_file,
+            "--registry",
+            registry,
+            "--timeout",
+            "4m",
+        ][..],
+        &single_host,
+    ]
+    .concat();
+    let completed = ok(&refractctl(&join_complete));
+    for step in [
+        "next to the key made in the origin",
+        "tenant origin connected to provider provider",
+        "virtual node refract-provider Ready",
+        "peered: origin origin offloads to provider provider",
+    ] {
+        assert!(
+            completed.contains(step),
+            "join complete did not say {step:?}"
+        );
+    }
+    // The request's key is now the client certificate's; the request Secret is gone.
+    let left = kubectl_get(
+        origin,
+        &[
+            "-n",
+            "refract-system",
+            "secret",
+            "refract-local-agent-provider-request",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(
+        left.unwrap_or_default().is_empty(),
+        "the request Secret is left"
+    );
+    // Completing again changes nothing.
+    let again = ok(&refractctl(&join_complete));
+    assert!(again.contains("is this one already: kept"), "{again}");
+    assert!(again.contains("Deployment refract-system/refract-local-agent-provider unchanged"));
 }

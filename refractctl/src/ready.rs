@@ -1,4 +1,4 @@
-//! Waiting after `peer` applied everything: both agents available, the tenant connected at
+//! Waiting after a peering's objects were applied: both agents available, the tenant connected at
 //! the provider, the virtual node Ready. A step that does not finish in time says what it saw.
 
 use std::time::Instant;
@@ -8,14 +8,12 @@ use refract_wire::proto::ListTenantsRequest;
 
 use crate::display;
 use crate::peering;
-use crate::plan::{self, Plan};
+use crate::plan::{self, OriginPlan};
 use crate::wait;
 
-/// Waits, until `deadline`, for every sign that the peering works.
-pub async fn wait_until_peered(
-    origin: &kube::Client,
+/// Waits until the provider's remote agent is available.
+pub async fn remote_agent_available(
     provider: &kube::Client,
-    plan: &Plan,
     deadline: Instant,
     say: &impl Fn(&str),
 ) -> anyhow::Result<()> {
@@ -28,6 +26,17 @@ pub async fn wait_until_peered(
     )
     .await?;
     say("remote agent available");
+    Ok(())
+}
+
+/// Waits for what the origin alone can see: its local agent available, the tenant connected
+/// (asked of the remote agent with the origin's own certificate), the virtual node Ready.
+pub async fn origin_side_ready(
+    origin: &kube::Client,
+    plan: &OriginPlan,
+    deadline: Instant,
+    say: &impl Fn(&str),
+) -> anyhow::Result<()> {
     let local_name = plan::local_agent_name(&plan.provider);
     let local_selector = format!("{PEERING_LABEL}={}", plan.provider);
     wait::until(

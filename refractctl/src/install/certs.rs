@@ -1,13 +1,13 @@
-//! The certificates `peer` keeps in Secrets: kept while they still fit, issued otherwise.
+//! The certificates a peering keeps in Secrets: kept while they still fit, issued otherwise.
 
 use refract_certs::{Issued, Role};
-use refract_core::keys::PEERING_LABEL;
 use refract_shared::tls::ClusterId;
 
 use crate::apply;
 use crate::manifests::NAMESPACE;
-use crate::pki::{self, TlsSecret};
-use crate::plan::{self, Plan, TENANT_LABEL};
+use crate::pki;
+use crate::plan::{self, OriginPlan, TENANT_LABEL};
+use crate::tenant_cert::{self, Approval};
 
 /// A serving certificate `peer` keeps in a Secret.
 pub struct ServingLeaf<'a> {
@@ -30,7 +30,8 @@ pub async fn ensure_serving(
 ) -> anyhow::Result<()> {
     let name = leaf.secret;
     let why = match pki::read(client, name).await? {
-        Some(existing) => match pki::reissue_reason(&existing, ca, leaf.id, &leaf.names)? {
+        Some(existing) => match pki::reissue_reason(&existing, &ca.cert_pem, leaf.id, &leaf.names)?
+        {
             None => {
                 say(&format!("certificate in Secret {NAMESPACE}/{name} kept"));
                 return Ok(());
@@ -52,48 +53,42 @@ pub async fn ensure_serving(
     Ok(())
 }
 
-/// The tenant's client certificate: kept in the origin when it still fits, else issued by the
-/// provider's CA; recorded on the provider either way.
+/// The tenant's client certificate: kept in the origin when it still fits, else asked for
+/// the way two admins would (a key made in the origin, a CertificateSigningRequest approved
+/// here and signed by the remote agent); recorded on the provider either way.
 pub async fn ensure_client(
     origin: &kube::Client,
     provider: &kube::Client,
-    plan: &Plan,
-    ca: &Issued,
+    plan: &OriginPlan,
+    ca_cert_pem: &str,
+    deadline: std::time::Instant,
     say: &impl Fn(&str),
 ) -> anyhow::Result<refract_shared::tls::identity::CertSummary> {
     let name = plan::local_tls_secret(&plan.provider);
-    let kept = match pki::read(origin, &name).await? {
-        Some(existing) => match pki::reissue_reason(&existing, ca, &plan.origin, &[])? {
-            None => Some(existing),
-            Some(reason) => {
+    if let Some(existing) = pki::read(origin, &name).await? {
+        match pki::reissue_reason(&existing, ca_cert_pem, &plan.origin, &[])? {
+            None => {
                 say(&format!(
-                    "client certificate in Secret {NAMESPACE}/{name} replaced: {reason}"
+                    "client certificate in Secret {NAMESPACE}/{name} kept"
                 ));
-                None
+                return record_tenant(provider, &plan.origin, &existing.cert_pem).await;
             }
-        },
-        None => None,
-    };
-    let held = match kept {
-        Some(existing) => {
-            say(&format!(
-                "client certificate in Secret {NAMESPACE}/{name} kept"
-            ));
-            existing
+            Some(reason) => say(&format!(
+                "client certificate in Secret {NAMESPACE}/{name} replaced: {reason}"
+            )),
         }
-        None => {
-            let leaf = pki::issue(ca, &plan.origin, Role::Client, &[])?;
-            let labels = [(PEERING_LABEL, plan.provider.as_str())];
-            apply::apply(origin, &pki::secret(&name, &labels, &leaf, &ca.cert_pem)).await?;
-            say(&format!("client certificate for tenant {} issued into Secret {NAMESPACE}/{name}, signed here with the provider's CA (its key is not written to the origin)", plan.origin));
-            TlsSecret {
-                cert_pem: leaf.cert_pem,
-                key_pem: leaf.key_pem,
-                ca_pem: ca.cert_pem.clone(),
-            }
-        }
-    };
-    record_tenant(provider, &plan.origin, &held.cert_pem).await
+    }
+    let request = tenant_cert::request(origin, &plan.provider, &plan.origin, false, say).await?;
+    let signed = tenant_cert::sign(
+        provider,
+        &plan.origin,
+        &request,
+        Approval::Here,
+        deadline,
+        say,
+    )
+    .await?;
+    tenant_cert::complete(origin, &plan.provider, &plan.origin, &signed, say).await
 }
 
 /// The provider's record of the certificate a tenant holds (public part only).

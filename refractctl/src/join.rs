@@ -1,0 +1,102 @@
+//! The origin admin's steps of a peering made by two admins: `join request` (a key that stays
+//! in the origin, and a request for the provider's admin) and `join complete` (the bundle the
+//! provider's admin handed back, checked, and this peering's local agent).
+
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use refract_certs::output::write_atomic;
+
+use crate::cli::{JoinCompleteArgs, JoinRequestArgs};
+use crate::install::{self, image, network_of};
+use crate::manifests::Agent;
+use crate::peering::{self, connect_cluster};
+use crate::plan::OriginPlan;
+use crate::ready;
+use crate::tenant_cert::{self, Bundle};
+
+/// `refractctl join request`: progress on standard error, the request on standard output or
+/// in `--out`, then the provider admin's commands.
+pub async fn request(args: JoinRequestArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let say = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    if args.origin_id == args.provider_id {
+        bail!(
+            "--origin-id and --provider-id are both {}; a cluster does not peer with itself",
+            args.origin_id
+        );
+    }
+    let (origin, _) = connect_cluster(
+        args.origin.origin_kubeconfig.as_deref(),
+        args.origin.origin_context.as_deref(),
+        "origin",
+    )
+    .await?;
+    peering::refuse_another_origin(&origin, &args.provider_id, &args.origin_id, &say).await?;
+    install::origin_namespace_if_missing(&origin, &say).await?;
+    let request =
+        tenant_cert::request(&origin, &args.provider_id, &args.origin_id, false, &say).await?;
+    let manifest =
+        serde_yaml_ng::to_string(&tenant_cert::request_manifest(&args.origin_id, &request))?;
+    let file = match &args.out {
+        Some(path) => {
+            write_atomic(path, manifest.as_bytes(), 0o644)
+                .with_context(|| format!("failed to write {}", path.display()))?;
+            say(&format!(
+                "CertificateSigningRequest written to {} (a request only: no key)",
+                path.display()
+            ));
+            path.display().to_string()
+        }
+        None => {
+            print!("{manifest}");
+            "the request printed above".to_string()
+        }
+    };
+    let origin_id = &args.origin_id;
+    say(&format!(
+        "next, the provider's admin, with {file}:\n  kubectl apply -f <file>\n  kubectl certificate approve refract-tenant-{origin_id}\n  refractctl tenant export --origin-id {origin_id} --provider-id {} --provider-endpoint HOST:PORT --out {origin_id}.bundle.yaml\nthen you, with that bundle:\n  refractctl join complete --bundle {origin_id}.bundle.yaml --registry REGISTRY",
+        args.provider_id
+    ));
+    Ok(())
+}
+
+/// `refractctl join complete`: the bundle checked against the key kept in the origin, the
+/// origin's half of the peering, then waiting until it works.
+pub async fn complete(args: JoinCompleteArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let deadline = started + args.timeout;
+    let say = |what: &str| println!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    let text = std::fs::read_to_string(&args.bundle)
+        .with_context(|| format!("failed to read {}", args.bundle.display()))?;
+    let bundle = Bundle::parse(&text).with_context(|| format!("{}", args.bundle.display()))?;
+    let (origin, origin_api) = connect_cluster(
+        args.origin.origin_kubeconfig.as_deref(),
+        args.origin.origin_context.as_deref(),
+        "origin",
+    )
+    .await?;
+    peering::refuse_another_origin(&origin, &bundle.provider, &bundle.origin, &say).await?;
+    let plan = OriginPlan {
+        origin: bundle.origin.clone(),
+        provider: bundle.provider.clone(),
+        endpoint: bundle.endpoint.clone(),
+        home_api_server: args.home_api_server.clone().unwrap_or(origin_api.clone()),
+        image: image(Agent::Local, &args.images)?,
+        network: network_of(&args.single_host, origin_api),
+        local_args: args.local_agent_args.clone(),
+    };
+    say(&format!(
+        "origin {}: completing the peering with provider {} at {}",
+        plan.origin, plan.provider, plan.endpoint
+    ));
+    install::origin_namespace(&origin, &plan, &say).await?;
+    tenant_cert::complete(&origin, &plan.provider, &plan.origin, &bundle.signed, &say).await?;
+    install::origin_half(&origin, &plan, &say).await?;
+    ready::origin_side_ready(&origin, &plan, deadline, &say).await?;
+    say(&format!(
+        "peered: origin {} offloads to provider {} through {}. Offload a namespace with a NamespaceOffloading; `refractctl status` shows the peering",
+        plan.origin, plan.provider, plan.endpoint
+    ));
+    Ok(())
+}
