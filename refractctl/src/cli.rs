@@ -78,8 +78,8 @@ pub enum Command {
 pub enum InstallCommand {
     /// The provider's half, with the provider's kubeconfig only: the peering CA (made once,
     /// its key kept in Secret refract-system/refract-peering-ca), the remote agent's serving
-    /// certificate and deploy/remote-agent. A running remote agent's Deployment is left as it
-    /// is; the rest is brought to this version.
+    /// certificate and deploy/remote-agent at this version. Run again (to upgrade, or to change
+    /// its flags), it keeps the flags an admin added to the Deployment by hand.
     Provider(InstallProviderArgs),
 }
 
@@ -104,6 +104,16 @@ pub struct InstallProviderArgs {
 
     #[command(flatten)]
     pub images: ImageArgs,
+
+    /// A further remote agent flag, e.g. `--remote-agent-arg=--policy=/etc/refract/policy.yaml`
+    /// (repeatable; see `remote-agent --help`). Flags added to the Deployment by hand are kept
+    /// when this runs again; these and refractctl's own replace theirs.
+    #[arg(
+        long = "remote-agent-arg",
+        value_name = "FLAG",
+        allow_hyphen_values = true
+    )]
+    pub remote_agent_args: Vec<String>,
 
     #[command(flatten)]
     pub single_host: SingleHostArgs,

@@ -37,8 +37,15 @@ pub async fn run_provider(args: InstallProviderArgs) -> anyhow::Result<()> {
         endpoint: endpoint_of(&args.provider_endpoint, &args.single_host)?,
         image: image(Agent::Remote, &args.images)?,
         network: network_of(&args.single_host, api),
+        remote_args: args.remote_agent_args.clone(),
     };
-    provider_half(&provider, &plan, &say).await?;
+    provider_half(
+        &provider,
+        &plan,
+        RunningRemoteAgent::KeepHandAddedFlags,
+        &say,
+    )
+    .await?;
     ready::remote_agent_available(&provider, started + args.timeout, &say).await?;
     say(&format!(
         "provider {} is ready for tenants at {}. For each origin: apply the CertificateSigningRequest its admin wrote with `refractctl join request`, `kubectl certificate approve refract-tenant-<origin id>`, then `refractctl tenant export --origin-id <origin id> --provider-id {} --provider-endpoint {} --out <origin id>.bundle.yaml` and hand that file back",
@@ -53,6 +60,7 @@ pub async fn run_provider(args: InstallProviderArgs) -> anyhow::Result<()> {
 pub async fn provider_half(
     provider: &kube::Client,
     plan: &ProviderPlan,
+    running: RunningRemoteAgent,
     say: &impl Fn(&str),
 ) -> anyhow::Result<String> {
     say(&format!(
@@ -61,7 +69,29 @@ pub async fn provider_half(
     ));
     let mut provider_objects = plan.objects();
     apply_namespace(provider, &mut provider_objects, say).await?;
-    leave_a_running_remote_agent(provider, &mut provider_objects, say).await?;
+    if let Some(args) = running_remote_agent_args(provider).await? {
+        match running {
+            RunningRemoteAgent::LeaveAsItIs => {
+                provider_objects.retain(|o| {
+                    !(o["kind"] == "Deployment" && o["metadata"]["name"] == plan::REMOTE_NAME)
+                });
+                say(&format!(
+                    "Deployment {NAMESPACE}/{} exists: left as it is (its flags and image serve every tenant; `refractctl install provider` changes them)",
+                    plan::REMOTE_NAME
+                ));
+            }
+            RunningRemoteAgent::KeepHandAddedFlags => {
+                let kept = ProviderPlan::keep_hand_added_flags(&mut provider_objects, &args);
+                if !kept.is_empty() {
+                    say(&format!(
+                        "Deployment {NAMESPACE}/{}: flags added by hand kept: {}",
+                        plan::REMOTE_NAME,
+                        kept.join(" ")
+                    ));
+                }
+            }
+        }
+    }
     let ca = pki::ensure_ca(
         provider,
         plan::PROVIDER_CA_SECRET,
@@ -151,32 +181,37 @@ pub async fn origin_half(
     apply::apply_all(origin, &origin_objects, say).await
 }
 
-/// The remote agent serves every tenant of the provider: adding one must not change its flags
-/// or image for the others (an admin may have added `--policy` or `--tenant-deny-list`). Once
-/// its Deployment exists, `peer` leaves it as it is; the rest of deploy/remote-agent (RBAC,
-/// CRD, Service) is applied as usual.
-async fn leave_a_running_remote_agent(
-    provider: &kube::Client,
-    objects: &mut Vec<Value>,
-    say: &impl Fn(&str),
-) -> anyhow::Result<()> {
+/// What the provider's half does to a remote agent that runs already. It serves every tenant:
+/// adding one (`peer`) must not change its flags or image for the others; `install provider`,
+/// the provider admin's command, owns its image and the flags it sets, and keeps the flags an
+/// admin added by hand (`--policy`, `--tenant-deny-list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunningRemoteAgent {
+    /// `peer`: its Deployment is not applied (RBAC, CRD and Service are, as usual).
+    LeaveAsItIs,
+    /// `install provider`: applied, with the running agent's other flags kept.
+    KeepHandAddedFlags,
+}
+
+/// The running remote agent's flags, if its Deployment exists.
+async fn running_remote_agent_args(provider: &kube::Client) -> anyhow::Result<Option<Vec<String>>> {
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(provider.clone(), NAMESPACE);
-    let exists = deployments
+    let Some(deployment) = deployments
         .get_opt(plan::REMOTE_NAME)
         .await
         .context("failed to read the remote agent's Deployment")?
-        .is_some();
-    if exists {
-        objects
-            .retain(|o| !(o["kind"] == "Deployment" && o["metadata"]["name"] == plan::REMOTE_NAME));
-        say(&format!(
-            "Deployment {}/{} exists: left as it is (its flags and image serve every tenant)",
-            NAMESPACE,
-            plan::REMOTE_NAME
-        ));
-    }
-    Ok(())
+    else {
+        return Ok(None);
+    };
+    Ok(Some(
+        deployment
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.containers.into_iter().next())
+            .and_then(|c| c.args)
+            .unwrap_or_default(),
+    ))
 }
 
 /// The network of one cluster's half, whose API server the kubeconfig names `api`.

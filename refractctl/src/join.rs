@@ -38,7 +38,7 @@ pub async fn request(args: JoinRequestArgs) -> anyhow::Result<()> {
         tenant_cert::request(&origin, &args.provider_id, &args.origin_id, false, &say).await?;
     let manifest =
         serde_yaml_ng::to_string(&tenant_cert::request_manifest(&args.origin_id, &request))?;
-    let file = match &args.out {
+    let (file, apply) = match &args.out {
         Some(path) => {
             write_atomic(path, manifest.as_bytes(), 0o644)
                 .with_context(|| format!("failed to write {}", path.display()))?;
@@ -46,16 +46,20 @@ pub async fn request(args: JoinRequestArgs) -> anyhow::Result<()> {
                 "CertificateSigningRequest written to {} (a request only: no key)",
                 path.display()
             ));
-            path.display().to_string()
+            let file = path.display().to_string();
+            (file.clone(), format!("kubectl apply -f {file}"))
         }
         None => {
             print!("{manifest}");
-            "the request printed above".to_string()
+            (
+                "the request printed above".to_string(),
+                "kubectl apply -f FILE".to_string(),
+            )
         }
     };
     let origin_id = &args.origin_id;
     say(&format!(
-        "next, the provider's admin, with {file}:\n  kubectl apply -f <file>\n  kubectl certificate approve refract-tenant-{origin_id}\n  refractctl tenant export --origin-id {origin_id} --provider-id {} --provider-endpoint HOST:PORT --out {origin_id}.bundle.yaml\nthen you, with that bundle:\n  refractctl join complete --bundle {origin_id}.bundle.yaml --registry REGISTRY",
+        "next, the provider's admin, with {file}:\n  {apply}\n  kubectl certificate approve refract-tenant-{origin_id}\n  refractctl tenant export --origin-id {origin_id} --provider-id {} --provider-endpoint HOST:PORT --out {origin_id}.bundle.yaml\nthen you, with that bundle:\n  refractctl join complete --bundle {origin_id}.bundle.yaml --registry REGISTRY",
         args.provider_id
     ));
     Ok(())

@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 
 use crate::cli::PeerArgs;
-use crate::install::{self, endpoint_of, image, network_of};
+use crate::install::{self, endpoint_of, image, network_of, RunningRemoteAgent};
 use crate::manifests::Agent;
 use crate::peering::{self, connect_cluster};
 use crate::plan::{HostPort, OriginPlan, ProviderPlan};
@@ -96,7 +96,13 @@ async fn install(
     let Clusters {
         origin, provider, ..
     } = clusters;
-    let ca_cert_pem = install::provider_half(provider, provider_plan, say).await?;
+    let ca_cert_pem = install::provider_half(
+        provider,
+        provider_plan,
+        RunningRemoteAgent::LeaveAsItIs,
+        say,
+    )
+    .await?;
     ready::remote_agent_available(provider, deadline, say).await?;
     say(&format!(
         "origin {}: installing the local agent of this peering",
@@ -118,6 +124,8 @@ fn plan_of(
         endpoint: endpoint.clone(),
         image: image(Agent::Remote, &args.images)?,
         network: network_of(&args.single_host, provider_api),
+        // The remote agent's own flags are `install provider`'s; peer never changes them.
+        remote_args: Vec::new(),
     };
     let origin = OriginPlan {
         origin: args.origin_id.clone(),

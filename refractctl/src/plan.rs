@@ -170,6 +170,8 @@ pub struct ProviderPlan {
     pub image: String,
     /// How the agents are reached.
     pub network: Network,
+    /// More remote agent flags, appended as given (`install provider --remote-agent-arg`).
+    pub remote_args: Vec<String>,
 }
 
 impl OriginPlan {
@@ -296,8 +298,30 @@ impl ProviderPlan {
             single_host(deployment, api, ports.remote_admin);
         }
         set_args(deployment, &args);
+        add_operator_args(deployment, &self.remote_args);
         relax_pod_security(&self.network, &mut objects);
         objects
+    }
+
+    /// Keeps in the remote agent's Deployment of `objects` the flags of `running_args` (the
+    /// running agent's) that it does not set itself: an admin added them by hand (`--policy`,
+    /// `--tenant-deny-list`), and `install provider` owns only its own. Returns those kept.
+    pub fn keep_hand_added_flags(objects: &mut [Value], running_args: &[String]) -> Vec<String> {
+        let Some(deployment) = manifests::find_mut(objects, "Deployment", REMOTE_NAME) else {
+            return Vec::new();
+        };
+        let flag = |a: &str| a.split('=').next().unwrap_or(a).to_string();
+        let Some(list) = container(deployment)["args"].as_array_mut() else {
+            return Vec::new();
+        };
+        let ours: Vec<String> = list.iter().filter_map(|a| a.as_str()).map(flag).collect();
+        let kept: Vec<String> = running_args
+            .iter()
+            .filter(|a| !ours.contains(&flag(a)))
+            .cloned()
+            .collect();
+        list.extend(kept.iter().map(|a| Value::from(a.as_str())));
+        kept
     }
 
     /// The names the remote agent's serving certificate must carry: its Service's, and the
@@ -436,7 +460,28 @@ mod tests {
             endpoint: "agent.provider.example:6443".parse().unwrap(),
             image: "r:1".into(),
             network,
+            remote_args: vec!["--max-orphan-share=30".into()],
         }
+    }
+
+    #[test]
+    fn install_provider_keeps_the_flags_an_admin_added_and_owns_its_own() {
+        let mut objects = provider_plan(Network::Pods).objects();
+        let running = vec![
+            "--cluster-id=old-name".to_string(),
+            "--policy=/etc/refract/policy.yaml".to_string(),
+            "--tenant-deny-list=serial:01".to_string(),
+            "--tenant-deny-list=serial:02".to_string(),
+            "--max-orphan-share=20".to_string(),
+        ];
+        let kept = ProviderPlan::keep_hand_added_flags(&mut objects, &running);
+        assert_eq!(kept, running[1..4]);
+        let a = args(&objects, REMOTE_NAME);
+        assert!(a.contains(&"--cluster-id=provider".to_string()), "{a:?}");
+        assert!(!a.contains(&"--cluster-id=old-name".to_string()));
+        assert!(a.contains(&"--max-orphan-share=30".to_string()));
+        assert!(!a.contains(&"--max-orphan-share=20".to_string()));
+        assert_eq!(a[a.len() - 3..], running[1..4]);
     }
 
     fn args(objects: &[Value], kind_name: &str) -> Vec<String> {

@@ -237,8 +237,14 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         |(k, _)| !k.starts_with("refract-peering-ca") && !k.starts_with("refract-remote-agent")
     ));
 
-    // An admin adds a flag to the remote agent by hand; peering again (another tenant would
-    // do the same) must leave the shared agent's flags and image as they are.
+    // An admin gives the remote agent a policy by hand (a ConfigMap, a volume, `--policy`);
+    // peering again (another tenant would do the same) must leave the shared agent's flags
+    // and image as they are, and `install provider` later keeps them too.
+    kubectl_stdin(
+        &provider,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: refract-provider-policy, namespace: refract-system}\ndata:\n  policy.yaml: \"defaults: {}\\n\"\n",
+    );
     kubectl(
         &provider,
         &[
@@ -249,7 +255,9 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
             "refract-remote-agent",
             "--type=json",
             "-p",
-            r#"[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--max-orphan-share=40"}]"#,
+            r#"[{"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "policy", "configMap": {"name": "refract-provider-policy"}}},
+                {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "policy", "mountPath": "/etc/refract/policy", "readOnly": true}},
+                {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--policy=/etc/refract/policy/policy.yaml"}]"#,
         ],
     );
     kubectl(
@@ -278,7 +286,10 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         )
     };
     let before = remote_agent();
-    assert!(before.contains("--max-orphan-share=40"), "{before}");
+    assert!(
+        before.contains("--policy=/etc/refract/policy/policy.yaml"),
+        "{before}"
+    );
 
     // peer again: nothing is issued again, nothing restarts.
     let again = ok(&refractctl(&peer));
@@ -839,7 +850,22 @@ fn peer_by_two_admins(
         &ports[4],
     ];
 
-    // The provider's admin, once per provider.
+    // The provider's admin, once per provider (here: again, as for an upgrade).
+    let generation = || {
+        kubectl(
+            provider,
+            &[
+                "-n",
+                "refract-system",
+                "get",
+                "deployment",
+                "refract-remote-agent",
+                "-o",
+                "jsonpath={.metadata.generation}",
+            ],
+        )
+    };
+    let generation_before = generation();
     let installed = ok(&refractctl(
         &[
             &[
@@ -856,8 +882,10 @@ fn peer_by_two_admins(
         ]
         .concat(),
     ));
-    assert!(
-        installed.contains("Deployment refract-system/refract-remote-agent exists: left as it is")
+    assert_eq!(
+        generation(),
+        generation_before,
+        "install provider changed the remote agent's spec without a change asked"
     );
     assert!(
         installed.contains("refractctl tenant export --origin-id <origin id>"),
