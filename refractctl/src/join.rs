@@ -11,7 +11,7 @@ use crate::cli::{JoinCompleteArgs, JoinRequestArgs};
 use crate::install::{self, image, network_of};
 use crate::manifests::Agent;
 use crate::peering::{self, connect_cluster};
-use crate::plan::OriginPlan;
+use crate::plan::{self, OriginPlan};
 use crate::ready;
 use crate::tenant_cert::{self, Bundle};
 
@@ -95,7 +95,15 @@ pub async fn complete(args: JoinCompleteArgs) -> anyhow::Result<()> {
         plan.origin, plan.provider, plan.endpoint
     ));
     install::origin_namespace(&origin, &plan, &say).await?;
-    tenant_cert::complete(&origin, &plan.provider, &plan.origin, &bundle.signed, &say).await?;
+    tenant_cert::complete(
+        &origin,
+        &plan.provider,
+        &plan.origin,
+        &bundle.signed,
+        &plan::local_tls_secret(&plan.provider),
+        &say,
+    )
+    .await?;
     install::origin_half(&origin, &plan, &say).await?;
     ready::origin_side_ready(&origin, &plan, deadline, &say).await?;
     say(&format!(

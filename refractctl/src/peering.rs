@@ -34,46 +34,81 @@ pub struct Peering {
     pub deployment: Deployment,
 }
 
+/// The labels deploy/'s kustomization gives the local agent's objects: a peering made by
+/// refractctl and one applied with `kubectl apply -k` carry them alike, so every command finds
+/// both.
+const LOCAL_AGENT_SELECTOR: &str =
+    "app.kubernetes.io/part-of=refract,app.kubernetes.io/component=local-agent";
+/// The volumes of deploy/local-agent holding the tenant's certificate and the kubelet's.
+const TLS_VOLUME: &str = "tls";
+const KUBELET_TLS_VOLUME: &str = "kubelet-tls";
+
 impl Peering {
+    /// The peering a local agent's Deployment runs: its provider is the agent's own
+    /// `--remote-cluster-id` (refractctl also labels it `refract.io/peering`).
     fn from_deployment(deployment: Deployment) -> Option<Self> {
-        let provider = ClusterId::parse(deployment.labels().get(PEERING_LABEL)?).ok()?;
-        let mut peering = Self {
-            provider,
-            origin: None,
-            endpoint: None,
+        let provider = arg_of(&deployment, "--remote-cluster-id")
+            .or_else(|| deployment.labels().get(PEERING_LABEL).cloned())?;
+        Some(Self {
+            provider: ClusterId::parse(&provider).ok()?,
+            origin: arg_of(&deployment, "--cluster-id").and_then(|id| ClusterId::parse(&id).ok()),
+            endpoint: arg_of(&deployment, "--remote").and_then(|e| e.parse().ok()),
             deployment,
-        };
-        peering.origin = peering
-            .arg("--cluster-id")
-            .and_then(|id| ClusterId::parse(&id).ok());
-        peering.endpoint = peering.arg("--remote").and_then(|e| e.parse().ok());
-        Some(peering)
+        })
     }
 
-    /// The local agent's container.
-    fn container(&self) -> Option<&Container> {
+    /// The Secret the agent mounts as volume `volume`, else refractctl's name for it.
+    fn secret_of_volume(&self, volume: &str, otherwise: String) -> String {
         self.deployment
             .spec
-            .as_ref()?
-            .template
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.volumes.as_ref())
+            .and_then(|v| v.iter().find(|v| v.name == volume))
+            .and_then(|v| v.secret.as_ref()?.secret_name.clone())
+            .unwrap_or(otherwise)
+    }
+
+    /// The Secret with the tenant's key, client certificate and the provider's CA.
+    pub fn tls_secret(&self) -> String {
+        self.secret_of_volume(TLS_VOLUME, plan::local_tls_secret(&self.provider))
+    }
+
+    /// The Secret with the virtual node's kubelet serving certificate.
+    pub fn kubelet_tls_secret(&self) -> String {
+        self.secret_of_volume(KUBELET_TLS_VOLUME, plan::kubelet_tls_secret(&self.provider))
+    }
+
+    /// The virtual node the agent registers: its `--node-name`, else the default.
+    pub fn virtual_node(&self) -> String {
+        self.arg("--node-name")
+            .unwrap_or_else(|| plan::virtual_node(&self.provider))
+    }
+
+    /// The selector of the agent's pods (its Deployment's).
+    pub fn pod_selector(&self) -> String {
+        self.deployment
             .spec
-            .as_ref()?
-            .containers
-            .first()
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.as_ref())
+            .map(|labels| {
+                labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_else(|| format!("{PEERING_LABEL}={}", self.provider))
     }
 
     /// The value the local agent is given for `flag` (`--flag=value`).
     pub fn arg(&self, flag: &str) -> Option<String> {
-        self.container()?
-            .args
-            .iter()
-            .flatten()
-            .find_map(|a| a.strip_prefix(flag)?.strip_prefix('=').map(str::to_string))
+        arg_of(&self.deployment, flag)
     }
 
     /// The local agent's image.
     pub fn image(&self) -> Option<&str> {
-        self.container()?.image.as_deref()
+        container_of(&self.deployment)?.image.as_deref()
     }
 
     /// The local agent Deployment's name.
@@ -83,7 +118,7 @@ impl Peering {
 
     /// The peering's client certificate and CA bundle.
     pub async fn credentials(&self, origin: &kube::Client) -> anyhow::Result<TlsSecret> {
-        let name = plan::local_tls_secret(&self.provider);
+        let name = self.tls_secret();
         pki::read(origin, &name).await?.with_context(|| {
             format!("Secret {NAMESPACE}/{name} with the peering's client certificate is missing")
         })
@@ -103,6 +138,27 @@ impl Peering {
         let channel = channel(&endpoint, &tls, calls).await?;
         Ok(InspectClient::new(channel))
     }
+}
+
+/// The local agent's container.
+fn container_of(deployment: &Deployment) -> Option<&Container> {
+    deployment
+        .spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()
+}
+
+/// The value the local agent of `deployment` is given for `flag` (`--flag=value`).
+fn arg_of(deployment: &Deployment, flag: &str) -> Option<String> {
+    container_of(deployment)?
+        .args
+        .iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix(flag)?.strip_prefix('=').map(str::to_string))
 }
 
 /// How long a call on a channel may take.
@@ -142,18 +198,15 @@ pub async fn list(
     provider: Option<&ClusterId>,
 ) -> anyhow::Result<Vec<Peering>> {
     let api: Api<Deployment> = Api::namespaced(origin.clone(), NAMESPACE);
-    let selector = match provider {
-        Some(p) => format!("{PEERING_LABEL}={p}"),
-        None => PEERING_LABEL.to_string(),
-    };
     let deployments = api
-        .list(&ListParams::default().labels(&selector))
+        .list(&ListParams::default().labels(LOCAL_AGENT_SELECTOR))
         .await
         .context("failed to list the local agents (Deployments in refract-system)")?;
     Ok(deployments
         .items
         .into_iter()
         .filter_map(Peering::from_deployment)
+        .filter(|p| provider.is_none_or(|wanted| p.provider == *wanted))
         .collect())
 }
 
@@ -162,8 +215,7 @@ pub async fn get(origin: &kube::Client, provider: &ClusterId) -> anyhow::Result<
     match list(origin, Some(provider)).await?.into_iter().next() {
         Some(p) => Ok(p),
         None => bail!(
-            "this origin has no peering with {provider} (no Deployment {NAMESPACE}/{} labelled {PEERING_LABEL}={provider}); `refractctl status` lists its peerings",
-            plan::local_agent_name(provider)
+            "this origin has no peering with {provider} (no local agent in {NAMESPACE} runs with --remote-cluster-id={provider}); `refractctl status` lists its peerings"
         ),
     }
 }

@@ -9,7 +9,6 @@ use crate::cli::RotateArgs;
 use crate::manifests::NAMESPACE;
 use crate::peering;
 use crate::pki;
-use crate::plan;
 use crate::tenant_cert::{self, Approval};
 
 /// Runs `rotate`, printing each step.
@@ -40,14 +39,16 @@ pub async fn run(args: RotateArgs) -> anyhow::Result<()> {
     let request = tenant_cert::request(&origin, &args.provider_id, &tenant, true, &say).await?;
     let signed =
         tenant_cert::sign(&provider, &tenant, &request, Approval::Here, deadline, &say).await?;
-    let after = tenant_cert::complete(&origin, &args.provider_id, &tenant, &signed, &say).await?;
+    let secret = peering.tls_secret();
+    let after =
+        tenant_cert::complete(&origin, &args.provider_id, &tenant, &signed, &secret, &say).await?;
     say(&format!(
         "tenant {tenant}: client certificate serial {} (until {}) replaced by serial {} (until {}) in Secret {NAMESPACE}/{}",
         before.serial,
         before.not_after,
         after.serial,
         after.not_after,
-        plan::local_tls_secret(&args.provider_id)
+        secret
     ));
     say("the local agent reads it when the kubelet refreshes the Secret's volume (about a minute) and dials with it from then on; the remote agent moves open streams onto it at its --max-connection-age. The old certificate stays valid until it ends; to refuse it now, add `serial:<old serial>` to the provider's --tenant-deny-list");
     Ok(())

@@ -6,14 +6,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use refract_admin::crd::NamespaceOffloading;
-use refract_core::keys::PEERING_LABEL;
 use refract_wire::proto::{ListObjectsRequest, ListTenantsRequest, Outcome};
 
 use crate::cli::{Output, StatusArgs};
 use crate::manifests::NAMESPACE;
 use crate::peering::{self, Peering};
 use crate::pki;
-use crate::plan;
 use crate::wait;
 
 mod report;
@@ -75,7 +73,7 @@ async fn peering_report(origin: &kube::Client, p: &Peering) -> PeeringReport {
                 .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_else(|_| s.not_after.to_string()),
         });
-    let name = plan::virtual_node(&p.provider);
+    let name = p.virtual_node();
     let mut virtual_node = VirtualNode {
         name,
         ready: None,
@@ -233,7 +231,7 @@ async fn queue(origin: &kube::Client, p: &Peering) -> anyhow::Result<Queue> {
 
 async fn scrape(origin: &kube::Client, p: &Peering) -> anyhow::Result<String> {
     let pods: Api<Pod> = Api::namespaced(origin.clone(), NAMESPACE);
-    let selector = format!("{PEERING_LABEL}={}", p.provider);
+    let selector = p.pod_selector();
     let pod = pods
         .list(&ListParams::default().labels(&selector))
         .await?

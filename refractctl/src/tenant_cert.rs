@@ -338,21 +338,21 @@ async fn signed_certificate(
     }
 }
 
-/// Step 3, in the origin: `signed` next to the key of the pending request, in the Secret the
-/// local agent mounts; the request Secret goes. A certificate for another key or another
-/// identity is refused: the Secret would hold a pair that cannot connect.
+/// Step 3, in the origin: `signed` next to the key of the pending request, in Secret `name`
+/// (the one the local agent mounts); the request Secret goes. A certificate for another key or
+/// another identity is refused: the Secret would hold a pair that cannot connect.
 pub async fn complete(
     origin: &kube::Client,
     provider: &ClusterId,
     tenant: &ClusterId,
     signed: &Signed,
+    name: &str,
     say: &impl Fn(&str),
 ) -> anyhow::Result<CertSummary> {
     let request_secret = plan::local_request_secret(provider);
-    let name = plan::local_tls_secret(provider);
     let summary =
         pki::summary(&signed.certificate).context("the signed certificate cannot be read")?;
-    if let Some(held) = pki::read(origin, &name).await? {
+    if let Some(held) = pki::read(origin, name).await? {
         if held.cert_pem == signed.certificate {
             say(&format!(
                 "client certificate in Secret {NAMESPACE}/{name} is this one already: kept"
@@ -390,7 +390,7 @@ pub async fn complete(
         cert_pem: signed.certificate.clone(),
         key_pem: key,
     };
-    apply::apply(origin, &pki::secret(&name, &labels, &leaf, &signed.ca)).await?;
+    apply::apply(origin, &pki::secret(name, &labels, &leaf, &signed.ca)).await?;
     let request = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": request_secret, "namespace": NAMESPACE}});
     apply::delete(origin, &request).await?;
     say(&format!(

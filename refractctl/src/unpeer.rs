@@ -80,25 +80,19 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
         say("the provider was not touched: it removes the tenant's namespaces after its --tenant-expiry, or run `refractctl unpeer --force --provider-kubeconfig ...` when it is back");
     }
 
-    // What peer made on the origin for this peering.
+    // What was installed on the origin for this peering, by refractctl or `kubectl apply -k`:
+    // the names the local agent's Deployment uses, else refractctl's.
+    let names = OriginNames::of(found.first(), &args.provider_id);
     for (kind, api_version, name) in [
-        (
-            "Deployment",
-            "apps/v1",
-            plan::local_agent_name(&args.provider_id),
-        ),
-        (
-            "PodDisruptionBudget",
-            "policy/v1",
-            plan::local_agent_name(&args.provider_id),
-        ),
-        ("Secret", "v1", plan::local_tls_secret(&args.provider_id)),
+        ("Deployment", "apps/v1", &names.deployment),
+        ("PodDisruptionBudget", "policy/v1", &names.deployment),
+        ("Secret", "v1", &names.tls_secret),
         (
             "Secret",
             "v1",
-            plan::local_request_secret(&args.provider_id),
+            &plan::local_request_secret(&args.provider_id),
         ),
-        ("Secret", "v1", plan::kubelet_tls_secret(&args.provider_id)),
+        ("Secret", "v1", &names.kubelet_tls_secret),
     ] {
         let object = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE}});
         if apply::delete(&origin, &object).await? {
@@ -116,7 +110,7 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
         }
     }
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(origin.clone(), NAMESPACE);
-    let of_peering = ListParams::default().labels(&format!("{PEERING_LABEL}={}", args.provider_id));
+    let of_peering = ListParams::default().labels(&names.pods);
     wait::until(
         deadline,
         "the local agent's pods to end",
@@ -144,6 +138,35 @@ pub async fn run(args: UnpeerArgs) -> anyhow::Result<()> {
         args.provider_id
     ));
     Ok(())
+}
+
+/// The names of a peering's objects on the origin.
+struct OriginNames {
+    deployment: String,
+    tls_secret: String,
+    kubelet_tls_secret: String,
+    pods: String,
+}
+
+impl OriginNames {
+    /// Those `found`'s Deployment uses (a peering from `kubectl apply -k` has deploy/'s names),
+    /// else refractctl's for `provider`.
+    fn of(found: Option<&peering::Peering>, provider: &ClusterId) -> Self {
+        match found {
+            Some(p) => Self {
+                deployment: p.name(),
+                tls_secret: p.tls_secret(),
+                kubelet_tls_secret: p.kubelet_tls_secret(),
+                pods: p.pod_selector(),
+            },
+            None => Self {
+                deployment: plan::local_agent_name(provider),
+                tls_secret: plan::local_tls_secret(provider),
+                kubelet_tls_secret: plan::kubelet_tls_secret(provider),
+                pods: format!("{PEERING_LABEL}={provider}"),
+            },
+        }
+    }
 }
 
 /// The provider's half: the tenant's namespaces (removed by the remote agent when graceful,

@@ -88,7 +88,7 @@ pub async fn ensure_client(
         say,
     )
     .await?;
-    tenant_cert::complete(origin, &plan.provider, &plan.origin, &signed, say).await
+    tenant_cert::complete(origin, &plan.provider, &plan.origin, &signed, &name, say).await
 }
 
 /// The provider's record of the certificate a tenant holds (public part only).

@@ -1,7 +1,8 @@
 //! Both agents running in-cluster, deployed from `deploy/` the way users deploy them (see
 //! `refract_e2e::in_cluster`): a namespace offloaded, pods running on the provider's node,
 //! logs, exec and stats at the origin, each agent's identity fenced, `/metrics` behind the
-//! cluster's tokens, and `kubectl rollout restart` of each agent during a burst.
+//! cluster's tokens, `kubectl rollout restart` of each agent during a burst, and `refractctl
+//! status` and `unpeer` of this peering that refractctl did not make.
 
 #![allow(
     clippy::unwrap_used,
@@ -15,7 +16,8 @@ use kube::Api;
 use refract_e2e::churn::{self, ProviderWrites};
 use refract_e2e::in_cluster::{self, agent_logs, agent_state, lease_holder_ip, WAIT};
 use refract_e2e::{
-    busybox, can_i, eventually, http_get, kubectl, kubectl_get, kubectl_stdin, until_extended,
+    bin, busybox, can_i, eventually, http_get, kubectl, kubectl_get, kubectl_stdin, run,
+    until_extended,
 };
 use refract_testkit::ControlPlane;
 
@@ -25,6 +27,28 @@ async fn both_agents_run_in_cluster_from_deploy_under_their_own_identities() {
     let (origin, provider) = (&pair.origin, &pair.provider);
     let tenants = &pair.tenants;
     println!("grpcurl Inspect/ListTenants:\n{tenants}");
+
+    // refractctl sees a peering applied with `kubectl apply -k` as it sees its own: the same
+    // labels, the provider from the agent's --remote-cluster-id, deploy/'s Secret names.
+    let okc = origin.kubeconfig.display().to_string();
+    let status = run(
+        bin("refractctl"),
+        &["status", "--origin-kubeconfig", &okc, "-o", "json"],
+    );
+    let report = String::from_utf8_lossy(&status.stdout).into_owned();
+    println!(
+        "$ refractctl status -o json (a kubectl apply -k peering)\n{report}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&report).expect("status -o json");
+    let peering = &report["peerings"][0];
+    assert_eq!(peering["provider"], "provider", "{report}");
+    assert_eq!(
+        peering["localAgent"]["deployment"],
+        "refract-system/refract-local-agent"
+    );
+    assert_eq!(peering["link"]["state"], "connected", "{report}");
+    assert_eq!(status.status.code(), Some(0), "status of a working peering");
 
     // A namespace offloaded: a ConfigMap reflected, a Deployment's pods running as real
     // containers on the provider's node and Running at the origin on the virtual node.
@@ -361,6 +385,48 @@ spec:
     );
 
     rollouts_during_a_burst(origin, provider).await;
+
+    // ... and unpeers it: graceful, then deploy/'s names for the local agent and its Secrets.
+    let pkc = provider.kubeconfig.display().to_string();
+    let unpeer = run(
+        bin("refractctl"),
+        &[
+            "unpeer",
+            "--origin-kubeconfig",
+            &okc,
+            "--provider-kubeconfig",
+            &pkc,
+            "--provider-id",
+            "provider",
+            "--timeout",
+            "3m",
+        ],
+    );
+    let said = String::from_utf8_lossy(&unpeer.stdout).into_owned();
+    println!(
+        "$ refractctl unpeer (a kubectl apply -k peering)\n{said}{}",
+        String::from_utf8_lossy(&unpeer.stderr)
+    );
+    assert!(unpeer.status.success(), "refractctl unpeer failed");
+    for step in [
+        "Deployment refract-system/refract-local-agent deleted",
+        "Secret refract-system/refract-local-agent-tls deleted",
+        "provider: no namespace of tenant origin is left",
+    ] {
+        assert!(said.contains(step), "unpeer did not say {step:?}");
+    }
+    let left = kubectl(
+        provider,
+        &[
+            "get",
+            "namespaces",
+            "-l",
+            "refract.io/tenant=origin",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(left.trim().is_empty(), "left on the provider: {left}");
 }
 
 /// `kubectl rollout restart` of each agent while 1,000 origin ConfigMaps change: the provider
