@@ -166,21 +166,11 @@ pub struct JoinCompleteArgs {
     #[arg(long, value_name = "FILE")]
     pub bundle: PathBuf,
 
-    /// Where offloaded pods reach the origin's API server (HOST:PORT; default: the origin
-    /// kubeconfig's server).
-    #[arg(long, value_name = "HOST:PORT")]
-    pub home_api_server: Option<HostPort>,
+    #[command(flatten)]
+    pub local_agent: LocalAgentArgs,
 
     #[command(flatten)]
     pub images: ImageArgs,
-
-    /// A further local agent flag (repeatable; see `local-agent --help`).
-    #[arg(
-        long = "local-agent-arg",
-        value_name = "FLAG",
-        allow_hyphen_values = true
-    )]
-    pub local_agent_args: Vec<String>,
 
     #[command(flatten)]
     pub single_host: SingleHostArgs,
@@ -308,22 +298,11 @@ pub struct PeerArgs {
     )]
     pub provider_endpoint: Option<HostPort>,
 
-    /// Where offloaded pods reach the origin's API server (HOST:PORT; default: the origin
-    /// kubeconfig's server).
-    #[arg(long, value_name = "HOST:PORT")]
-    pub home_api_server: Option<HostPort>,
+    #[command(flatten)]
+    pub local_agent: LocalAgentArgs,
 
     #[command(flatten)]
     pub images: ImageArgs,
-
-    /// A further local agent flag, e.g. `--local-agent-arg=--remote-pod-remap=10.2.0.0/16=10.92.0.0/16`
-    /// (repeatable; see `local-agent --help`).
-    #[arg(
-        long = "local-agent-arg",
-        value_name = "FLAG",
-        allow_hyphen_values = true
-    )]
-    pub local_agent_args: Vec<String>,
 
     #[command(flatten)]
     pub single_host: SingleHostArgs,
@@ -436,6 +415,25 @@ pub struct TapArgs {
     /// Stop after this long (e.g. 30s; default: until interrupted).
     #[arg(long = "for", value_name = "DURATION", value_parser = refract_core::duration::parse)]
     pub duration: Option<Duration>,
+}
+
+/// How the origin's local agent of a peering runs, beyond what the peering decides.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LocalAgentArgs {
+    /// Where offloaded pods reach the origin's API server (HOST:PORT; default: the origin
+    /// kubeconfig's server).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub home_api_server: Option<HostPort>,
+
+    /// A further local agent flag, e.g. `--local-agent-arg=--remote-pod-remap=10.2.0.0/16=10.92.0.0/16`
+    /// (repeatable; see `local-agent --help`). One that deploy/ or refractctl already sets is
+    /// replaced; others are added as given.
+    #[arg(
+        long = "local-agent-arg",
+        value_name = "FLAG",
+        allow_hyphen_values = true
+    )]
+    pub local_agent_args: Vec<String>,
 }
 
 /// Where the agents' images are.

@@ -85,10 +85,14 @@ pub async fn complete(args: JoinCompleteArgs) -> anyhow::Result<()> {
         origin: bundle.origin.clone(),
         provider: bundle.provider.clone(),
         endpoint: bundle.endpoint.clone(),
-        home_api_server: args.home_api_server.clone().unwrap_or(origin_api.clone()),
+        home_api_server: args
+            .local_agent
+            .home_api_server
+            .clone()
+            .unwrap_or(origin_api.clone()),
         image: image(Agent::Local, &args.images)?,
         network: network_of(&args.single_host, origin_api),
-        local_args: args.local_agent_args.clone(),
+        local_args: args.local_agent.local_agent_args.clone(),
     };
     say(&format!(
         "origin {}: completing the peering with provider {} at {}",

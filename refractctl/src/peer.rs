@@ -131,10 +131,14 @@ fn plan_of(
         origin: args.origin_id.clone(),
         provider: args.provider_id.clone(),
         endpoint,
-        home_api_server: args.home_api_server.clone().unwrap_or(origin_api.clone()),
+        home_api_server: args
+            .local_agent
+            .home_api_server
+            .clone()
+            .unwrap_or(origin_api.clone()),
         image: image(Agent::Local, &args.images)?,
         network: network_of(&args.single_host, origin_api),
-        local_args: args.local_agent_args.clone(),
+        local_args: args.local_agent.local_agent_args.clone(),
     };
     Ok((origin, provider))
 }

@@ -1,6 +1,7 @@
 //! The peering's certificates as Secrets: CAs made once and kept in their cluster, leaves
 //! issued from them, and the checks that decide whether a leaf still fits.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use anyhow::{bail, Context};
@@ -32,8 +33,11 @@ pub struct TlsSecret {
     pub ca_pem: String,
 }
 
-/// Reads the TLS Secret `name` of refract-system, if it exists.
-pub async fn read(client: &kube::Client, name: &str) -> anyhow::Result<Option<TlsSecret>> {
+/// The fields of Secret `name` of refract-system, decoded (empty ones left out), if it exists.
+pub async fn read_fields(
+    client: &kube::Client,
+    name: &str,
+) -> anyhow::Result<Option<BTreeMap<String, String>>> {
     let api: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let Some(secret) = api
         .get_opt(name)
@@ -42,19 +46,31 @@ pub async fn read(client: &kube::Client, name: &str) -> anyhow::Result<Option<Tl
     else {
         return Ok(None);
     };
-    let data = secret.data.unwrap_or_default();
-    let field = |key: &str| {
-        data.get(key)
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    Ok(Some(
+        secret
+            .data
             .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .filter(|(_, v)| !v.is_empty())
+            .collect(),
+    ))
+}
+
+/// Reads the TLS Secret `name` of refract-system, if it exists.
+pub async fn read(client: &kube::Client, name: &str) -> anyhow::Result<Option<TlsSecret>> {
+    let Some(mut fields) = read_fields(client, name).await? else {
+        return Ok(None);
     };
-    if field("tls.crt").is_empty() || field("tls.key").is_empty() {
+    let mut take = |key: &str| fields.remove(key).unwrap_or_default();
+    let (cert_pem, key_pem, ca_pem) = (take("tls.crt"), take("tls.key"), take("ca.crt"));
+    if cert_pem.is_empty() || key_pem.is_empty() {
         bail!("Secret {NAMESPACE}/{name} has no tls.crt or tls.key");
     }
     Ok(Some(TlsSecret {
-        cert_pem: field("tls.crt"),
-        key_pem: field("tls.key"),
-        ca_pem: field("ca.crt"),
+        cert_pem,
+        key_pem,
+        ca_pem,
     }))
 }
 

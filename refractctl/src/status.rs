@@ -106,6 +106,9 @@ async fn peering_report(origin: &kube::Client, p: &Peering) -> PeeringReport {
     }
 }
 
+/// How many connections `status` opens to find the remote agent replica serving the tenant.
+const CONNECTIONS_TO_FIND_THE_SERVING_REPLICA: usize = 12;
+
 /// The tenant as the provider sees it, and its latest refused objects.
 async fn link(origin: &kube::Client, p: &Peering) -> Link {
     let unknown = |reason: String| Link {
@@ -116,29 +119,39 @@ async fn link(origin: &kube::Client, p: &Peering) -> Link {
     let Some(origin_id) = p.origin.clone() else {
         return unknown("unknown: the local agent has no --cluster-id".into());
     };
-    let mut inspect = match p.inspect(origin, peering::Calls::Bounded).await {
-        Ok(i) => i,
-        Err(e) => return unknown(format!("provider not reachable from here: {e:#}")),
-    };
-    let tenant = match inspect.list_tenants(ListTenantsRequest {}).await {
-        Ok(r) => r
-            .into_inner()
-            .tenants
-            .into_iter()
-            .find(|t| t.cluster_id == origin_id.as_str()),
-        Err(e) => {
-            return unknown(format!(
-                "Inspect refused: {} {}",
-                e.code(),
-                crate::display::printable(e.message())
-            ))
+    // Inspect shows a tenant only at the remote agent replica serving it, and the provider's
+    // Service balances each connection to one replica: ask on new connections until one
+    // serves the tenant (two replicas all missed twelve times: one chance in 4,096).
+    let mut answered = None;
+    for _ in 0..CONNECTIONS_TO_FIND_THE_SERVING_REPLICA {
+        let mut inspect = match p.inspect(origin, peering::Calls::Bounded).await {
+            Ok(i) => i,
+            Err(e) => return unknown(format!("provider not reachable from here: {e:#}")),
+        };
+        let tenant = match inspect.list_tenants(ListTenantsRequest {}).await {
+            Ok(r) => r
+                .into_inner()
+                .tenants
+                .into_iter()
+                .find(|t| t.cluster_id == origin_id.as_str()),
+            Err(e) => {
+                return unknown(format!(
+                    "Inspect refused: {} {}",
+                    e.code(),
+                    crate::display::printable(e.message())
+                ))
+            }
+        };
+        if let Some(t) = tenant {
+            answered = Some((inspect, t));
+            break;
         }
-    };
-    let Some(t) = tenant else {
+    }
+    let Some((mut inspect, t)) = answered else {
         return Link {
             state: LinkState::NeverConnected,
             reason: Some(format!(
-                "the provider does not know tenant {origin_id} (never connected)"
+                "no remote agent replica reached in {CONNECTIONS_TO_FIND_THE_SERVING_REPLICA} connections knows tenant {origin_id}: it never connected (with several replicas, Inspect shows a tenant only at the one serving it)"
             )),
             tenant: None,
         };

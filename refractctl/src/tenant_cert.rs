@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use base64::Engine;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use refract_certs::request as csr;
 use refract_core::keys::PEERING_LABEL;
@@ -183,22 +182,13 @@ async fn pending(
     origin: &kube::Client,
     provider: &ClusterId,
 ) -> anyhow::Result<Option<(String, String)>> {
-    let name = plan::local_request_secret(provider);
-    let secrets: Api<Secret> = Api::namespaced(origin.clone(), NAMESPACE);
-    let Some(secret) = secrets
-        .get_opt(&name)
-        .await
-        .with_context(|| format!("failed to read Secret {NAMESPACE}/{name}"))?
+    let Some(mut fields) = pki::read_fields(origin, &plan::local_request_secret(provider)).await?
     else {
         return Ok(None);
     };
-    let data = secret.data.unwrap_or_default();
-    let field = |key: &str| {
-        data.get(key)
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-            .filter(|v| !v.is_empty())
-    };
-    Ok(field(REQUEST_FIELD).zip(field(KEY_FIELD)))
+    let mut field = |key: &str| fields.remove(key);
+    let request = field(REQUEST_FIELD);
+    Ok(request.zip(field(KEY_FIELD)))
 }
 
 /// The CertificateSigningRequest `request_pem` as an object for the provider (`kubectl apply
