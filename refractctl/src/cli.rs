@@ -121,6 +121,9 @@ pub struct InstallProviderArgs {
     /// How long to wait for the remote agent to become available.
     #[arg(long, default_value = "5m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
+
+    #[command(flatten)]
+    pub dry_run: DryRunArgs,
 }
 
 /// `refractctl join`.
@@ -178,6 +181,9 @@ pub struct JoinCompleteArgs {
     /// How long to wait for the local agent, the connection and the virtual node.
     #[arg(long, default_value = "5m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
+
+    #[command(flatten)]
+    pub dry_run: DryRunArgs,
 }
 
 /// `refractctl tenant`.
@@ -483,4 +489,33 @@ pub struct SingleHostArgs {
     /// --single-host: the virtual node's kubelet API port.
     #[arg(long, default_value_t = 20250, requires = "single_host")]
     pub kubelet_port: u16,
+}
+
+/// `--dry-run=client`: what a command that installs would apply, printed, nothing changed.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DryRunArgs {
+    /// `client`: print the objects this would apply and change nothing (no cluster is
+    /// written; the certificate Secrets are left out, as their contents are made or kept when
+    /// applied, and the webhook's caBundle is empty).
+    #[arg(long, value_enum, value_name = "client")]
+    pub dry_run: Option<DryRun>,
+
+    /// With --dry-run: print the objects as YAML documents or a JSON list (default: one line
+    /// per object).
+    #[arg(short = 'o', long, value_enum, requires = "dry_run")]
+    pub output: Option<ManifestOutput>,
+}
+
+/// `--dry-run`'s one mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DryRun {
+    /// Computed here, without asking the cluster.
+    Client,
+}
+
+/// How `--dry-run` prints objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ManifestOutput {
+    Yaml,
+    Json,
 }

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::apply;
 use crate::cli::{ImageArgs, InstallProviderArgs, SingleHostArgs};
+use crate::dry_run;
 use crate::manifests::{Agent, NAMESPACE};
 use crate::peering::connect_cluster;
 use crate::pki;
@@ -39,6 +40,9 @@ pub async fn run_provider(args: InstallProviderArgs) -> anyhow::Result<()> {
         network: network_of(&args.single_host, api),
         remote_args: args.remote_agent_args.clone(),
     };
+    if dry_run::asked(&args.dry_run) {
+        return dry_run::print(&plan.objects(), &args.dry_run);
+    }
     provider_half(
         &provider,
         &plan,

@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use refract_certs::output::write_atomic;
 
 use crate::cli::{JoinCompleteArgs, JoinRequestArgs};
+use crate::dry_run;
 use crate::install::{self, image, network_of};
 use crate::manifests::Agent;
 use crate::peering::{self, connect_cluster};
@@ -80,7 +81,6 @@ pub async fn complete(args: JoinCompleteArgs) -> anyhow::Result<()> {
         "origin",
     )
     .await?;
-    peering::refuse_another_origin(&origin, &bundle.provider, &bundle.origin, &say).await?;
     let plan = OriginPlan {
         origin: bundle.origin.clone(),
         provider: bundle.provider.clone(),
@@ -94,6 +94,10 @@ pub async fn complete(args: JoinCompleteArgs) -> anyhow::Result<()> {
         network: network_of(&args.single_host, origin_api),
         local_args: args.local_agent.local_agent_args.clone(),
     };
+    if dry_run::asked(&args.dry_run) {
+        return dry_run::print(&plan.objects(""), &args.dry_run);
+    }
+    peering::refuse_another_origin(&origin, &plan.provider, &plan.origin, &say).await?;
     say(&format!(
         "origin {}: completing the peering with provider {} at {}",
         plan.origin, plan.provider, plan.endpoint

@@ -3,6 +3,7 @@
 mod apply;
 mod cli;
 mod display;
+mod dry_run;
 mod install;
 mod join;
 mod manifests;

@@ -14,6 +14,8 @@
     reason = "a test fails by panicking"
 )]
 use std::process::Output;
+
+use serde::Deserialize;
 use std::time::{Duration, Instant};
 
 use refract_e2e::{bin, busybox, eventually, free_port, kubectl, kubectl_get, kubectl_stdin, run};
@@ -163,6 +165,42 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         refract_testkit::registry::Registry::shared()
             .expect("the image registry")
             .address
+    );
+
+    // --dry-run=client prints what would be applied and writes nothing.
+    let printed = ok(&refractctl(&[
+        "install",
+        "provider",
+        "--provider-kubeconfig",
+        &pkc,
+        "--provider-id",
+        "provider",
+        "--registry",
+        &registry,
+        "--single-host",
+        "--grpc-port",
+        &ports[0],
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]));
+    let kinds: Vec<String> = serde_yaml_ng::Deserializer::from_str(&printed)
+        .map(|doc| {
+            let object = serde_json::Value::deserialize(doc).expect("a YAML document");
+            format!(
+                "{} {}",
+                object["kind"].as_str().unwrap(),
+                object["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        kinds.contains(&"Deployment refract-remote-agent".to_string()),
+        "{kinds:?}"
+    );
+    assert!(
+        kubectl_get(&provider, &["namespace", "refract-system", "-o", "name"]).is_none(),
+        "a dry run wrote to the provider"
     );
 
     // peer: everything installed, certificates minted, both agents in-cluster, node Ready.
@@ -971,7 +1009,37 @@ fn peer_by_two_admins(
     assert!(bundle.contains("kind: PeeringBundle"), "{bundle}");
     assert!(!bundle.contains("PRIVATE KEY"), "the bundle holds a key");
 
-    // The origin's admin completes it.
+    // The origin's admin looks at what it would install, then completes it.
+    let dry = ok(&refractctl(&[
+        "join",
+        "complete",
+        "--origin-kubeconfig",
+        &okc,
+        "--bundle",
+        &bundle_file,
+        "--registry",
+        registry,
+        "--dry-run=client",
+    ]));
+    assert!(
+        dry.contains("Deployment refract-system/refract-local-agent-provider (dry run)"),
+        "{dry}"
+    );
+    assert!(
+        kubectl_get(
+            origin,
+            &[
+                "-n",
+                "refract-system",
+                "deployment",
+                "refract-local-agent-provider",
+                "-o",
+                "name"
+            ]
+        )
+        .is_none(),
+        "a dry run wrote to the origin"
+    );
     let join_complete = [
         &[
             "join",
