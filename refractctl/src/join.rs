@@ -37,8 +37,7 @@ pub async fn request(args: JoinRequestArgs) -> anyhow::Result<()> {
     install::origin_namespace_if_missing(&origin, &say).await?;
     let request =
         tenant_cert::request(&origin, &args.provider_id, &args.origin_id, false, &say).await?;
-    let manifest =
-        serde_yaml_ng::to_string(&tenant_cert::request_manifest(&args.origin_id, &request))?;
+    let manifest = refract_certs::output::csr_manifest(&args.origin_id, &request);
     let (file, apply) = match &args.out {
         Some(path) => {
             write_atomic(path, manifest.as_bytes(), 0o644)

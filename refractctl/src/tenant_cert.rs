@@ -73,9 +73,13 @@ pub const BUNDLE_KIND: &str = "PeeringBundle";
 /// A bundle's fields, checked.
 #[derive(Debug, Clone)]
 pub struct CheckedBundle {
+    /// The provider's cluster id.
     pub provider: ClusterId,
+    /// The tenant's cluster id.
     pub origin: ClusterId,
+    /// Where the local agent dials the remote agent.
     pub endpoint: crate::plan::HostPort,
+    /// The certificate and its CA, checked against the kept key by [`complete`].
     pub signed: Signed,
 }
 
@@ -191,12 +195,6 @@ async fn pending(
     Ok(request.zip(field(KEY_FIELD)))
 }
 
-/// The CertificateSigningRequest `request_pem` as an object for the provider (`kubectl apply
-/// -f` takes it as it is).
-pub fn request_manifest(tenant: &ClusterId, request_pem: &str) -> serde_json::Value {
-    csr::request_object(tenant, request_pem)
-}
-
 /// Step 2, in the provider: `request_pem` as a CertificateSigningRequest (one already there
 /// for another request of this tenant is replaced), approved here or awaited, then the
 /// certificate the remote agent signed, recorded as the tenant's.
@@ -227,7 +225,7 @@ pub async fn sign(
             ));
         }
         let object: CertificateSigningRequest =
-            serde_json::from_value(request_manifest(tenant, request_pem))?;
+            serde_json::from_value(csr::request_object(tenant, request_pem))?;
         csrs.create(&PostParams::default(), &object)
             .await
             .with_context(|| format!("failed to create CertificateSigningRequest {name}"))?;
