@@ -304,21 +304,34 @@ async fn signed_certificate(
             }
         }
         let approved = has_condition(&current, "Approved");
-        let waiting_for = if approved {
-            format!(
-                "the remote agent to sign it (the replica that leads signs requests of signer {} with the CA in Secret {NAMESPACE}/{}; is it running, with --tenant-ca-secret?)",
-                csr::TENANT_SIGNER,
-                plan::PROVIDER_CA_SECRET
+        let (waiting_for, if_it_lasts) = if approved {
+            (
+                "the remote agent to sign it".to_string(),
+                format!(
+                    "the replica that leads signs requests of signer {} with the CA in Secret {NAMESPACE}/{}: is the remote agent running, with --tenant-ca-secret naming that Secret? Its log says why it did not sign",
+                    csr::TENANT_SIGNER,
+                    plan::PROVIDER_CA_SECRET
+                ),
             )
         } else {
-            format!("an admin of the provider to approve it: kubectl certificate approve {name}")
+            (
+                "an admin of the provider to approve it".to_string(),
+                format!("kubectl certificate approve {name}"),
+            )
         };
         if Instant::now() >= deadline {
-            bail!("CertificateSigningRequest {name} still waits for {waiting_for}");
+            bail!("CertificateSigningRequest {name} still waits for {waiting_for}: {if_it_lasts}");
         }
         if told != waiting_for {
+            // The command an admin runs is worth saying at once; the diagnosis of a signer
+            // that does not sign only if it lasts.
+            let hint = if approved {
+                String::new()
+            } else {
+                format!(": {if_it_lasts}")
+            };
             say(&format!(
-                "CertificateSigningRequest {name}: waiting for {waiting_for}"
+                "CertificateSigningRequest {name}: waiting for {waiting_for}{hint}"
             ));
             told = waiting_for;
         }
