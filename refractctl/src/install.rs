@@ -74,6 +74,14 @@ pub async fn provider_half(
     let mut provider_objects = plan.objects();
     apply_namespace(provider, &mut provider_objects, say).await?;
     if let Some(args) = running_remote_agent_args(provider).await? {
+        // Every tenant's local agent checks the remote agent's identity: changing it (and its
+        // serving certificate) would cut them all off.
+        if let Some(serving) = plan.other_identity_running(&args) {
+            bail!(
+                "the remote agent here serves as provider {serving}, not {}: run this with --provider-id {serving} (a provider has one identity for all its tenants)",
+                plan.provider
+            );
+        }
         match running {
             RunningRemoteAgent::LeaveAsItIs => {
                 provider_objects.retain(|o| {

@@ -303,6 +303,16 @@ impl ProviderPlan {
         objects
     }
 
+    /// The identity a running remote agent with `running_args` serves as, when it is not
+    /// this plan's provider.
+    pub fn other_identity_running(&self, running_args: &[String]) -> Option<String> {
+        running_args
+            .iter()
+            .find_map(|a| a.strip_prefix("--cluster-id="))
+            .filter(|id| *id != self.provider.as_str())
+            .map(str::to_string)
+    }
+
     /// Keeps in the remote agent's Deployment of `objects` the flags of `running_args` (the
     /// running agent's) that it does not set itself: an admin added them by hand (`--policy`,
     /// `--tenant-deny-list`), and `install provider` owns only its own. Returns those kept.
@@ -474,6 +484,15 @@ mod tests {
             "--tenant-deny-list=serial:02".to_string(),
             "--max-orphan-share=20".to_string(),
         ];
+        let plan = provider_plan(Network::Pods);
+        assert_eq!(
+            plan.other_identity_running(&running).as_deref(),
+            Some("old-name")
+        );
+        assert_eq!(
+            plan.other_identity_running(&["--cluster-id=provider".to_string()]),
+            None
+        );
         let kept = ProviderPlan::keep_hand_added_flags(&mut objects, &running);
         assert_eq!(kept, running[1..4]);
         let a = args(&objects, REMOTE_NAME);

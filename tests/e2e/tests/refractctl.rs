@@ -946,6 +946,30 @@ fn peer_by_two_admins(
         "install provider changed the running remote agent"
     );
 
+    // Another provider id would change the identity every tenant checks: refused.
+    let renamed = refractctl(&[
+        "install",
+        "provider",
+        "--provider-kubeconfig",
+        &pkc,
+        "--provider-id",
+        "elsewhere",
+        "--registry",
+        registry,
+        "--single-host",
+        "--grpc-port",
+        &ports[0],
+    ]);
+    assert!(
+        !renamed.status.success(),
+        "install provider renamed the provider"
+    );
+    assert!(
+        String::from_utf8_lossy(&renamed.stderr)
+            .contains("the remote agent here serves as provider provider, not elsewhere"),
+        "install provider did not say why it refused"
+    );
+
     // The origin's admin: a key kept in the origin, a request for the provider's admin.
     let join_request = [
         "join",
