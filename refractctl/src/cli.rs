@@ -386,8 +386,9 @@ pub struct RotateArgs {
     pub origin: OriginArgs,
 
     /// Kubeconfig of the provider, where the new certificate's request is approved and its
-    /// remote agent signs it. Without it, two admins rotate as they peered: `join request`,
-    /// the provider's `kubectl certificate approve` and `tenant export`, then `join complete`.
+    /// remote agent signs it. Two admins who do not share kubeconfigs rotate as they peered
+    /// instead: `join request`, the provider's `kubectl certificate approve` and `tenant
+    /// export`, then `join complete`.
     #[arg(long, value_name = "FILE")]
     pub provider_kubeconfig: PathBuf,
 
