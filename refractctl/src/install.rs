@@ -12,7 +12,7 @@ use refract_shared::tls::ClusterId;
 use serde_json::Value;
 
 use crate::apply;
-use crate::cli::{ImageArgs, InstallProviderArgs, SingleHostArgs};
+use crate::cli::{ImageArgs, InstallProviderArgs, LocalAgentArgs, SingleHostArgs};
 use crate::dry_run;
 use crate::manifests::{Agent, NAMESPACE};
 use crate::peering::connect_cluster;
@@ -206,7 +206,9 @@ pub enum RunningRemoteAgent {
 }
 
 /// The running remote agent's flags, if its Deployment exists.
-async fn running_remote_agent_args(provider: &kube::Client) -> anyhow::Result<Option<Vec<String>>> {
+pub async fn running_remote_agent_args(
+    provider: &kube::Client,
+) -> anyhow::Result<Option<Vec<String>>> {
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(provider.clone(), NAMESPACE);
     let Some(deployment) = deployments
@@ -224,6 +226,31 @@ async fn running_remote_agent_args(provider: &kube::Client) -> anyhow::Result<Op
             .and_then(|c| c.args)
             .unwrap_or_default(),
     ))
+}
+
+/// The origin's half of the peering of `origin` with `provider` at `endpoint`, from the
+/// flags `peer` and `join complete` share; `origin_api` is the origin's API server as its
+/// kubeconfig names it.
+pub fn origin_plan(
+    origin: ClusterId,
+    provider: ClusterId,
+    endpoint: HostPort,
+    origin_api: HostPort,
+    flags: (&LocalAgentArgs, &ImageArgs, &SingleHostArgs),
+) -> anyhow::Result<OriginPlan> {
+    let (local_agent, images, single_host) = flags;
+    Ok(OriginPlan {
+        origin,
+        provider,
+        endpoint,
+        home_api_server: local_agent
+            .home_api_server
+            .clone()
+            .unwrap_or(origin_api.clone()),
+        image: image(Agent::Local, images)?,
+        network: network_of(single_host, origin_api),
+        local_args: local_agent.local_agent_args.clone(),
+    })
 }
 
 /// The network of one cluster's half, whose API server the kubeconfig names `api`.

@@ -9,10 +9,9 @@ use refract_certs::output::write_atomic;
 
 use crate::cli::{JoinCompleteArgs, JoinRequestArgs};
 use crate::dry_run;
-use crate::install::{self, image, network_of};
-use crate::manifests::Agent;
+use crate::install;
 use crate::peering::{self, connect_cluster};
-use crate::plan::{self, OriginPlan};
+use crate::plan;
 use crate::ready;
 use crate::tenant_cert::{self, Bundle};
 
@@ -80,19 +79,13 @@ pub async fn complete(args: JoinCompleteArgs) -> anyhow::Result<()> {
         "origin",
     )
     .await?;
-    let plan = OriginPlan {
-        origin: bundle.origin.clone(),
-        provider: bundle.provider.clone(),
-        endpoint: bundle.endpoint.clone(),
-        home_api_server: args
-            .local_agent
-            .home_api_server
-            .clone()
-            .unwrap_or(origin_api.clone()),
-        image: image(Agent::Local, &args.images)?,
-        network: network_of(&args.single_host, origin_api),
-        local_args: args.local_agent.local_agent_args.clone(),
-    };
+    let plan = install::origin_plan(
+        bundle.origin.clone(),
+        bundle.provider.clone(),
+        bundle.endpoint.clone(),
+        origin_api,
+        (&args.local_agent, &args.images, &args.single_host),
+    )?;
     if dry_run::asked(&args.dry_run) {
         return dry_run::print(&plan.objects(""), &args.dry_run);
     }

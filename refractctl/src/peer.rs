@@ -127,18 +127,12 @@ fn plan_of(
         // The remote agent's own flags are `install provider`'s; peer never changes them.
         remote_args: Vec::new(),
     };
-    let origin = OriginPlan {
-        origin: args.origin_id.clone(),
-        provider: args.provider_id.clone(),
+    let origin = install::origin_plan(
+        args.origin_id.clone(),
+        args.provider_id.clone(),
         endpoint,
-        home_api_server: args
-            .local_agent
-            .home_api_server
-            .clone()
-            .unwrap_or(origin_api.clone()),
-        image: image(Agent::Local, &args.images)?,
-        network: network_of(&args.single_host, origin_api),
-        local_args: args.local_agent.local_agent_args.clone(),
-    };
+        origin_api,
+        (&args.local_agent, &args.images, &args.single_host),
+    )?;
     Ok((origin, provider))
 }

@@ -53,6 +53,11 @@ pub fn kubelet_tls_secret(provider: &ClusterId) -> String {
     format!("{LOCAL_BASE_NAME}-{provider}-kubelet-tls")
 }
 
+/// The provider identity a remote agent with `args` serves as (its `--cluster-id`).
+pub fn serving_identity(args: &[String]) -> Option<&str> {
+    args.iter().find_map(|a| a.strip_prefix("--cluster-id="))
+}
+
 /// The provider's record of one tenant: the certificate it was given, for status and rotation.
 pub fn tenant_record(origin: &ClusterId) -> String {
     format!("refract-tenant-{origin}")
@@ -306,9 +311,7 @@ impl ProviderPlan {
     /// The identity a running remote agent with `running_args` serves as, when it is not
     /// this plan's provider.
     pub fn other_identity_running(&self, running_args: &[String]) -> Option<String> {
-        running_args
-            .iter()
-            .find_map(|a| a.strip_prefix("--cluster-id="))
+        serving_identity(running_args)
             .filter(|id| *id != self.provider.as_str())
             .map(str::to_string)
     }

@@ -4,7 +4,6 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::Api;
 use refract_certs::output::write_atomic;
@@ -13,6 +12,7 @@ use refract_certs::request as csr;
 use refract_shared::tls::ClusterId;
 
 use crate::cli::TenantExportArgs;
+use crate::install;
 use crate::manifests::NAMESPACE;
 use crate::peering::connect_cluster;
 use crate::plan;
@@ -97,26 +97,13 @@ pub async fn export(args: TenantExportArgs) -> anyhow::Result<()> {
 /// The provider's remote agent exists and serves as `provider`: a bundle naming another
 /// provider id would give the origin an agent that refuses the peer it reaches.
 async fn remote_agent_is(provider: &kube::Client, provider_id: &ClusterId) -> anyhow::Result<()> {
-    let deployments: Api<Deployment> = Api::namespaced(provider.clone(), NAMESPACE);
-    let Some(agent) = deployments
-        .get_opt(plan::REMOTE_NAME)
-        .await
-        .context("failed to read the remote agent's Deployment")?
-    else {
+    let Some(args) = install::running_remote_agent_args(provider).await? else {
         bail!(
             "the provider has no remote agent (Deployment {NAMESPACE}/{}): run `refractctl install provider` first",
             plan::REMOTE_NAME
         );
     };
-    let serves = agent
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|s| s.containers.into_iter().next())
-        .and_then(|c| c.args)
-        .unwrap_or_default()
-        .into_iter()
-        .find_map(|a| a.strip_prefix("--cluster-id=").map(str::to_string));
-    match serves {
+    match plan::serving_identity(&args) {
         Some(id) if id == provider_id.as_str() => Ok(()),
         Some(id) => bail!("the remote agent here serves as provider {id}, not {provider_id}"),
         None => {

@@ -216,18 +216,10 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         "provider",
         "--registry",
         &registry,
-        "--single-host",
-        "--grpc-port",
-        &ports[0],
-        "--remote-admin-port",
-        &ports[1],
-        "--webhook-port",
-        &ports[2],
-        "--local-admin-port",
-        &ports[3],
-        "--kubelet-port",
-        &ports[4],
-    ];
+    ]
+    .into_iter()
+    .chain(single_host_args(&ports))
+    .collect();
     let started = Instant::now();
     let peered = ok(&refractctl(
         &[peer.as_slice(), &["--timeout", "4m"]].concat(),
@@ -858,6 +850,24 @@ data: {greeting: hello}
     nothing_left_on_provider(&provider, "after the forced unpeer with its kubeconfig");
 }
 
+/// `--single-host` with the five ports the test chose, as `peer`, `install provider` and
+/// `join complete` take it.
+fn single_host_args(ports: &[String]) -> Vec<&str> {
+    vec![
+        "--single-host",
+        "--grpc-port",
+        &ports[0],
+        "--remote-admin-port",
+        &ports[1],
+        "--webhook-port",
+        &ports[2],
+        "--local-admin-port",
+        &ports[3],
+        "--kubelet-port",
+        &ports[4],
+    ]
+}
+
 /// The peering made by two admins: `install provider` (which leaves the shared remote agent,
 /// `remote_agent_before`, as it is), `join request`, the provider's `kubectl apply` and
 /// `kubectl certificate approve`, `tenant export`, then `join complete`.
@@ -874,19 +884,7 @@ fn peer_by_two_admins(
     let csr_file = dir.path().join("origin.csr.yaml").display().to_string();
     let bundle_file = dir.path().join("origin.bundle.yaml").display().to_string();
     let endpoint = format!("127.0.0.1:{}", ports[0]);
-    let single_host = [
-        "--single-host",
-        "--grpc-port",
-        &ports[0],
-        "--remote-admin-port",
-        &ports[1],
-        "--webhook-port",
-        &ports[2],
-        "--local-admin-port",
-        &ports[3],
-        "--kubelet-port",
-        &ports[4],
-    ];
+    let single_host = single_host_args(ports);
 
     // The provider's admin, once per provider (here: again, as for an upgrade).
     let generation = || {
