@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Refract demo: two real Kubernetes control planes on this machine (origin and provider),
-# certificates for the peering, the agent pair connected over mutual TLS, and what an operator
-# sees with grpcurl. Installs or builds what is missing first (cached).
+# each with a real node, the agents' images pushed to a registry on loopback, the peering made
+# with `refractctl peer` as a user makes it (both agents run as pods pulled from that registry),
+# and what an operator sees with refractctl, kubectl and grpcurl. Installs or builds what is
+# missing first (cached).
 #
 # Everything listens on 127.0.0.1. Files live in .demo/. Ctrl-C stops it all (when run
 # without a terminal, it stops by itself after showing the results).
@@ -33,84 +35,46 @@ BUSYBOX=$(awk '$1 == "busybox" {print $2}' target/images/images.txt)
 
 rm -rf "$DEMO" && mkdir -p "$DEMO"
 
-say "Starting two control planes: origin and provider (etcd + kube-apiserver + scheduler + controller-manager), the provider with a real node (containerd + kubelet)"
+say "Starting two control planes: origin and provider (etcd + kube-apiserver + scheduler + controller-manager), each with a real node (containerd + kubelet), and an image registry on 127.0.0.1 that the nodes pull the agents from (the images are built with buildah and pushed first)"
 "$B/testkit" up --dir "$DEMO/clusters" --cluster origin --cluster provider --controllers \
-  --node provider=10.200.0.0/16 >"$DEMO/testkit.out" 2>"$DEMO/testkit.log" &
+  --node origin=10.100.0.0/16 --node provider=10.200.0.0/16 --agent-images \
+  >"$DEMO/testkit.out" 2>"$DEMO/testkit.log" &
 pids+=($!)
-for _ in $(seq 240); do grep -q ready "$DEMO/testkit.out" 2>/dev/null && break; sleep 1; done
+for _ in $(seq 900); do grep -q ready "$DEMO/testkit.out" 2>/dev/null && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 1; done
 grep -q ready "$DEMO/testkit.out" || { cat "$DEMO/testkit.log"; echo "control planes did not start" >&2; exit 1; }
 ORIGIN=$DEMO/clusters/origin/kubeconfig
 PROVIDER=$DEMO/clusters/provider/kubeconfig
+REGISTRY=$(awk '$1 == "registry" {print $2}' "$DEMO/testkit.out")
 grep -E '^(origin|provider):' "$DEMO/testkit.log" | sed 's/\x1b\[[0-9;]*m//g' >&2 || true
-
-say "Minting the peering's certificates with refract-certs"
-run "$B/refract-certs" ca --out "$DEMO/certs/ca"
-run "$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id provider --role server --ip 127.0.0.1 --dns localhost --out "$DEMO/certs/remote-agent" >/dev/null
-run "$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin --role client --out "$DEMO/certs/local-agent"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-WEBHOOK_PORT=$(free_port)
-"$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin-webhook --role server --ip 127.0.0.1 --out "$DEMO/certs/webhook" >/dev/null 2>&1
-# The virtual node's kubelet API (logs, exec, port-forward, stats), served where the origin's
-# API server calls it; it trusts that API server's kubelet client certificate (the origin's CA).
-KUBELET_PORT=$(free_port)
-"$B/refract-certs" issue --ca-dir "$DEMO/certs/ca" --cluster-id origin-kubelet --role server --ip 127.0.0.1 --out "$DEMO/certs/kubelet" >/dev/null 2>&1
-
-say "Installing the CRDs (NamespaceOffloading in the origin, ShadowPod in the provider), the provider's refract-system namespace and the role each tenant is bound to in its own namespaces; the provider's node:"
-run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/namespaceoffloading-crd.yaml
-run kubectl --kubeconfig "$PROVIDER" apply -f deploy/remote-agent/shadowpod-crd.yaml \
-  -f deploy/remote-agent/namespace.yaml -f deploy/remote-agent/tenant-role.yaml
-run kubectl --kubeconfig "$PROVIDER" get nodes -o wide
+echo "agents' images: $REGISTRY/local-agent, $REGISTRY/remote-agent" >&2
 # The provider's storage: a stand-in provisioner whose volumes are folders the kubelet creates.
 "$B/testkit" fake-provisioner --kubeconfig "$PROVIDER" >"$DEMO/fake-provisioner.log" 2>&1 &
 pids+=($!)
 
-say "Starting remote-agent in the provider cluster (gRPC on 127.0.0.1:$PORT)"
-"$B/remote-agent" --listen "127.0.0.1:$PORT" \
-  --tls-cert "$DEMO/certs/remote-agent/tls.crt" --tls-key "$DEMO/certs/remote-agent/tls.key" \
-  --client-ca "$DEMO/certs/remote-agent/ca.crt" --cluster-id provider \
-  --kubeconfig "$PROVIDER" --admin-listen 127.0.0.1:0 \
-  --node-label topology.kubernetes.io/region=demo-provider >"$DEMO/remote-agent.log" 2>&1 &
-pids+=($!)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+say "Peering the two clusters with refractctl, as a user does: the provider's half (the remote agent, the peering CA), the tenant's key made in the origin and its CertificateSigningRequest approved in the provider, then the origin's half (the local agent, the webhook, the virtual node). Both clusters run on this machine, so the agents use host networking (--single-host)"
+run "$B/refractctl" peer --origin-kubeconfig "$ORIGIN" --provider-kubeconfig "$PROVIDER" \
+  --origin-id origin --provider-id provider --registry "$REGISTRY" \
+  --single-host --grpc-port "$PORT" --remote-admin-port "$(free_port)" --webhook-port "$(free_port)" \
+  --local-admin-port "$(free_port)" --kubelet-port "$(free_port)" \
+  --local-agent-arg=--remote-pod-remap=10.200.0.0/16=10.71.0.0/16 \
+  --local-agent-arg=--remote-real-storage-class-name=standard
+say "The peering, as refractctl reports it"
+run "$B/refractctl" status --origin-kubeconfig "$ORIGIN"
+run "$B/refractctl" version --origin-kubeconfig "$ORIGIN"
+run kubectl --kubeconfig "$ORIGIN" -n refract-system get deployments,pods -o wide
+run kubectl --kubeconfig "$PROVIDER" -n refract-system get deployments,pods -o wide
 
-say "Starting local-agent in the origin cluster"
-ORIGIN_SERVER=$(kubectl --kubeconfig "$ORIGIN" config view -o jsonpath='{.clusters[0].cluster.server}')
-ORIGIN_PORT=${ORIGIN_SERVER##*:}
-"$B/local-agent" --remote "127.0.0.1:$PORT" \
-  --remote-real-storage-class-name standard \
-  --home-api-server-host 127.0.0.1 --home-api-server-port "$ORIGIN_PORT" \
-  --tls-cert "$DEMO/certs/local-agent/tls.crt" --tls-key "$DEMO/certs/local-agent/tls.key" \
-  --server-ca "$DEMO/certs/local-agent/ca.crt" --cluster-id origin --remote-cluster-id provider \
-  --kubeconfig "$ORIGIN" --admin-listen 127.0.0.1:0 \
-  --node-ip 127.0.0.1 --remote-pod-remap 10.200.0.0/16=10.71.0.0/16 \
-  --kubelet-listen "127.0.0.1:$KUBELET_PORT" --kubelet-cert "$DEMO/certs/kubelet/tls.crt" \
-  --kubelet-key "$DEMO/certs/kubelet/tls.key" --kubelet-client-ca "$DEMO/clusters/origin/ca.crt" \
-  --webhook-listen "127.0.0.1:$WEBHOOK_PORT" --webhook-cert "$DEMO/certs/webhook/tls.crt" \
-  --webhook-key "$DEMO/certs/webhook/tls.key" >"$DEMO/local-agent.log" 2>&1 &
-pids+=($!)
-kubectl --kubeconfig "$ORIGIN" apply -f - >/dev/null <<YAML
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: refract-local-agent}
-webhooks:
-- name: pods.offloading.refract.io
-  admissionReviewVersions: [v1]
-  sideEffects: None
-  failurePolicy: Fail
-  namespaceSelector: {matchLabels: {liqo.io/scheduling-enabled: "true"}}
-  clientConfig: {url: "https://127.0.0.1:$WEBHOOK_PORT/mutate-pods", caBundle: $(base64 -w0 "$DEMO/certs/ca/ca.crt")}
-  rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
-- name: namespaceoffloadings.offloading.refract.io
-  admissionReviewVersions: [v1]
-  sideEffects: NoneOnDryRun
-  failurePolicy: Ignore
-  clientConfig: {url: "https://127.0.0.1:$WEBHOOK_PORT/gate-namespace", caBundle: $(base64 -w0 "$DEMO/certs/ca/ca.crt")}
-  rules: [{operations: [CREATE, UPDATE], apiGroups: [offloading.refract.io], apiVersions: [v1alpha1], resources: [namespaceoffloadings]}]
-YAML
-
-GFLAGS=(-cacert "$DEMO/certs/ca/ca.crt" -cert "$DEMO/certs/local-agent/tls.crt" -key "$DEMO/certs/local-agent/tls.key")
+# grpcurl with the origin's client certificate, as an operator inspects the link; refractctl
+# put it in the origin's Secret (the key was made there and never left).
+mkdir -p "$DEMO/certs/local-agent"
+for f in tls.crt tls.key ca.crt; do
+  kubectl --kubeconfig "$ORIGIN" -n refract-system get secret refract-local-agent-provider-tls \
+    -o "go-template={{index .data \"$f\" | base64decode}}" >"$DEMO/certs/local-agent/$f"
+done
+GFLAGS=(-cacert "$DEMO/certs/local-agent/ca.crt" -cert "$DEMO/certs/local-agent/tls.crt" -key "$DEMO/certs/local-agent/tls.key")
 G=(grpcurl "${GFLAGS[@]}" "127.0.0.1:$PORT")
-for _ in $(seq 30); do "${G[@]}" refract.v1.Inspect/ListTenants 2>/dev/null | grep -q '"connected": true' && break; sleep 1; done
 
 say "What the remote agent serves (grpcurl with the origin's client certificate)"
 run "${G[@]}" list
@@ -121,11 +85,12 @@ run "${G[@]}" grpc.health.v1.Health/Check
 say "A client certificate from another CA is refused"
 "$B/refract-certs" ca --out "$DEMO/certs/other-ca" 2>/dev/null
 "$B/refract-certs" issue --ca-dir "$DEMO/certs/other-ca" --cluster-id origin --role client --out "$DEMO/certs/intruder" >/dev/null 2>&1
-run grpcurl -cacert "$DEMO/certs/ca/ca.crt" -cert "$DEMO/certs/intruder/tls.crt" -key "$DEMO/certs/intruder/tls.key" "127.0.0.1:$PORT" list || true
-grep 'refused connection' "$DEMO/remote-agent.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' >&2
+run grpcurl -cacert "$DEMO/certs/local-agent/ca.crt" -cert "$DEMO/certs/intruder/tls.crt" -key "$DEMO/certs/intruder/tls.key" "127.0.0.1:$PORT" list || true
+sleep 1
+kubectl --kubeconfig "$PROVIDER" -n refract-system logs deployment/refract-remote-agent --tail=200 \
+  | grep 'refused connection' | tail -1 | sed 's/\x1b\[[0-9;]*m//g' >&2 || true
 
 say "Offloading namespace 'shop': a ConfigMap, a Secret, a Service with its EndpointSlice, an Ingress"
-run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/namespaceoffloading-crd.yaml
 kubectl --kubeconfig "$ORIGIN" apply -f - <<'YAML'
 apiVersion: v1
 kind: Namespace
@@ -230,7 +195,7 @@ FIRST=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get pods -o jsonpath='{.
 run kubectl --kubeconfig "$ORIGIN" -n apps logs "$FIRST"
 run kubectl --kubeconfig "$ORIGIN" -n apps exec "$FIRST" -- sh -c 'echo "exec in $(hostname) at $(hostname -i) on the provider"'
 say "The virtual node (90% of the provider's free resources, Ready while the link is up)"
-run kubectl --kubeconfig "$ORIGIN" get nodes -L liqo.io/type,topology.kubernetes.io/region
+run kubectl --kubeconfig "$ORIGIN" get nodes -L liqo.io/type
 run kubectl --kubeconfig "$ORIGIN" describe node "refract-provider" | sed -n '/^Labels/,/^Taints/p;/^Conditions/,/^Addresses/p;/^Capacity/,/^System Info/p'
 say "A remote pod deleted on the provider comes back; the origin counts a restart"
 VICTIM=$(kubectl --kubeconfig "$PROVIDER" -n apps-origin get pods -o jsonpath='{.items[0].metadata.name}')
@@ -240,8 +205,8 @@ for _ in $(seq 60); do
 done
 run kubectl --kubeconfig "$ORIGIN" -n apps get pod "$VICTIM" -o wide
 say "Storage fabric and ServiceAccount tokens: a pod with a claim of the virtual class 'liqo' and a projected token"
-run kubectl --kubeconfig "$ORIGIN" apply -f deploy/local-agent/storageclass.yaml
-# The provider's storage class; the testkit's fake provisioner stands in for real storage.
+# refractctl installed the origin's virtual storage class 'liqo'. The provider's storage class: the
+# testkit's fake provisioner stands in for real storage.
 kubectl --kubeconfig "$PROVIDER" apply -f - >/dev/null <<'YAML'
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -305,7 +270,12 @@ Demo is up. Try:
   kubectl --kubeconfig $ORIGIN -n apps scale deployment web --replicas 5
   kubectl --kubeconfig $PROVIDER -n apps-origin get shadowpods,pods -o wide
   kubectl --kubeconfig $PROVIDER -n apps-origin logs $FIRST
-Logs: $DEMO/{remote-agent,local-agent,testkit}.log, the provider node's in $DEMO/clusters/provider/node/
+  $B/refractctl status --origin-kubeconfig $ORIGIN
+  $B/refractctl tap --origin-kubeconfig $ORIGIN --provider-id provider
+  $B/refractctl unpeer --origin-kubeconfig $ORIGIN --provider-kubeconfig $PROVIDER --provider-id provider
+Logs: kubectl --kubeconfig $ORIGIN -n refract-system logs deployment/refract-local-agent-provider,
+      kubectl --kubeconfig $PROVIDER -n refract-system logs deployment/refract-remote-agent,
+      $DEMO/testkit.log, the nodes' in $DEMO/clusters/{origin,provider}/node/
 MSG
 if [ -t 0 ]; then
   echo "Press Ctrl-C to stop everything." >&2

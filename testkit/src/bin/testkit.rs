@@ -48,6 +48,12 @@ enum Command {
         /// of a veth pair (10.251.0.0/16), where the machine reaches its NodePorts.
         #[arg(long, requires = "nodes")]
         own_network: bool,
+        /// Also start an image registry on loopback, push the agents' images there
+        /// (`scripts/images.sh --profile debug --push`) and let every --node pull from it, so
+        /// that `refractctl` installs the agents by image reference as on real clusters.
+        /// Prints `registry <HOST:PORT>/refract` on stdout before `ready`.
+        #[arg(long, requires = "nodes")]
+        agent_images: bool,
     },
     /// Provision volumes for claims of the stand-in storage classes (provisioner
     /// `refract.test/fake-provisioner`): each volume is a folder a real kubelet creates.
@@ -94,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
             controllers,
             nodes,
             own_network,
+            agent_images,
         } => {
             let mut ranges = std::collections::BTreeMap::new();
             for node in &nodes {
@@ -115,7 +122,12 @@ async fn main() -> anyhow::Result<()> {
                 }
                 let range = ranges.get(&name);
                 if let Some(range) = range {
-                    options = options.with_node(range, &[])?;
+                    let pulled: &[&str] = if agent_images {
+                        &["local-agent", "remote-agent", "refractctl"]
+                    } else {
+                        &[]
+                    };
+                    options = options.with_node(range, pulled)?;
                     if own_network {
                         options = options.with_own_network();
                     }
@@ -149,6 +161,10 @@ async fn main() -> anyhow::Result<()> {
                     );
                 }
                 started.push(cp);
+            }
+            if agent_images {
+                let registry = refract_testkit::registry::Registry::shared()?;
+                println!("registry {}/refract", registry.address);
             }
             println!("ready");
             wait_for_signal().await;
