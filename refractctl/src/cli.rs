@@ -33,6 +33,36 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+
+    /// The namespace the agents run in and keep their Secrets in, in every cluster this
+    /// command reaches (deploy/'s is refract-system). Give the same one to every command of a
+    /// peering, on both sides.
+    #[arg(
+        short = 'n',
+        long,
+        global = true,
+        env = "REFRACT_NAMESPACE",
+        default_value = crate::manifests::DEFAULT_NAMESPACE,
+        value_parser = namespace_name
+    )]
+    pub namespace: String,
+}
+
+/// A namespace's name as Kubernetes takes it: a DNS label (RFC 1123).
+fn namespace_name(name: &str) -> Result<String, String> {
+    let valid = (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if valid {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a namespace name: 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+        ))
+    }
 }
 
 /// The subcommands.
@@ -156,6 +186,11 @@ pub struct JoinRequestArgs {
     /// Where to write the CertificateSigningRequest (default: standard output).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+
+    /// With --dry-run, the Secret that would keep the key (never its data); no key is made and
+    /// no request written.
+    #[command(flatten)]
+    pub dry_run: DryRunArgs,
 }
 
 /// `refractctl join complete`.
@@ -221,6 +256,11 @@ pub struct TenantExportArgs {
     /// How long to wait for the request to be approved and signed.
     #[arg(long, default_value = "2m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
+
+    /// With --dry-run, the request is checked and the tenant's record named; nothing is
+    /// waited for or written.
+    #[command(flatten)]
+    pub dry_run: DryRunArgs,
 }
 
 /// The provider's kubeconfig, for the commands its admin runs.
@@ -316,6 +356,11 @@ pub struct PeerArgs {
     /// How long to wait for the agents, the connection and the virtual node.
     #[arg(long, default_value = "5m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
+
+    /// With --dry-run, the provider's objects come first, then the origin's (with -o json, one
+    /// List for each).
+    #[command(flatten)]
+    pub dry_run: DryRunArgs,
 }
 
 /// `refractctl status`.
@@ -377,6 +422,11 @@ pub struct UnpeerArgs {
     /// How long a graceful unpeer may take.
     #[arg(long, default_value = "10m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
+
+    /// With --dry-run, the objects that exist and would be deleted, the origin's first (the
+    /// virtual node among them), then the provider's; Secrets without their data.
+    #[command(flatten)]
+    pub dry_run: DryRunArgs,
 }
 
 /// `refractctl rotate`.
@@ -403,6 +453,10 @@ pub struct RotateArgs {
     /// How long to wait for the remote agent to sign the new certificate.
     #[arg(long, default_value = "2m", value_parser = refract_core::duration::parse)]
     pub timeout: Duration,
+
+    /// With --dry-run, what would be replaced (never a Secret's data); no key is made.
+    #[command(flatten)]
+    pub dry_run: DryRunArgs,
 }
 
 /// `refractctl tap`.
@@ -492,12 +546,12 @@ pub struct SingleHostArgs {
     pub kubelet_port: u16,
 }
 
-/// `--dry-run=client`: what a command that installs would apply, printed, nothing changed.
+/// `--dry-run=client`: what a command would apply or delete, printed, nothing changed.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DryRunArgs {
-    /// `client`: print the objects this would apply and change nothing (no cluster is
-    /// written; the certificate Secrets are left out, as their contents are made or kept when
-    /// applied, and the webhook's caBundle is empty).
+    /// `client`: print the objects this would apply (or, for unpeer, delete) and change
+    /// nothing (no cluster is written; the certificate Secrets are left out of what would be
+    /// applied, as their contents are made or kept then, and the webhook's caBundle is empty).
     #[arg(long, value_enum, value_name = "client")]
     pub dry_run: Option<DryRun>,
 

@@ -41,7 +41,14 @@ pub async fn run_provider(args: InstallProviderArgs) -> anyhow::Result<()> {
         remote_args: args.remote_agent_args.clone(),
     };
     if dry_run::asked(&args.dry_run) {
-        return dry_run::print(&plan.objects(), &args.dry_run);
+        let objects = provider_objects(
+            &provider,
+            &plan,
+            RunningRemoteAgent::KeepHandAddedFlags,
+            &dry_run::note,
+        )
+        .await?;
+        return dry_run::print(&objects, &args.dry_run);
     }
     provider_half(
         &provider,
@@ -52,8 +59,12 @@ pub async fn run_provider(args: InstallProviderArgs) -> anyhow::Result<()> {
     .await?;
     ready::remote_agent_available(&provider, started + args.timeout, &say).await?;
     say(&format!(
-        "provider {} is ready for tenants at {}. For each origin: apply the CertificateSigningRequest its admin wrote with `refractctl join request`, `kubectl certificate approve refract-tenant-<origin id>`, then `refractctl tenant export --origin-id <origin id> --provider-id {} --provider-endpoint {} --out <origin id>.bundle.yaml` and hand that file back",
-        plan.provider, plan.endpoint, plan.provider, plan.endpoint
+        "provider {} is ready for tenants at {}. For each origin: apply the CertificateSigningRequest its admin wrote with `refractctl join request`, `kubectl certificate approve refract-tenant-<origin id>`, then `refractctl{ns} tenant export --origin-id <origin id> --provider-id {} --provider-endpoint {} --out <origin id>.bundle.yaml` and hand that file back",
+        plan.provider,
+        plan.endpoint,
+        plan.provider,
+        plan.endpoint,
+        ns = NAMESPACE.flag()
     ));
     Ok(())
 }
@@ -71,8 +82,36 @@ pub async fn provider_half(
         "provider {}: installing the remote agent",
         plan.provider
     ));
-    let mut provider_objects = plan.objects();
+    let mut provider_objects = provider_objects(provider, plan, running, say).await?;
     apply_namespace(provider, &mut provider_objects, say).await?;
+    let ca = pki::ensure_ca(
+        provider,
+        plan::PROVIDER_CA_SECRET,
+        &format!("refract peering CA of {}", plan.provider),
+        say,
+    )
+    .await?;
+    let remote_leaf = ServingLeaf {
+        secret: plan::REMOTE_TLS_SECRET,
+        id: &plan.provider,
+        names: plan.server_names(),
+        labels: &[],
+    };
+    ensure_serving(provider, &ca, &remote_leaf, say).await?;
+    apply::apply_all(provider, &provider_objects, say).await?;
+    Ok(ca.cert_pem)
+}
+
+/// deploy/remote-agent as `plan` renders it, with a remote agent already running there treated
+/// as `running` says; refuses to give that agent another identity. Reads, writes nothing: the
+/// dry runs print what this returns.
+pub async fn provider_objects(
+    provider: &kube::Client,
+    plan: &ProviderPlan,
+    running: RunningRemoteAgent,
+    say: &impl Fn(&str),
+) -> anyhow::Result<Vec<Value>> {
+    let mut provider_objects = plan.objects();
     if let Some(args) = running_remote_agent_args(provider).await? {
         // Every tenant's local agent checks the remote agent's identity: changing it (and its
         // serving certificate) would cut them all off.
@@ -104,22 +143,7 @@ pub async fn provider_half(
             }
         }
     }
-    let ca = pki::ensure_ca(
-        provider,
-        plan::PROVIDER_CA_SECRET,
-        &format!("refract peering CA of {}", plan.provider),
-        say,
-    )
-    .await?;
-    let remote_leaf = ServingLeaf {
-        secret: plan::REMOTE_TLS_SECRET,
-        id: &plan.provider,
-        names: plan.server_names(),
-        labels: &[],
-    };
-    ensure_serving(provider, &ca, &remote_leaf, say).await?;
-    apply::apply_all(provider, &provider_objects, say).await?;
-    Ok(ca.cert_pem)
+    Ok(provider_objects)
 }
 
 /// The origin's refract-system namespace, where the tenant's key and certificate go before
@@ -143,7 +167,7 @@ pub async fn origin_namespace_if_missing(
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(origin.clone());
     if namespaces
-        .get_opt(NAMESPACE)
+        .get_opt(NAMESPACE.as_str())
         .await
         .with_context(|| format!("failed to read namespace {NAMESPACE}"))?
         .is_some()
@@ -210,7 +234,7 @@ pub async fn running_remote_agent_args(
     provider: &kube::Client,
 ) -> anyhow::Result<Option<Vec<String>>> {
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
-        kube::Api::namespaced(provider.clone(), NAMESPACE);
+        kube::Api::namespaced(provider.clone(), NAMESPACE.as_str());
     let Some(deployment) = deployments
         .get_opt(plan::REMOTE_NAME)
         .await

@@ -10,6 +10,7 @@ use refract_certs::output::write_atomic;
 use crate::cli::{JoinCompleteArgs, JoinRequestArgs};
 use crate::dry_run;
 use crate::install;
+use crate::manifests::NAMESPACE;
 use crate::peering::{self, connect_cluster};
 use crate::plan;
 use crate::ready;
@@ -33,6 +34,9 @@ pub async fn request(args: JoinRequestArgs) -> anyhow::Result<()> {
     )
     .await?;
     peering::refuse_another_origin(&origin, &args.provider_id, &args.origin_id, &say).await?;
+    if dry_run::asked(&args.dry_run) {
+        return print_request_dry_run(&origin, &args).await;
+    }
     install::origin_namespace_if_missing(&origin, &say).await?;
     let request =
         tenant_cert::request(&origin, &args.provider_id, &args.origin_id, false, &say).await?;
@@ -58,8 +62,45 @@ pub async fn request(args: JoinRequestArgs) -> anyhow::Result<()> {
     };
     let origin_id = &args.origin_id;
     say(&format!(
-        "next, the provider's admin, with {file}:\n  {apply}\n  kubectl certificate approve refract-tenant-{origin_id}\n  refractctl tenant export --origin-id {origin_id} --provider-id {} --provider-endpoint HOST:PORT --out {origin_id}.bundle.yaml\nthen you, with that bundle:\n  refractctl join complete --bundle {origin_id}.bundle.yaml --registry REGISTRY",
-        args.provider_id
+        "next, the provider's admin, with {file}:\n  {apply}\n  kubectl certificate approve refract-tenant-{origin_id}\n  refractctl{ns} tenant export --origin-id {origin_id} --provider-id {} --provider-endpoint HOST:PORT --out {origin_id}.bundle.yaml\nthen you, with that bundle:\n  refractctl{ns} join complete --bundle {origin_id}.bundle.yaml --registry REGISTRY",
+        args.provider_id,
+        ns = NAMESPACE.flag()
+    ));
+    Ok(())
+}
+
+/// `join request --dry-run=client`: the namespace (if missing) and the Secret that would keep
+/// the key; the key and the request are not made.
+async fn print_request_dry_run(
+    origin: &kube::Client,
+    args: &JoinRequestArgs,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let mut objects = Vec::new();
+    let namespaces: kube::Api<Namespace> = kube::Api::all(origin.clone());
+    if namespaces
+        .get_opt(NAMESPACE.as_str())
+        .await
+        .with_context(|| format!("failed to read namespace {NAMESPACE}"))?
+        .is_none()
+    {
+        objects.push(dry_run::named("v1", "Namespace", NAMESPACE.as_str(), None));
+    }
+    let secret = plan::local_request_secret(&args.provider_id);
+    objects.push(dry_run::named(
+        "v1",
+        "Secret",
+        &secret,
+        Some(NAMESPACE.as_str()),
+    ));
+    dry_run::print(&objects, &args.dry_run)?;
+    dry_run::note(&format!(
+        "a real run keeps a pending request of {} in that Secret or makes a new key there, then writes CertificateSigningRequest {} to {}",
+        args.origin_id,
+        refract_certs::request::request_object_name(&args.origin_id),
+        args.out
+            .as_ref()
+            .map_or("standard output".to_string(), |p| p.display().to_string())
     ));
     Ok(())
 }

@@ -32,6 +32,7 @@ const EXIT_UNHEALTHY: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    manifests::AgentNamespace::choose(&cli.namespace);
     if let cli::Command::Completion(args) = &cli.command {
         let mut command = cli::Cli::command();
         clap_complete::generate(

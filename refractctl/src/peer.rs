@@ -5,6 +5,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 
 use crate::cli::PeerArgs;
+use crate::dry_run;
 use crate::install::{self, endpoint_of, image, network_of, RunningRemoteAgent};
 use crate::manifests::Agent;
 use crate::peering::{self, connect_cluster};
@@ -22,19 +23,62 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
             args.origin_id
         );
     }
-    let clusters = Clusters::connect(&args, &say).await?;
-    peering::refuse_another_origin(&clusters.origin, &args.provider_id, &args.origin_id, &say)
-        .await?;
+    let dry_run = dry_run::asked(&args.dry_run);
+    let say_first = |what: &str| {
+        if dry_run {
+            dry_run::note(what)
+        } else {
+            say(what)
+        }
+    };
+    let clusters = Clusters::connect(&args, &say_first).await?;
+    peering::refuse_another_origin(
+        &clusters.origin,
+        &args.provider_id,
+        &args.origin_id,
+        &say_first,
+    )
+    .await?;
     let (plan, provider_plan) = plan_of(
         &args,
         clusters.origin_api.clone(),
         clusters.provider_api.clone(),
     )?;
+    if dry_run {
+        return print_dry_run(&clusters, &plan, &provider_plan, &args).await;
+    }
     install(&clusters, &plan, &provider_plan, deadline, &say).await?;
     ready::origin_side_ready(&clusters.origin, &plan, deadline, &say).await?;
     say(&format!(
         "peered: origin {} offloads to provider {} through {}. Offload a namespace with a NamespaceOffloading; `refractctl status` shows the peering",
         plan.origin, plan.provider, plan.endpoint
+    ));
+    Ok(())
+}
+
+/// `--dry-run=client`: each cluster's objects, the provider's first, as `peer` would apply
+/// them (a running remote agent left out, as `peer` leaves it); the certificate steps are
+/// named, not run.
+async fn print_dry_run(
+    clusters: &Clusters,
+    plan: &OriginPlan,
+    provider_plan: &ProviderPlan,
+    args: &PeerArgs,
+) -> anyhow::Result<()> {
+    let provider_objects = install::provider_objects(
+        &clusters.provider,
+        provider_plan,
+        RunningRemoteAgent::LeaveAsItIs,
+        &dry_run::note,
+    )
+    .await?;
+    dry_run::note(&format!("provider {}:", plan.provider));
+    dry_run::print(&provider_objects, &args.dry_run)?;
+    dry_run::note(&format!("origin {}:", plan.origin));
+    dry_run::print(&plan.objects(""), &args.dry_run)?;
+    dry_run::note(&format!(
+        "and the certificates: the peering CA and the remote agent's serving certificate in the provider (made once), the tenant's key in the origin and CertificateSigningRequest refract-tenant-{} approved in the provider",
+        plan.origin
     ));
     Ok(())
 }

@@ -197,11 +197,11 @@ pub async fn list(
     origin: &kube::Client,
     provider: Option<&ClusterId>,
 ) -> anyhow::Result<Vec<Peering>> {
-    let api: Api<Deployment> = Api::namespaced(origin.clone(), NAMESPACE);
+    let api: Api<Deployment> = Api::namespaced(origin.clone(), NAMESPACE.as_str());
     let deployments = api
         .list(&ListParams::default().labels(LOCAL_AGENT_SELECTOR))
         .await
-        .context("failed to list the local agents (Deployments in refract-system)")?;
+        .with_context(|| format!("failed to list the local agents (Deployments in {NAMESPACE})"))?;
     Ok(deployments
         .items
         .into_iter()

@@ -38,7 +38,7 @@ pub async fn read_fields(
     client: &kube::Client,
     name: &str,
 ) -> anyhow::Result<Option<BTreeMap<String, String>>> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let api: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE.as_str());
     let Some(secret) = api
         .get_opt(name)
         .await

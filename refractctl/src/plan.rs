@@ -355,7 +355,7 @@ impl ProviderPlan {
 /// in refract-system: a single-host peering runs it at the privileged level.
 fn relax_pod_security(network: &Network, objects: &mut [Value]) {
     if matches!(network, Network::SingleHost { .. }) {
-        if let Some(ns) = manifests::find_mut(objects, "Namespace", NAMESPACE) {
+        if let Some(ns) = manifests::find_mut(objects, "Namespace", NAMESPACE.as_str()) {
             ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] =
                 Value::from("privileged");
         }

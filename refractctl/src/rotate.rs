@@ -6,9 +6,11 @@ use std::time::Instant;
 use anyhow::Context;
 
 use crate::cli::RotateArgs;
+use crate::dry_run;
 use crate::manifests::NAMESPACE;
 use crate::peering;
 use crate::pki;
+use crate::plan;
 use crate::tenant_cert::{self, Approval};
 
 /// Runs `rotate`, printing each step.
@@ -34,6 +36,42 @@ pub async fn run(args: RotateArgs) -> anyhow::Result<()> {
         .context("the local agent has no --cluster-id; peer again")?;
     let held = peering.credentials(&origin).await?;
     let before = pki::summary(&held.cert_pem)?;
+    if dry_run::asked(&args.dry_run) {
+        let request = refract_certs::request::request_object_name(&tenant);
+        dry_run::note("origin:");
+        dry_run::print(
+            &[
+                dry_run::named(
+                    "v1",
+                    "Secret",
+                    &plan::local_request_secret(&args.provider_id),
+                    Some(NAMESPACE.as_str()),
+                ),
+                dry_run::named(
+                    "v1",
+                    "Secret",
+                    &peering.tls_secret(),
+                    Some(NAMESPACE.as_str()),
+                ),
+            ],
+            &args.dry_run,
+        )?;
+        dry_run::note("provider:");
+        dry_run::print(
+            &[dry_run::named(
+                "certificates.k8s.io/v1",
+                "CertificateSigningRequest",
+                &request,
+                None,
+            )],
+            &args.dry_run,
+        )?;
+        dry_run::note(&format!(
+            "a real run makes a new key in the origin, asks again with {request} (approved here, signed by the remote agent) and replaces tenant {tenant}'s certificate serial {} (until {})",
+            before.serial, before.not_after
+        ));
+        return Ok(());
+    }
     let deadline = started + args.timeout;
     // A new key, made in the origin; the provider's CA key is not read.
     let request = tenant_cert::request(&origin, &args.provider_id, &tenant, true, &say).await?;

@@ -243,7 +243,7 @@ async fn queue(origin: &kube::Client, p: &Peering) -> anyhow::Result<Queue> {
 }
 
 async fn scrape(origin: &kube::Client, p: &Peering) -> anyhow::Result<String> {
-    let pods: Api<Pod> = Api::namespaced(origin.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(origin.clone(), NAMESPACE.as_str());
     let selector = p.pod_selector();
     let pod = pods
         .list(&ListParams::default().labels(&selector))

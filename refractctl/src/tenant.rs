@@ -12,6 +12,7 @@ use refract_certs::request as csr;
 use refract_shared::tls::ClusterId;
 
 use crate::cli::TenantExportArgs;
+use crate::dry_run;
 use crate::install;
 use crate::manifests::NAMESPACE;
 use crate::peering::connect_cluster;
@@ -57,6 +58,31 @@ pub async fn export(args: TenantExportArgs) -> anyhow::Result<()> {
             args.origin_id
         );
     }
+    if dry_run::asked(&args.dry_run) {
+        let record = plan::tenant_record(&args.origin_id);
+        dry_run::print(
+            &[dry_run::named(
+                "v1",
+                "ConfigMap",
+                &record,
+                Some(NAMESPACE.as_str()),
+            )],
+            &args.dry_run,
+        )?;
+        let approved = request.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Approved" && c.status == "True")
+        });
+        dry_run::note(&format!(
+            "CertificateSigningRequest {name} asks for {} of signer {} and is {}; a real run waits for the remote agent's signature, records the tenant and writes the bundle",
+            args.origin_id,
+            csr::TENANT_SIGNER,
+            if approved { "approved" } else { "not approved yet" }
+        ));
+        return Ok(());
+    }
     let signed = tenant_cert::sign(
         &provider,
         &args.origin_id,
@@ -89,7 +115,8 @@ pub async fn export(args: TenantExportArgs) -> anyhow::Result<()> {
         }
     };
     say(&format!(
-        "next, hand {file} to the origin's admin, who runs:\n  refractctl join complete --bundle {file} --registry REGISTRY"
+        "next, hand {file} to the origin's admin, who runs:\n  refractctl{ns} join complete --bundle {file} --registry REGISTRY",
+        ns = NAMESPACE.flag()
     ));
     Ok(())
 }

@@ -49,7 +49,7 @@ where
 
 /// Whether Deployment `name` of refract-system has rolled out and has an available pod.
 pub async fn deployment_available(client: &kube::Client, name: &str) -> anyhow::Result<Option<()>> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let api: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE.as_str());
     let Some(d) = api.get_opt(name).await? else {
         return Ok(None);
     };
@@ -63,7 +63,7 @@ pub async fn deployment_available(client: &kube::Client, name: &str) -> anyhow::
 
 /// The pods of the agent with `selector` and why they are not ready, one line each.
 pub async fn pods_state(client: &kube::Client, selector: &str) -> String {
-    let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE.as_str());
     let pods = match api.list(&ListParams::default().labels(selector)).await {
         Ok(p) => p.items,
         Err(e) => return format!("  (could not list the pods: {e})"),

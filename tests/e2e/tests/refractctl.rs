@@ -168,7 +168,7 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
     );
 
     // --dry-run=client prints what would be applied and writes nothing.
-    let printed = ok(&refractctl(&[
+    let install_provider = [
         "install",
         "provider",
         "--provider-kubeconfig",
@@ -177,13 +177,21 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         "provider",
         "--registry",
         &registry,
-        "--single-host",
-        "--grpc-port",
-        &ports[0],
-        "--dry-run=client",
-        "-o",
-        "yaml",
-    ]));
+    ];
+    let printed = ok(&refractctl(
+        &[
+            &install_provider[..],
+            &[
+                "--single-host",
+                "--grpc-port",
+                &ports[0],
+                "--dry-run=client",
+                "-o",
+                "yaml",
+            ],
+        ]
+        .concat(),
+    ));
     let kinds: Vec<String> = serde_yaml_ng::Deserializer::from_str(&printed)
         .map(|doc| {
             let object = serde_json::Value::deserialize(doc).expect("a YAML document");
@@ -204,7 +212,7 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
     );
 
     // peer: everything installed, certificates minted, both agents in-cluster, node Ready.
-    let peer: Vec<&str> = vec![
+    let peer_but_ports: Vec<&str> = vec![
         "peer",
         "--origin-kubeconfig",
         &okc,
@@ -216,10 +224,30 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         "provider",
         "--registry",
         &registry,
-    ]
-    .into_iter()
-    .chain(single_host_args(&ports))
-    .collect();
+    ];
+    let peer: Vec<&str> = [peer_but_ports.clone(), single_host_args(&ports)].concat();
+    // peer --dry-run=client: each cluster's objects, one line each, nothing written to either.
+    let dry = ok(&refractctl(
+        &[peer.as_slice(), &["--dry-run=client"]].concat(),
+    ));
+    for line in [
+        "Deployment refract-system/refract-remote-agent (dry run)",
+        "CustomResourceDefinition shadowpods.offloading.refract.io (dry run)",
+        "Deployment refract-system/refract-local-agent-provider (dry run)",
+        "MutatingWebhookConfiguration refract-local-agent (dry run)",
+    ] {
+        assert!(
+            dry.contains(line),
+            "peer --dry-run did not print {line:?}: {dry}"
+        );
+    }
+    for (cp, which) in [(&origin, "origin"), (&provider, "provider")] {
+        assert!(
+            kubectl_get(cp, &["namespace", "refract-system", "-o", "name"]).is_none(),
+            "peer --dry-run wrote to the {which}"
+        );
+    }
+
     let started = Instant::now();
     let peered = ok(&refractctl(
         &[peer.as_slice(), &["--timeout", "4m"]].concat(),
@@ -319,6 +347,40 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
     assert!(
         before.contains("--policy=/etc/refract/policy/policy.yaml"),
         "{before}"
+    );
+
+    // A dry run shows what a real run would do to the running remote agent: peer leaves it
+    // out, install provider keeps the hand-added flag.
+    let dry = ok(&refractctl(
+        &[peer.as_slice(), &["--dry-run=client"]].concat(),
+    ));
+    assert!(
+        !dry.contains("Deployment refract-system/refract-remote-agent"),
+        "peer --dry-run would apply the running remote agent: {dry}"
+    );
+    let dry = ok(&refractctl(
+        &[
+            &install_provider[..],
+            &["--dry-run=client", "-o", "json"],
+            &single_host_args(&ports),
+        ]
+        .concat(),
+    ));
+    let list: serde_json::Value = serde_json::from_str(&dry).expect("a JSON List");
+    let deployment = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("the remote agent's Deployment");
+    assert!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(
+                "--policy=/etc/refract/policy/policy.yaml"
+            )),
+        "install provider --dry-run drops the hand-added --policy: {deployment}"
     );
 
     // peer again: nothing is issued again, nothing restarts.
@@ -630,7 +692,7 @@ data: {greeting: hello}
 
     // rotate: a new serial in the Secret; the agent's pod is not restarted and loads it.
     let pod_before = kubectl(&origin, &["-n", "refract-system", "get", "pods", "-l", "refract.io/peering=provider", "-o", "jsonpath={.items[0].metadata.uid} {.items[0].status.containerStatuses[0].restartCount}"]);
-    let rotated = ok(&refractctl(&[
+    let rotate = [
         "rotate",
         "--origin-kubeconfig",
         &okc,
@@ -638,7 +700,39 @@ data: {greeting: hello}
         &pkc,
         "--provider-id",
         "provider",
-    ]));
+    ];
+    let tls_version = || {
+        kubectl(
+            &origin,
+            &[
+                "-n",
+                "refract-system",
+                "get",
+                "secret",
+                "refract-local-agent-provider-tls",
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+        )
+    };
+    // As a dry run first: what would be replaced is named, nothing is.
+    let secret_before = tls_version();
+    let dry = ok(&refractctl(&[&rotate[..], &["--dry-run=client"]].concat()));
+    for line in [
+        "Secret refract-system/refract-local-agent-provider-tls (dry run)",
+        "CertificateSigningRequest refract-tenant-origin (dry run)",
+    ] {
+        assert!(
+            dry.contains(line),
+            "rotate --dry-run did not print {line:?}: {dry}"
+        );
+    }
+    assert_eq!(
+        tls_version(),
+        secret_before,
+        "rotate --dry-run replaced the certificate"
+    );
+    let rotated = ok(&refractctl(&rotate));
     assert!(rotated.contains("replaced by serial"));
     eventually(
         Duration::from_secs(150),
@@ -690,6 +784,44 @@ data: {greeting: hello}
         "provider",
     ];
     let with_provider = ["--provider-kubeconfig", &pkc];
+    // First as a dry run: what exists and would go, on both sides, and nothing goes.
+    let dry = ok(&refractctl(
+        &[&unpeer[..], &with_provider, &["--dry-run=client"]].concat(),
+    ));
+    println!("$ refractctl unpeer ... --dry-run=client\n{dry}");
+    for line in [
+        "Deployment refract-system/refract-local-agent-provider deleted (dry run)",
+        "Secret refract-system/refract-local-agent-provider-tls deleted (dry run)",
+        "Lease refract-system/refract-local-agent-provider deleted (dry run)",
+        "Node refract-provider deleted (dry run)",
+        "CertificateSigningRequest refract-tenant-origin deleted (dry run)",
+        "Namespace apps-origin deleted (dry run)",
+    ] {
+        assert!(
+            dry.contains(line),
+            "unpeer --dry-run did not print {line:?}"
+        );
+    }
+    let dry = ok(&refractctl(
+        &[
+            &unpeer[..],
+            &with_provider,
+            &["--dry-run=client", "-o", "yaml"],
+        ]
+        .concat(),
+    ));
+    for document in serde_yaml_ng::Deserializer::from_str(&dry) {
+        let object = serde_json::Value::deserialize(document).expect("a YAML document");
+        assert!(
+            object.get("data").is_none() && object.get("stringData").is_none(),
+            "unpeer --dry-run printed an object's data: {object}"
+        );
+    }
+    assert!(
+        kubectl_get(&origin, &["node", "refract-provider", "-o", "name"]).is_some()
+            && kubectl_get(&provider, &["namespace", "apps-origin", "-o", "name"]).is_some(),
+        "unpeer --dry-run deleted something"
+    );
     let unpeered = ok(&refractctl(
         &[&unpeer[..], &with_provider, &["--timeout", "3m"]].concat(),
     ));
@@ -848,6 +980,76 @@ data: {greeting: hello}
         "{cleaned}"
     );
     nothing_left_on_provider(&provider, "after the forced unpeer with its kubeconfig");
+
+    // -n: a peering whose agents live in another namespace on both sides (the remote agent of
+    // refract-system is scaled to zero above, so this one serves alone), found, reported and
+    // ended there only.
+    let alt_ports: Vec<String> = (0..5).map(|_| free_port().to_string()).collect();
+    let alt_peer: Vec<&str> = [
+        vec!["-n", "platform-refract"],
+        peer_but_ports,
+        single_host_args(&alt_ports),
+    ]
+    .concat();
+    let peered = ok(&refractctl(
+        &[alt_peer.as_slice(), &["--timeout", "4m"]].concat(),
+    ));
+    assert!(
+        peered.contains("Deployment platform-refract/refract-remote-agent created")
+            && peered.contains("Deployment platform-refract/refract-local-agent-provider created"),
+        "{peered}"
+    );
+    assert!(
+        peered.contains("virtual node refract-provider Ready"),
+        "{peered}"
+    );
+    let binding_subject = kubectl(
+        &provider,
+        &[
+            "get",
+            "clusterrolebinding",
+            "refract-remote-agent",
+            "-o",
+            "jsonpath={.subjects[0].namespace}",
+        ],
+    );
+    assert_eq!(binding_subject, "platform-refract");
+    let alt_status = refractctl(&[
+        "-n",
+        "platform-refract",
+        "status",
+        "--origin-kubeconfig",
+        &okc,
+    ]);
+    assert_eq!(
+        alt_status.status.code(),
+        Some(0),
+        "status -n platform-refract: {}",
+        String::from_utf8_lossy(&alt_status.stdout)
+    );
+    assert!(String::from_utf8_lossy(&alt_status.stdout)
+        .contains("local agent:   platform-refract/refract-local-agent-provider 1/1 available"));
+    let default_status = refractctl(&["status", "--origin-kubeconfig", &okc]);
+    assert_eq!(
+        default_status.status.code(),
+        Some(3),
+        "status without -n sees no peering in refract-system"
+    );
+    let unpeered = ok(&refractctl(
+        &[
+            &["-n", "platform-refract"][..],
+            &unpeer[..],
+            &with_provider,
+            &["--timeout", "3m"],
+        ]
+        .concat(),
+    ));
+    assert!(
+        unpeered.contains("Deployment platform-refract/refract-local-agent-provider deleted"),
+        "{unpeered}"
+    );
+    nothing_left_on_origin(&origin, "after unpeer -n platform-refract");
+    nothing_left_on_provider(&provider, "after unpeer -n platform-refract");
 }
 
 /// `--single-host` with the five ports the test chose, as `peer`, `install provider` and
@@ -981,6 +1183,30 @@ fn peer_by_two_admins(
         "--out",
         &csr_file,
     ];
+    // As a dry run first: the Secret that would keep the key, no key made, no file written.
+    let dry = ok(&refractctl(
+        &[&join_request[..], &["--dry-run=client"]].concat(),
+    ));
+    assert!(
+        dry.contains("Secret refract-system/refract-local-agent-provider-request (dry run)"),
+        "{dry}"
+    );
+    assert!(
+        kubectl_get(
+            origin,
+            &[
+                "-n",
+                "refract-system",
+                "secret",
+                "refract-local-agent-provider-request",
+                "-o",
+                "name"
+            ]
+        )
+        .is_none()
+            && !std::path::Path::new(&csr_file).exists(),
+        "join request --dry-run made a key or wrote the request"
+    );
     let requested = refractctl(&join_request);
     assert!(requested.status.success(), "join request failed");
     let said = String::from_utf8_lossy(&requested.stderr).into_owned();
@@ -1008,7 +1234,7 @@ fn peer_by_two_admins(
         provider,
         &["certificate", "approve", "refract-tenant-origin"],
     );
-    let exported = refractctl(&[
+    let export = [
         "tenant",
         "export",
         "--provider-kubeconfig",
@@ -1021,7 +1247,20 @@ fn peer_by_two_admins(
         &endpoint,
         "--out",
         &bundle_file,
-    ]);
+    ];
+    // As a dry run first: the request checked, nothing waited for or written.
+    let dry = refractctl(&[&export[..], &["--dry-run=client"]].concat());
+    assert!(dry.status.success(), "tenant export --dry-run failed");
+    assert!(
+        String::from_utf8_lossy(&dry.stderr).contains("refract.io/tenant-client and is approved"),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert!(
+        !std::path::Path::new(&bundle_file).exists(),
+        "tenant export --dry-run wrote the bundle"
+    );
+    let exported = refractctl(&export);
     assert!(exported.status.success(), "tenant export failed");
     assert!(
         String::from_utf8_lossy(&exported.stderr).contains("refractctl join complete --bundle"),
