@@ -507,12 +507,71 @@ fn pushed_image(agent: &str) -> String {
 fn apply_overlay(cp: &ControlPlane, dir: &Path, agent: &str, patches: &[serde_json::Value]) {
     let overlay = dir.join(agent);
     std::fs::create_dir_all(&overlay).unwrap();
+    let base = relative(&overlay, &deploy_dir().join("test").join(agent));
+    write_overlay(&overlay, agent, &[base], &[], patches);
+    kubectl(cp, &["apply", "-k", overlay.to_str().unwrap()]);
+}
+
+/// Applies the kustomization `deploy/<base>` (an overlay of deploy/<agent>, such as
+/// `cert-manager/provider`) with what `deploy/test/<agent>` changes for a testkit cluster (its
+/// files copied beside: an overlay cannot reach files outside its folder), the agent's image
+/// from the test's registry, and `patches`.
+pub fn apply_test_overlay_of(
+    cp: &ControlPlane,
+    dir: &Path,
+    base: &str,
+    agent: &str,
+    patches: &[serde_json::Value],
+) {
+    let overlay = dir.join(base.replace('/', "-"));
+    std::fs::create_dir_all(&overlay).unwrap();
+    let test_dir = deploy_dir().join("test").join(agent);
+    let test: serde_json::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(test_dir.join("kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    let copied = |list: &serde_json::Value| -> Vec<String> {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().or_else(|| v["path"].as_str()))
+            .filter(|file| !file.starts_with(".."))
+            .map(|file| {
+                std::fs::copy(test_dir.join(file), overlay.join(file)).unwrap();
+                file.to_string()
+            })
+            .collect()
+    };
+    let mut resources = vec![relative(&overlay, &deploy_dir().join(base))];
+    resources.extend(copied(&test["resources"]));
+    let file_patches = copied(&test["patches"]);
+    write_overlay(&overlay, agent, &resources, &file_patches, patches);
+    kubectl(cp, &["apply", "-k", overlay.to_str().unwrap()]);
+}
+
+/// Writes `overlay/kustomization.yaml`: `resources`, the agent's image from the test's
+/// registry, the patch files `file_patches` (already in the folder) and the JSON `patches`.
+fn write_overlay(
+    overlay: &Path,
+    agent: &str,
+    resources: &[String],
+    file_patches: &[String],
+    patches: &[serde_json::Value],
+) {
     let image = pushed_image(agent);
     let (name, tag) = image.rsplit_once(':').unwrap();
-    let mut kustomization = format!(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\nimages:\n  - name: refract.local/{agent}\n    newName: {name}\n    newTag: \"{tag}\"\npatches:\n",
-        relative(&overlay, &deploy_dir().join("test").join(agent))
-    );
+    let mut kustomization =
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
+            .to_string();
+    for resource in resources {
+        kustomization.push_str(&format!("  - {resource}\n"));
+    }
+    kustomization.push_str(&format!(
+        "images:\n  - name: refract.local/{agent}\n    newName: {name}\n    newTag: \"{tag}\"\npatches:\n"
+    ));
+    for file in file_patches {
+        kustomization.push_str(&format!("  - path: {file}\n"));
+    }
     for (i, patch) in patches.iter().enumerate() {
         let file = format!("patch-{i}.json");
         std::fs::write(
@@ -527,12 +586,11 @@ fn apply_overlay(cp: &ControlPlane, dir: &Path, agent: &str, patches: &[serde_js
         ));
     }
     std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
-    kubectl(cp, &["apply", "-k", overlay.to_str().unwrap()]);
 }
 
 /// The arguments `deploy/<agent>/deployment.yaml` gives the agent's container, each flag in
 /// `changes` given this run's value instead, then `extra`.
-fn deploy_args(agent: &str, changes: &[(&str, String)], extra: &[String]) -> Vec<String> {
+pub fn deploy_args(agent: &str, changes: &[(&str, String)], extra: &[String]) -> Vec<String> {
     let path = deploy_dir().join(agent).join("deployment.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let deployment: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
@@ -561,7 +619,7 @@ fn deploy_args(agent: &str, changes: &[(&str, String)], extra: &[String]) -> Vec
 }
 
 /// The JSON patch that gives a Deployment's only container `args`.
-fn args_patch(deployment: &str, args: Vec<String>) -> serde_json::Value {
+pub fn args_patch(deployment: &str, args: Vec<String>) -> serde_json::Value {
     serde_json::json!({
         "kind": "Deployment",
         "name": deployment,
@@ -610,7 +668,8 @@ pub fn lease_holder_ip(cp: &ControlPlane, lease: &str) -> String {
     .to_string()
 }
 
-fn api_port(cp: &ControlPlane) -> String {
+/// The port of `cp`'s API server (on 127.0.0.1).
+pub fn api_port(cp: &ControlPlane) -> String {
     cp.server.rsplit(':').next().unwrap().to_string()
 }
 
