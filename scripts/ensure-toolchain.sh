@@ -100,9 +100,10 @@ ensure_node_runtime() {
 }
 
 # How the agents' images are built and served to the test nodes (scripts/images.sh,
-# testkit/src/registry.rs).
+# testkit/src/registry.rs); jq for the command deploy/cert-manager's comment gives
+# (tests/e2e/tests/cert_manager_overlays.rs runs it as written).
 ensure_image_tools() {
-  apt_install buildah docker-registry
+  apt_install buildah docker-registry jq
 }
 
 ensure_grpcurl() {
