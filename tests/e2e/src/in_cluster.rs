@@ -83,9 +83,9 @@ fn list_tenants(ca: &Path, client: &Path, endpoint: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Starts both clusters with real nodes, deploys both agents from `deploy/` and waits until
-/// both Deployments are Available and the tenant is connected.
-pub async fn deploy() -> InCluster {
+/// An origin and a provider, each with a real node on a network of its own with kube-proxy,
+/// pulling its agent's image from the test's registry.
+pub async fn start_clusters() -> (ControlPlane, ControlPlane) {
     let origin_options = Options::named("origin")
         .with_node("10.100.0.0/16", &["local-agent"])
         .expect("origin node images")
@@ -94,11 +94,17 @@ pub async fn deploy() -> InCluster {
         .with_node("10.200.0.0/16", &["remote-agent"])
         .expect("provider node images")
         .with_own_network();
-    let (origin, provider) = tokio::try_join!(
+    tokio::try_join!(
         ControlPlane::start(origin_options),
         ControlPlane::start(provider_options)
     )
-    .expect("control planes with real nodes");
+    .expect("control planes with real nodes")
+}
+
+/// Starts both clusters with real nodes, deploys both agents from `deploy/` and waits until
+/// both Deployments are Available and the tenant is connected.
+pub async fn deploy() -> InCluster {
+    let (origin, provider) = start_clusters().await;
     let dir = tempfile::Builder::new()
         .prefix("refract-in-cluster-")
         .tempdir()

@@ -20,12 +20,12 @@
 use std::time::Duration;
 
 use refract_e2e::in_cluster::{
-    agent_state, api_port, apply_test_overlay_of, args_patch, deploy_args, node_ip,
+    agent_state, api_port, apply_test_overlay_of, args_patch, deploy_args, node_ip, start_clusters,
 };
 use refract_e2e::{
     bin, busybox, eventually, kubectl, kubectl_get, kubectl_stdin, kubectl_stdin_output, run,
 };
-use refract_testkit::{fake_cert_manager, ControlPlane, Options};
+use refract_testkit::{fake_cert_manager, ControlPlane};
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(180);
@@ -79,19 +79,7 @@ fn deployment_available(cp: &ControlPlane, name: &str) -> Option<()> {
 
 #[tokio::test]
 async fn cert_manager_overlays_peer_as_their_comments_say() {
-    let origin_options = Options::named("origin")
-        .with_node("10.100.0.0/16", &["local-agent"])
-        .expect("origin node images")
-        .with_own_network();
-    let provider_options = Options::named("provider")
-        .with_node("10.200.0.0/16", &["remote-agent"])
-        .expect("provider node images")
-        .with_own_network();
-    let (origin, provider) = tokio::try_join!(
-        ControlPlane::start(origin_options),
-        ControlPlane::start(provider_options)
-    )
-    .expect("control planes with real nodes");
+    let (origin, provider) = start_clusters().await;
     let stop = CancellationToken::new();
     cert_manager_in(&origin, &stop).await;
     cert_manager_in(&provider, &stop).await;
