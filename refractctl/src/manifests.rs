@@ -235,8 +235,8 @@ fn kustomize(mut object: Value, agent: Agent, image: &str, namespace: &str) -> V
     object
 }
 
-/// What kustomize's namespace transformer also moves: the Namespace itself, the subjects of
-/// role bindings and the webhooks' Services, where deploy/ names its namespace.
+/// What else names deploy/'s namespace and must follow into another: the Namespace itself, the
+/// subjects of role bindings and the webhooks' Services (which not every kustomize moves).
 fn move_references(object: &mut Value, kind: &str, namespace: &str) {
     let moved = |field: &mut Value| {
         if field.as_str() == Some(DEFAULT_NAMESPACE) {
