@@ -124,19 +124,7 @@ pub async fn deploy() -> InCluster {
         &["--ip", &provider_node],
     );
     apply_overlay(&provider, dir.path(), "remote-agent", &[]);
-    let node_port = kubectl(
-        &provider,
-        &[
-            "-n",
-            "refract-system",
-            "get",
-            "service",
-            "refract-remote-agent",
-            "-o",
-            "jsonpath={.spec.ports[?(@.name==\"grpc\")].nodePort}",
-        ],
-    );
-    let remote_endpoint = format!("{provider_node}:{}", node_port.trim());
+    let remote_endpoint = remote_endpoint(&provider, &provider_node);
     println!("the remote agent's Service: NodePort {remote_endpoint}");
 
     // The origin: the client and webhook certificates, then deploy/local-agent pointed at it.
@@ -631,6 +619,24 @@ pub fn args_patch(deployment: &str, args: Vec<String>) -> serde_json::Value {
         "name": deployment,
         "ops": [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
     })
+}
+
+/// Where the origin reaches the remote agent: the provider node's address and the node port
+/// of the `refract-remote-agent` Service's `grpc` port.
+pub fn remote_endpoint(provider: &ControlPlane, provider_node: &str) -> String {
+    let node_port = kubectl(
+        provider,
+        &[
+            "-n",
+            "refract-system",
+            "get",
+            "service",
+            "refract-remote-agent",
+            "-o",
+            "jsonpath={.spec.ports[?(@.name==\"grpc\")].nodePort}",
+        ],
+    );
+    format!("{provider_node}:{}", node_port.trim())
 }
 
 /// The address of `cp`'s real node (its InternalIP, on its own network).

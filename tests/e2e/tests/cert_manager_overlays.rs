@@ -20,7 +20,8 @@
 use std::time::Duration;
 
 use refract_e2e::in_cluster::{
-    agent_state, api_port, apply_test_overlay_of, args_patch, deploy_args, node_ip, start_clusters,
+    agent_state, api_port, apply_test_overlay_of, args_patch, deploy_args, node_ip,
+    remote_endpoint, start_clusters,
 };
 use refract_e2e::{
     bin, busybox, eventually, kubectl, kubectl_get, kubectl_stdin, kubectl_stdin_output, run,
@@ -104,19 +105,7 @@ async fn cert_manager_overlays_peer_as_their_comments_say() {
             ]
         })],
     );
-    let node_port = kubectl(
-        &provider,
-        &[
-            "-n",
-            "refract-system",
-            "get",
-            "service",
-            "refract-remote-agent",
-            "-o",
-            "jsonpath={.spec.ports[?(@.name==\"grpc\")].nodePort}",
-        ],
-    );
-    let remote_endpoint = format!("{provider_node}:{}", node_port.trim());
+    let remote_endpoint = remote_endpoint(&provider, &provider_node);
 
     // Origin: `kubectl apply -k deploy/cert-manager/origin`, the local agent's flags set as
     // deploy/README.md says.
