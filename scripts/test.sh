@@ -11,11 +11,11 @@ say "1/4 toolchain: etcd, Kubernetes 1.20.2 control plane, kubelet and kube-prox
 eval "$(scripts/ensure-toolchain.sh | grep -E '^REFRACT_(K8S_BIN|PROMTOOL)=')"
 export REFRACT_K8S_BIN REFRACT_PROMTOOL
 
-# A fresh build of the workspace and its tests takes about 6 GB under target/ (measured on a
+# A fresh build of the workspace and its tests takes about 4.5 GB under target/ (measured on a
 # clean clone); say so before it starts rather than leave a linker's "No space left on device".
 free_gb=$(df -Pk . | awk 'NR==2 { printf "%d", $4 / 1048576 }')
 if [ "$free_gb" -lt 8 ]; then
-  say "warning: only ${free_gb} GB free on this disk; a fresh build needs about 6 GB and the tests' clusters more"
+  say "warning: only ${free_gb} GB free on this disk; a fresh build needs about 4.5 GB and the tests' clusters more"
 fi
 
 say "2/4 building the workspace and its tests, then the images (pause and busybox archives; the agents and refractctl from their Containerfiles, with buildah)"

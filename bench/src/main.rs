@@ -1,16 +1,19 @@
-//! `refract-bench`: Refract's reflection against a direct copier, on the same two real control
-//! planes, in one run.
+//! `refract-bench`: Refract's reflection against two direct copiers, on the same two real
+//! control planes, in one run.
 //!
-//! First both control planes take the largest burst once, untimed ([`warm_up`]). Then both
+//! First both control planes take the largest burst once, untimed ([`warm_up`]). Then the three
 //! systems get the same phases ([`phases`]): bursts of ConfigMaps (throughput), updates and
 //! no-op touches (writes per effective change), an idle minute (writes and CPU), memory with
 //! nothing and with the largest burst reflected, a restart of the origin side (time to agree,
 //! writes), a burst of Services. Then more rounds of the bursts ([`throughput`]) and rounds of
 //! steady load at half Refract's median throughput of each kind ([`latency`]: ConfigMaps and
 //! Services), the systems taking turns in both. Refract runs as
-//! its two agent binaries over mutual TLS; the direct copier (`direct-copier`) watches the
-//! origin and server-side applies Refract's own forged objects straight into the provider with
-//! an admin kubeconfig. It prints one table and writes JSON.
+//! its two agent binaries over mutual TLS. The baselines are the same binary, `direct-copier`,
+//! which watches the origin and writes Refract's own forged objects straight into the provider
+//! with an admin kubeconfig: bare (a floor that keeps none of Refract's guarantees), and
+//! guarded (`--guarded`, the Liqo-shaped baseline: what one trusted process costs that watches
+//! its copies, restores drift, skips unchanged objects and takes over nothing). It prints one
+//! table and writes JSON.
 
 #![allow(
     clippy::unwrap_used,
@@ -22,6 +25,7 @@ mod load;
 mod measure;
 mod phases;
 mod report;
+mod requests;
 mod sides;
 mod throughput;
 mod warm_up;
@@ -33,7 +37,7 @@ use refract_e2e::Peering;
 use serde_json::json;
 use sides::Side;
 
-/// Measures Refract against a direct copier on two local control planes.
+/// Measures Refract against a bare and a guarded direct copier on two local control planes.
 #[derive(Debug, clap::Parser)]
 #[command(name = "refract-bench", version, about, long_about)]
 struct Args {
@@ -105,8 +109,8 @@ struct Args {
     /// system runs first (Refract) pays for the clusters' growth.
     #[arg(long)]
     no_warm_up: bool,
-    /// Run the direct copier's bulk phases (round 1 of the bursts, updates, idle, memory,
-    /// restart) before Refract's instead of after. The later rounds alternate either way.
+    /// Run the copiers' bulk phases (round 1 of the bursts, updates, idle, memory, restart)
+    /// before Refract's instead of after. The later rounds rotate the order either way.
     #[arg(long)]
     direct_first: bool,
     /// Where to write the JSON results.
@@ -226,32 +230,56 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
         warm_up::run(&origin, &provider, &plan).await?;
     }
+    let api_servers = vec![
+        ("origin".to_string(), peering.origin.client().await?),
+        ("provider".to_string(), peering.provider.client().await?),
+    ];
     let mut refract_side = sides::Refract::new(&mut peering).await?;
-    let (mut refract, mut direct_side, mut direct);
+    let mut copiers = Vec::new();
+    let mut refract;
     if args.direct_first {
         refract_side.pause().await;
-        (direct_side, direct) =
-            bulk_direct(&args, refract_side.peering(), &plan, &clusters).await?;
+        for shape in COPIERS {
+            copiers.push(
+                bulk_direct(
+                    shape,
+                    &args,
+                    refract_side.peering(),
+                    &plan,
+                    &clusters,
+                    &api_servers,
+                )
+                .await?,
+            );
+        }
         refract_side.resume().await?;
-        refract = bulk_refract(&args, &mut refract_side, &plan, &clusters).await?;
+        refract = bulk_refract(&args, &mut refract_side, &plan, &clusters, &api_servers).await?;
     } else {
-        refract = bulk_refract(&args, &mut refract_side, &plan, &clusters).await?;
-        (direct_side, direct) =
-            bulk_direct(&args, refract_side.peering(), &plan, &clusters).await?;
+        refract = bulk_refract(&args, &mut refract_side, &plan, &clusters, &api_servers).await?;
+        for shape in COPIERS {
+            copiers.push(
+                bulk_direct(
+                    shape,
+                    &args,
+                    refract_side.peering(),
+                    &plan,
+                    &clusters,
+                    &api_servers,
+                )
+                .await?,
+            );
+        }
     }
 
     if args.throughput_rounds > 1 {
         say(&format!(
-            "== throughput: rounds 2 to {}, the two systems taking turns",
+            "== throughput: rounds 2 to {}, the systems taking turns",
             args.throughput_rounds
         ));
     }
     for round in 2..=usize::from(args.throughput_rounds) {
-        // Round 1 (the bulk phases) had Refract first, or the copier with --direct-first;
-        // each later round swaps.
-        let refract_first = (round % 2 == 1) != args.direct_first;
-        for refract_turn in [refract_first, !refract_first] {
-            if refract_turn {
+        for system in turns(round, args.direct_first) {
+            let Some(i) = system else {
                 throughput::take_turn(
                     "refract",
                     &mut refract_side,
@@ -261,32 +289,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     &mut refract,
                 )
                 .await?;
-            } else {
-                throughput::take_turn(
-                    "direct",
-                    &mut direct_side,
-                    round,
-                    &plan,
-                    &clusters,
-                    &mut direct,
-                )
-                .await?;
-            }
+                continue;
+            };
+            let (side, result) = &mut copiers[i];
+            throughput::take_turn(side.system(), side, round, &plan, &clusters, result).await?;
         }
     }
-    // Both systems get the same load: half Refract's throughput (the median of the rounds).
+    // Every system gets the same load: half Refract's throughput (the median of the rounds).
     let rate = args
         .steady_rate
         .unwrap_or_else(|| refract.throughput.last().map_or(1.0, |(_, t)| t / 2.0));
     let rate_service = args
         .steady_rate_service
         .unwrap_or(refract.service_throughput.1 / 2.0);
-    for s in [&mut refract, &mut direct] {
+    for s in std::iter::once(&mut refract).chain(copiers.iter_mut().map(|(_, r)| r)) {
         (s.steady_rate, s.steady_rate_service) = (rate, rate_service);
     }
 
     say(&format!(
-        "== latency: {} rounds, the two systems taking turns",
+        "== latency: {} rounds, the systems taking turns",
         args.rounds
     ));
     let loads = [
@@ -306,10 +327,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         samples: args.samples.clone(),
     };
     for round in 1..=usize::from(args.rounds) {
-        // Refract first in odd rounds, the copier in even ones: neither always follows the
-        // other's leftovers.
-        for refract_turn in [round % 2 == 1, round % 2 == 0] {
-            if refract_turn {
+        for system in turns(round, false) {
+            let Some(i) = system else {
                 let r = latency::take_turn(
                     "refract",
                     &mut refract_side,
@@ -321,21 +340,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .await;
                 keep_logs(&args, refract_side.peering(), &format!(".round{round}"))?;
                 r?;
-            } else {
-                latency::take_turn(
-                    "direct",
-                    &mut direct_side,
-                    round,
-                    &loads,
-                    &windows,
-                    &mut direct.latency,
-                )
-                .await?;
-            }
+                continue;
+            };
+            let (side, result) = &mut copiers[i];
+            latency::take_turn(
+                side.system(),
+                side,
+                round,
+                &loads,
+                &windows,
+                &mut result.latency,
+            )
+            .await?;
         }
     }
 
-    let table = report::table(&refract, &direct);
+    let baselines: Vec<&report::SystemResult> = copiers.iter().map(|(_, r)| r).collect();
+    let table = report::table(&refract, &baselines);
     println!("\n{table}");
     let conditions = json!({
         "sizes": args.sizes,
@@ -345,6 +366,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "refract_workers_per_kind": args.concurrency,
         "remote_apply_concurrency": args.concurrency,
         "direct_writers_per_kind": args.concurrency,
+        "guarded_writers_per_kind": args.concurrency,
         "worker_threads_per_process": args.worker_threads,
         // The agents inherit the environment: an opt-in window changes what is measured.
         "local_agent_send_window": std::env::var("REFRACT_SEND_WINDOW").unwrap_or_else(|_| "0ms".into()),
@@ -357,12 +379,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "etcd_data_parent": args.etcd_parent,
         "warm_up": !args.no_warm_up,
         "bulk_phases_first": if args.direct_first { "direct" } else { "refract" },
+        "turn_order": "rotating: round r starts with system (r - 1) mod 3 of refract, direct, guarded (shifted by one with --direct-first for the throughput rounds)",
         "refract_version": refract_core::AGENT_VERSION,
         "cores": cores,
         "control_plane_cpus": args.control_plane_cpus,
         "others_cpus": args.others_cpus,
     });
-    let out = report::json(conditions, &refract, &direct);
+    let out = report::json(conditions, &refract, &baselines);
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -377,24 +400,46 @@ async fn bulk_refract(
     side: &mut sides::Refract<'_>,
     plan: &phases::Plan,
     clusters: &[(String, u32)],
+    api_servers: &[(String, kube::Client)],
 ) -> anyhow::Result<report::SystemResult> {
     say("== Refract (local-agent -> mTLS gRPC -> remote-agent)");
-    let result = phases::run("refract", side, plan, clusters).await?;
+    let result = phases::run("refract", side, plan, clusters, api_servers).await?;
     side.clean_up().await?;
     keep_logs(args, side.peering(), "")?;
     Ok(result)
 }
 
-/// Starts the direct copier and runs its bulk phases; it is stopped afterwards.
+/// The baselines, in turn order after Refract.
+const COPIERS: [sides::Copier; 2] = [sides::Copier::Bare, sides::Copier::Guarded];
+
+/// The order of the systems' turns in `round`: `None` is Refract, `Some(i)` the baseline
+/// `COPIERS[i]`. Round 1 starts with Refract (with `copiers_first`, with the bare copier), and
+/// each later round starts one system further, so no system always follows the same one.
+fn turns(round: usize, copiers_first: bool) -> Vec<Option<usize>> {
+    let mut order: Vec<Option<usize>> = std::iter::once(None)
+        .chain((0..COPIERS.len()).map(Some))
+        .collect();
+    let n = order.len();
+    order.rotate_left((round + n - 1 + usize::from(copiers_first)) % n);
+    order
+}
+
+/// Starts a direct copier of `shape` and runs its bulk phases; it is stopped afterwards.
 async fn bulk_direct(
+    shape: sides::Copier,
     args: &Args,
     peering: &Peering,
     plan: &phases::Plan,
     clusters: &[(String, u32)],
+    api_servers: &[(String, kube::Client)],
 ) -> anyhow::Result<(sides::Direct, report::SystemResult)> {
-    say("== direct copier (watch origin, server-side apply into the provider)");
-    let mut side = sides::Direct::new(peering, args.concurrency, args.worker_threads).await?;
-    let result = phases::run("direct", &mut side, plan, clusters).await?;
+    say(&match shape {
+        sides::Copier::Bare => "== direct copier (watch origin, server-side apply into the provider)".to_string(),
+        sides::Copier::Guarded => "== guarded copier (the direct copier with a provider metadata watch, drift restore, hash skip and no takeover)".to_string(),
+    });
+    let mut side =
+        sides::Direct::new(shape, peering, args.concurrency, args.worker_threads).await?;
+    let result = phases::run(shape.system(), &mut side, plan, clusters, api_servers).await?;
     side.clean_up().await?;
     Ok((side, result))
 }

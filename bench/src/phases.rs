@@ -126,12 +126,24 @@ pub fn cpu_by_process(side: &impl Side, clusters: &[(String, u32)]) -> Vec<(Stri
         .collect()
 }
 
+/// Each API server's request and watch-event counters, by cluster.
+async fn read_requests(
+    api_servers: &[(String, kube::Client)],
+) -> Vec<(String, crate::requests::Counts)> {
+    let mut counts = Vec::new();
+    for (cluster, client) in api_servers {
+        counts.push((cluster.clone(), crate::requests::read(client).await));
+    }
+    counts
+}
+
 /// Runs every phase against `side`.
 pub async fn run(
     name: &str,
     side: &mut impl Side,
     plan: &Plan,
     clusters: &[(String, u32)],
+    api_servers: &[(String, kube::Client)],
 ) -> anyhow::Result<SystemResult> {
     let mut r = SystemResult {
         system: name.into(),
@@ -220,10 +232,21 @@ pub async fn run(
     // both clusters): their latency is measured at half their own throughput.
     let n = plan.service_burst;
     say(&format!("{name}: burst of {n} Services"));
+    let requests_before = read_requests(api_servers).await;
     let cpu_before = cpu_by_process(side, clusters);
     let rate = service_burst(side, "bsvc-", n).await?;
     r.service_burst_cpu_by_round
         .push(cpu_since(side, clusters, &cpu_before));
+    // Late requests (status writes, events) count too.
+    tokio::time::sleep(SETTLE).await;
+    let requests_after = read_requests(api_servers).await;
+    for ((cluster, before), (_, after)) in requests_before.iter().zip(&requests_after) {
+        r.service_burst_requests.extend(
+            crate::requests::per_object(before, after, n)
+                .into_iter()
+                .map(|(what, per)| (format!("{cluster} {what}"), per)),
+        );
+    }
     say(&format!(
         "{name}: {n} Services on the provider in {:.2} s ({rate:.0}/s)",
         n as f64 / rate

@@ -41,7 +41,7 @@ impl Latency {
 /// Everything measured for one system.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct SystemResult {
-    /// `refract` or `direct`.
+    /// `refract`, `direct` or `guarded`.
     pub system: String,
     /// Burst size → objects per second, the median of the rounds.
     pub throughput: Vec<(usize, f64)>,
@@ -82,6 +82,10 @@ pub struct SystemResult {
     /// The same for the Service burst of each throughput round: Services cost the API servers
     /// more than ConfigMaps, so the agents' share differs.
     pub service_burst_cpu_by_round: Vec<Vec<(String, f64)>>,
+    /// Requests each API server served per Service during the Service burst of round 1, by
+    /// cluster, verb and resource, and watch events it sent by kind: what a system asks of the
+    /// control planes beyond the load itself.
+    pub service_burst_requests: Vec<(String, f64)>,
     /// Seconds from restarting the origin-side process until both sides agree again.
     pub reconnect_seconds: f64,
     /// Provider writes caused by that restart.
@@ -201,263 +205,373 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-/// The table, as printed and committed in BENCHMARKS.md.
-pub fn table(refract: &SystemResult, direct: &SystemResult) -> String {
-    let mut rows: Vec<[String; 4]> = Vec::new();
-    let mut row = |m: String, r: String, d: String, x: String| rows.push([m, r, d, x]);
-    let rounds = |v: &[f64]| joined(v.iter().map(|t| format!("{t:.0}")));
-    let of = |s: &SystemResult, n: usize| {
-        s.throughput_by_round
-            .iter()
-            .find(|(m, _)| *m == n)
-            .map(|(_, v)| rounds(v))
-            .unwrap_or_default()
-    };
-    for ((n, r), (_, d)) in refract.throughput.iter().zip(&direct.throughput) {
-        row(
-            format!("throughput, burst of {n} ConfigMaps, median of rounds (objects/s)"),
-            format!("{r:.0}"),
-            format!("{d:.0}"),
-            ratio(*r, *d),
+/// The table being built: one column per system (Refract first), then Refract's figure over
+/// each baseline's where a ratio means something.
+struct Table<'a> {
+    systems: Vec<&'a SystemResult>,
+    rows: Vec<Vec<String>>,
+}
+
+impl<'a> Table<'a> {
+    fn baselines(&self) -> usize {
+        self.systems.len() - 1
+    }
+
+    /// A row of one cell per system, with no ratio.
+    fn row(&mut self, metric: String, cell: impl Fn(&SystemResult) -> String) {
+        let mut cells = vec![metric];
+        cells.extend(self.systems.iter().map(|s| cell(s)));
+        cells.extend(std::iter::repeat_n(String::new(), self.baselines()));
+        self.rows.push(cells);
+    }
+
+    /// A row of one figure per system, with `decimals`, and Refract's over each baseline's.
+    fn compared(&mut self, metric: String, decimals: usize, value: impl Fn(&SystemResult) -> f64) {
+        let values: Vec<f64> = self.systems.iter().map(|s| value(s)).collect();
+        let mut cells = vec![metric];
+        cells.extend(values.iter().map(|v| format!("{v:.decimals$}")));
+        cells.extend(values[1..].iter().map(|b| ratio(values[0], *b)));
+        self.rows.push(cells);
+    }
+
+    /// A row of Refract's figure over each baseline's, paired round by round: the median and its
+    /// 95 % interval ([`paired_ratio`]). Rounds run in rotating order, so the two bursts of a
+    /// pair met the clusters at nearly the same time and in either order.
+    fn paired(&mut self, metric: String, by_round: impl Fn(&SystemResult) -> Vec<f64>) {
+        let refract = by_round(self.systems[0]);
+        let mut cells = vec![metric];
+        cells.extend(std::iter::repeat_n(String::new(), self.systems.len()));
+        for baseline in &self.systems[1..] {
+            cells.push(
+                paired_ratio(&refract, &by_round(baseline)).map_or("-".into(), |p| {
+                    format!(
+                        "{:.2} [{:.2}, {:.2}] ({} rounds, {:.0} %)",
+                        p.median,
+                        p.low,
+                        p.high,
+                        p.rounds,
+                        p.confidence * 100.0
+                    )
+                }),
+            );
+        }
+        self.rows.push(cells);
+    }
+
+    fn render(&self) -> String {
+        let mut header = vec!["metric".to_string()];
+        header.extend(self.systems.iter().map(|s| label(&s.system).to_string()));
+        header.extend(
+            self.systems[1..]
+                .iter()
+                .map(|s| format!("refract/{}", s.system)),
         );
-        row(
+        let widths: Vec<usize> = (0..header.len())
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r[i].len())
+                    .chain([header[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: &[String]| {
+            let padded: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            format!("| {} |\n", padded.join(" | "))
+        };
+        let mut out = line(&header);
+        let dashes: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+        out.push_str(&format!("|-{}-|\n", dashes.join("-|-")));
+        for r in &self.rows {
+            out.push_str(&line(r));
+        }
+        out
+    }
+}
+
+/// A system's column heading.
+fn label(system: &str) -> &str {
+    match system {
+        "direct" => "direct copier",
+        "guarded" => "guarded copier",
+        other => other,
+    }
+}
+
+/// Refract's figure over a baseline's, paired round by round.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct PairedRatio {
+    /// The median of the rounds' ratios.
+    pub median: f64,
+    /// The interval's lower bound.
+    pub low: f64,
+    /// The interval's upper bound.
+    pub high: f64,
+    /// The confidence the interval reaches (95 % from 18 rounds on; less with fewer).
+    pub confidence: f64,
+    /// Rounds paired.
+    pub rounds: usize,
+}
+
+/// The ratios `refract[i] / baseline[i]` of the rounds both have, their median and 95 %
+/// interval; `None` without a round.
+pub fn paired_ratio(refract: &[f64], baseline: &[f64]) -> Option<PairedRatio> {
+    let ratios: Vec<f64> = refract
+        .iter()
+        .zip(baseline)
+        .filter(|(_, b)| **b > 0.0)
+        .map(|(r, b)| r / b)
+        .collect();
+    let (low, median, high, confidence) = refract_bench::stats::median_interval(&ratios, 0.95)?;
+    Some(PairedRatio {
+        median,
+        low,
+        high,
+        confidence,
+        rounds: ratios.len(),
+    })
+}
+
+/// The table, as printed and committed in BENCHMARKS.md: Refract, then each baseline.
+pub fn table(refract: &SystemResult, baselines: &[&SystemResult]) -> String {
+    let mut t = Table {
+        systems: std::iter::once(refract)
+            .chain(baselines.iter().copied())
+            .collect(),
+        rows: Vec::new(),
+    };
+    let rounds = |v: &[f64]| joined(v.iter().map(|t| format!("{t:.0}")));
+    for &(n, _) in &refract.throughput {
+        let of = move |s: &SystemResult| -> Vec<f64> {
+            s.throughput_by_round
+                .iter()
+                .find(|(m, _)| *m == n)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        t.compared(
+            format!("throughput, burst of {n} ConfigMaps, median of rounds (objects/s)"),
+            0,
+            |s| {
+                s.throughput
+                    .iter()
+                    .find(|(m, _)| *m == n)
+                    .map_or(0.0, |(_, r)| *r)
+            },
+        );
+        t.paired(
+            format!("throughput, burst of {n} ConfigMaps, ratio paired by round: median [95 % interval]"),
+            of,
+        );
+        t.row(
             format!("throughput, burst of {n} ConfigMaps, each round (objects/s)"),
-            of(refract, *n),
-            of(direct, *n),
-            String::new(),
+            |s| rounds(&of(s)),
         );
     }
-    let (n, r) = refract.service_throughput;
-    let d = direct.service_throughput.1;
-    row(
+    let n = refract.service_throughput.0;
+    t.compared(
         format!("throughput, burst of {n} Services, median of rounds (objects/s)"),
-        format!("{r:.0}"),
-        format!("{d:.0}"),
-        ratio(r, d),
+        0,
+        |s| s.service_throughput.1,
     );
-    row(
+    t.paired(
+        format!("throughput, burst of {n} Services, ratio paired by round: median [95 % interval]"),
+        |s| s.service_throughput_by_round.clone(),
+    );
+    t.row(
         format!("throughput, burst of {n} Services, each round (objects/s)"),
-        rounds(&refract.service_throughput_by_round),
-        rounds(&direct.service_throughput_by_round),
-        String::new(),
+        |s| rounds(&s.service_throughput_by_round),
     );
     let ms_each = |values: Vec<f64>| joined(values.iter().map(|ms| format!("{ms:.2}")));
-    row(
+    t.row(
         format!(
             "CPU of all processes per object, {}-object burst, each round (ms)",
             refract.largest_burst()
         ),
-        ms_each(refract.cpu_ms_per_object_by_round()),
-        ms_each(direct.cpu_ms_per_object_by_round()),
-        String::new(),
+        |s| ms_each(s.cpu_ms_per_object_by_round()),
     );
-    row(
+    t.row(
         format!(
             "CPU of all processes per Service, {}-Service burst, each round (ms)",
             refract.service_throughput.0
         ),
-        ms_each(refract.service_cpu_ms_per_object_by_round()),
-        ms_each(direct.service_cpu_ms_per_object_by_round()),
-        String::new(),
+        |s| ms_each(s.service_cpu_ms_per_object_by_round()),
     );
-    let by_process = |s: &SystemResult| {
-        joined(
-            s.service_cpu_ms_per_object_by_process()
-                .iter()
-                .map(|(p, ms)| format!("{p} {ms:.2}")),
-        )
-    };
-    row(
+    t.row(
         "CPU per Service in the Service bursts by process, median of rounds (ms)".into(),
-        by_process(refract),
-        by_process(direct),
-        String::new(),
+        |s| {
+            joined(
+                s.service_cpu_ms_per_object_by_process()
+                    .iter()
+                    .map(|(p, ms)| format!("{p} {ms:.2}")),
+            )
+        },
+    );
+    t.row(
+        "API server requests and watch events per Service, round-1 Service burst".into(),
+        |s| {
+            joined(
+                s.service_burst_requests
+                    .iter()
+                    .map(|(what, per)| format!("{what} {per:.2}")),
+            )
+        },
     );
     for what in ["ConfigMap", "Service"] {
-        let (r, d) = (refract.latency_of(what), direct.latency_of(what));
-        for (q, rv, dv) in [
-            ("p50", r.pooled.p50_ms, d.pooled.p50_ms),
-            ("p99", r.pooled.p99_ms, d.pooled.p99_ms),
-            ("max", r.pooled.max_ms, d.pooled.max_ms),
-        ] {
-            row(
-                format!("latency {what} {q} (ms)"),
-                format!("{rv:.1}"),
-                format!("{dv:.1}"),
-                ratio(rv, dv),
-            );
+        type Quantile = fn(&Latency) -> f64;
+        let quantiles: [(&str, Quantile); 3] = [
+            ("p50", |l| l.p50_ms),
+            ("p99", |l| l.p99_ms),
+            ("max", |l| l.max_ms),
+        ];
+        for (q, of) in quantiles {
+            t.compared(format!("latency {what} {q} (ms)"), 1, |s| {
+                of(&s.latency_of(what).pooled)
+            });
         }
-        let by_round =
-            |k: &KindLatency| joined(k.by_round.iter().map(|l| format!("{:.0}", l.p99_ms)));
-        row(
-            format!("latency {what} p99 of each round (ms)"),
-            by_round(&r),
-            by_round(&d),
-            String::new(),
-        );
+        t.row(format!("latency {what} p99 of each round (ms)"), |s| {
+            joined(
+                s.latency_of(what)
+                    .by_round
+                    .iter()
+                    .map(|l| format!("{:.0}", l.p99_ms)),
+            )
+        });
         // The system's own processes per steady object: what they cost, and how often they
         // were woken for it. Each: (what, unit, decimals, its total and its split by process).
-        type PerObject = for<'a> fn(&'a KindLatency) -> (f64, &'a [(String, f64)]);
+        type PerObject = fn(&KindLatency) -> (f64, Vec<(String, f64)>);
         let measures: [(&str, &str, usize, PerObject); 2] = [
             ("CPU", " (ms)", 2, |k| {
-                (k.cpu_ms_per_object, &k.cpu_ms_per_object_by_process)
+                (k.cpu_ms_per_object, k.cpu_ms_per_object_by_process.clone())
             }),
             ("wake-ups", "", 1, |k| {
-                (k.wakeups_per_object, &k.wakeups_per_object_by_process)
+                (
+                    k.wakeups_per_object,
+                    k.wakeups_per_object_by_process.clone(),
+                )
             }),
         ];
         for (measure, unit, decimals, of) in measures {
-            let ((rv, r_split), (dv, d_split)) = (of(&r), of(&d));
-            row(
+            t.compared(
                 format!("{measure} of the system's processes per steady {what}{unit}"),
-                format!("{rv:.decimals$}"),
-                format!("{dv:.decimals$}"),
-                ratio(rv, dv),
+                decimals,
+                |s| of(&s.latency_of(what)).0,
             );
-            let split =
-                |s: &[(String, f64)]| joined(s.iter().map(|(p, v)| format!("{p} {v:.decimals$}")));
-            row(
+            t.row(
                 format!("the same by process, per steady {what}{unit}"),
-                split(r_split),
-                split(d_split),
-                String::new(),
+                |s| {
+                    joined(
+                        of(&s.latency_of(what))
+                            .1
+                            .iter()
+                            .map(|(p, v)| format!("{p} {v:.decimals$}")),
+                    )
+                },
             );
         }
     }
-    row(
-        "steady rate for ConfigMap latency, both systems (objects/s)".into(),
-        format!("{:.0}", refract.steady_rate),
-        format!("{:.0}", direct.steady_rate),
-        String::new(),
+    t.row(
+        "steady rate for ConfigMap latency, every system (objects/s)".into(),
+        |s| format!("{:.0}", s.steady_rate),
     );
-    row(
-        "steady rate for Service latency, both systems (objects/s)".into(),
-        format!("{:.0}", refract.steady_rate_service),
-        format!("{:.0}", direct.steady_rate_service),
-        String::new(),
+    t.row(
+        "steady rate for Service latency, every system (objects/s)".into(),
+        |s| format!("{:.0}", s.steady_rate_service),
     );
-    row(
-        "provider writes per effective change".into(),
+    t.row("provider writes per effective change".into(), |s| {
         format!(
             "{:.2} ({}/{})",
-            refract.amplification(),
-            refract.writes,
-            refract.effective_changes
-        ),
-        format!(
-            "{:.2} ({}/{})",
-            direct.amplification(),
-            direct.writes,
-            direct.effective_changes
-        ),
-        String::new(),
-    );
-    row(
+            s.amplification(),
+            s.writes,
+            s.effective_changes
+        )
+    });
+    t.row(
         format!(
             "idle {} s with {} objects: provider writes",
             refract.idle_seconds, refract.objects
         ),
-        refract.idle_writes.to_string(),
-        direct.idle_writes.to_string(),
-        String::new(),
+        |s| s.idle_writes.to_string(),
     );
-    row(
+    t.row(
         format!(
             "idle {} s: CPU seconds of the system's processes",
             refract.idle_seconds
         ),
-        format!("{:.2}", refract.idle_cpu_seconds),
-        format!("{:.2}", direct.idle_cpu_seconds),
-        String::new(),
+        |s| format!("{:.2}", s.idle_cpu_seconds),
     );
     let procs = |v: &[(String, u64)]| joined(v.iter().map(|(n, b)| format!("{n} {}", mib(*b))));
-    row(
-        "resident memory, nothing reflected".into(),
-        procs(&refract.rss_empty),
-        procs(&direct.rss_empty),
-        String::new(),
-    );
-    row(
+    t.row("resident memory, nothing reflected".into(), |s| {
+        procs(&s.rss_empty)
+    });
+    t.row(
         format!("resident memory, {} objects", refract.objects),
-        procs(&refract.rss_full),
-        procs(&direct.rss_full),
-        String::new(),
+        |s| procs(&s.rss_full),
     );
-    row(
+    t.row(
         "memory per reflected object (bytes, all processes)".into(),
-        format!("{:.0}", refract.bytes_per_object()),
-        format!("{:.0}", direct.bytes_per_object()),
-        String::new(),
+        |s| format!("{:.0}", s.bytes_per_object()),
     );
-    row(
+    t.compared(
         "restart of the origin side: seconds until in agreement".into(),
-        format!("{:.2}", refract.reconnect_seconds),
-        format!("{:.2}", direct.reconnect_seconds),
-        ratio(refract.reconnect_seconds, direct.reconnect_seconds),
+        2,
+        |s| s.reconnect_seconds,
     );
-    row(
-        "restart of the origin side: provider writes".into(),
-        refract.reconnect_writes.to_string(),
-        direct.reconnect_writes.to_string(),
-        String::new(),
-    );
-    let cpu = |v: &[(String, f64)]| {
-        joined(
-            v.iter()
-                .filter(|(_, s)| *s >= 0.05)
-                .map(|(n, s)| format!("{n} {s:.1}")),
-        )
-    };
-    row(
+    t.row("restart of the origin side: provider writes".into(), |s| {
+        s.reconnect_writes.to_string()
+    });
+    t.row(
         format!(
             "CPU seconds during the {}-object burst of round 1, by process",
             refract.largest_burst()
         ),
-        cpu(&refract.burst_cpu),
-        cpu(&direct.burst_cpu),
-        String::new(),
+        |s| {
+            joined(
+                s.burst_cpu
+                    .iter()
+                    .filter(|(_, c)| *c >= 0.05)
+                    .map(|(n, c)| format!("{n} {c:.1}")),
+            )
+        },
     );
-    let header = ["metric", "refract", "direct copier", "refract/direct"];
-    let widths: Vec<usize> = (0..4)
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].len())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: [&str; 4]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        format!("| {} |\n", padded.join(" | "))
-    };
-    let mut out = line(header);
-    let dashes: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    out.push_str(&format!("|-{}-|\n", dashes.join("-|-")));
-    for r in &rows {
-        out.push_str(&line([&r[0], &r[1], &r[2], &r[3]]));
-    }
-    out
+    t.render()
 }
 
 /// The same results as JSON, with the conditions they were measured under.
-pub fn json(conditions: Value, refract: &SystemResult, direct: &SystemResult) -> Value {
-    let lat = |kind: &str, q: fn(&Latency) -> f64| {
-        q(&refract.latency_of(kind).pooled) / q(&direct.latency_of(kind).pooled)
+pub fn json(conditions: Value, refract: &SystemResult, baselines: &[&SystemResult]) -> Value {
+    let over = |base: &SystemResult| {
+        let lat = |kind: &str, q: fn(&Latency) -> f64| {
+            q(&refract.latency_of(kind).pooled) / q(&base.latency_of(kind).pooled)
+        };
+        let steady = |kind: &str, q: fn(&KindLatency) -> f64| {
+            q(&refract.latency_of(kind)) / q(&base.latency_of(kind))
+        };
+        json!({
+            "throughput": refract.throughput.iter().zip(&base.throughput)
+                .map(|((n, r), (_, d))| json!({"n": n, "ratio": r / d})).collect::<Vec<_>>(),
+            "throughput_paired": refract.throughput_by_round.iter().zip(&base.throughput_by_round)
+                .map(|((n, r), (_, d))| json!({"n": n, "ratio": paired_ratio(r, d)}))
+                .collect::<Vec<_>>(),
+            "service_throughput": refract.service_throughput.1 / base.service_throughput.1,
+            "service_throughput_paired": paired_ratio(
+                &refract.service_throughput_by_round,
+                &base.service_throughput_by_round,
+            ),
+            "latency_configmap_p50": lat("ConfigMap", |l| l.p50_ms),
+            "latency_configmap_p99": lat("ConfigMap", |l| l.p99_ms),
+            "latency_service_p50": lat("Service", |l| l.p50_ms),
+            "latency_service_p99": lat("Service", |l| l.p99_ms),
+            "cpu_per_steady_configmap": steady("ConfigMap", |k| k.cpu_ms_per_object),
+            "cpu_per_steady_service": steady("Service", |k| k.cpu_ms_per_object),
+            "wakeups_per_steady_configmap": steady("ConfigMap", |k| k.wakeups_per_object),
+            "wakeups_per_steady_service": steady("Service", |k| k.wakeups_per_object),
+        })
     };
-    let ratios = json!({
-        "throughput": refract.throughput.iter().zip(&direct.throughput)
-            .map(|((n, r), (_, d))| json!({"n": n, "ratio": r / d})).collect::<Vec<_>>(),
-        "service_throughput": refract.service_throughput.1 / direct.service_throughput.1,
-        "latency_configmap_p50": lat("ConfigMap", |l| l.p50_ms),
-        "latency_configmap_p99": lat("ConfigMap", |l| l.p99_ms),
-        "latency_service_p50": lat("Service", |l| l.p50_ms),
-        "latency_service_p99": lat("Service", |l| l.p99_ms),
-    });
     let with_derived = |s: &SystemResult| {
         let mut v = serde_json::to_value(s).expect("serializes");
         v["writes_per_effective_change"] = json!(s.amplification());
@@ -467,12 +581,15 @@ pub fn json(conditions: Value, refract: &SystemResult, direct: &SystemResult) ->
         v["service_cpu_ms_per_object_by_process"] = json!(s.service_cpu_ms_per_object_by_process());
         v
     };
-    json!({
+    let mut out = json!({
         "conditions": conditions,
         "refract": with_derived(refract),
-        "direct": with_derived(direct),
-        "refract_over_direct": ratios,
-    })
+    });
+    for base in baselines {
+        out[base.system.as_str()] = with_derived(base);
+        out[format!("refract_over_{}", base.system)] = over(base);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -539,7 +656,7 @@ mod tests {
             vec![("local-agent", 1.28), ("remote-agent", 2.47)],
         );
         let direct = system(vec![("direct-copier", 0.29)], vec![("direct-copier", 2.2)]);
-        let table = table(&refract, &direct);
+        let table = table(&refract, &[&direct]);
         let cells = |metric: &str| -> Vec<String> {
             let row: Vec<String> = table
                 .lines()
@@ -564,6 +681,41 @@ mod tests {
             cells("the same by process, per steady ConfigMap"),
             ["local-agent 1.3, remote-agent 2.5", "direct-copier 2.2"]
         );
+    }
+
+    #[test]
+    fn paired_ratios_give_a_median_and_its_interval_for_each_baseline() {
+        let rounds = |rates: &[f64]| {
+            let mut r = SystemResult::default();
+            for rate in rates {
+                r.add_service_burst(*rate);
+            }
+            r
+        };
+        let mut refract = rounds(&[100.0, 100.0, 100.0, 100.0, 100.0]);
+        refract.system = "refract".into();
+        let mut direct = rounds(&[50.0, 100.0, 200.0, 100.0, 80.0]);
+        direct.system = "direct".into();
+        let p = paired_ratio(
+            &refract.service_throughput_by_round,
+            &direct.service_throughput_by_round,
+        )
+        .unwrap();
+        assert_eq!((p.low, p.median, p.high, p.rounds), (0.5, 1.0, 2.0, 5));
+        let mut guarded = rounds(&[100.0; 5]);
+        guarded.system = "guarded".into();
+        let table = table(&refract, &[&direct, &guarded]);
+        let header = table.lines().next().unwrap();
+        assert!(
+            header.contains("refract/direct") && header.contains("refract/guarded"),
+            "{header}"
+        );
+        let row = table
+            .lines()
+            .find(|l| l.contains("Services, ratio paired by round"))
+            .unwrap();
+        assert!(row.contains("1.00 [0.50, 2.00] (5 rounds, 94 %)"), "{row}");
+        assert!(row.contains("1.00 [1.00, 1.00] (5 rounds, 94 %)"), "{row}");
     }
 
     #[test]

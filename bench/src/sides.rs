@@ -228,8 +228,45 @@ impl Side for Refract<'_> {
     }
 }
 
-/// The direct copier process.
+/// Which of the direct copier's shapes runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copier {
+    /// The bare copier: a floor that keeps none of Refract's guarantees.
+    Bare,
+    /// `--guarded`: the Liqo-shaped baseline (provider metadata watch, drift restore, hash
+    /// skip, no takeover of foreign objects).
+    Guarded,
+}
+
+impl Copier {
+    /// The system's name in the results.
+    pub fn system(self) -> &'static str {
+        match self {
+            Copier::Bare => "direct",
+            Copier::Guarded => "guarded",
+        }
+    }
+
+    /// Its origin namespace and the provider namespace it writes.
+    fn namespaces(self) -> (&'static str, &'static str) {
+        match self {
+            Copier::Bare => ("bench-direct", "bench-direct-origin"),
+            Copier::Guarded => ("bench-guarded", "bench-guarded-origin"),
+        }
+    }
+
+    /// Its process, as the tables name it.
+    fn process(self) -> &'static str {
+        match self {
+            Copier::Bare => "direct-copier",
+            Copier::Guarded => "guarded-copier",
+        }
+    }
+}
+
+/// A direct copier process.
 pub struct Direct {
+    shape: Copier,
     args: Vec<String>,
     child: Option<Child>,
     origin: kube::Client,
@@ -237,22 +274,26 @@ pub struct Direct {
     watch: ProviderWatch,
 }
 
-const DIRECT_NS: &str = "bench-direct";
-const DIRECT_REMOTE_NS: &str = "bench-direct-origin";
-
 impl Direct {
+    /// The system's name in the results.
+    pub fn system(&self) -> &'static str {
+        self.shape.system()
+    }
+
     /// Creates its namespaces and starts it.
     pub async fn new(
+        shape: Copier,
         peering: &Peering,
         concurrency: usize,
         worker_threads: u16,
     ) -> anyhow::Result<Self> {
         let origin = peering.origin.client().await?;
         let provider = peering.provider.client().await?;
-        create_namespace(&origin, DIRECT_NS).await?;
-        create_namespace(&provider, DIRECT_REMOTE_NS).await?;
-        let watch = ProviderWatch::start(provider.clone(), DIRECT_REMOTE_NS).await;
-        let args = vec![
+        let (ns, remote_ns) = shape.namespaces();
+        create_namespace(&origin, ns).await?;
+        create_namespace(&provider, remote_ns).await?;
+        let watch = ProviderWatch::start(provider.clone(), remote_ns).await;
+        let mut args = vec![
             format!(
                 "--origin-kubeconfig={}",
                 peering.origin.kubeconfig.display()
@@ -261,12 +302,16 @@ impl Direct {
                 "--provider-kubeconfig={}",
                 peering.provider.kubeconfig.display()
             ),
-            format!("--namespace={DIRECT_NS}"),
-            format!("--remote-namespace={DIRECT_REMOTE_NS}"),
+            format!("--namespace={ns}"),
+            format!("--remote-namespace={remote_ns}"),
             format!("--concurrency={concurrency}"),
             format!("--worker-threads={worker_threads}"),
         ];
+        if shape == Copier::Guarded {
+            args.push("--guarded".into());
+        }
         let mut d = Self {
+            shape,
             args,
             child: None,
             origin,
@@ -303,8 +348,9 @@ impl Direct {
     /// start from the same clusters for both systems.
     pub async fn clean_up(&mut self) -> anyhow::Result<()> {
         self.pause().await;
-        crate::load::delete_all(&self.origin, DIRECT_NS).await?;
-        crate::load::delete_all(&self.provider, DIRECT_REMOTE_NS).await?;
+        let (ns, remote_ns) = self.shape.namespaces();
+        crate::load::delete_all(&self.origin, ns).await?;
+        crate::load::delete_all(&self.provider, remote_ns).await?;
         Ok(())
     }
 }
@@ -314,7 +360,7 @@ impl Side for Direct {
         &self.origin
     }
     fn origin_ns(&self) -> &str {
-        DIRECT_NS
+        self.shape.namespaces().0
     }
     fn watch(&self) -> &ProviderWatch {
         &self.watch
@@ -323,14 +369,14 @@ impl Side for Direct {
         self.child
             .as_ref()
             .and_then(Child::id)
-            .map(|p| vec![("direct-copier".to_string(), p)])
+            .map(|p| vec![(self.shape.process().to_string(), p)])
             .unwrap_or_default()
     }
     async fn restart(&mut self, _objects: usize) -> anyhow::Result<()> {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;
         }
-        say("restarting direct-copier");
+        say(&format!("restarting {}", self.shape.process()));
         self.start().await
     }
     async fn pause(&mut self) {

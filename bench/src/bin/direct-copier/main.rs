@@ -1,8 +1,11 @@
-//! The benchmark's baseline: the design Refract avoids, kept as the reference harness.
+//! The benchmark's baselines: the design Refract avoids, kept as the reference harness.
 //!
 //! It watches one origin namespace and server-side applies the same mutated objects (Refract's
 //! own forge) straight into the provider with a provider kubeconfig: no gRPC hop, no remote
 //! agent, no desired-state hash, `--concurrency` workers per kind, no client-side rate limit.
+//! That bare copier is a floor: it watches nothing on the provider, takes over foreign objects
+//! and rewrites everything on a restart. With `--guarded` it does what a trusted single-process
+//! reflector needs to offer Refract's guarantees (see [`guard`]): the Liqo-shaped baseline.
 //! It prints `synced <n>` once everything listed at start-up has been applied, so a benchmark
 //! can time a restart.
 
@@ -11,6 +14,8 @@
     clippy::expect_used,
     reason = "test and benchmark harness: a panic is how it reports a failed step"
 )]
+mod guard;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,7 +25,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::ApiResource;
+use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
@@ -30,7 +35,7 @@ use refract_local_agent::reflect::queue::WorkQueue;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-const FIELD_MANAGER: &str = "refract-direct-copier";
+pub(crate) const FIELD_MANAGER: &str = "refract-direct-copier";
 
 #[global_allocator]
 static ALLOCATOR: refract_shared::runtime::Allocator = refract_shared::runtime::Allocator;
@@ -60,6 +65,11 @@ struct Args {
     /// Concurrent writers per kind.
     #[arg(long, default_value_t = 3)]
     concurrency: usize,
+    /// Watch the copies' metadata on the provider, restore drift, skip unchanged hashes, never
+    /// take over a foreign object, and read back only resourceVersions (the Liqo-shaped
+    /// baseline).
+    #[arg(long)]
+    guarded: bool,
     /// The async runtime, as the agents take it.
     #[command(flatten)]
     runtime: refract_shared::runtime::RuntimeArgs,
@@ -90,6 +100,7 @@ async fn copy(args: Args) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         queue,
         in_flight: in_flight.clone(),
+        guard: args.guarded.then(guard::Guard::default),
     };
     let (cm_listed, svc_listed) = (
         tokio::sync::oneshot::channel::<usize>(),
@@ -138,6 +149,8 @@ struct Copier {
     queue: WorkQueue<String>,
     /// Keys being written, over every kind.
     in_flight: Arc<AtomicUsize>,
+    /// With `--guarded`, the copies this kind's copier owns.
+    guard: Option<guard::Guard>,
 }
 
 impl Copier {
@@ -154,6 +167,14 @@ impl Copier {
             + 'static,
     {
         let this = Arc::new(self);
+        if let Some(guard) = &this.guard {
+            // Every copy already on the provider is known before the first origin object is.
+            let copies: Api<PartialObjectMeta<K>> =
+                Api::namespaced(this.provider.clone(), &this.remote_namespace);
+            guard
+                .watch(copies, &this.options.local_cluster_id, this.queue.clone())
+                .await?;
+        }
         let (store, writer) = reflector::store::<K>();
         for _ in 0..this.concurrency.max(1) {
             let (this, store) = (this.clone(), store.clone());
@@ -180,6 +201,10 @@ impl Copier {
         while let Some(event) = events.next().await {
             let obj = match event {
                 Ok(watcher::Event::InitDone) => {
+                    // Copies whose origin is gone while the copier was away are deleted.
+                    for name in this.guard.iter().flat_map(guard::Guard::names) {
+                        this.queue.add(name);
+                    }
                     if let Some(tx) = listed.take() {
                         let _ = tx.send(initial);
                     }
@@ -210,17 +235,25 @@ impl Copier {
                 self.kind.kind(),
             )),
         );
-        let Some(obj) = store.get(&ObjectRef::new(name).within(&self.namespace)) else {
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) | Err(kube::Error::Api(_)) => return Ok(()),
-                Err(e) => return Err(e.into()),
-            }
-        };
+        let origin = store.get(&ObjectRef::new(name).within(&self.namespace));
         let ctx = Context {
             options: &self.options,
             remote_namespace: &self.remote_namespace,
             service: None,
             nodes: &forge::NO_NODES,
+        };
+        if let Some(guard) = &self.guard {
+            let desired = match origin.map(|obj| obj.forge(&ctx)).transpose()? {
+                Some(Decision::Reflect(desired)) => Some(desired.object),
+                Some(Decision::Skip { .. }) | None => None,
+            };
+            return guard.copy(&api, name, desired).await;
+        }
+        let Some(obj) = origin else {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) | Err(kube::Error::Api(_)) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
         };
         // The same typed forge the local agent calls, so both pay the same for the rules.
         match obj.forge(&ctx)? {
