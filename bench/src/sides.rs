@@ -304,6 +304,9 @@ impl Direct {
             ),
             format!("--namespace={ns}"),
             format!("--remote-namespace={remote_ns}"),
+            // Its own origin label: the remote agent counts every object labelled with
+            // Refract's origin id against that tenant's quota, the copiers' too otherwise.
+            format!("--cluster-id={}", shape.system()),
             format!("--concurrency={concurrency}"),
             format!("--worker-threads={worker_threads}"),
         ];
