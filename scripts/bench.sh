@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the benchmark: Refract against a direct copier on two local control planes, in one run.
+# Runs the benchmark: Refract against two direct copiers (bare, and guarded: the Liqo-shaped
+# baseline) on two local control planes, in one run.
 # Builds what is missing first (release profile), and prints one table; JSON goes to
 # target/bench/results.json. Extra arguments go to refract-bench (see --help), for example
 #   ./scripts/bench.sh --sizes 1000,10000 --concurrency 8
@@ -14,5 +15,5 @@ export REFRACT_K8S_BIN
 say "building the agents, refract-certs, refract-bench and direct-copier (release)"
 cargo build --release --locked -p refract-local-agent -p refract-remote-agent -p refract-certs -p refract-bench --bins
 
-say "running (about 40 minutes with the defaults)"
+say "running (about an hour with the defaults)"
 exec target/release/refract-bench "$@"
