@@ -235,41 +235,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ("provider".to_string(), peering.provider.client().await?),
     ];
     let mut refract_side = sides::Refract::new(&mut peering).await?;
-    let mut copiers = Vec::new();
-    let mut refract;
+    // Refract's bulk phases first, or with --direct-first last, its agents paused meanwhile.
+    let mut refract = None;
     if args.direct_first {
         refract_side.pause().await;
-        for shape in COPIERS {
-            copiers.push(
-                bulk_direct(
-                    shape,
-                    &args,
-                    refract_side.peering(),
-                    &plan,
-                    &clusters,
-                    &api_servers,
-                )
-                .await?,
-            );
-        }
-        refract_side.resume().await?;
-        refract = bulk_refract(&args, &mut refract_side, &plan, &clusters, &api_servers).await?;
     } else {
-        refract = bulk_refract(&args, &mut refract_side, &plan, &clusters, &api_servers).await?;
-        for shape in COPIERS {
-            copiers.push(
-                bulk_direct(
-                    shape,
-                    &args,
-                    refract_side.peering(),
-                    &plan,
-                    &clusters,
-                    &api_servers,
-                )
-                .await?,
-            );
-        }
+        refract =
+            Some(bulk_refract(&args, &mut refract_side, &plan, &clusters, &api_servers).await?);
     }
+    let mut copiers = Vec::new();
+    for shape in COPIERS {
+        let peering = refract_side.peering();
+        copiers.push(bulk_direct(shape, &args, peering, &plan, &clusters, &api_servers).await?);
+    }
+    let mut refract = match refract {
+        Some(r) => r,
+        None => {
+            refract_side.resume().await?;
+            bulk_refract(&args, &mut refract_side, &plan, &clusters, &api_servers).await?
+        }
+    };
 
     if args.throughput_rounds > 1 {
         say(&format!(
