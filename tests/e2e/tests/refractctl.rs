@@ -39,6 +39,14 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The objects a run reports it created or changed (`<Kind> <name> created|configured`): none
+/// when a command is re-run with nothing to do.
+fn written(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter(|l| l.ends_with(" created") || l.ends_with(" configured"))
+        .collect()
+}
+
 /// Every value of every Secret in refract-system of `cp`, decoded.
 fn secret_values(cp: &ControlPlane) -> Vec<(String, String)> {
     let json = kubectl(
@@ -396,6 +404,7 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
         "client certificate in Secret refract-system/refract-local-agent-provider-tls kept"
     ));
     assert!(again.contains("Deployment refract-system/refract-local-agent-provider unchanged"));
+    assert_eq!(written(&again), Vec::<&str>::new(), "a second peer wrote");
     assert!(
         !again.contains(" issued "),
         "a second peer issued a certificate again"
@@ -1129,6 +1138,28 @@ fn peer_by_two_admins(
         installed.contains("refractctl tenant export --origin-id <origin id>"),
         "install provider does not print the next step"
     );
+    // Its first run after the hand edit takes the kept flag under refractctl's management (a
+    // metadata write, spec unchanged as checked above); a run after that writes nothing.
+    let install_again = [
+        &[
+            "install",
+            "provider",
+            "--provider-kubeconfig",
+            &pkc,
+            "--provider-id",
+            "provider",
+            "--registry",
+            registry,
+        ][..],
+        &single_host,
+    ]
+    .concat();
+    let installed_again = ok(&refractctl(&install_again));
+    assert_eq!(
+        written(&installed_again),
+        Vec::<&str>::new(),
+        "install provider, run a second time, wrote"
+    );
     let remote_agent = kubectl(
         provider,
         &[
@@ -1349,4 +1380,9 @@ fn peer_by_two_admins(
     let again = ok(&refractctl(&join_complete));
     assert!(again.contains("is this one already: kept"), "{again}");
     assert!(again.contains("Deployment refract-system/refract-local-agent-provider unchanged"));
+    assert_eq!(
+        written(&again),
+        Vec::<&str>::new(),
+        "a second join complete wrote"
+    );
 }
