@@ -13,7 +13,7 @@ say "toolchain: etcd and Kubernetes 1.20.2 (cached after the first run)"
 eval "$(scripts/ensure-toolchain.sh | grep '^REFRACT_K8S_BIN=')"
 export REFRACT_K8S_BIN
 say "building the agents, refract-certs and idle-bench (release)"
-cargo build --release --locked -p refract-local-agent -p refract-remote-agent -p refract-certs -p refract-bench --bins
+cargo build --release --locked --bin local-agent --bin remote-agent --bin refract-certs --bin idle-bench
 say "running"
 export REFRACT_BIN_DIR="${REFRACT_BIN_DIR:-$PWD/target/release}"
 exec target/release/idle-bench "$@"

@@ -11,7 +11,7 @@ say "toolchain: etcd, Kubernetes 1.20.2 with kubelet, containerd (cached after t
 eval "$(scripts/ensure-toolchain.sh | grep '^REFRACT_K8S_BIN=')"
 export REFRACT_K8S_BIN
 say "building the agents, refract-certs and kubelet-bench (release), and the node images"
-cargo build --release --locked -p refract-local-agent -p refract-remote-agent -p refract-certs -p refract-bench --bins
+cargo build --release --locked --bin local-agent --bin remote-agent --bin refract-certs --bin kubelet-bench
 scripts/images.sh --base
 say "running"
 # The agents and refract-certs the run starts are the release builds beside it.

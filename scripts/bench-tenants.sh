@@ -12,7 +12,7 @@ say "toolchain: etcd and Kubernetes 1.20.2 (cached after the first run)"
 eval "$(scripts/ensure-toolchain.sh | grep '^REFRACT_K8S_BIN=')"
 export REFRACT_K8S_BIN
 say "building the agents, refract-certs and tenants-bench (release)"
-cargo build --release --locked -p refract-local-agent -p refract-remote-agent -p refract-certs -p refract-bench --bins
+cargo build --release --locked --bin local-agent --bin remote-agent --bin refract-certs --bin tenants-bench
 say "running"
 # The agents and refract-certs the run starts are the release builds beside it.
 export REFRACT_BIN_DIR="$PWD/target/release"

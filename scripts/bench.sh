@@ -13,7 +13,7 @@ eval "$(scripts/ensure-toolchain.sh | grep '^REFRACT_K8S_BIN=')"
 export REFRACT_K8S_BIN
 
 say "building the agents, refract-certs, refract-bench and direct-copier (release)"
-cargo build --release --locked -p refract-local-agent -p refract-remote-agent -p refract-certs -p refract-bench --bins
+cargo build --release --locked --bin local-agent --bin remote-agent --bin refract-certs --bin refract-bench --bin direct-copier
 
 say "running (about an hour with the defaults)"
 exec target/release/refract-bench "$@"
