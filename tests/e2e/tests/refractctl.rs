@@ -1113,34 +1113,7 @@ fn peer_by_two_admins(
         )
     };
     let generation_before = generation();
-    let installed = ok(&refractctl(
-        &[
-            &[
-                "install",
-                "provider",
-                "--provider-kubeconfig",
-                &pkc,
-                "--provider-id",
-                "provider",
-                "--registry",
-                registry,
-            ][..],
-            &single_host,
-        ]
-        .concat(),
-    ));
-    assert_eq!(
-        generation(),
-        generation_before,
-        "install provider changed the remote agent's spec without a change asked"
-    );
-    assert!(
-        installed.contains("refractctl tenant export --origin-id <origin id>"),
-        "install provider does not print the next step"
-    );
-    // Its first run after the hand edit takes the kept flag under refractctl's management (a
-    // metadata write, spec unchanged as checked above); a run after that writes nothing.
-    let install_again = [
+    let install = [
         &[
             "install",
             "provider",
@@ -1154,7 +1127,19 @@ fn peer_by_two_admins(
         &single_host,
     ]
     .concat();
-    let installed_again = ok(&refractctl(&install_again));
+    let installed = ok(&refractctl(&install));
+    assert_eq!(
+        generation(),
+        generation_before,
+        "install provider changed the remote agent's spec without a change asked"
+    );
+    assert!(
+        installed.contains("refractctl tenant export --origin-id <origin id>"),
+        "install provider does not print the next step"
+    );
+    // Its first run after the hand edit takes the kept flag under refractctl's management (a
+    // metadata write, spec unchanged as checked above); a run after that writes nothing.
+    let installed_again = ok(&refractctl(&install));
     assert_eq!(
         written(&installed_again),
         Vec::<&str>::new(),
