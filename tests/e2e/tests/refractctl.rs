@@ -39,6 +39,21 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `install provider` of provider `provider` into the cluster of `provider_kubeconfig`, its
+/// images from `registry`.
+fn install_provider_args<'a>(provider_kubeconfig: &'a str, registry: &'a str) -> [&'a str; 8] {
+    [
+        "install",
+        "provider",
+        "--provider-kubeconfig",
+        provider_kubeconfig,
+        "--provider-id",
+        "provider",
+        "--registry",
+        registry,
+    ]
+}
+
 /// The objects a run reports it created or changed (`<Kind> <name> created|configured`): none
 /// when a command is re-run with nothing to do.
 fn written(out: &str) -> Vec<&str> {
@@ -176,16 +191,7 @@ async fn refractctl_peers_shows_rotates_taps_and_unpeers_two_clusters() {
     );
 
     // --dry-run=client prints what would be applied and writes nothing.
-    let install_provider = [
-        "install",
-        "provider",
-        "--provider-kubeconfig",
-        &pkc,
-        "--provider-id",
-        "provider",
-        "--registry",
-        &registry,
-    ];
+    let install_provider = install_provider_args(&pkc, &registry);
     let printed = ok(&refractctl(
         &[
             &install_provider[..],
@@ -1113,20 +1119,7 @@ fn peer_by_two_admins(
         )
     };
     let generation_before = generation();
-    let install = [
-        &[
-            "install",
-            "provider",
-            "--provider-kubeconfig",
-            &pkc,
-            "--provider-id",
-            "provider",
-            "--registry",
-            registry,
-        ][..],
-        &single_host,
-    ]
-    .concat();
+    let install = [&install_provider_args(&pkc, registry)[..], &single_host].concat();
     let installed = ok(&refractctl(&install));
     assert_eq!(
         generation(),
