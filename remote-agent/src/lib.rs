@@ -169,6 +169,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         ),
         None => tenancy::Tenancy::alone(),
     };
+    // Before any stream is served, so that a claim here never meets this pod's stale Lease.
+    tenancy.release_predecessors().await;
     // Whether this replica runs the work that spans tenants.
     let leading = tenancy::spawn_controller_election(client.clone(), candidacy, token.clone());
     if let Some(expiry) = args.tenant_expiry {

@@ -5,7 +5,9 @@
 //! replica not holding it claims it: the holder is asked to hand it over and does so at its
 //! next renewal, ending its stream of the tenant and dropping the tenant's desired state, so
 //! that it never restores the tenant's objects from an older view than the new holder's. A
-//! holder that is gone lets the Lease lapse after the lease duration. A replica keeps a
+//! holder that is gone lets the Lease lapse after the lease duration, unless its pod's
+//! container is restarted first: the new process releases the Leases naming its pod
+//! ([`Tenancy::release_predecessors`]). A replica keeps a
 //! tenant's Lease after the stream ends, and keeps restoring the tenant's objects while the
 //! origin is away, until another replica claims it or this one stops (then it releases it).
 //!
@@ -19,10 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ListParams, PostParams};
 use kube::ResourceExt;
 use refract_core::lock::Locked;
-use refract_shared::leader::{Candidacy, Elector, Leadership};
+use refract_shared::leader::{released, Candidacy, Elector, Leadership};
 use refract_shared::tls::ClusterId;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -163,6 +166,49 @@ impl Tenancy {
         let deadline = tokio::time::Instant::now() + within;
         while !inner.served.locked().is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Releases every tenant Lease that names this replica as it starts: the identity is the
+    /// pod's name, so such a Lease was held by this pod's previous container, killed without
+    /// releasing it (a SIGKILL, an OOM kill). Left alone, it would keep the tenant from any
+    /// other replica until it lapsed, and this process keeps nothing of what that one served.
+    /// Each release is a compare-and-swap on the Lease read, so a replica that took the Lease
+    /// meanwhile keeps it. A failure is logged: that Lease lapses as it would have.
+    pub async fn release_predecessors(&self) {
+        let Some(inner) = &self.inner else {
+            return;
+        };
+        let me = inner.candidacy.identity.as_str();
+        let leases: Api<Lease> = Api::namespaced(inner.client.clone(), &inner.candidacy.namespace);
+        let listed = match leases.list(&ListParams::default()).await {
+            Ok(listed) => listed.items,
+            Err(error) => {
+                tracing::warn!(%error, "could not list the tenant Leases a previous container of this pod held; they lapse after the lease duration");
+                return;
+            }
+        };
+        for mut lease in listed {
+            let name = lease.name_any();
+            let Some(spec) = lease.spec.take() else {
+                continue;
+            };
+            if !name.starts_with(TENANT_LEASE_PREFIX) || spec.holder_identity.as_deref() != Some(me)
+            {
+                continue;
+            }
+            lease.spec = Some(released(
+                &spec,
+                MicroTime(k8s_openapi::jiff::Timestamp::now()),
+            ));
+            match leases.replace(&name, &PostParams::default(), &lease).await {
+                Ok(_) => {
+                    tracing::info!(lease = %name, identity = %me, "released a tenant Lease this pod's previous container held")
+                }
+                Err(error) => {
+                    tracing::warn!(lease = %name, %error, "could not release a tenant Lease this pod's previous container held; it lapses after the lease duration")
+                }
+            }
         }
     }
 
