@@ -297,6 +297,8 @@ impl State {
             revision: String::new(),
             object_json: json::to_vec(&object),
             origin_uid: String::new(),
+            // Set by the request.
+            awaited: false,
         };
         let waiter = self.outbox.request(session, twin_origin(ns), upsert).await;
         let ack = match tokio::time::timeout(ACK_TIMEOUT, waiter).await {

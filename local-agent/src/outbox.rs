@@ -104,8 +104,10 @@ impl Outbox {
         &self,
         session: &SessionTx,
         origin: Origin,
-        upsert: Upsert,
+        mut upsert: Upsert,
     ) -> oneshot::Receiver<Ack> {
+        // Answered at once, not held by the remote agent for company.
+        upsert.awaited = true;
         let (answer_tx, answer_rx) = oneshot::channel();
         let remote = RemoteKey::of(&upsert.object.clone().unwrap_or_default());
         let hash = bytes_hash(&upsert.object_json);

@@ -322,6 +322,7 @@ impl PodOffloader {
             revision: pod.resource_version().unwrap_or_default(),
             object_json: json::to_vec(&shadow),
             origin_uid: pod.uid().unwrap_or_default(),
+            awaited: false,
         };
         self.outbox
             .upsert(session, origin(key), upsert, claim.noticed())

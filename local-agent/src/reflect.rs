@@ -398,6 +398,7 @@ impl<K: Reflectable> Reflector<K> {
                     revision: obj.resource_version().unwrap_or_default(),
                     object_json: json,
                     origin_uid: obj.uid().unwrap_or_default(),
+                    awaited: false,
                 };
                 if !self
                     .outbox

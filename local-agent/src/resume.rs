@@ -324,6 +324,7 @@ impl Resume {
             revision: upsert.revision,
             outcome: Outcome::Unchanged as i32,
             message: UNCHANGED_MESSAGE.into(),
+            awaited: upsert.awaited,
         })
     }
 }

@@ -239,6 +239,7 @@ impl TokenReflector {
             revision: pod.resource_version().unwrap_or_default(),
             object_json: json::to_vec(&secret),
             origin_uid: pod.uid().unwrap_or_default(),
+            awaited: false,
         };
         self.outbox
             .upsert(session, origin(key), upsert, claim.noticed())

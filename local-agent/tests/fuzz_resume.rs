@@ -117,6 +117,7 @@ proptest! {
                         revision,
                         object_json: json(data),
                         origin_uid: String::new(),
+                        awaited: false,
                     })), start)
                 }
                 Op::Delete(ns, name) => {

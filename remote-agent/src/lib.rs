@@ -283,6 +283,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         client,
         tenant_expiry: args.tenant_expiry,
         tenancy: tenancy.clone(),
+        ack_linger: args.ack_linger,
     };
     let inspect = inspect::InspectService { registry, applier };
 

@@ -210,6 +210,7 @@ async fn act_on_refusal(
             revision: String::new(),
             outcome: outcome as i32,
             message: format!("removed after a policy change: {message}"),
+            awaited: false,
         })),
     };
     let subject = Subject::notice(key.kind.kind(), &key.namespace, &key.name);

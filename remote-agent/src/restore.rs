@@ -173,6 +173,7 @@ fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
             revision: String::new(),
             outcome: Outcome::Resend as i32,
             message: format!("the copy was {what} on the provider; send it again to restore it"),
+            awaited: false,
         })),
     };
     tracing::info!(

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-mod coalesce;
+pub(crate) mod coalesce;
 mod dispatch;
 mod hello;
 mod listing;
@@ -74,6 +74,8 @@ pub struct ReflectionService {
     pub tenant_expiry: Option<Duration>,
     /// Which tenants this replica serves.
     pub tenancy: crate::tenancy::Tenancy,
+    /// How long an ack of a settled write waits for company (`--ack-linger`).
+    pub ack_linger: Duration,
 }
 
 #[tonic::async_trait]
@@ -188,7 +190,7 @@ impl Reflection for ReflectionService {
             }
             .instrument(span),
         );
-        Ok(Response::new(coalesce::Outbound::new(rx)))
+        Ok(Response::new(coalesce::Outbound::new(rx, self.ack_linger)))
     }
 
     async fn unpeer(
@@ -370,6 +372,7 @@ impl TenantSession {
         match message.kind {
             Some(Kind::Upsert(upsert)) => {
                 let object = upsert.object.clone().unwrap_or_default();
+                let awaited = upsert.awaited;
                 tracing::debug!(target: "refract::trace", name = %object.name, "start");
                 let result = self.service.applier.apply(&self.tenant, &upsert).await;
                 let (outcome, msg) = answer(&result);
@@ -381,7 +384,8 @@ impl TenantSession {
                     outcome,
                     &msg,
                 );
-                self.ack(object, upsert.revision, outcome, msg).await;
+                self.ack(object, upsert.revision, outcome, msg, awaited)
+                    .await;
             }
             Some(Kind::Delete(delete)) => {
                 let object = delete.object.clone().unwrap_or_default();
@@ -390,7 +394,7 @@ impl TenantSession {
                 if matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
                     self.service.registry.forget(&self.tenant, &object);
                 }
-                self.ack(object, delete.revision, outcome, msg).await;
+                self.ack(object, delete.revision, outcome, msg, false).await;
             }
             Some(Kind::SnapshotComplete(done)) => self.collect_orphans(done).await,
             Some(Kind::StatusAck(_)) => {}
@@ -490,7 +494,15 @@ impl TenantSession {
         }
     }
 
-    async fn ack(&self, object: ObjectRef, revision: String, outcome: Outcome, message: String) {
+    /// Answers a request; `awaited` (the origin waits on it) sends it without lingering.
+    async fn ack(
+        &self,
+        object: ObjectRef,
+        revision: String,
+        outcome: Outcome,
+        message: String,
+        awaited: bool,
+    ) {
         self.counters.ack(outcome);
         if !matches!(outcome, Outcome::Applied | Outcome::Unchanged) {
             tracing::info!(object = %object.display(), outcome = outcome.as_str_name(), %message, "request not applied");
@@ -501,6 +513,7 @@ impl TenantSession {
                 revision,
                 outcome: outcome as i32,
                 message,
+                awaited,
             })),
         })
         .await;

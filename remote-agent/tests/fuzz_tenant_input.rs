@@ -127,6 +127,7 @@ fn valid_envelope() -> Vec<u8> {
             revision: "7".into(),
             object_json: serde_json::to_vec(object).unwrap(),
             origin_uid: "u".into(),
+            awaited: false,
         })),
     }
     .encode_to_vec()

@@ -35,6 +35,7 @@ fn mk_upsert(kind: &str, ns: &str, name: &str, body: &str, revision: &str, uid: 
         revision: revision.into(),
         object_json: body.as_bytes().to_vec(),
         origin_uid: uid.into(),
+        awaited: false,
     }
 }
 
@@ -44,6 +45,7 @@ fn mk_ack(kind: &str, ns: &str, name: &str, revision: &str, outcome: Outcome) ->
         revision: revision.into(),
         outcome: outcome as i32,
         message: format!("{outcome:?}"),
+        awaited: false,
     }
 }
 

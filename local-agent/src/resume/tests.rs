@@ -19,6 +19,7 @@ fn upsert(namespace: &str, name: &str, data: &str) -> LocalMessage {
             revision: format!("rv-{name}"),
             object_json: format!(r#"{{"data":"{data}"}}"#).into_bytes(),
             origin_uid: String::new(),
+            awaited: false,
         })),
     }
 }

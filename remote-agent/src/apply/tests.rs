@@ -25,6 +25,7 @@ fn upsert(object: &Value) -> Upsert {
         revision: "1".into(),
         object_json: serde_json::to_vec(object).unwrap(),
         origin_uid: String::new(),
+        awaited: false,
     }
 }
 

@@ -4,12 +4,14 @@
 //! Under a steady load every Upsert is answered alone: one HTTP/2 frame, one TLS record and one
 //! system call on this side, one wake-up and one read on the local agent's, per object. tonic
 //! already packs into one write whatever the stream has ready when it polls, so holding acks
-//! for a few milliseconds is enough to send them together. Nothing waits on an ack but the
-//! local agent's outbox (it resends what is unacknowledged after a reconnect, and the hash
-//! makes a resent object cost a read): users see the delay only as an object counted
-//! unacknowledged up to 20 ms longer (`refractctl status`, the outbox gauges). Every other message
-//! (Welcome, pod status, events, capacity, inventories, the stream's end) flushes at once,
-//! behind the acks held before it, so order is kept and pod status is not slowed.
+//! for the linger (`--ack-linger`) is enough to send them together. Only acks that say the
+//! object was written or already held (Applied, Unchanged) wait, and only when the origin did
+//! not ask for the answer at once (`Upsert.awaited`: a twin namespace): for
+//! those the local agent's outbox is the only reader, and users see the delay only as an object
+//! counted unacknowledged up to the linger longer (`refractctl status`, the outbox gauges). A
+//! refusal, a request to resend, an awaited answer and every other message (Welcome, pod
+//! status, events, capacity, inventories, the stream's end) flush at once, behind the acks
+//! held before them, so order is kept and nothing a user or a waiting request sees is slowed.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -17,14 +19,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use refract_wire::proto::{remote_message, RemoteMessage};
+use refract_wire::proto::{remote_message, Outcome, RemoteMessage};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 use tonic::Status;
 
-/// How long the first of a group of acks may wait for others. At a steady 300 objects a second,
-/// about six leave together.
-pub(crate) const ACK_LINGER: Duration = Duration::from_millis(20);
+/// The longest linger accepted (`--ack-linger`): the outbox's unacknowledged gauges would mislead beyond it.
+pub const MAX_ACK_LINGER: Duration = Duration::from_secs(1);
 /// Acks sent together at most; a burst flushes as soon as this many are held.
 pub(crate) const MAX_HELD_ACKS: usize = 64;
 
@@ -33,6 +34,8 @@ type Item = Result<RemoteMessage, Status>;
 /// The stream tonic sends to the local agent.
 pub struct Outbound {
     rx: mpsc::Receiver<Item>,
+    /// How long the first held ack waits; zero sends each at once.
+    linger: Duration,
     held: VecDeque<Item>,
     /// When the oldest held ack must leave.
     deadline: Option<Pin<Box<Sleep>>>,
@@ -43,9 +46,10 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    pub(crate) fn new(rx: mpsc::Receiver<Item>) -> Self {
+    pub(crate) fn new(rx: mpsc::Receiver<Item>, linger: Duration) -> Self {
         Self {
             rx,
+            linger,
             held: VecDeque::new(),
             deadline: None,
             flushing: false,
@@ -53,21 +57,32 @@ impl Outbound {
         }
     }
 
-    /// Takes `item` in: an ack may wait for company, anything else flushes.
+    /// Takes `item` in: an ack nobody waits on may wait for company, anything else flushes.
     fn hold(&mut self, item: Item) {
-        let lingers = matches!(
-            &item,
-            Ok(RemoteMessage {
-                kind: Some(remote_message::Kind::Ack(_))
-            })
-        );
+        let lingers = !self.linger.is_zero() && may_linger(&item);
         self.held.push_back(item);
         if !lingers || self.held.len() >= MAX_HELD_ACKS {
             self.flushing = true;
         } else if self.deadline.is_none() {
-            self.deadline = Some(Box::pin(tokio::time::sleep(ACK_LINGER)));
+            self.deadline = Some(Box::pin(tokio::time::sleep(self.linger)));
         }
     }
+}
+
+/// Whether `item` is an ack only the origin's outbox reads: a write done or not needed, of an
+/// object the origin did not ask to be answered at once.
+fn may_linger(item: &Item) -> bool {
+    let Ok(RemoteMessage {
+        kind: Some(remote_message::Kind::Ack(ack)),
+    }) = item
+    else {
+        return false;
+    };
+    let settled = matches!(
+        Outcome::try_from(ack.outcome),
+        Ok(Outcome::Applied | Outcome::Unchanged)
+    );
+    settled && !ack.awaited
 }
 
 impl futures::Stream for Outbound {
@@ -114,10 +129,18 @@ mod tests {
     use futures::{FutureExt, StreamExt};
     use refract_wire::proto::{Ack, Capacity};
 
+    const LINGER: Duration = Duration::from_millis(20);
+
     fn ack(revision: &str) -> Item {
+        answer(revision, Outcome::Applied, false)
+    }
+
+    fn answer(revision: &str, outcome: Outcome, awaited: bool) -> Item {
         Ok(RemoteMessage {
             kind: Some(remote_message::Kind::Ack(Ack {
                 revision: revision.into(),
+                outcome: outcome as i32,
+                awaited,
                 ..Default::default()
             })),
         })
@@ -139,7 +162,7 @@ mod tests {
     #[tokio::test]
     async fn acks_wait_for_the_linger_then_leave_together() {
         let (tx, rx) = mpsc::channel(16);
-        let mut out = Outbound::new(rx);
+        let mut out = Outbound::new(rx, LINGER);
         let start = tokio::time::Instant::now();
         tx.send(ack("1")).await.unwrap();
         tx.send(ack("2")).await.unwrap();
@@ -149,7 +172,7 @@ mod tests {
         );
         assert_eq!(revision(out.next().await), "1");
         assert!(
-            start.elapsed() >= ACK_LINGER,
+            start.elapsed() >= LINGER,
             "left after {:?}",
             start.elapsed()
         );
@@ -161,7 +184,7 @@ mod tests {
     #[tokio::test]
     async fn any_other_message_flushes_the_held_acks_in_order() {
         let (tx, rx) = mpsc::channel(16);
-        let mut out = Outbound::new(rx);
+        let mut out = Outbound::new(rx, LINGER);
         tx.send(ack("1")).await.unwrap();
         tx.send(capacity()).await.unwrap();
         assert_eq!(revision(out.next().now_or_never().unwrap()), "1");
@@ -172,7 +195,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_group_leaves_without_waiting() {
         let (tx, rx) = mpsc::channel(MAX_HELD_ACKS * 2);
-        let mut out = Outbound::new(rx);
+        let mut out = Outbound::new(rx, LINGER);
         for i in 0..MAX_HELD_ACKS {
             tx.send(ack(&i.to_string())).await.unwrap();
         }
@@ -184,10 +207,39 @@ mod tests {
     #[tokio::test]
     async fn a_closed_channel_flushes_then_ends() {
         let (tx, rx) = mpsc::channel(16);
-        let mut out = Outbound::new(rx);
+        let mut out = Outbound::new(rx, LINGER);
         tx.send(ack("1")).await.unwrap();
         drop(tx);
         assert_eq!(revision(out.next().now_or_never().unwrap()), "1");
         assert!(out.next().now_or_never().unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn awaited_answers_refusals_and_resends_flush_at_once() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut out = Outbound::new(rx, LINGER);
+        tx.send(ack("1")).await.unwrap();
+        tx.send(answer("2", Outcome::Applied, true)).await.unwrap();
+        assert_eq!(revision(out.next().now_or_never().unwrap()), "1");
+        assert_eq!(revision(out.next().now_or_never().unwrap()), "2");
+        for (name, outcome) in [("3", Outcome::Denied), ("4", Outcome::Resend)] {
+            tx.send(answer(name, outcome, false)).await.unwrap();
+            assert_eq!(revision(out.next().now_or_never().unwrap()), name);
+        }
+        tx.send(answer("5", Outcome::Unchanged, false))
+            .await
+            .unwrap();
+        assert!(
+            out.next().now_or_never().is_none(),
+            "an unchanged ack waits"
+        );
+    }
+
+    #[tokio::test]
+    async fn no_linger_sends_each_ack_at_once() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut out = Outbound::new(rx, Duration::ZERO);
+        tx.send(ack("1")).await.unwrap();
+        assert_eq!(revision(out.next().now_or_never().unwrap()), "1");
     }
 }

@@ -63,6 +63,7 @@ fn mk_upsert(name: &str) -> LocalMessage {
             revision: "r1".into(),
             object_json: serde_json::to_vec(&object).unwrap(),
             origin_uid: String::new(),
+            awaited: false,
         })),
     }
 }
@@ -87,6 +88,7 @@ fn mk_session(
         client,
         tenant_expiry: None,
         tenancy: crate::tenancy::Tenancy::alone(),
+        ack_linger: Duration::ZERO,
     };
     let (tx, rx) = mpsc::channel(16);
     let session = TenantSession {

@@ -112,6 +112,8 @@ impl Wire {
             revision: self.revision.to_string(),
             object_json: json,
             origin_uid: String::new(),
+            // This client waits on each answer, as the local agent does for a twin namespace.
+            awaited: true,
         };
         self.request(local_message::Kind::Upsert(upsert), &object)
             .await
@@ -228,6 +230,7 @@ pub fn upsert_message(object: &serde_json::Value, revision: u64) -> LocalMessage
             revision: revision.to_string(),
             object_json: serde_json::to_vec(object).expect("JSON serializes"),
             origin_uid: String::new(),
+            awaited: false,
         })),
     }
 }

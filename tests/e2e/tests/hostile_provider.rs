@@ -131,6 +131,7 @@ fn applied(object: ObjectRef, revision: String) -> remote_message::Kind {
         revision,
         outcome: Outcome::Applied as i32,
         message: String::new(),
+        awaited: false,
     })
 }
 
