@@ -147,6 +147,21 @@ pub struct ReflectionOptions {
     /// `spec.offloadingPatch`).
     #[serde(default)]
     pub offloading_patch: OffloadingPatch,
+    /// Provider events recorded on the origin objects they are about: the policy is read on
+    /// the provider event's own annotations, and 0 workers records none.
+    #[serde(default = "default_event_options")]
+    pub events: KindOptions,
+}
+
+/// The key of provider events in Helm values (`offloading.reflection.event`).
+pub const EVENT_KEY: &str = "event";
+
+/// Liqo's defaults for the event reflector: DenyList, 3 workers.
+pub fn default_event_options() -> KindOptions {
+    KindOptions {
+        policy: Policy::DenyList,
+        workers: 3,
+    }
 }
 
 /// Placement every offloaded pod gets on the provider, in Liqo's VirtualNode
@@ -280,6 +295,7 @@ impl ReflectionOptions {
             storage: StorageOptions::default(),
             api_server: ApiServerOptions::default(),
             offloading_patch: OffloadingPatch::default(),
+            events: default_event_options(),
         }
     }
 
@@ -329,6 +345,10 @@ impl ReflectionOptions {
                 self.kinds.insert(kind, o);
             }
         }
+        if let Some(r) = reflection.resources.get(EVENT_KEY) {
+            self.events.policy = r.r#type.unwrap_or(self.events.policy);
+            self.events.workers = r.workers.unwrap_or(self.events.workers);
+        }
         if let Some(skip) = &reflection.skip {
             self.skip_labels.extend(skip.labels.iter().cloned());
             self.skip_annotations
@@ -365,7 +385,7 @@ impl HelmValues {
                 continue;
             };
             for key in reflection.resources.keys() {
-                if Kind::ALL.iter().any(|k| k.key() == key) {
+                if key == EVENT_KEY || Kind::ALL.iter().any(|k| k.key() == key) {
                     continue;
                 }
                 problems.push(match ELSEWHERE.iter().find(|(liqo, _)| liqo == key) {
@@ -377,7 +397,11 @@ impl HelmValues {
         if problems.is_empty() {
             return Ok(values);
         }
-        let known: Vec<&str> = Kind::ALL.iter().map(|k| k.key()).chain(["skip"]).collect();
+        let known: Vec<&str> = Kind::ALL
+            .iter()
+            .map(|k| k.key())
+            .chain([EVENT_KEY, "skip"])
+            .collect();
         Err(format!(
             "{}; the keys under reflection are {}",
             problems.join("; "),
@@ -387,15 +411,11 @@ impl HelmValues {
 }
 
 /// Liqo's reflection keys whose setting is a flag of the local agent here.
-const ELSEWHERE: [(&str, &str); 3] = [
+const ELSEWHERE: [(&str, &str); 2] = [
     ("pod", "--pod-reflection-workers"),
     (
         "serviceaccount",
         "--enable-apiserver-support (tokens are requested per offloaded pod)",
-    ),
-    (
-        "event",
-        "--event-rate (provider events are always reflected back)",
     ),
 ];
 
@@ -454,6 +474,21 @@ mod tests {
         assert_eq!(o.kind(Kind::Secret).policy, Policy::AllowList);
         assert_eq!(o.kind(Kind::Secret).workers, 2);
         assert_eq!(o.kind(Kind::Ingress).workers, 0);
+    }
+
+    #[test]
+    fn events_take_a_policy_and_workers_as_liqo_spells_them() {
+        let mut o = ReflectionOptions::new("origin", "provider");
+        assert_eq!(o.events, default_event_options());
+        let values =
+            HelmValues::from_yaml("offloading:\n  reflection:\n    event: {type: AllowList}\n")
+                .unwrap();
+        o.merge_values(&values);
+        assert_eq!(o.events.policy, Policy::AllowList);
+        assert_eq!(o.events.workers, 3);
+        let values = HelmValues::from_yaml("reflection:\n  event: {workers: 0}\n").unwrap();
+        o.merge_values(&values);
+        assert_eq!((o.events.policy, o.events.workers), (Policy::AllowList, 0));
     }
 
     #[test]

@@ -19,7 +19,8 @@ fn policy_parser() -> impl clap::builder::TypedValueParser<Value = Policy> {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ReflectionFlags {
     /// YAML file in the shape of Liqo's Helm values: `offloading.reflection.<resource>.type`
-    /// (DenyList|AllowList), `.workers`, and `offloading.reflection.skip.labels|annotations`
+    /// (DenyList|AllowList), `.workers` (`event` included: provider events recorded at the
+    /// origin), and `offloading.reflection.skip.labels|annotations`
     /// (older Liqo versions' top-level `reflection.` is accepted too); any other key is an
     /// error that names it.
     #[arg(long, value_name = "FILE")]
@@ -75,6 +76,14 @@ pub struct ReflectionFlags {
     /// PersistentVolumeClaim reflection workers (0 disables the storage fabric; default 3).
     #[arg(long)]
     pub persistentvolumeclaim_reflection_workers: Option<u32>,
+    /// Provider event reflection policy, read on the provider event's own annotations
+    /// (`liqo.io/skip-reflection`, `liqo.io/allow-reflection`).
+    #[arg(long, value_parser = policy_parser())]
+    pub event_reflection_type: Option<Policy>,
+    /// Provider event reflection workers: 0 records no provider event at the origin; any other
+    /// number records them, one at a time within --event-rate (default 3, as Liqo's).
+    #[arg(long)]
+    pub event_reflection_workers: Option<u32>,
 
     /// The origin storage class whose claims are provisioned on the provider when their first
     /// pod is scheduled onto the virtual node.
@@ -181,6 +190,8 @@ impl ReflectionFlags {
             k.workers = workers.unwrap_or(k.workers);
             o.kinds.insert(kind, k);
         }
+        o.events.policy = self.event_reflection_type.unwrap_or(o.events.policy);
+        o.events.workers = self.event_reflection_workers.unwrap_or(o.events.workers);
         o.storage.virtual_storage_class = self.virtual_storage_class_name.clone();
         o.storage.remote_storage_class = self
             .remote_real_storage_class_name

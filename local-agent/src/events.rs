@@ -1,7 +1,10 @@
 //! Events recorded on the provider, recorded again on the origin objects they are about.
 //!
-//! A provider could send any number of events about anything, so each one passes three gates
+//! A provider could send any number of events about anything, so each one passes four gates
 //! before it costs the origin's API server a write:
+//! 0. The operator's event reflection policy (`offloading.reflection.event`,
+//!    `--event-reflection-type|workers`), read as Liqo does on the provider event's own
+//!    annotations: skipped events are counted, not written; 0 workers skips them all.
 //! 1. It must be about an object this agent reflected to that provider ([`Reflected`]): the
 //!    provider names the object by its provider namespace and name, and only an object the
 //!    agent sent there resolves to an origin object (and its UID, with no read). One about an
@@ -24,6 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use refract_core::lock::Locked;
+use refract_core::options::KindOptions;
+use refract_core::policy::skip_reason;
 use refract_wire::proto;
 
 use crate::early::{self, Early};
@@ -59,11 +64,15 @@ pub struct EventCounters {
     pub aggregated: prometheus_client::metrics::counter::Counter,
     /// Dropped: malformed, about an object this agent did not reflect, or over the backlog.
     pub refused: prometheus_client::metrics::counter::Counter,
+    /// Not written because the event reflection policy leaves them out.
+    pub skipped: prometheus_client::metrics::counter::Counter,
 }
 
 /// The intake: gates, aggregation and paced writing.
 pub struct EventIntake {
     kinds: ReflectedKinds,
+    /// The event reflection policy, and workers (0: none is written).
+    reflection: KindOptions,
     aggregator: Arc<Aggregator>,
     counters: EventCounters,
     /// Events about objects not sent on the session yet, by arrival.
@@ -82,12 +91,15 @@ enum Refusal {
     NotSentYet(Box<proto::Event>),
     /// It is not acceptable.
     Invalid(String),
+    /// The event reflection policy leaves it out.
+    Skipped,
 }
 
 impl EventIntake {
     /// Starts the writer task; it writes at most `rate` events per second until `shutdown`.
     pub fn spawn<W: EventWriter>(
         kinds: ReflectedKinds,
+        reflection: KindOptions,
         writer: W,
         rate: u32,
         counters: EventCounters,
@@ -96,6 +108,7 @@ impl EventIntake {
         let aggregator = Arc::new(Aggregator::new(MAX_PENDING));
         let intake = Arc::new(Self {
             kinds,
+            reflection,
             aggregator: aggregator.clone(),
             counters: counters.clone(),
             early: Mutex::new(Early::new(EARLY_EVENTS, EARLY_EVENT_BYTES)),
@@ -135,6 +148,9 @@ impl EventIntake {
             )),
             Err(Refusal::NotSentYet(message)) => return Some(*message),
             Err(Refusal::Invalid(reason)) => self.refuse(&reason),
+            Err(Refusal::Skipped) => {
+                self.counters.skipped.inc();
+            }
         }
         None
     }
@@ -177,6 +193,9 @@ impl EventIntake {
     }
 
     fn admit(&self, message: proto::Event) -> Result<Offer, Refusal> {
+        if self.reflection.workers == 0 {
+            return Err(Refusal::Skipped);
+        }
         let Some(involved) = message.involved.as_ref() else {
             return Err(Refusal::Invalid("the event names no object".into()));
         };
@@ -190,6 +209,9 @@ impl EventIntake {
             return Err(Refusal::NotSentYet(Box::new(message)));
         };
         let event = origin::decode(&message.event_json).map_err(Refusal::Invalid)?;
+        if skip_reason(self.reflection.policy, event.metadata.annotations.as_ref()).is_some() {
+            return Err(Refusal::Skipped);
+        }
         Ok(self.aggregator.offer(
             origin::Target {
                 kind: origin::local_kind(&involved.kind),

@@ -250,7 +250,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         metrics.relists.clone(),
         token.clone(),
     );
-    let events = spawn_event_intake(&outbox, &origin, &args, &metrics, &token);
+    let events = spawn_event_intake(&outbox, &origin, &args, &options, &metrics, &token);
     let volumes = reflectors.claims.map(|claims| {
         volumes::VolumeIntake::spawn(origin, options, extension_rx, claims, token.clone())
     });
@@ -495,9 +495,13 @@ fn spawn_event_intake(
     outbox: &outbox::Outbox,
     origin: &kube::Client,
     args: &Args,
+    options: &ReflectionOptions,
     metrics: &metrics::Metrics,
     token: &CancellationToken,
 ) -> Arc<events::EventIntake> {
+    if options.events.workers == 0 {
+        tracing::info!("provider event reflection disabled (0 workers): no provider event is recorded at the origin");
+    }
     // Provider events resolve through what the outbox sent: pods by their ShadowPods.
     let mut reflected = events::ReflectedKinds::new();
     for kind in Kind::ALL {
@@ -509,6 +513,7 @@ fn spawn_event_intake(
     }
     events::EventIntake::spawn(
         reflected,
+        options.events,
         events::origin::KubeEventWriter {
             client: origin.clone(),
             local_id: args.cluster_id.to_string(),

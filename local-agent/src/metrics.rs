@@ -191,6 +191,11 @@ impl Metrics {
                 m.events.written.clone(),
             );
             r.register(
+                "provider_events_skipped",
+                "Provider events not written because the event reflection policy leaves them out",
+                m.events.skipped.clone(),
+            );
+            r.register(
                 "provider_events_aggregated",
                 "Provider events folded into an origin event already waiting or written",
                 m.events.aggregated.clone(),

@@ -8,6 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::aggregate::Pending;
 use super::*;
+use refract_core::options::default_event_options;
+use refract_core::policy::Policy;
 
 /// Provider pods `remote/<name>` stand for origin pods `apps/<name>`, but only `web-*` ones.
 struct Offloaded;
@@ -76,10 +78,18 @@ fn event(kind: &str, object: &str, name: &str, message: &str, count: i32) -> pro
 }
 
 fn intake(rate: u32) -> (Arc<EventIntake>, Recorded, EventCounters) {
-    intake_with(rate, Arc::new(SentLater::default()))
+    intake_with(
+        rate,
+        Arc::new(SentLater::default()),
+        default_event_options(),
+    )
 }
 
-fn intake_with(rate: u32, later: Arc<SentLater>) -> (Arc<EventIntake>, Recorded, EventCounters) {
+fn intake_with(
+    rate: u32,
+    later: Arc<SentLater>,
+    reflection: KindOptions,
+) -> (Arc<EventIntake>, Recorded, EventCounters) {
     let kinds: ReflectedKinds = [
         ("Pod", Arc::new(Offloaded) as Arc<dyn Reflected>),
         ("ShadowPod", later as Arc<dyn Reflected>),
@@ -90,6 +100,7 @@ fn intake_with(rate: u32, later: Arc<SentLater>) -> (Arc<EventIntake>, Recorded,
     let counters = EventCounters::default();
     let intake = EventIntake::spawn(
         kinds,
+        reflection,
         recorded.clone(),
         rate,
         counters.clone(),
@@ -193,7 +204,7 @@ async fn a_flood_is_written_at_the_configured_rate_and_repeats_are_aggregated() 
 #[tokio::test]
 async fn an_event_that_comes_before_its_object_is_sent_is_written_once_it_is() {
     let later = Arc::new(SentLater::default());
-    let (intake, recorded, counters) = intake_with(100, later.clone());
+    let (intake, recorded, counters) = intake_with(100, later.clone(), default_event_options());
     // A session starts: the provider's event comes before the ShadowPod is sent again.
     intake.offer(event("ShadowPod", "web-1", "e1", "scheduled", 1));
     tokio::time::sleep(crate::early::RETRY_EVERY + Duration::from_millis(200)).await;
@@ -206,4 +217,66 @@ async fn an_event_that_comes_before_its_object_is_sent_is_written_once_it_is() {
     assert_eq!(written[0].1.target.key.name, "web-1");
     assert_eq!(written[0].1.target.uid, "uid-web-1");
     assert_eq!(counters.refused.get(), 0);
+}
+
+/// An event named `name` about pod `web-0`, annotated `annotations`.
+fn annotated(name: &str, annotations: serde_json::Value) -> proto::Event {
+    let mut e = event("Pod", "web-0", name, name, 1);
+    let mut json: serde_json::Value = serde_json::from_slice(&e.event_json).unwrap();
+    json["metadata"]["annotations"] = annotations;
+    e.event_json = serde_json::to_vec(&json).unwrap();
+    e
+}
+
+#[tokio::test]
+async fn the_event_policy_is_read_on_the_provider_events_annotations() {
+    let written = |recorded: &Recorded| -> Vec<String> {
+        let mut names: Vec<String> = recorded
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, p)| p.latest.message.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    let offer_three = |intake: &EventIntake| {
+        intake.offer(annotated("plain", serde_json::json!({})));
+        intake.offer(annotated(
+            "skipped",
+            serde_json::json!({"liqo.io/skip-reflection": ""}),
+        ));
+        intake.offer(annotated(
+            "allowed",
+            serde_json::json!({"liqo.io/allow-reflection": "true"}),
+        ));
+    };
+    let later = || Arc::new(SentLater::default());
+
+    let (intake, recorded, counters) = intake_with(100, later(), default_event_options());
+    offer_three(&intake);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(written(&recorded), ["allowed", "plain"], "DenyList");
+    assert_eq!(counters.skipped.get(), 1);
+
+    let allow = KindOptions {
+        policy: Policy::AllowList,
+        workers: 3,
+    };
+    let (intake, recorded, counters) = intake_with(100, later(), allow);
+    offer_three(&intake);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(written(&recorded), ["allowed"], "AllowList");
+    assert_eq!(counters.skipped.get(), 2);
+
+    let off = KindOptions {
+        policy: Policy::DenyList,
+        workers: 0,
+    };
+    let (intake, recorded, counters) = intake_with(100, later(), off);
+    offer_three(&intake);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(written(&recorded).is_empty(), "0 workers");
+    assert_eq!((counters.skipped.get(), counters.refused.get()), (3, 0));
 }

@@ -499,6 +499,66 @@ spec: {defaultBackend: {service: {name: x, port: {number: 80}}}}
         );
     }
 
+    // Provider events under the default event policy (DenyList), read on the provider event's
+    // own annotations: the plain one is recorded on the origin ConfigMap, the skipped one not.
+    kubectl_stdin(
+        &p.provider,
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Event
+metadata: {name: chosen.skipped, namespace: lab, annotations: {liqo.io/skip-reflection: "true"}}
+involvedObject: {apiVersion: v1, kind: ConfigMap, name: chosen, namespace: lab}
+reason: ProviderAudit
+message: kept on the provider
+type: Normal
+---
+apiVersion: v1
+kind: Event
+metadata: {name: chosen.plain, namespace: lab}
+involvedObject: {apiVersion: v1, kind: ConfigMap, name: chosen, namespace: lab}
+reason: ProviderCheck
+message: seen on the provider
+type: Normal
+"#,
+    );
+    let origin_events = || {
+        kubectl_get(
+            &p.origin,
+            &[
+                "-n",
+                "lab",
+                "events",
+                "--field-selector",
+                "involvedObject.name=chosen",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+        )
+        .unwrap_or_default()
+    };
+    p.eventually(WAIT, "the plain provider event at the origin", || {
+        origin_events()
+            .contains("seen on the provider")
+            .then_some(())
+    })
+    .await;
+    // Counted as skipped by the policy, so the check below is not merely early.
+    let skipped = "refract_local_provider_events_skipped_total";
+    let deadline = std::time::Instant::now() + WAIT;
+    while metric(&p.local_admin, skipped).await < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{skipped} still 0 after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let events = origin_events();
+    assert!(
+        !events.contains("kept on the provider"),
+        "a provider event annotated liqo.io/skip-reflection reached the origin: {events}"
+    );
+
     // Secret reflection turned off afterwards, in a values file of the older spelling: the
     // copies it left go, everything else stays.
     let values = p.dir.path().join("reflection.yaml");
