@@ -6,7 +6,8 @@
 //! provider's re-creations), but only for a pod this agent sent, matched by UID. Deleting the
 //! pod deletes the ShadowPod with the pod's grace period, and the local pod is finalized once
 //! the provider confirms (there is no kubelet to do it). A pod bound to the virtual node in a
-//! namespace that is not extended stays Pending with reason `OffloadingBackOff`.
+//! namespace that is not extended stays Pending with reason `OffloadingBackOff` if it never
+//! started, and is marked Failed with reason `OffloadingAborted` if it had ([`stray`]).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -40,8 +41,6 @@ use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Claimed, Latest, WorkQueue};
 use crate::throttle::Throttle;
 
-/// Reason shown on pods bound to the virtual node outside an extended namespace.
-pub const BACKOFF_REASON: &str = "OffloadingBackOff";
 /// Reason shown on pods the provider refused.
 pub const DENIED_REASON: &str = "OffloadingDenied";
 /// The longest a pod refused for quota waits before it is sent again.
@@ -72,7 +71,8 @@ pub struct PodConfig {
 
 #[derive(Default)]
 struct State {
-    /// Pods already marked OffloadingBackOff (by UID), so the event is recorded once.
+    /// Pods already marked OffloadingBackOff or OffloadingAborted (by UID), so the event is
+    /// recorded once.
     backed_off: HashSet<String>,
 }
 
@@ -104,6 +104,7 @@ pub struct PodOffloader {
 
 pub mod readiness;
 mod status;
+pub mod stray;
 
 use status::{EARLY_STATUSES, EARLY_STATUS_BYTES};
 
@@ -293,6 +294,12 @@ impl PodOffloader {
             }
             return;
         };
+        if pod.metadata.deletion_timestamp.is_none() && stray::aborted(pod.status.as_ref()) {
+            // Aborted while its namespace was not extended: never offloaded again. Not sent,
+            // so the namespace's orphan collection removes a ShadowPod left from before.
+            self.outbox.delete(session, &origin(key), None).await;
+            return;
+        }
         if pod.metadata.deletion_timestamp.is_some() {
             // Whether or not this session sent it, the provider may hold it from an earlier
             // one: the Delete goes out, and its confirmation finalizes the local pod.
@@ -352,41 +359,53 @@ impl PodOffloader {
         }
     }
 
+    /// Marks a pod bound to the virtual node outside an extended namespace ([`stray`]).
     async fn back_off(&self, pod: &Pod) {
-        let status = pod.status.as_ref();
-        let pending = status
-            .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p == "Pending");
-        let started = status
-            .and_then(|s| s.container_statuses.as_ref())
-            .is_some_and(|c| !c.is_empty());
-        let uid = pod.uid().unwrap_or_default();
-        if !pending || started || status.and_then(|s| s.reason.as_deref()) == Some(BACKOFF_REASON) {
-            return;
-        }
-        let message = format!(
-            "pod is bound to virtual node {} but namespace {} is not offloaded to it; it stays Pending. To keep DaemonSets off virtual nodes, give them the node affinity liqo.io/type NotIn [virtual-node]",
-            self.config.node_name,
-            pod.namespace().unwrap_or_default()
-        );
-        self.write_status(
-            pod,
-            serde_json::json!({"phase": "Pending", "reason": BACKOFF_REASON, "message": message}),
-        )
-        .await;
-        let first = self.state.locked().backed_off.insert(uid);
+        let node = &self.config.node_name;
+        let ns = pod.namespace().unwrap_or_default();
+        let (reason, status, message) = match stray::judge(pod.status.as_ref()) {
+            stray::Stray::Leave => return,
+            stray::Stray::BackOff => {
+                let message = format!(
+                    "pod is bound to virtual node {node} but namespace {ns} is not offloaded to it; it stays Pending. To keep DaemonSets off virtual nodes, give them the node affinity liqo.io/type NotIn [virtual-node]"
+                );
+                let status = serde_json::json!({"phase": "Pending", "reason": stray::BACKOFF_REASON, "message": message});
+                (stray::BACKOFF_REASON, status, message)
+            }
+            stray::Stray::Abort => {
+                let message = format!(
+                    "pod had started on virtual node {node} but namespace {ns} is no longer offloaded to it: nothing runs it any more, so it is marked Failed for its controller to replace"
+                );
+                // Not ready either, so that no Service keeps sending to it.
+                let not_ready = |kind: &str| serde_json::json!({"type": kind, "status": "False", "reason": stray::ABORTED_REASON, "message": message});
+                let status = serde_json::json!({
+                    "phase": "Failed",
+                    "reason": stray::ABORTED_REASON,
+                    "message": message,
+                    "conditions": [not_ready("Ready"), not_ready("ContainersReady")],
+                });
+                (stray::ABORTED_REASON, status, message)
+            }
+        };
+        self.write_status(pod, status).await;
+        let first = self
+            .state
+            .locked()
+            .backed_off
+            .insert(pod.uid().unwrap_or_default());
         if first {
             publish_event(
                 &self.recorder,
                 pod.object_ref(&()),
                 EventType::Warning,
-                BACKOFF_REASON,
+                reason,
                 message,
             )
             .await;
         }
     }
 
+    /// Writes `status` as a strategic merge: conditions are merged by type, the others kept.
     async fn write_status(&self, pod: &Pod, status: serde_json::Value) {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
@@ -394,7 +413,7 @@ impl PodOffloader {
             .patch_status(
                 &pod.name_any(),
                 &status_params(),
-                &Patch::Merge(serde_json::json!({"status": status})),
+                &Patch::Strategic(serde_json::json!({"status": status})),
             )
             .await
         {

@@ -519,6 +519,66 @@ spec:
         },
     )
     .await;
+
+    // The namespace stops being offloaded while the pod runs: nothing runs it any more, so the
+    // origin marks it Failed (and not ready) for its controller to replace, as Liqo does.
+    p.origin_kubectl(&["-n", "apps", "delete", "namespaceoffloading", "offloading"]);
+    p.eventually(WAIT, "the running pod marked Failed OffloadingAborted", || {
+        let r = origin_get(
+            &p,
+            &["-n", "apps", "pod", "quota", "-o", "jsonpath={.status.phase} {.status.reason} {.status.conditions[?(@.type==\"Ready\")].status}"],
+        )?;
+        (r == "Failed OffloadingAborted False").then_some(())
+    })
+    .await;
+    let aborted = origin_get(
+        &p,
+        &[
+            "-n",
+            "apps",
+            "events",
+            "--field-selector",
+            "involvedObject.name=quota,reason=OffloadingAborted",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    )
+    .unwrap_or_default();
+    assert!(aborted.contains("no longer offloaded"), "{aborted:?}");
+    // Offloaded again, the namespace's new pods leave and the aborted one never does.
+    p.extend("apps", "{podOffloadingStrategy: Remote}");
+    p.until_extended("apps", WAIT).await;
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: again, namespace: apps}}\nspec:\n  containers: [{{name: c, image: \"{image}\", command: {SLEEPER}}}]\n"),
+    );
+    p.eventually(
+        Duration::from_secs(180),
+        "a new pod offloaded again",
+        || provider_get(&p, &["-n", "apps-origin", "pod", "again", "-o", "name"]),
+    )
+    .await;
+    assert!(
+        provider_get(
+            &p,
+            &["-n", "apps-origin", "shadowpod", "quota", "-o", "name"]
+        )
+        .is_none(),
+        "the aborted pod was offloaded again"
+    );
+    let r = origin_get(
+        &p,
+        &[
+            "-n",
+            "apps",
+            "pod",
+            "quota",
+            "-o",
+            "jsonpath={.status.phase} {.status.reason}",
+        ],
+    );
+    assert_eq!(r.as_deref(), Some("Failed OffloadingAborted"));
 }
 
 /// `phase,restarts` of an origin pod.
