@@ -428,19 +428,7 @@ spec:
         (r == "Pending OffloadingBackOff").then_some(())
     })
     .await;
-    let events = origin_get(
-        &p,
-        &[
-            "-n",
-            "plain",
-            "events",
-            "--field-selector",
-            "reason=OffloadingBackOff",
-            "-o",
-            "jsonpath={.items[*].message}",
-        ],
-    )
-    .unwrap();
+    let events = event_messages(&p, "plain", "reason=OffloadingBackOff").unwrap();
     assert!(
         events.contains("liqo.io/type NotIn [virtual-node]"),
         "{events}"
@@ -468,18 +456,7 @@ spec:
     })
     .await;
     p.eventually(WAIT, "a FailedCreate event on the origin pod", || {
-        let e = origin_get(
-            &p,
-            &[
-                "-n",
-                "apps",
-                "events",
-                "--field-selector",
-                "involvedObject.name=quota,reason=FailedCreate",
-                "-o",
-                "jsonpath={.items[*].message}",
-            ],
-        )?;
+        let e = event_messages(&p, "apps", "involvedObject.name=quota,reason=FailedCreate")?;
         e.contains("could not create the pod").then_some(())
     })
     .await;
@@ -531,17 +508,10 @@ spec:
         (r == "Failed OffloadingAborted False").then_some(())
     })
     .await;
-    let aborted = origin_get(
+    let aborted = event_messages(
         &p,
-        &[
-            "-n",
-            "apps",
-            "events",
-            "--field-selector",
-            "involvedObject.name=quota,reason=OffloadingAborted",
-            "-o",
-            "jsonpath={.items[*].message}",
-        ],
+        "apps",
+        "involvedObject.name=quota,reason=OffloadingAborted",
     )
     .unwrap_or_default();
     assert!(aborted.contains("no longer offloaded"), "{aborted:?}");
@@ -579,6 +549,22 @@ spec:
         ],
     );
     assert_eq!(r.as_deref(), Some("Failed OffloadingAborted"));
+}
+
+/// The messages of the origin events in `ns` that `selector` (a field selector) picks.
+fn event_messages(p: &Peering, ns: &str, selector: &str) -> Option<String> {
+    origin_get(
+        p,
+        &[
+            "-n",
+            ns,
+            "events",
+            "--field-selector",
+            selector,
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    )
 }
 
 /// `phase,restarts` of an origin pod.
