@@ -9,7 +9,7 @@
 //! namespace that is not extended stays Pending with reason `OffloadingBackOff` if it never
 //! started, and is marked Failed with reason `OffloadingAborted` if it had ([`stray`]).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,9 +71,9 @@ pub struct PodConfig {
 
 #[derive(Default)]
 struct State {
-    /// Pods already marked OffloadingBackOff or OffloadingAborted (by UID), so the event is
-    /// recorded once.
-    backed_off: HashSet<String>,
+    /// Stray pods already marked, with their UID and the reason, so that each reason's event
+    /// is recorded once per pod; forgotten with the pod.
+    marked: HashMap<Key, (String, &'static str)>,
 }
 
 /// Offloads pods bound to the virtual node.
@@ -278,6 +278,9 @@ impl PodOffloader {
         let pod = self
             .store
             .get(&StoreRef::new(&key.name).within(&key.namespace));
+        if pod.is_none() {
+            self.state.locked().marked.remove(key);
+        }
         let Some(session) = extension.session.as_ref() else {
             return;
         };
@@ -290,7 +293,7 @@ impl PodOffloader {
                 self.finalize_local(key, &pod.uid().unwrap_or_default())
                     .await;
             } else {
-                self.back_off(&pod).await;
+                self.back_off(key, &pod).await;
             }
             return;
         };
@@ -360,7 +363,7 @@ impl PodOffloader {
     }
 
     /// Marks a pod bound to the virtual node outside an extended namespace ([`stray`]).
-    async fn back_off(&self, pod: &Pod) {
+    async fn back_off(&self, key: &Key, pod: &Pod) {
         let node = &self.config.node_name;
         let ns = pod.namespace().unwrap_or_default();
         let (reason, status, message) = match stray::judge(pod.status.as_ref()) {
@@ -388,11 +391,8 @@ impl PodOffloader {
             }
         };
         self.write_status(pod, status).await;
-        let first = self
-            .state
-            .locked()
-            .backed_off
-            .insert(pod.uid().unwrap_or_default());
+        let mark = (pod.uid().unwrap_or_default(), reason);
+        let first = self.state.locked().marked.insert(key.clone(), mark.clone()) != Some(mark);
         if first {
             publish_event(
                 &self.recorder,
