@@ -42,6 +42,8 @@ pub const TENANT_LEASE_PREFIX: &str = "refract-tenant-";
 pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a claim looks at the Lease again.
 const CLAIM_POLL: Duration = Duration::from_millis(250);
+/// How long a starting replica spends releasing the Leases its pod's previous container held.
+const PREDECESSOR_RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a replica handing a tenant over waits for the tenant's writes under way here.
 const HANDOVER_DRAIN: Duration = Duration::from_secs(3);
 
@@ -174,41 +176,18 @@ impl Tenancy {
     /// releasing it (a SIGKILL, an OOM kill). Left alone, it would keep the tenant from any
     /// other replica until it lapsed, and this process keeps nothing of what that one served.
     /// Each release is a compare-and-swap on the Lease read, so a replica that took the Lease
-    /// meanwhile keeps it. A failure is logged: that Lease lapses as it would have.
+    /// meanwhile keeps it. A failure is logged: that Lease lapses as it would have. Bounded by
+    /// [`PREDECESSOR_RELEASE_TIMEOUT`], so that an API server that hangs does not hold the
+    /// agent's start.
     pub async fn release_predecessors(&self) {
         let Some(inner) = &self.inner else {
             return;
         };
-        let me = inner.candidacy.identity.as_str();
-        let leases: Api<Lease> = Api::namespaced(inner.client.clone(), &inner.candidacy.namespace);
-        let listed = match leases.list(&ListParams::default()).await {
-            Ok(listed) => listed.items,
-            Err(error) => {
-                tracing::warn!(%error, "could not list the tenant Leases a previous container of this pod held; they lapse after the lease duration");
-                return;
-            }
-        };
-        for mut lease in listed {
-            let name = lease.name_any();
-            let Some(spec) = lease.spec.take() else {
-                continue;
-            };
-            if !name.starts_with(TENANT_LEASE_PREFIX) || spec.holder_identity.as_deref() != Some(me)
-            {
-                continue;
-            }
-            lease.spec = Some(released(
-                &spec,
-                MicroTime(k8s_openapi::jiff::Timestamp::now()),
-            ));
-            match leases.replace(&name, &PostParams::default(), &lease).await {
-                Ok(_) => {
-                    tracing::info!(lease = %name, identity = %me, "released a tenant Lease this pod's previous container held")
-                }
-                Err(error) => {
-                    tracing::warn!(lease = %name, %error, "could not release a tenant Lease this pod's previous container held; it lapses after the lease duration")
-                }
-            }
+        if tokio::time::timeout(PREDECESSOR_RELEASE_TIMEOUT, release_predecessors(inner))
+            .await
+            .is_err()
+        {
+            tracing::warn!(timeout = ?PREDECESSOR_RELEASE_TIMEOUT, "releasing the tenant Leases a previous container of this pod held took too long; the rest lapse after the lease duration");
         }
     }
 
@@ -279,6 +258,40 @@ impl Inner {
         }
         leadership.release().await;
         self.served.locked().remove(&tenant);
+    }
+}
+
+/// Releases the tenant Leases held under this replica's identity ([`Tenancy::release_predecessors`]).
+async fn release_predecessors(inner: &Inner) {
+    let me = inner.candidacy.identity.as_str();
+    let leases: Api<Lease> = Api::namespaced(inner.client.clone(), &inner.candidacy.namespace);
+    let listed = match leases.list(&ListParams::default()).await {
+        Ok(listed) => listed.items,
+        Err(error) => {
+            tracing::warn!(%error, "could not list the tenant Leases a previous container of this pod held; they lapse after the lease duration");
+            return;
+        }
+    };
+    for mut lease in listed {
+        let name = lease.name_any();
+        let Some(spec) = lease.spec.take() else {
+            continue;
+        };
+        if !name.starts_with(TENANT_LEASE_PREFIX) || spec.holder_identity.as_deref() != Some(me) {
+            continue;
+        }
+        lease.spec = Some(released(
+            &spec,
+            MicroTime(k8s_openapi::jiff::Timestamp::now()),
+        ));
+        match leases.replace(&name, &PostParams::default(), &lease).await {
+            Ok(_) => {
+                tracing::info!(lease = %name, identity = %me, "released a tenant Lease this pod's previous container held")
+            }
+            Err(error) => {
+                tracing::warn!(lease = %name, %error, "could not release a tenant Lease this pod's previous container held; it lapses after the lease duration")
+            }
+        }
     }
 }
 
