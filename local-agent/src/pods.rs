@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
@@ -379,13 +380,21 @@ impl PodOffloader {
                 let message = format!(
                     "pod had started on virtual node {node} but namespace {ns} is no longer offloaded to it: nothing runs it any more, so it is marked Failed for its controller to replace"
                 );
-                // Not ready either, so that no Service keeps sending to it.
-                let not_ready = |kind: &str| serde_json::json!({"type": kind, "status": "False", "reason": stray::ABORTED_REASON, "message": message});
+                // Not ready either, so that no Service keeps sending to it. A merge patch
+                // replaces the list: the pod's other conditions are written back as they are.
+                let conditions = stray::aborted_conditions(
+                    pod.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_deref())
+                        .unwrap_or_default(),
+                    &message,
+                    Time(k8s_openapi::jiff::Timestamp::now()),
+                );
                 let status = serde_json::json!({
                     "phase": "Failed",
                     "reason": stray::ABORTED_REASON,
                     "message": message,
-                    "conditions": [not_ready("Ready"), not_ready("ContainersReady")],
+                    "conditions": conditions,
                 });
                 (stray::ABORTED_REASON, status, message)
             }
@@ -405,7 +414,6 @@ impl PodOffloader {
         }
     }
 
-    /// Writes `status` as a strategic merge: conditions are merged by type, the others kept.
     async fn write_status(&self, pod: &Pod, status: serde_json::Value) {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
@@ -413,7 +421,7 @@ impl PodOffloader {
             .patch_status(
                 &pod.name_any(),
                 &status_params(),
-                &Patch::Strategic(serde_json::json!({"status": status})),
+                &Patch::Merge(serde_json::json!({"status": status})),
             )
             .await
         {

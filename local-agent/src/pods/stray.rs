@@ -2,7 +2,8 @@
 //! tolerates every taint, or a pod whose namespace stopped being offloaded): what their origin
 //! status says, as Liqo's fallback reflector has it. Pure, so the rule is tested alone.
 
-use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Reason of a stray pod that has not started: it waits for its namespace.
 pub const BACKOFF_REASON: &str = "OffloadingBackOff";
@@ -46,6 +47,40 @@ pub fn aborted(status: Option<&PodStatus>) -> bool {
     })
 }
 
+/// The conditions of an aborted pod: Ready and ContainersReady False since `now` with
+/// [`ABORTED_REASON`] (added when missing), the others as they are.
+pub fn aborted_conditions(
+    conditions: &[PodCondition],
+    message: &str,
+    now: Time,
+) -> Vec<PodCondition> {
+    const NOT_READY: [&str; 2] = ["Ready", "ContainersReady"];
+    let not_ready = |type_: &str| PodCondition {
+        type_: type_.into(),
+        status: "False".into(),
+        reason: Some(ABORTED_REASON.into()),
+        message: Some(message.into()),
+        last_transition_time: Some(now.clone()),
+        ..Default::default()
+    };
+    let mut out: Vec<PodCondition> = conditions
+        .iter()
+        .map(|c| {
+            if NOT_READY.contains(&c.type_.as_str()) {
+                not_ready(&c.type_)
+            } else {
+                c.clone()
+            }
+        })
+        .collect();
+    for type_ in NOT_READY {
+        if !out.iter().any(|c| c.type_ == type_) {
+            out.push(not_ready(type_));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +121,38 @@ mod tests {
             true
         ))));
         assert!(!aborted(None));
+    }
+
+    #[test]
+    fn an_aborted_pod_is_not_ready_and_keeps_its_other_conditions() {
+        let at = |secs| Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap());
+        let condition = |type_: &str, status: &str| PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            last_transition_time: Some(at(1)),
+            ..Default::default()
+        };
+        let out = aborted_conditions(
+            &[
+                condition("PodScheduled", "True"),
+                condition("Ready", "True"),
+            ],
+            "gone",
+            at(2),
+        );
+        let seen: Vec<(&str, &str, Option<&str>)> = out
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_deref()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("PodScheduled", "True", None),
+                ("Ready", "False", Some(ABORTED_REASON)),
+                ("ContainersReady", "False", Some(ABORTED_REASON)),
+            ]
+        );
+        assert_eq!(out[1].last_transition_time, Some(at(2)));
+        assert_eq!(out[0].last_transition_time, Some(at(1)));
     }
 }
