@@ -252,31 +252,23 @@ async fn the_event_policy_is_read_on_the_provider_events_annotations() {
             serde_json::json!({"liqo.io/allow-reflection": "true"}),
         ));
     };
-    let later = || Arc::new(SentLater::default());
-
-    let (intake, recorded, counters) = intake_with(100, later(), default_event_options());
-    offer_three(&intake);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(written(&recorded), ["allowed", "plain"], "DenyList");
-    assert_eq!(counters.skipped.get(), 1);
-
-    let allow = KindOptions {
-        policy: Policy::AllowList,
-        workers: 3,
-    };
-    let (intake, recorded, counters) = intake_with(100, later(), allow);
-    offer_three(&intake);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(written(&recorded), ["allowed"], "AllowList");
-    assert_eq!(counters.skipped.get(), 2);
-
-    let off = KindOptions {
-        policy: Policy::DenyList,
-        workers: 0,
-    };
-    let (intake, recorded, counters) = intake_with(100, later(), off);
-    offer_three(&intake);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(written(&recorded).is_empty(), "0 workers");
-    assert_eq!((counters.skipped.get(), counters.refused.get()), (3, 0));
+    let options = |policy, workers| KindOptions { policy, workers };
+    let cases: [(&str, KindOptions, &[&str]); 3] = [
+        ("DenyList", default_event_options(), &["allowed", "plain"]),
+        ("AllowList", options(Policy::AllowList, 3), &["allowed"]),
+        ("0 workers", options(Policy::DenyList, 0), &[]),
+    ];
+    for (case, reflection, expected) in cases {
+        let (intake, recorded, counters) =
+            intake_with(100, Arc::new(SentLater::default()), reflection);
+        offer_three(&intake);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(written(&recorded), expected, "{case}");
+        let skipped = (3 - expected.len()) as u64;
+        assert_eq!(
+            (counters.skipped.get(), counters.refused.get()),
+            (skipped, 0),
+            "{case}"
+        );
+    }
 }
