@@ -23,6 +23,28 @@ pub fn parse(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Writes `d` as the flags take it, largest units first: `1h30m`, `5m`, `20s`, `500ms`
+/// (sub-second parts below a millisecond are dropped).
+pub fn format(d: Duration) -> String {
+    let secs = d.as_secs();
+    let parts = [
+        (secs / 3600, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+        (u64::from(d.subsec_millis()), "ms"),
+    ];
+    let text: String = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect();
+    if text.is_empty() {
+        "0s".to_string()
+    } else {
+        text
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,6 +55,18 @@ mod tests {
         assert_eq!(parse("20s"), Ok(Duration::from_secs(20)));
         assert_eq!(parse("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn formats_as_the_flags_take_it() {
+        assert_eq!(format(Duration::from_secs(90)), "1m30s");
+        assert_eq!(format(Duration::from_secs(300)), "5m");
+        assert_eq!(format(Duration::from_secs(3600)), "1h");
+        assert_eq!(format(Duration::from_millis(1500)), "1s500ms");
+        assert_eq!(format(Duration::ZERO), "0s");
+        for text in ["5m", "20s", "500ms", "1h"] {
+            assert_eq!(format(parse(text).unwrap()), text);
+        }
     }
 
     #[test]

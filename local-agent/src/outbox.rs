@@ -260,7 +260,7 @@ impl Outbox {
                 );
             }
         }
-        let answers_a_request = ack.outcome != Outcome::Resend as i32;
+        let answers_a_request = !Outcome::try_from(ack.outcome).is_ok_and(Outcome::is_notice);
         if let Some(object) = ack.object.as_ref().filter(|_| answers_a_request) {
             let waiter = self.inner.waiters.locked().remove(&RemoteKey::of(object));
             if let Some(waiter) = waiter {

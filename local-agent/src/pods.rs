@@ -37,7 +37,7 @@ use crate::early::Early;
 use crate::extension::Extension;
 use crate::key::Key;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
-use crate::recorder::{publish_event, QUOTA_REASON};
+use crate::recorder::{drift_event, publish_event, QUOTA_REASON};
 use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Claimed, Latest, WorkQueue};
 use crate::throttle::Throttle;
@@ -459,7 +459,11 @@ impl Recipient for PodOffloader {
             }
             (Request::Upsert, Outcome::Resend) => {
                 // The outbox forgot it: reconciling it now sends it again.
+                self.report_drift(&key, answer.outcome, answer.restores, &answer.message);
                 self.queue.add(key);
+            }
+            (Request::Upsert, Outcome::Drifted | Outcome::Quarantined) => {
+                self.report_drift(&key, answer.outcome, answer.restores, &answer.message)
             }
             (Request::Upsert, Outcome::Transient) => {
                 // The outbox forgot it: the retry sends it again.
@@ -492,6 +496,25 @@ impl Recipient for PodOffloader {
 }
 
 impl PodOffloader {
+    /// Records on the origin pod what the provider said of its ShadowPod unasked: restored
+    /// after someone there changed it, or quarantined (see [`drift_event`]).
+    fn report_drift(&self, key: &Key, outcome: Outcome, restores: u32, message: &str) {
+        let remote = self.options.remote_cluster_id.as_str();
+        let Some((type_, reason, note)) = drift_event(remote, outcome, restores, message) else {
+            return;
+        };
+        tracing::warn!(namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the pod's ShadowPod");
+        let Some(pod) = self
+            .store
+            .get(&StoreRef::new(&key.name).within(&key.namespace))
+        else {
+            return;
+        };
+        let reference = pod.object_ref(&());
+        let recorder = self.recorder.clone();
+        tokio::spawn(async move { publish_event(&recorder, reference, type_, reason, note).await });
+    }
+
     /// Shows the origin pod `key` Pending for `reason`, with a Warning event saying why.
     fn show_pending(&self, key: &Key, reason: &'static str, message: String) {
         let Some(pod) = self

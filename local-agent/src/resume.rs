@@ -325,6 +325,7 @@ impl Resume {
             outcome: Outcome::Unchanged as i32,
             message: UNCHANGED_MESSAGE.into(),
             awaited: upsert.awaited,
+            restores: 0,
         })
     }
 }

@@ -17,8 +17,8 @@ use crate::wait;
 mod report;
 
 use report::{
-    Certificate, Fallible, Link, LinkState, LocalAgent, Offloading, PeeringReport, Queue, QuotaUse,
-    Refused, RefusedObject, Report, Tenant, VirtualNode,
+    Certificate, Fallible, Link, LinkState, LocalAgent, Offloading, PeeringReport,
+    QuarantinedObject, Queue, QuotaUse, Refused, RefusedObject, Report, Tenant, VirtualNode,
 };
 
 /// How many of the provider's latest refusals are shown.
@@ -163,11 +163,21 @@ async fn link(origin: &kube::Client, p: &Peering) -> Link {
             namespace: String::new(),
         })
         .await;
+    let mut quarantined = Vec::new();
     let refused = match objects {
         Ok(r) => {
-            let mut refused: Vec<_> = r
-                .into_inner()
-                .objects
+            let objects = r.into_inner().objects;
+            quarantined = objects
+                .iter()
+                .filter(|o| !o.quarantined_since.is_empty())
+                .map(|o| QuarantinedObject {
+                    since: o.quarantined_since.clone(),
+                    object: o.object.as_ref().map(|r| r.display()).unwrap_or_default(),
+                    restores: o.restores,
+                })
+                .collect();
+            quarantined.sort_by(|a, b| a.since.cmp(&b.since));
+            let mut refused: Vec<_> = objects
                 .into_iter()
                 .filter(|o| {
                     !matches!(
@@ -222,6 +232,7 @@ async fn link(origin: &kube::Client, p: &Peering) -> Link {
                 })
                 .collect(),
             refused,
+            quarantined,
         }),
     }
 }

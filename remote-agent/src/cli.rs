@@ -225,6 +225,26 @@ pub struct Args {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub cert_poll_interval: Duration,
 
+    /// How many times a tenant's copy is restored within --drift-quarantine-window after
+    /// someone else on the provider changed or deleted it. The next such change quarantines
+    /// it: something there (a controller, a GitOps tool) keeps rewriting it, and restoring it
+    /// would fight that writer for ever. A quarantined copy is left as that writer made it,
+    /// the origin object gets a ReflectionQuarantined Warning event, and Inspect and
+    /// `refractctl status` show it. 0 never quarantines.
+    #[arg(long, default_value_t = 5)]
+    pub drift_quarantine_restores: u32,
+
+    /// How far back restores count towards --drift-quarantine-restores. The origin is told
+    /// of a fight's first restore (a ReflectionDrifted event), then at most once per window.
+    #[arg(long, default_value = "1m", value_parser = parse_positive_duration)]
+    pub drift_quarantine_window: Duration,
+
+    /// How long a quarantined copy must go without anyone else writing it before it is
+    /// restored again. A provider operator may end a quarantine sooner with
+    /// `refract.v1.Inspect/ClearQuarantine`.
+    #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
+    pub drift_quarantine_quiet: Duration,
+
     /// Logging and admin endpoint.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -274,6 +294,15 @@ impl Args {
         })
     }
 
+    /// When a fight over a tenant's copy becomes a quarantine, and when it ends.
+    pub fn fight_rule(&self) -> crate::restore::fights::FightRule {
+        crate::restore::fights::FightRule {
+            restores: self.drift_quarantine_restores,
+            window: self.drift_quarantine_window,
+            quiet: self.drift_quarantine_quiet,
+        }
+    }
+
     /// The suggested virtual node labels as a map.
     pub fn node_labels(&self) -> std::collections::BTreeMap<String, String> {
         self.node_labels.iter().cloned().collect()
@@ -289,6 +318,13 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 /// Parses durations such as `500ms`, `20s`, `5m`, `1h`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     refract_core::duration::parse(s)
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        Duration::ZERO => Err(format!("{s} must be longer than 0")),
+        d => Ok(d),
+    }
 }
 
 fn parse_ack_linger(s: &str) -> Result<Duration, String> {

@@ -29,6 +29,11 @@ impl Allowed {
             .map(Allowed::Reflected)
     }
 
+    /// The kind named `kind`, whatever its apiVersion (for operators, who name kinds only).
+    pub fn by_kind(kind: &str) -> Option<Self> {
+        Self::all().find(|a| a.kind() == kind)
+    }
+
     /// The API resource for dynamic requests.
     pub fn resource(self) -> ApiResource {
         use k8s_openapi::api::{core::v1, discovery, networking};

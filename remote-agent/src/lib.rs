@@ -154,7 +154,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     // Before any tenant is served: no EndpointSlice is judged without the discovered networks.
     let api_service = networks::discover(&client, &args.provider_cidrs, &applier.networks()).await;
     let outbox = outbox::Outbox::default();
-    restore::spawn_restorer(applier.clone(), outbox.clone(), changes);
+    let (drift, cleared) = restore::Drift::new(args.fight_rule(), metrics.drift.clone());
+    restore::spawn_restorer(
+        applier.clone(),
+        outbox.clone(),
+        drift.clone(),
+        cleared,
+        changes,
+    );
     let candidacy = args
         .leader_election
         .candidacy(String::new(), &args.own_namespace)
@@ -285,7 +292,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         tenancy: tenancy.clone(),
         ack_linger: args.ack_linger,
     };
-    let inspect = inspect::InspectService { registry, applier };
+    let inspect = inspect::InspectService {
+        registry,
+        applier,
+        drift,
+    };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter

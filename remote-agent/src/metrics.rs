@@ -68,6 +68,8 @@ pub struct Metrics {
     pub acks: Family<Labels, Counter>,
     /// The policy file's state, and what its changes refused.
     pub policy: PolicyMetrics,
+    /// Copies rewritten on the provider, restored and quarantined.
+    pub drift: DriftMetrics,
 }
 
 impl Metrics {
@@ -110,9 +112,35 @@ impl Metrics {
                 "Objects already written that a changed policy refused, by tenant",
                 m.policy.refused.clone(),
             );
+            r.register(
+                "drift_restores",
+                "Tenant copies changed or deleted on the provider by someone else and restored, by tenant and kind",
+                m.drift.restores.clone(),
+            );
+            r.register(
+                "drift_quarantines",
+                "Tenant copies quarantined because someone on the provider kept rewriting them, by tenant and kind",
+                m.drift.quarantines.clone(),
+            );
+            r.register(
+                "drift_quarantined_objects",
+                "Tenant copies quarantined now (left as the provider's other writer made them), by tenant",
+                m.drift.quarantined.clone(),
+            );
         });
         m
     }
+}
+
+/// Drift and fights over tenant copies ([`crate::restore`]).
+#[derive(Clone, Default)]
+pub struct DriftMetrics {
+    /// Restores, by tenant and kind.
+    pub restores: Family<Labels, Counter>,
+    /// Quarantines begun, by tenant and kind.
+    pub quarantines: Family<Labels, Counter>,
+    /// Objects quarantined now, by tenant.
+    pub quarantined: Family<Labels, Gauge>,
 }
 
 /// The policy file's metrics ([`crate::policy_file`]).

@@ -211,6 +211,7 @@ async fn act_on_refusal(
             outcome: outcome as i32,
             message: format!("removed after a policy change: {message}"),
             awaited: false,
+            restores: 0,
         })),
     };
     let subject = Subject::notice(key.kind.kind(), &key.namespace, &key.name);

@@ -126,7 +126,8 @@ fn now() -> String {
     rfc3339(time::OffsetDateTime::now_utc())
 }
 
-fn rfc3339(at: time::OffsetDateTime) -> String {
+/// `at` in RFC 3339, as Inspect shows times.
+pub fn rfc3339(at: time::OffsetDateTime) -> String {
     at.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
 }
@@ -331,6 +332,9 @@ impl Registry {
                 outcome: r.outcome as i32,
                 message: r.message.to_string(),
                 updated_at: rfc3339(r.at),
+                // Filled in by Inspect from the restorer's ledger.
+                restores: 0,
+                quarantined_since: String::new(),
             })
             .collect()
     }

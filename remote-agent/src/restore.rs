@@ -12,6 +12,13 @@
 //! deleted on the provider is re-created once its deletion completes, and everything that was
 //! in it restored the same way ([`refill`]); while it terminates, its objects' deletions are
 //! left to that. A tenant whose namespace is marked for removal is forgotten instead.
+//!
+//! Every restore is counted per object ([`drift`]); the origin is told at a fight's first
+//! restore and then at most once per window, and a copy restored too often in the window is
+//! quarantined: left as the other writer made it, said to the origin, and restored again once
+//! nobody else wrote it for a quiet period or an operator clears it ([`fights`]).
+
+use std::time::Instant;
 
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -27,35 +34,104 @@ use crate::kinds::Allowed;
 use crate::objects::{Change, Meta};
 use crate::outbox::{Outbox, Subject};
 
-/// Restores tenant objects as their changes arrive, until the stream ends.
-pub fn spawn_restorer(applier: Applier, outbox: Outbox, mut changes: mpsc::Receiver<Change>) {
+pub mod drift;
+pub mod fights;
+
+pub use drift::{Cleared, Drift};
+use fights::Verdict;
+
+/// Restores tenant objects as their changes arrive, until the stream ends; and quarantined
+/// ones once their fight is over (quiet, or `cleared` by an operator).
+pub fn spawn_restorer(
+    applier: Applier,
+    outbox: Outbox,
+    drift: Drift,
+    Cleared(mut cleared): Cleared,
+    mut changes: mpsc::Receiver<Change>,
+) {
     tokio::spawn(async move {
-        while let Some((kind, event)) = changes.recv().await {
-            match event {
-                watcher::Event::Apply(obj) if obj.metadata.deletion_timestamp.is_none() => {
-                    check(
-                        &applier,
-                        &outbox,
-                        kind,
-                        &obj,
-                        obj.resource_version().as_deref(),
-                    )
-                    .await
+        loop {
+            // Only while fights are kept: an agent nobody fights with never wakes for this.
+            let due = drift.next_due().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                change = changes.recv() => {
+                    let Some((kind, event)) = change else { return };
+                    on_change(&applier, &outbox, &drift, kind, event).await;
                 }
-                // A claim deleted on the provider is not re-created: a new claim would be a
-                // new, empty volume behind the origin's back (Liqo does the same).
-                watcher::Event::Delete(_)
-                    if kind == Allowed::Reflected(Kind::PersistentVolumeClaim) => {}
-                watcher::Event::Delete(obj) => check(&applier, &outbox, kind, &obj, None).await,
-                _ => {}
+                Some(key) = cleared.recv() => {
+                    restore_released(&applier, &outbox, &drift, key, "cleared by an operator").await;
+                }
+                () = sleep_until(due), if due.is_some() => {
+                    for key in drift.release_due(Instant::now()) {
+                        let quiet = drift.rule().quiet;
+                        let why = format!("nobody else wrote it for {}", refract_core::duration::format(quiet));
+                        restore_released(&applier, &outbox, &drift, key, &why).await;
+                    }
+                }
             }
         }
     });
 }
 
+async fn sleep_until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn on_change(
+    applier: &Applier,
+    outbox: &Outbox,
+    drift: &Drift,
+    kind: Allowed,
+    event: watcher::Event<Meta>,
+) {
+    match event {
+        watcher::Event::Apply(obj) if obj.metadata.deletion_timestamp.is_none() => {
+            check(
+                applier,
+                outbox,
+                drift,
+                kind,
+                &obj,
+                obj.resource_version().as_deref(),
+            )
+            .await
+        }
+        // A claim deleted on the provider is not re-created: a new claim would be a
+        // new, empty volume behind the origin's back (Liqo does the same).
+        watcher::Event::Delete(_) if kind == Allowed::Reflected(Kind::PersistentVolumeClaim) => {}
+        watcher::Event::Delete(obj) => check(applier, outbox, drift, kind, &obj, None).await,
+        _ => {}
+    }
+}
+
+/// Restores `key`, released from quarantine, from whatever the watch holds of it now.
+async fn restore_released(
+    applier: &Applier,
+    outbox: &Outbox,
+    drift: &Drift,
+    key: ObjectKey,
+    why: &str,
+) {
+    tracing::info!(
+        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
+        "quarantine of the reflected object ended ({why}); restoring it"
+    );
+    match applier.objects().get(key.kind, &key.namespace, &key.name) {
+        Some(obj) => {
+            let version = obj.resource_version();
+            check(applier, outbox, drift, key.kind, &obj, version.as_deref()).await
+        }
+        None => restore_key(applier, outbox, drift, key, None, None).await,
+    }
+}
+
 async fn check(
     applier: &Applier,
     outbox: &Outbox,
+    drift: &Drift,
     kind: Allowed,
     obj: &Meta,
     resource_version: Option<&str>,
@@ -78,16 +154,30 @@ async fn check(
         namespace: obj.namespace().unwrap_or_default(),
         name: obj.name_any(),
     };
+    let observed_hash = obj
+        .annotations()
+        .get(DESIRED_HASH_ANNOTATION)
+        .map(String::as_str);
+    restore_key(applier, outbox, drift, key, resource_version, observed_hash).await
+}
+
+/// Restores `key`, seen at `resource_version` (`None`: deleted) carrying `observed_hash`, if
+/// it is not as the agent last wrote it and its fight allows.
+async fn restore_key(
+    applier: &Applier,
+    outbox: &Outbox,
+    drift: &Drift,
+    key: ObjectKey,
+    resource_version: Option<&str>,
+    observed_hash: Option<&str>,
+) {
+    let kind = key.kind;
     tracing::debug!(tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name, ?resource_version, "tenant object changed on the provider");
     if kind != Allowed::Namespace && applier.objects().namespace_terminating(&key.namespace) {
         // Deleted with its namespace, which refuses writes until it is gone: everything of it
         // is restored once the namespace is back (see `refill`).
         return;
     }
-    let observed_hash = obj
-        .annotations()
-        .get(DESIRED_HASH_ANNOTATION)
-        .map(String::as_str);
     let Some(restore) = applier
         .desired
         .needs_restore(&key, resource_version, observed_hash)
@@ -99,14 +189,29 @@ async fn check(
     } else {
         "changed"
     };
+    let report = match drift.record(&key, Instant::now()) {
+        Verdict::Restore { count, report } => report.then_some(count),
+        Verdict::Quarantine { count } => {
+            quarantine(outbox, drift, &key, count, what);
+            return;
+        }
+        Verdict::Quarantined => {
+            tracing::debug!(tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name, "quarantined object {what} on the provider again; left alone");
+            return;
+        }
+    };
     let desired = match restore {
         Restore::Here(desired) => desired,
         Restore::FromOrigin => {
-            ask_origin(outbox, &key, what);
+            applier.desired.mark_drifted(&key);
+            ask_origin(outbox, &key, what, report);
             return;
         }
     };
     let restored = restore_here(applier, &key, &desired, resource_version, what).await;
+    if let (true, Some(count)) = (restored, report) {
+        tell_restored(outbox, &key, what, count);
+    }
     if restored && kind == Allowed::Namespace && resource_version.is_none() {
         refill(applier, outbox, &key.tenant, &key.name, what).await;
     }
@@ -157,31 +262,79 @@ async fn refill(
             Restore::Here(desired) => {
                 restore_here(applier, &key, &desired, None, &what).await;
             }
-            Restore::FromOrigin => ask_origin(outbox, &key, &what),
+            Restore::FromOrigin => ask_origin(outbox, &key, &what, None),
         }
     }
 }
 
 /// Asks the tenant to send `key` again, through its record in the provider's outbox: a
 /// tenant whose stream is full is asked when it has room; one not connected gets the copy on
-/// its next session, whose inventory leaves it out.
-fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
+/// its next session, whose inventory leaves it out. `report` is the fight's restore count when
+/// the origin should say so on the object.
+fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str, report: Option<u32>) {
+    let restores = report.unwrap_or(0);
+    tracing::info!(
+        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, restores,
+        "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
+    );
+    // Any revision: the copy is to be restored to whatever the origin holds now.
+    let message = format!("the copy was {what} on the provider; send it again to restore it");
+    notify(outbox, key, Outcome::Resend, restores, message);
+}
+
+/// Tells the origin that `key`, kept whole here, was restored (the fight's `count`th time).
+fn tell_restored(outbox: &Outbox, key: &ObjectKey, what: &str, count: u32) {
+    let message = format!(
+        "the copy was {what} on the provider by someone else and restored ({})",
+        times(count)
+    );
+    notify(outbox, key, Outcome::Drifted, count, message);
+}
+
+/// Leaves `key` alone from now on, and says so to the origin.
+fn quarantine(outbox: &Outbox, drift: &Drift, key: &ObjectKey, count: u32, what: &str) {
+    let rule = drift.rule();
+    let message = format!(
+        "the copy was {what} on the provider again after being restored {} in {}: something there keeps rewriting it, so it is no longer restored (quarantined). It is restored again once nobody else writes it for {}, or when a provider operator clears it (refract.v1.Inspect/ClearQuarantine)",
+        times(count),
+        refract_core::duration::format(rule.window),
+        refract_core::duration::format(rule.quiet)
+    );
+    tracing::warn!(
+        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, restores = count,
+        window = %refract_core::duration::format(rule.window), quiet = %refract_core::duration::format(rule.quiet),
+        "reflected object quarantined: something on the provider keeps rewriting it; it is no longer restored"
+    );
+    notify(outbox, key, Outcome::Quarantined, count, message);
+}
+
+/// Puts an unsolicited answer about `key` in the provider's outbox. Each differs from the one
+/// before (its hash), so a quarantine replaces a resend not yet sent rather than being held.
+fn notify(outbox: &Outbox, key: &ObjectKey, outcome: Outcome, restores: u32, message: String) {
     let message = RemoteMessage {
         kind: Some(remote_message::Kind::Ack(Ack {
             object: Some(key.object_ref()),
-            // Any revision: the copy is to be restored to whatever the origin holds now.
             revision: String::new(),
-            outcome: Outcome::Resend as i32,
-            message: format!("the copy was {what} on the provider; send it again to restore it"),
+            outcome: outcome as i32,
+            message,
             awaited: false,
+            restores,
         })),
     };
-    tracing::info!(
-        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
-        "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
-    );
     let subject = Subject::notice(key.kind.kind(), &key.namespace, &key.name);
-    outbox.put(&key.tenant, subject, String::new(), message);
+    outbox.put(
+        &key.tenant,
+        subject,
+        format!("{}/{restores}", outcome.label()),
+        message,
+    );
+}
+
+fn times(count: u32) -> String {
+    match count {
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    }
 }
 
 #[cfg(test)]

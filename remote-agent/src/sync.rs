@@ -514,6 +514,7 @@ impl TenantSession {
                 outcome: outcome as i32,
                 message,
                 awaited,
+                restores: 0,
             })),
         })
         .await;

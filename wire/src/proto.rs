@@ -17,6 +17,16 @@ impl ObjectRef {
 }
 
 impl Outcome {
+    /// Whether this is not an answer to a request but something the provider says on its own
+    /// about an object it was sent (asking for it again, restored, quarantined): no one waits
+    /// on it, and it carries no revision.
+    pub fn is_notice(self) -> bool {
+        matches!(
+            self,
+            Outcome::Resend | Outcome::Drifted | Outcome::Quarantined
+        )
+    }
+
     /// The outcome's name in metrics, logs and `refractctl`: lower case, the same in both
     /// agents (`applied`, `quota_exceeded`, ...), never the wire's `OUTCOME_` spelling.
     pub fn label(self) -> &'static str {
@@ -30,6 +40,8 @@ impl Outcome {
             Outcome::Transient => "transient",
             Outcome::Resend => "resend",
             Outcome::QuotaExceeded => "quota_exceeded",
+            Outcome::Drifted => "drifted",
+            Outcome::Quarantined => "quarantined",
         }
     }
 }

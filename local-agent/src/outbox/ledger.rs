@@ -163,6 +163,9 @@ pub struct Answer {
     pub message: String,
     /// When the change the answered Upsert carries was queued and sent (none for a Delete).
     pub times: Option<Times>,
+    /// How many times the provider restored the copy in its current fight, on a notice it
+    /// wants reported (see `Ack.restores`).
+    pub restores: u32,
 }
 
 /// A Delete sent and not yet confirmed.
@@ -330,9 +333,10 @@ impl Ledger {
         let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
         let confirmed = matches!(outcome, Outcome::Applied | Outcome::Unchanged);
         // Not an answer: the provider asks for an object it was sent, whose copy was changed
-        // or deleted there. One being deleted is not sent again.
-        let resend = outcome == Outcome::Resend;
-        if resend && self.deleting.contains_key(&remote) {
+        // or deleted there, or says it restored or quarantined it. Of one being deleted,
+        // nothing is sent again or said.
+        let notice = outcome.is_notice();
+        if notice && self.deleting.contains_key(&remote) {
             return None;
         }
         if let Some(deleting) = self.deleting.get(&remote).cloned() {
@@ -346,6 +350,7 @@ impl Ledger {
                 outcome,
                 message: ack.message.clone(),
                 times: None,
+                restores: ack.restores,
             });
         }
         let origin = self.by_remote.get(&remote)?.clone();
@@ -354,7 +359,7 @@ impl Ledger {
             return None; // a newer Upsert is on its way; its ack decides
         }
         let origin_uid = sent.origin_uid.clone();
-        let times = (!resend).then_some(sent.times);
+        let times = (!notice).then_some(sent.times);
         match outcome {
             Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
                 sent.state = AckState::Applied
@@ -365,6 +370,8 @@ impl Ledger {
             Outcome::Transient | Outcome::Resend | Outcome::QuotaExceeded => {
                 self.forget(&origin);
             }
+            // Said of the copy as it stands: what was sent and answered stays as it is.
+            Outcome::Drifted | Outcome::Quarantined => {}
         }
         Some(Answer {
             origin,
@@ -373,6 +380,7 @@ impl Ledger {
             outcome,
             message: ack.message.clone(),
             times,
+            restores: ack.restores,
         })
     }
 

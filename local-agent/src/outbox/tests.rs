@@ -46,6 +46,7 @@ fn mk_ack(kind: &str, ns: &str, name: &str, revision: &str, outcome: Outcome) ->
         outcome: outcome as i32,
         message: format!("{outcome:?}"),
         awaited: false,
+        restores: 0,
     }
 }
 

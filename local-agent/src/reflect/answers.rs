@@ -1,5 +1,6 @@
 //! What the provider answered about an object: a retry after a transient failure, a resend
-//! when asked, an event on the origin object when refused.
+//! when asked, an event on the origin object when refused, restored after a provider-side
+//! change (when the provider wants it reported) or quarantined.
 
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef as StoreRef;
@@ -7,7 +8,7 @@ use refract_wire::proto::Outcome;
 
 use super::{Reflectable, Reflector};
 use crate::outbox::{Answer, Recipient, Request};
-use crate::recorder::{publish_event, QUOTA_REASON};
+use crate::recorder::{drift_event, publish_event, QUOTA_REASON};
 
 impl<K: Reflectable> Recipient for Reflector<K> {
     fn on_answer(&self, answer: Answer) {
@@ -22,7 +23,11 @@ impl<K: Reflectable> Recipient for Reflector<K> {
             Outcome::Resend => {
                 // The outbox forgot it: reconciling it now sends it again.
                 tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
+                self.report_drift(&key, answer.outcome, answer.restores, &answer.message);
                 self.queue.add(key);
+            }
+            Outcome::Drifted | Outcome::Quarantined => {
+                self.report_drift(&key, answer.outcome, answer.restores, &answer.message)
             }
             Outcome::Transient => {
                 // The outbox forgot it: the retry sends it again.
@@ -81,5 +86,26 @@ impl<K: Reflectable> Recipient for Reflector<K> {
                 });
             }
         }
+    }
+}
+
+impl<K: Reflectable> Reflector<K> {
+    /// Records on the origin object what the provider said of its copy unasked, when it is
+    /// something to report (see [`drift_event`]).
+    fn report_drift(&self, key: &crate::key::Key, outcome: Outcome, restores: u32, message: &str) {
+        let remote = self.shared.options.remote_cluster_id.as_str();
+        let Some((type_, reason, note)) = drift_event(remote, outcome, restores, message) else {
+            return;
+        };
+        tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the object's copy");
+        let Some(obj) = self
+            .store
+            .get(&StoreRef::new(&key.name).within(&key.namespace))
+        else {
+            return;
+        };
+        let reference = obj.object_ref(&());
+        let recorder = self.shared.recorder.clone();
+        tokio::spawn(async move { publish_event(&recorder, reference, type_, reason, note).await });
     }
 }

@@ -107,6 +107,19 @@ pub struct Tenant {
     pub quota: Vec<QuotaUse>,
     /// The objects the provider did not apply, latest first; `Unknown` when not listed.
     pub refused: Fallible<Refused>,
+    /// The copies the provider no longer restores because something there keeps rewriting
+    /// them, oldest quarantine first; empty when none is, or the objects were not listed.
+    pub quarantined: Vec<QuarantinedObject>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantinedObject {
+    /// When the quarantine began, RFC 3339.
+    pub since: String,
+    pub object: String,
+    /// Restores before it.
+    pub restores: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -310,6 +323,22 @@ impl PeeringReport {
                 .collect();
             if !shown.is_empty() {
                 let _ = writeln!(out, "  quota:         {}", shown.join(", "));
+            }
+            if !t.quarantined.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  quarantined:   {} copies something on the provider keeps rewriting, no longer restored (ends after a quiet period, or Inspect/ClearQuarantine):",
+                    t.quarantined.len()
+                );
+                for q in &t.quarantined {
+                    let _ = writeln!(
+                        out,
+                        "    since {} {} (restored {} times)",
+                        p(&q.since),
+                        p(&q.object),
+                        q.restores
+                    );
+                }
             }
             match &t.refused {
                 Fallible::Unknown { error } => {

@@ -229,11 +229,17 @@ impl DesiredStore {
             (Some(seen), Some(written)) if seen == written => None,
             _ => match r.object.as_deref().and_then(Remembered::object) {
                 Some(object) => Some(Restore::Here(object)),
-                None => {
-                    r.drifted = true;
-                    Some(Restore::FromOrigin)
-                }
+                None => Some(Restore::FromOrigin),
             },
+        }
+    }
+
+    /// `key` is being restored from the origin: its next Upsert is written even when its
+    /// hash is the one remembered, and the inventory leaves it out. Not done by
+    /// [`DesiredStore::needs_restore`], which also answers for copies left alone (quarantined).
+    pub fn mark_drifted(&self, key: &ObjectKey) {
+        if let Some(r) = self.inner.locked().get_mut(key) {
+            r.drifted = true;
         }
     }
 
@@ -407,6 +413,11 @@ mod tests {
             store.needs_restore(&key, Some("8"), Some("new")),
             Some(Restore::FromOrigin)
         );
+        assert!(
+            !store.drifted(&key),
+            "until the restorer decides to restore it"
+        );
+        store.mark_drifted(&key);
         assert!(store.drifted(&key));
         // The origin's Upsert is written again: drifted until that write lands, even through
         // a create refused because the copy is there.

@@ -17,7 +17,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::{check, spawn_restorer};
+use super::fights::FightRule;
+use super::{check, spawn_restorer, Cleared, Drift};
 use crate::apply::desired::Keep;
 use crate::apply::{Applier, ObjectKey};
 use crate::kinds::Allowed;
@@ -143,10 +144,32 @@ fn ack_of(message: Result<RemoteMessage, Status>) -> (String, Outcome) {
     }
 }
 
+/// A fights ledger with the default rule.
+fn drift() -> Drift {
+    ledger(FightRule::default()).0
+}
+
+fn ledger(rule: FightRule) -> (Drift, Cleared) {
+    Drift::new(rule, crate::metrics::DriftMetrics::default())
+}
+
 /// The watch reports `key` at resourceVersion `rv`: changed by someone, unless `rv` is what
 /// the agent wrote.
 async fn seen_at(applier: &Applier, outbox: &Outbox, key: &ObjectKey, rv: &str) {
-    check(applier, outbox, key.kind, &mk_meta(key, rv, &[]), Some(rv)).await
+    let meta = mk_meta(key, rv, &[]);
+    check(applier, outbox, &drift(), key.kind, &meta, Some(rv)).await
+}
+
+/// The object, outcome and restore count of an Ack.
+fn notice_of(message: Result<RemoteMessage, Status>) -> (String, Outcome, u32) {
+    match message.unwrap().kind {
+        Some(remote_message::Kind::Ack(ack)) => (
+            ack.object.unwrap().name,
+            Outcome::try_from(ack.outcome).unwrap(),
+            ack.restores,
+        ),
+        other => panic!("not an Ack: {other:?}"),
+    }
 }
 
 /// The writes of tenant objects, without those of the namespace's quota (written with a
@@ -186,7 +209,12 @@ async fn a_namespace_edited_on_the_provider_is_put_back_from_its_whole_desired_s
     assert!(body["metadata"]["annotations"][DESIRED_HASH_ANNOTATION].is_string());
     // The restore is the agent's own write: its watch event restores nothing again.
     assert_eq!(applier.desired.needs_restore(&key, Some("8"), None), None);
-    assert!(quiet(&mut rx).await, "the origin is not asked");
+    // The origin is not asked for it, only told, this being the fight's first restore.
+    assert_eq!(
+        notice_of(next(&mut rx).await),
+        ("shop-origin".to_string(), Outcome::Drifted, 1)
+    );
+    assert!(quiet(&mut rx).await);
 }
 
 #[tokio::test]
@@ -210,7 +238,7 @@ async fn a_config_map_changed_on_the_provider_is_asked_of_the_origin_once() {
     let (outbox, mut rx, _session) = connected(4);
 
     let meta = mk_meta(&key, "7", &[(DESIRED_HASH_ANNOTATION, "h1")]);
-    check(&applier, &outbox, CONFIG_MAP, &meta, Some("7")).await;
+    check(&applier, &outbox, &drift(), CONFIG_MAP, &meta, Some("7")).await;
 
     assert!(no_requests(&log), "the provider keeps only its hash");
     assert_eq!(
@@ -268,7 +296,8 @@ async fn a_claim_deleted_on_the_provider_is_not_recreated_but_a_config_map_is_as
     let config_map = remembered_config_map(&applier);
     let (outbox, mut rx, _session) = connected(4);
     let (changes, watch) = mpsc::channel(4);
-    spawn_restorer(applier.clone(), outbox, watch);
+    let (drift, cleared) = ledger(FightRule::default());
+    spawn_restorer(applier.clone(), outbox, drift, cleared, watch);
 
     let deleted = |key: &ObjectKey| watcher::Event::Delete(mk_meta(key, "6", &[]));
     changes.send((CLAIM, deleted(&claim))).await.unwrap();
@@ -295,10 +324,11 @@ async fn a_tenant_being_removed_is_forgotten_and_nothing_of_it_comes_back() {
     let (outbox, mut rx, _session) = connected(4);
 
     let marked = mk_meta(&namespace, "7", &[(TENANT_REMOVAL_ANNOTATION, "unpeered")]);
-    check(&applier, &outbox, NAMESPACE, &marked, Some("7")).await;
+    check(&applier, &outbox, &drift(), NAMESPACE, &marked, Some("7")).await;
     check(
         &applier,
         &outbox,
+        &drift(),
         CONFIG_MAP,
         &mk_meta(&config_map, "7", &[]),
         None,
@@ -319,7 +349,7 @@ async fn an_object_not_labelled_as_a_tenants_is_not_the_restorers() {
     meta.metadata.labels = None;
     let (outbox, mut rx, _session) = connected(4);
 
-    check(&applier, &outbox, NAMESPACE, &meta, Some("7")).await;
+    check(&applier, &outbox, &drift(), NAMESPACE, &meta, Some("7")).await;
 
     assert!(no_requests(&log));
     assert!(quiet(&mut rx).await);
@@ -378,7 +408,7 @@ async fn a_twin_namespace_deleted_on_the_provider_comes_back_with_what_was_in_it
         },
         ..mk_meta(&namespace, "9", &[])
     };
-    check(&applier, &outbox, NAMESPACE, &deleted, None).await;
+    check(&applier, &outbox, &drift(), NAMESPACE, &deleted, None).await;
 
     let patched: Vec<String> = object_writes(&log)
         .into_iter()
@@ -394,8 +424,93 @@ async fn a_twin_namespace_deleted_on_the_provider_comes_back_with_what_was_in_it
         secret_body["metadata"]["ownerReferences"][0]["uid"], "new-uid",
         "owned by the ShadowPod as it is now, not the one deleted"
     );
+    let mut said = vec![
+        notice_of(next(&mut rx).await),
+        notice_of(next(&mut rx).await),
+    ];
+    said.sort();
     assert_eq!(
-        ack_of(next(&mut rx).await),
-        ("settings".to_string(), Outcome::Resend)
+        said,
+        [
+            ("settings".to_string(), Outcome::Resend, 0),
+            ("shop-origin".to_string(), Outcome::Drifted, 1),
+        ],
+        "the namespace's restore is reported; what was in it is restored without a report"
     );
+}
+
+#[tokio::test]
+async fn a_copy_rewritten_again_and_again_is_quarantined_until_cleared() {
+    let (client, log) = provider(vec![]);
+    let applier = applier(client);
+    let key = remembered_config_map(&applier);
+    let (outbox, mut rx, _session) = connected(8);
+    let (drift, cleared) = ledger(FightRule {
+        restores: 2,
+        ..FightRule::default()
+    });
+    let (changes, watch) = mpsc::channel(4);
+    spawn_restorer(applier.clone(), outbox, drift.clone(), cleared, watch);
+    let rewritten = |rv: &str| (CONFIG_MAP, watcher::Event::Apply(mk_meta(&key, rv, &[])));
+
+    changes.send(rewritten("7")).await.unwrap();
+    assert_eq!(
+        notice_of(next(&mut rx).await),
+        ("settings".to_string(), Outcome::Resend, 1),
+        "the first restore is to be reported"
+    );
+    changes.send(rewritten("8")).await.unwrap();
+    assert_eq!(
+        notice_of(next(&mut rx).await),
+        ("settings".to_string(), Outcome::Resend, 0),
+        "the second, within the window, is not"
+    );
+    changes.send(rewritten("9")).await.unwrap();
+    let (name, outcome, restores) = notice_of(next(&mut rx).await);
+    assert_eq!(
+        (name.as_str(), outcome, restores),
+        ("settings", Outcome::Quarantined, 2)
+    );
+    changes.send(rewritten("10")).await.unwrap();
+    assert!(quiet(&mut rx).await, "a quarantined copy is left alone");
+    let fight = drift.view(&key).unwrap();
+    assert_eq!(fight.restores, 2);
+    assert!(fight.quarantined_since.is_some());
+    assert!(no_requests(&log));
+
+    assert!(drift.clear(&key));
+    assert_eq!(
+        notice_of(next(&mut rx).await),
+        ("settings".to_string(), Outcome::Resend, 1),
+        "restored at once, as a new fight"
+    );
+    assert!(!drift.clear(&key), "nothing left to clear");
+}
+
+#[tokio::test]
+async fn a_quarantine_ends_after_the_quiet_period() {
+    let (client, _log) = provider(vec![]);
+    let applier = applier(client);
+    let key = remembered_config_map(&applier);
+    let (outbox, mut rx, _session) = connected(8);
+    let (drift, cleared) = ledger(FightRule {
+        restores: 1,
+        quiet: Duration::from_millis(400),
+        ..FightRule::default()
+    });
+    let (changes, watch) = mpsc::channel(4);
+    spawn_restorer(applier.clone(), outbox, drift.clone(), cleared, watch);
+    let rewritten = |rv: &str| (CONFIG_MAP, watcher::Event::Apply(mk_meta(&key, rv, &[])));
+
+    changes.send(rewritten("7")).await.unwrap();
+    assert_eq!(notice_of(next(&mut rx).await).1, Outcome::Resend);
+    changes.send(rewritten("8")).await.unwrap();
+    assert_eq!(notice_of(next(&mut rx).await).1, Outcome::Quarantined);
+    assert!(quiet(&mut rx).await, "not before the quiet period");
+    assert_eq!(
+        notice_of(next(&mut rx).await),
+        ("settings".to_string(), Outcome::Resend, 1),
+        "released and restored"
+    );
+    assert_eq!(drift.view(&key).map(|f| f.quarantined_since), Some(None));
 }

@@ -132,6 +132,7 @@ fn applied(object: ObjectRef, revision: String) -> remote_message::Kind {
         outcome: Outcome::Applied as i32,
         message: String::new(),
         awaited: false,
+        restores: 0,
     })
 }
 
