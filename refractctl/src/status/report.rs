@@ -446,6 +446,49 @@ mod tests {
     }
 
     #[test]
+    fn quarantined_copies_are_listed_without_making_the_peering_unhealthy() {
+        let mut p = peering(LinkState::Connected, Some("True"));
+        p.link.tenant = Some(Tenant {
+            connected_since: "2026-11-30T08:00:00Z".into(),
+            disconnected_at: String::new(),
+            peer_address: "10.0.0.2:5000".into(),
+            agent_version: "0.1.0".into(),
+            connections: 1,
+            objects: 3,
+            certificate_not_after: "2027-01-01T00:00:00Z".into(),
+            quota: vec![],
+            refused: Fallible::Known(Refused {
+                count: 0,
+                latest: vec![],
+            }),
+            quarantined: vec![QuarantinedObject {
+                since: "2026-11-30T08:01:17Z".into(),
+                object: "ConfigMap shop-origin/fought".into(),
+                restores: 5,
+            }],
+        });
+        assert!(p.problems().is_empty());
+        let report = Report {
+            origin_api_server: "https://127.0.0.1:6443".into(),
+            peerings: vec![p],
+            offloaded_namespaces: Fallible::Known(vec![]),
+        };
+        let text = report.text();
+        assert!(
+            text.contains("  quarantined:   1 copies something on the provider keeps rewriting")
+                && text.contains(
+                    "    since 2026-11-30T08:01:17Z ConfigMap shop-origin/fought (restored 5 times)"
+                ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["peerings"][0]["link"]["tenant"]["quarantined"][0]["restores"],
+            5
+        );
+    }
+
+    #[test]
     fn no_peering_is_a_problem_and_json_names_fields_in_camel_case() {
         let mut report = Report {
             origin_api_server: "https://127.0.0.1:6443".into(),
