@@ -404,6 +404,12 @@ impl Recipient for TokenReflector {
             self.state.locked().failures.remove(&key);
             return;
         }
+        if matches!(answer.outcome, Outcome::Drifted | Outcome::Quarantined) {
+            // Said of the copy, which the remote agent keeps whole and restored (or leaves to
+            // the writer it fights): nothing to send again.
+            tracing::warn!(namespace = %key.namespace, pod = %key.name, outcome = answer.outcome.label(), message = %answer.message, "someone on the provider rewrote the pod's token Secret");
+            return;
+        }
         // The ShadowPod may not be there yet, or was refused: send it again later, spaced out.
         self.outbox.forget(&origin(&key));
         tracing::info!(namespace = %key.namespace, pod = %key.name, outcome = answer.outcome.as_str_name(), message = %answer.message, "token Secret not applied; retrying later");
