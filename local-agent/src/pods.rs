@@ -459,7 +459,6 @@ impl Recipient for PodOffloader {
             }
             (Request::Upsert, Outcome::Resend) => {
                 // The outbox forgot it: reconciling it now sends it again.
-                self.report_drift(&key, answer.outcome, answer.restores, &answer.message);
                 self.queue.add(key);
             }
             (Request::Upsert, Outcome::Drifted | Outcome::Quarantined) => {
@@ -500,7 +499,7 @@ impl PodOffloader {
     /// after someone there changed it, or quarantined (see [`drift_event`]).
     fn report_drift(&self, key: &Key, outcome: Outcome, restores: u32, message: &str) {
         let remote = self.options.remote_cluster_id.as_str();
-        let Some((type_, reason, note)) = drift_event(remote, outcome, restores, message) else {
+        let Some((type_, reason, note)) = drift_event(remote, outcome, message) else {
             return;
         };
         tracing::warn!(namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the pod's ShadowPod");

@@ -37,39 +37,24 @@ pub const DRIFTED_REASON: &str = "ReflectionDrifted";
 pub const QUARANTINED_REASON: &str = "ReflectionQuarantined";
 
 /// The event that tells the owner of an origin object what the provider `remote` said of its
-/// copy unasked: restored after someone there changed it (the provider rate-limits these:
-/// `restores` is 0 on a restore it does not want reported), or quarantined.
+/// copy unasked: restored after someone there changed it (the provider says so at a fight's
+/// first restore, then at most once per window), or quarantined.
 pub fn drift_event(
     remote: &str,
     outcome: refract_wire::proto::Outcome,
-    restores: u32,
     message: &str,
 ) -> Option<(EventType, &'static str, String)> {
     use refract_wire::proto::Outcome;
-    let times = match restores {
-        1 => "once".to_string(),
-        n => format!("{n} times"),
+    let reason = match outcome {
+        Outcome::Drifted => DRIFTED_REASON,
+        Outcome::Quarantined => QUARANTINED_REASON,
+        _ => return None,
     };
-    match outcome {
-        Outcome::Resend if restores > 0 => Some((
-            EventType::Warning,
-            DRIFTED_REASON,
-            format!(
-                "The copy on cluster {remote:?} was changed or deleted there by someone else; sending it again to restore it (restored {times} in this fight)"
-            ),
-        )),
-        Outcome::Drifted => Some((
-            EventType::Warning,
-            DRIFTED_REASON,
-            format!("Copy on cluster {remote:?}: {message}"),
-        )),
-        Outcome::Quarantined => Some((
-            EventType::Warning,
-            QUARANTINED_REASON,
-            format!("Copy on cluster {remote:?}: {message}"),
-        )),
-        _ => None,
-    }
+    Some((
+        EventType::Warning,
+        reason,
+        format!("Copy on cluster {remote:?}: {message}"),
+    ))
 }
 
 #[cfg(test)]
@@ -79,17 +64,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn drift_is_reported_only_when_the_provider_asks() {
-        assert!(drift_event("p", Outcome::Resend, 0, "again").is_none());
-        assert!(drift_event("p", Outcome::Applied, 3, "").is_none());
-        let (type_, reason, note) = drift_event("p", Outcome::Resend, 1, "x").unwrap();
+    fn drift_and_quarantine_notices_are_warnings_and_nothing_else_is() {
+        assert!(drift_event("p", Outcome::Resend, "again").is_none());
+        assert!(drift_event("p", Outcome::Applied, "").is_none());
+        let (type_, reason, note) = drift_event("p", Outcome::Drifted, "restored").unwrap();
         assert_eq!((type_, reason), (EventType::Warning, DRIFTED_REASON));
-        assert!(note.contains("restored once in this fight"), "{note}");
-        let (_, reason, note) =
-            drift_event("p", Outcome::Quarantined, 6, "no longer restored").unwrap();
+        assert_eq!(note, r#"Copy on cluster "p": restored"#);
+        let (_, reason, _) = drift_event("p", Outcome::Quarantined, "no longer").unwrap();
         assert_eq!(reason, QUARANTINED_REASON);
-        assert_eq!(note, r#"Copy on cluster "p": no longer restored"#);
-        let (_, reason, _) = drift_event("p", Outcome::Drifted, 2, "restored").unwrap();
-        assert_eq!(reason, DRIFTED_REASON);
     }
 }

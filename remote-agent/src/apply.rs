@@ -91,6 +91,9 @@ pub struct Applier {
     reservations: Arc<Reservations>,
     /// Counts the policy's changes, for what follows quotas (the virtual node's capacity).
     policies_changed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Copies rewritten on the provider: a copy the origin was asked to send again is
+    /// counted as restored here, when the write shows it had changed.
+    drift: Option<crate::restore::Drift>,
 }
 
 /// The result of one request.
@@ -146,7 +149,14 @@ impl Applier {
             unguarded: Arc::default(),
             reservations: Arc::default(),
             policies_changed: Arc::new(tokio::sync::watch::channel(0).0),
+            drift: None,
         }
+    }
+
+    /// This applier, counting the restores it lands in `drift`.
+    pub fn with_drift(mut self, drift: crate::restore::Drift) -> Self {
+        self.drift = Some(drift);
+        self
     }
 
     fn api(
@@ -204,8 +214,24 @@ impl Applier {
         // hash in it.
         let hash = desired_hash(&desired);
         desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
+        // The copy the origin was asked to send again, after someone changed it here: how it
+        // looked then, to tell whether the write changes it back.
+        let resend = self.drift.as_ref().filter(|d| d.take_awaited(&key));
+        let seen = resend
+            .and_then(|_| self.objects.get(kind, &key.namespace, &key.name))
+            .map(|m| m.resource_version());
         let written = self.write_desired(key.clone(), desired, &hash, token).await;
         self.after_write(&key, &written).await;
+        if let (Some(drift), Ok(Applied::Written)) = (resend, &written) {
+            match seen {
+                None => drift.restored(&key, "deleted"),
+                Some(seen) if seen != self.desired.written_version(&key) => {
+                    drift.restored(&key, "changed")
+                }
+                // The write changed nothing: what was written there touched none of it.
+                Some(_) => {}
+            }
+        }
         written
     }
 

@@ -147,15 +147,17 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     ) else {
         anyhow::bail!("ShadowPods and claims are not among the kinds tenants may write");
     };
-    let applier = apply::Applier::new(identities.clone(), args.cluster_id.clone(), limits, objects);
+    let outbox = outbox::Outbox::default();
+    let (drift, cleared) =
+        restore::Drift::new(args.fight_rule(), metrics.drift.clone(), outbox.clone());
+    let applier = apply::Applier::new(identities.clone(), args.cluster_id.clone(), limits, objects)
+        .with_drift(drift.clone());
     let collector = usage::UsageCollector::new(applier.clone());
     admin.register("refract_remote", |r| {
         r.register_collector(Box::new(collector))
     });
     // Before any tenant is served: no EndpointSlice is judged without the discovered networks.
     let api_service = networks::discover(&client, &args.provider_cidrs, &applier.networks()).await;
-    let outbox = outbox::Outbox::default();
-    let (drift, cleared) = restore::Drift::new(args.fight_rule(), metrics.drift.clone());
     restore::spawn_restorer(
         applier.clone(),
         outbox.clone(),

@@ -13,12 +13,12 @@
 //! in it restored the same way ([`refill`]); while it terminates, its objects' deletions are
 //! left to that. A tenant whose namespace is marked for removal is forgotten instead.
 //!
-//! Every restore is counted per object ([`drift`]); the origin is told at a fight's first
-//! restore and then at most once per window, and a copy restored too often in the window is
-//! quarantined: left as the other writer made it, said to the origin, and restored again once
-//! nobody else wrote it for a quiet period or an operator clears it ([`fights`]).
-
-use std::time::Instant;
+//! Every restore that changed the copy is counted per object ([`drift`]): one that changes
+//! nothing answered a write outside Refract's fields (a status), and is not drift. The origin
+//! is told at a fight's first restore and then at most once per window, and a copy restored
+//! too often in the window is quarantined: left as the other writer made it, said to the
+//! origin, and restored again once nobody else wrote it for a quiet period or an operator
+//! clears it ([`fights`]).
 
 use kube::runtime::watcher;
 use kube::ResourceExt;
@@ -38,7 +38,6 @@ pub mod drift;
 pub mod fights;
 
 pub use drift::{Cleared, Drift};
-use fights::Verdict;
 
 /// Restores tenant objects as their changes arrive, until the stream ends; and quarantined
 /// ones once their fight is over (quiet, or `cleared` by an operator).
@@ -62,7 +61,7 @@ pub fn spawn_restorer(
                     restore_released(&applier, &outbox, &drift, key, "cleared by an operator").await;
                 }
                 () = sleep_until(due), if due.is_some() => {
-                    for key in drift.release_due(Instant::now()) {
+                    for key in drift.release_due() {
                         let quiet = drift.rule().quiet;
                         let why = format!("nobody else wrote it for {}", refract_core::duration::format(quiet));
                         restore_released(&applier, &outbox, &drift, key, &why).await;
@@ -189,57 +188,61 @@ async fn restore_key(
     } else {
         "changed"
     };
-    let report = match drift.record(&key, Instant::now()) {
-        Verdict::Restore { count, report } => report.then_some(count),
-        Verdict::Quarantine { count } => {
-            quarantine(outbox, drift, &key, count, what);
-            return;
-        }
-        Verdict::Quarantined => {
-            tracing::debug!(tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name, "quarantined object {what} on the provider again; left alone");
-            return;
-        }
-    };
+    if !drift.foreign_write(&key) {
+        tracing::debug!(tenant = %key.tenant, kind = kind.kind(), namespace = %key.namespace, name = %key.name, "quarantined object {what} on the provider again; left alone");
+        return;
+    }
     let desired = match restore {
         Restore::Here(desired) => desired,
         Restore::FromOrigin => {
+            // Whether it had really changed is known when the copy sent again lands (see
+            // `Applier::upsert`).
             applier.desired.mark_drifted(&key);
-            ask_origin(outbox, &key, what, report);
+            drift.await_resend(&key);
+            ask_origin(outbox, &key, what);
             return;
         }
     };
     let restored = restore_here(applier, &key, &desired, resource_version, what).await;
-    if let (true, Some(count)) = (restored, report) {
-        tell_restored(outbox, &key, what, count);
+    if restored == Some(true) {
+        drift.restored(&key, what);
     }
-    if restored && kind == Allowed::Namespace && resource_version.is_none() {
+    if restored.is_some() && kind == Allowed::Namespace && resource_version.is_none() {
         refill(applier, outbox, &key.tenant, &key.name, what).await;
     }
 }
 
-/// Puts back `key` from its whole desired state; true when it was written.
+/// Puts back `key` from its whole desired state, over the copy seen at `resource_version`
+/// (`None`: deleted). Whether that changed the copy (server-side apply writes nothing when
+/// none of Refract's fields were touched, as by a status update); `None` when it failed.
 async fn restore_here(
     applier: &Applier,
     key: &ObjectKey,
     desired: &serde_json::Value,
     resource_version: Option<&str>,
     what: &str,
-) -> bool {
+) -> Option<bool> {
     let kind = key.kind.kind();
     match applier.restore(key, desired, resource_version).await {
         Ok(_) => {
-            tracing::info!(
-                tenant = %key.tenant, kind, namespace = %key.namespace, name = %key.name,
-                "reflected object {what} on the provider; restored the tenant's desired state"
-            );
-            true
+            let written = applier.desired.written_version(key);
+            let changed = resource_version.is_none() || written.as_deref() != resource_version;
+            if changed {
+                tracing::info!(
+                    tenant = %key.tenant, kind, namespace = %key.namespace, name = %key.name,
+                    "reflected object {what} on the provider; restored the tenant's desired state"
+                );
+            } else {
+                tracing::debug!(tenant = %key.tenant, kind, namespace = %key.namespace, name = %key.name, "reflected object written on the provider outside Refract's fields; nothing to restore");
+            }
+            Some(changed)
         }
         Err(error) => {
             tracing::warn!(
                 tenant = %key.tenant, kind, namespace = %key.namespace, name = %key.name,
                 %error, "reflected object {what} on the provider; restoring it failed"
             );
-            false
+            None
         }
     }
 }
@@ -262,79 +265,32 @@ async fn refill(
             Restore::Here(desired) => {
                 restore_here(applier, &key, &desired, None, &what).await;
             }
-            Restore::FromOrigin => ask_origin(outbox, &key, &what, None),
+            Restore::FromOrigin => ask_origin(outbox, &key, &what),
         }
     }
 }
 
 /// Asks the tenant to send `key` again, through its record in the provider's outbox: a
 /// tenant whose stream is full is asked when it has room; one not connected gets the copy on
-/// its next session, whose inventory leaves it out. `report` is the fight's restore count when
-/// the origin should say so on the object.
-fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str, report: Option<u32>) {
-    let restores = report.unwrap_or(0);
+/// its next session, whose inventory leaves it out.
+fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
     tracing::info!(
-        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, restores,
+        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
         "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
     );
-    // Any revision: the copy is to be restored to whatever the origin holds now.
-    let message = format!("the copy was {what} on the provider; send it again to restore it");
-    notify(outbox, key, Outcome::Resend, restores, message);
-}
-
-/// Tells the origin that `key`, kept whole here, was restored (the fight's `count`th time).
-fn tell_restored(outbox: &Outbox, key: &ObjectKey, what: &str, count: u32) {
-    let message = format!(
-        "the copy was {what} on the provider by someone else and restored ({})",
-        times(count)
-    );
-    notify(outbox, key, Outcome::Drifted, count, message);
-}
-
-/// Leaves `key` alone from now on, and says so to the origin.
-fn quarantine(outbox: &Outbox, drift: &Drift, key: &ObjectKey, count: u32, what: &str) {
-    let rule = drift.rule();
-    let message = format!(
-        "the copy was {what} on the provider again after being restored {} in {}: something there keeps rewriting it, so it is no longer restored (quarantined). It is restored again once nobody else writes it for {}, or when a provider operator clears it (refract.v1.Inspect/ClearQuarantine)",
-        times(count),
-        refract_core::duration::format(rule.window),
-        refract_core::duration::format(rule.quiet)
-    );
-    tracing::warn!(
-        tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, restores = count,
-        window = %refract_core::duration::format(rule.window), quiet = %refract_core::duration::format(rule.quiet),
-        "reflected object quarantined: something on the provider keeps rewriting it; it is no longer restored"
-    );
-    notify(outbox, key, Outcome::Quarantined, count, message);
-}
-
-/// Puts an unsolicited answer about `key` in the provider's outbox. Each differs from the one
-/// before (its hash), so a quarantine replaces a resend not yet sent rather than being held.
-fn notify(outbox: &Outbox, key: &ObjectKey, outcome: Outcome, restores: u32, message: String) {
     let message = RemoteMessage {
         kind: Some(remote_message::Kind::Ack(Ack {
             object: Some(key.object_ref()),
+            // Any revision: the copy is to be restored to whatever the origin holds now.
             revision: String::new(),
-            outcome: outcome as i32,
-            message,
+            outcome: Outcome::Resend as i32,
+            message: format!("the copy was {what} on the provider; send it again to restore it"),
             awaited: false,
-            restores,
+            restores: 0,
         })),
     };
     let subject = Subject::notice(key.kind.kind(), &key.namespace, &key.name);
-    outbox.put(
-        &key.tenant,
-        subject,
-        format!("{}/{restores}", outcome.label()),
-        message,
-    );
-}
-
-fn times(count: u32) -> String {
-    match count {
-        1 => "once".to_string(),
-        n => format!("{n} times"),
-    }
+    outbox.put(&key.tenant, subject, Outcome::Resend.label().to_string(), message);
 }
 
 #[cfg(test)]

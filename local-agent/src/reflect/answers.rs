@@ -23,7 +23,6 @@ impl<K: Reflectable> Recipient for Reflector<K> {
             Outcome::Resend => {
                 // The outbox forgot it: reconciling it now sends it again.
                 tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
-                self.report_drift(&key, answer.outcome, answer.restores, &answer.message);
                 self.queue.add(key);
             }
             Outcome::Drifted | Outcome::Quarantined => {
@@ -94,7 +93,7 @@ impl<K: Reflectable> Reflector<K> {
     /// something to report (see [`drift_event`]).
     fn report_drift(&self, key: &crate::key::Key, outcome: Outcome, restores: u32, message: &str) {
         let remote = self.shared.options.remote_cluster_id.as_str();
-        let Some((type_, reason, note)) = drift_event(remote, outcome, restores, message) else {
+        let Some((type_, reason, note)) = drift_event(remote, outcome, message) else {
             return;
         };
         tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the object's copy");

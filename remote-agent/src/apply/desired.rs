@@ -234,6 +234,11 @@ impl DesiredStore {
         }
     }
 
+    /// The resourceVersion of `key` as the agent last wrote it.
+    pub fn written_version(&self, key: &ObjectKey) -> Option<String> {
+        self.inner.locked().get(key)?.resource_version.clone()
+    }
+
     /// `key` is being restored from the origin: its next Upsert is written even when its
     /// hash is the one remembered, and the inventory leaves it out. Not done by
     /// [`DesiredStore::needs_restore`], which also answers for copies left alone (quarantined).

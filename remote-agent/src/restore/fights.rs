@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 /// When a fight becomes a quarantine, and when it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FightRule {
-    /// Restores allowed within `window`; the next foreign write quarantines the object.
-    /// 0 never quarantines.
+    /// Restores allowed within `window`; one more quarantines the object. 0 never
+    /// quarantines.
     pub restores: u32,
     /// How far back restores count.
     pub window: Duration,
@@ -32,24 +32,23 @@ impl Default for FightRule {
     }
 }
 
-/// What to do about one foreign write.
+/// What one confirmed restore leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Restore it. `count` is this fight's restores, this one included; `report` says whether
-    /// to tell the origin (the fight's first restore, then at most once per window).
+    /// Nothing more. `count` is this fight's restores, this one included; `report` says
+    /// whether to tell the origin (the fight's first restore, then at most once per window).
     Restore {
         /// This fight's restores, this one included.
         count: u32,
         /// Whether to tell the origin.
         report: bool,
     },
-    /// Leave it: the object has just been quarantined after `count` restores. Said once.
+    /// It was one too many within the window: the object is quarantined from now on, after
+    /// `count` restores. Said once.
     Quarantine {
-        /// The restores before it.
+        /// This fight's restores, this one included.
         count: u32,
     },
-    /// Leave it: it is quarantined already (the foreign write moves its release later).
-    Quarantined,
 }
 
 /// What is known of one object's fight, for operators.
@@ -63,6 +62,9 @@ pub struct FightView {
 
 #[derive(Debug)]
 struct Fight {
+    /// Whether the origin was asked to send the object again, and the write that lands it is
+    /// to be confirmed ([`Fights::take_awaited`]).
+    awaited: bool,
     /// Restores within the window, oldest first.
     recent: VecDeque<Instant>,
     /// Restores since the fight began.
@@ -72,6 +74,19 @@ struct Fight {
     /// The last restore the origin was told of.
     last_report: Option<Instant>,
     quarantined_since: Option<Instant>,
+}
+
+impl Fight {
+    fn new(now: Instant) -> Self {
+        Self {
+            awaited: false,
+            recent: VecDeque::new(),
+            restores: 0,
+            last_foreign: now,
+            last_report: None,
+            quarantined_since: None,
+        }
+    }
 }
 
 /// Every object in a fight, by key. An object is forgotten once `quiet` passes without a
@@ -92,21 +107,42 @@ impl<K: Ord + Clone> Fights<K> {
         }
     }
 
-    /// Someone other than the agent wrote `key` at `now`, and its copy differs from the
-    /// tenant's desired state.
-    pub fn record(&mut self, key: &K, now: Instant) -> Verdict {
-        let rule = self.rule;
-        let fight = self.fights.entry(key.clone()).or_insert_with(|| Fight {
-            recent: VecDeque::new(),
-            restores: 0,
-            last_foreign: now,
-            last_report: None,
-            quarantined_since: None,
-        });
-        fight.last_foreign = now;
-        if fight.quarantined_since.is_some() {
-            return Verdict::Quarantined;
+    /// Someone other than the agent wrote `key` at `now`: whether to restore it. A
+    /// quarantined object is left alone, and its quiet period starts again.
+    pub fn foreign_write(&mut self, key: &K, now: Instant) -> bool {
+        match self.fights.get_mut(key) {
+            Some(fight) if fight.quarantined_since.is_some() => {
+                fight.last_foreign = now;
+                false
+            }
+            _ => true,
         }
+    }
+
+    /// The origin was asked at `now` to send `key` again: the write that lands it says
+    /// whether the copy had really changed ([`Fights::take_awaited`]). Kept like a fight, and
+    /// forgotten with it after the quiet period.
+    pub fn await_resend(&mut self, key: &K, now: Instant) {
+        let fight = self.fights.entry(key.clone()).or_insert_with(|| Fight::new(now));
+        fight.awaited = true;
+        fight.last_foreign = now;
+    }
+
+    /// Whether `key`'s next write is the resend the origin was asked for (then no longer).
+    /// Not once the object is quarantined: a resend asked before lands as a plain write.
+    pub fn take_awaited(&mut self, key: &K) -> bool {
+        self.fights
+            .get_mut(key)
+            .is_some_and(|f| std::mem::take(&mut f.awaited) && f.quarantined_since.is_none())
+    }
+
+    /// `key` was restored at `now`, and the restore changed it: someone else really had (a
+    /// restore that changes nothing answered a write that touched none of Refract's fields,
+    /// such as a status, and is not counted).
+    pub fn restored(&mut self, key: &K, now: Instant) -> Verdict {
+        let rule = self.rule;
+        let fight = self.fights.entry(key.clone()).or_insert_with(|| Fight::new(now));
+        fight.last_foreign = now;
         while fight
             .recent
             .front()
@@ -114,15 +150,15 @@ impl<K: Ord + Clone> Fights<K> {
         {
             fight.recent.pop_front();
         }
-        if rule.restores > 0 && fight.recent.len() >= rule.restores as usize {
+        fight.recent.push_back(now);
+        fight.restores = fight.restores.saturating_add(1);
+        if rule.restores > 0 && fight.recent.len() > rule.restores as usize {
             fight.quarantined_since = Some(now);
             fight.recent.clear();
             return Verdict::Quarantine {
                 count: fight.restores,
             };
         }
-        fight.recent.push_back(now);
-        fight.restores = fight.restores.saturating_add(1);
         let report = fight
             .last_report
             .is_none_or(|t| now.saturating_duration_since(t) >= rule.window);
@@ -173,7 +209,7 @@ impl<K: Ord + Clone> Fights<K> {
 
     /// What is known of `key`'s fight.
     pub fn view(&self, key: &K) -> Option<FightView> {
-        self.fights.get(key).map(|f| FightView {
+        self.fights.get(key).filter(|f| f.restores > 0).map(|f| FightView {
             restores: f.restores,
             quarantined_since: f.quarantined_since,
         })
@@ -211,24 +247,25 @@ mod tests {
     fn restores_are_counted_and_reported_first_then_once_a_window() {
         let mut fights = Fights::new(rule());
         let t0 = Instant::now();
+        assert!(fights.foreign_write(&"cm", t0), "restore it");
+        assert_eq!(fights.view(&"cm"), None, "a write alone starts no fight");
         assert_eq!(
-            fights.record(&"cm", t0),
+            fights.restored(&"cm", t0),
             Verdict::Restore {
                 count: 1,
                 report: true
             }
         );
         assert_eq!(
-            fights.record(&"cm", t0 + 30 * S),
+            fights.restored(&"cm", t0 + 30 * S),
             Verdict::Restore {
                 count: 2,
                 report: false
             }
         );
-        // The first has left the window: two in it, a third is allowed, and a window has
-        // passed since the last report.
+        // A window has passed since the last report.
         assert_eq!(
-            fights.record(&"cm", t0 + 61 * S),
+            fights.restored(&"cm", t0 + 61 * S),
             Verdict::Restore {
                 count: 3,
                 report: true
@@ -244,15 +281,15 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..3 {
             assert!(matches!(
-                fights.record(&"cm", t0 + i * S),
+                fights.restored(&"cm", t0 + i * S),
                 Verdict::Restore { .. }
             ));
         }
         assert_eq!(
-            fights.record(&"cm", t0 + 3 * S),
-            Verdict::Quarantine { count: 3 }
+            fights.restored(&"cm", t0 + 3 * S),
+            Verdict::Quarantine { count: 4 }
         );
-        assert_eq!(fights.record(&"cm", t0 + 4 * S), Verdict::Quarantined);
+        assert!(!fights.foreign_write(&"cm", t0 + 4 * S), "left alone");
         assert_eq!(
             fights.view(&"cm").unwrap().quarantined_since,
             Some(t0 + 3 * S)
@@ -264,8 +301,9 @@ mod tests {
         assert_eq!(fights.release_due(t0 + 304 * S), vec!["cm"]);
         assert_eq!(fights.view(&"cm"), None, "forgotten once released");
         // A new fight starts from nothing, reported again.
+        assert!(fights.foreign_write(&"cm", t0 + 400 * S));
         assert_eq!(
-            fights.record(&"cm", t0 + 400 * S),
+            fights.restored(&"cm", t0 + 400 * S),
             Verdict::Restore {
                 count: 1,
                 report: true
@@ -274,10 +312,42 @@ mod tests {
     }
 
     #[test]
+    fn restores_spread_wider_than_the_window_never_quarantine() {
+        let mut fights = Fights::new(rule());
+        let t0 = Instant::now();
+        for i in 0..20 {
+            assert!(matches!(
+                fights.restored(&"cm", t0 + i * 21 * S),
+                Verdict::Restore { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn a_resend_asked_for_is_awaited_once_and_forgotten_with_the_quiet() {
+        let mut fights = Fights::new(rule());
+        let t0 = Instant::now();
+        assert!(!fights.take_awaited(&"cm"));
+        fights.await_resend(&"cm", t0);
+        assert_eq!(fights.view(&"cm"), None, "no restore yet");
+        assert!(fights.take_awaited(&"cm"));
+        assert!(!fights.take_awaited(&"cm"), "once");
+        for i in 0..4 {
+            fights.restored(&"cm", t0 + i * S);
+        }
+        fights.await_resend(&"cm", t0 + 4 * S);
+        assert!(!fights.take_awaited(&"cm"), "quarantined: a plain write");
+        assert!(fights.clear(&"cm"));
+        fights.await_resend(&"cm", t0);
+        assert!(fights.release_due(t0 + 300 * S).is_empty());
+        assert!(!fights.take_awaited(&"cm"), "forgotten");
+    }
+
+    #[test]
     fn a_fight_that_stops_is_forgotten_without_a_release() {
         let mut fights = Fights::new(rule());
         let t0 = Instant::now();
-        fights.record(&"cm", t0);
+        fights.restored(&"cm", t0);
         assert!(fights.release_due(t0 + 300 * S).is_empty());
         assert_eq!(fights.view(&"cm"), None);
         assert_eq!(fights.next_due(), None);
@@ -287,11 +357,11 @@ mod tests {
     fn an_operator_clears_a_quarantine_only() {
         let mut fights = Fights::new(rule());
         let t0 = Instant::now();
-        fights.record(&"calm", t0);
+        fights.restored(&"calm", t0);
         assert!(!fights.clear(&"calm"), "not quarantined");
         assert!(fights.view(&"calm").is_some());
         for i in 0..4 {
-            fights.record(&"cm", t0 + i * S);
+            fights.restored(&"cm", t0 + i * S);
         }
         assert!(fights.clear(&"cm"));
         assert_eq!(fights.view(&"cm"), None);
@@ -307,7 +377,7 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..100 {
             assert!(matches!(
-                fights.record(&"cm", t0 + i * S / 10),
+                fights.restored(&"cm", t0 + i * S / 10),
                 Verdict::Restore { .. }
             ));
         }

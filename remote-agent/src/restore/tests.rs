@@ -144,20 +144,24 @@ fn ack_of(message: Result<RemoteMessage, Status>) -> (String, Outcome) {
     }
 }
 
-/// A fights ledger with the default rule.
-fn drift() -> Drift {
-    ledger(FightRule::default()).0
+/// A fights ledger with the default rule, telling the tenant through `outbox`.
+fn drift(outbox: &Outbox) -> Drift {
+    ledger(outbox, FightRule::default()).0
 }
 
-fn ledger(rule: FightRule) -> (Drift, Cleared) {
-    Drift::new(rule, crate::metrics::DriftMetrics::default())
+fn ledger(outbox: &Outbox, rule: FightRule) -> (Drift, Cleared) {
+    Drift::new(
+        rule,
+        crate::metrics::DriftMetrics::default(),
+        outbox.clone(),
+    )
 }
 
 /// The watch reports `key` at resourceVersion `rv`: changed by someone, unless `rv` is what
 /// the agent wrote.
 async fn seen_at(applier: &Applier, outbox: &Outbox, key: &ObjectKey, rv: &str) {
     let meta = mk_meta(key, rv, &[]);
-    check(applier, outbox, &drift(), key.kind, &meta, Some(rv)).await
+    check(applier, outbox, &drift(outbox), key.kind, &meta, Some(rv)).await
 }
 
 /// The object, outcome and restore count of an Ack.
@@ -238,7 +242,7 @@ async fn a_config_map_changed_on_the_provider_is_asked_of_the_origin_once() {
     let (outbox, mut rx, _session) = connected(4);
 
     let meta = mk_meta(&key, "7", &[(DESIRED_HASH_ANNOTATION, "h1")]);
-    check(&applier, &outbox, &drift(), CONFIG_MAP, &meta, Some("7")).await;
+    check(&applier, &outbox, &drift(&outbox), CONFIG_MAP, &meta, Some("7")).await;
 
     assert!(no_requests(&log), "the provider keeps only its hash");
     assert_eq!(
@@ -296,7 +300,7 @@ async fn a_claim_deleted_on_the_provider_is_not_recreated_but_a_config_map_is_as
     let config_map = remembered_config_map(&applier);
     let (outbox, mut rx, _session) = connected(4);
     let (changes, watch) = mpsc::channel(4);
-    let (drift, cleared) = ledger(FightRule::default());
+    let (drift, cleared) = ledger(&outbox, FightRule::default());
     spawn_restorer(applier.clone(), outbox, drift, cleared, watch);
 
     let deleted = |key: &ObjectKey| watcher::Event::Delete(mk_meta(key, "6", &[]));
@@ -324,11 +328,11 @@ async fn a_tenant_being_removed_is_forgotten_and_nothing_of_it_comes_back() {
     let (outbox, mut rx, _session) = connected(4);
 
     let marked = mk_meta(&namespace, "7", &[(TENANT_REMOVAL_ANNOTATION, "unpeered")]);
-    check(&applier, &outbox, &drift(), NAMESPACE, &marked, Some("7")).await;
+    check(&applier, &outbox, &drift(&outbox), NAMESPACE, &marked, Some("7")).await;
     check(
         &applier,
         &outbox,
-        &drift(),
+        &drift(&outbox),
         CONFIG_MAP,
         &mk_meta(&config_map, "7", &[]),
         None,
@@ -349,7 +353,7 @@ async fn an_object_not_labelled_as_a_tenants_is_not_the_restorers() {
     meta.metadata.labels = None;
     let (outbox, mut rx, _session) = connected(4);
 
-    check(&applier, &outbox, &drift(), NAMESPACE, &meta, Some("7")).await;
+    check(&applier, &outbox, &drift(&outbox), NAMESPACE, &meta, Some("7")).await;
 
     assert!(no_requests(&log));
     assert!(quiet(&mut rx).await);
@@ -408,7 +412,7 @@ async fn a_twin_namespace_deleted_on_the_provider_comes_back_with_what_was_in_it
         },
         ..mk_meta(&namespace, "9", &[])
     };
-    check(&applier, &outbox, &drift(), NAMESPACE, &deleted, None).await;
+    check(&applier, &outbox, &drift(&outbox), NAMESPACE, &deleted, None).await;
 
     let patched: Vec<String> = object_writes(&log)
         .into_iter()
@@ -439,77 +443,113 @@ async fn a_twin_namespace_deleted_on_the_provider_comes_back_with_what_was_in_it
     );
 }
 
+/// A provider that answers every write of the twin namespace `shop-origin` with
+/// resourceVersion 8.
+fn namespace_provider() -> (Applier, Log) {
+    let path = "/api/v1/namespaces/shop-origin";
+    let written = json!({"metadata": {"resourceVersion": "8"}});
+    let (client, log) = provider(vec![(Method::PATCH, path, 200, written)]);
+    (applier(client), log)
+}
+
+#[tokio::test]
+async fn a_restore_that_changes_nothing_is_not_drift() {
+    let path = "/api/v1/namespaces/shop-origin";
+    // Server-side apply over a copy whose own fields were not touched writes nothing: the
+    // answer is the version seen.
+    let (client, log) = provider(vec![(
+        Method::PATCH,
+        path,
+        200,
+        json!({"metadata": {"resourceVersion": "7"}}),
+    )]);
+    let applier = applier(client);
+    let key = remembered_namespace(&applier);
+    let (outbox, mut rx, _session) = connected(4);
+    let drift = drift(&outbox);
+
+    let meta = mk_meta(&key, "7", &[]);
+    check(&applier, &outbox, &drift, NAMESPACE, &meta, Some("7")).await;
+
+    assert_eq!(object_writes(&log).len(), 1, "the restore was tried");
+    assert_eq!(drift.view(&key), None, "not counted");
+    assert!(quiet(&mut rx).await, "nor told");
+}
+
 #[tokio::test]
 async fn a_copy_rewritten_again_and_again_is_quarantined_until_cleared() {
-    let (client, log) = provider(vec![]);
-    let applier = applier(client);
-    let key = remembered_config_map(&applier);
+    let (applier, log) = namespace_provider();
+    let key = remembered_namespace(&applier);
     let (outbox, mut rx, _session) = connected(8);
-    let (drift, cleared) = ledger(FightRule {
-        restores: 2,
-        ..FightRule::default()
-    });
+    let (drift, cleared) = ledger(
+        &outbox,
+        FightRule {
+            restores: 2,
+            ..FightRule::default()
+        },
+    );
     let (changes, watch) = mpsc::channel(4);
     spawn_restorer(applier.clone(), outbox, drift.clone(), cleared, watch);
-    let rewritten = |rv: &str| (CONFIG_MAP, watcher::Event::Apply(mk_meta(&key, rv, &[])));
+    let rewritten = |rv: &str| (NAMESPACE, watcher::Event::Apply(mk_meta(&key, rv, &[])));
 
     changes.send(rewritten("7")).await.unwrap();
     assert_eq!(
         notice_of(next(&mut rx).await),
-        ("settings".to_string(), Outcome::Resend, 1),
-        "the first restore is to be reported"
-    );
-    changes.send(rewritten("8")).await.unwrap();
-    assert_eq!(
-        notice_of(next(&mut rx).await),
-        ("settings".to_string(), Outcome::Resend, 0),
-        "the second, within the window, is not"
+        ("shop-origin".to_string(), Outcome::Drifted, 1),
+        "the first restore is told"
     );
     changes.send(rewritten("9")).await.unwrap();
+    assert!(quiet(&mut rx).await, "the second, within the window, is not");
+    changes.send(rewritten("10")).await.unwrap();
     let (name, outcome, restores) = notice_of(next(&mut rx).await);
     assert_eq!(
         (name.as_str(), outcome, restores),
-        ("settings", Outcome::Quarantined, 2)
+        ("shop-origin", Outcome::Quarantined, 3)
     );
-    changes.send(rewritten("10")).await.unwrap();
+    let writes = object_writes(&log).len();
+    assert_eq!(writes, 3);
+    changes.send(rewritten("11")).await.unwrap();
     assert!(quiet(&mut rx).await, "a quarantined copy is left alone");
+    assert_eq!(object_writes(&log).len(), writes, "and not written");
     let fight = drift.view(&key).unwrap();
-    assert_eq!(fight.restores, 2);
+    assert_eq!(fight.restores, 3);
     assert!(fight.quarantined_since.is_some());
-    assert!(no_requests(&log));
 
     assert!(drift.clear(&key));
     assert_eq!(
         notice_of(next(&mut rx).await),
-        ("settings".to_string(), Outcome::Resend, 1),
+        ("shop-origin".to_string(), Outcome::Drifted, 1),
         "restored at once, as a new fight"
     );
+    assert_eq!(object_writes(&log).len(), writes + 1);
     assert!(!drift.clear(&key), "nothing left to clear");
 }
 
 #[tokio::test]
 async fn a_quarantine_ends_after_the_quiet_period() {
-    let (client, _log) = provider(vec![]);
-    let applier = applier(client);
-    let key = remembered_config_map(&applier);
+    let (applier, _log) = namespace_provider();
+    let key = remembered_namespace(&applier);
     let (outbox, mut rx, _session) = connected(8);
-    let (drift, cleared) = ledger(FightRule {
-        restores: 1,
-        quiet: Duration::from_millis(400),
-        ..FightRule::default()
-    });
+    let (drift, cleared) = ledger(
+        &outbox,
+        FightRule {
+            restores: 1,
+            quiet: Duration::from_millis(400),
+            ..FightRule::default()
+        },
+    );
     let (changes, watch) = mpsc::channel(4);
     spawn_restorer(applier.clone(), outbox, drift.clone(), cleared, watch);
-    let rewritten = |rv: &str| (CONFIG_MAP, watcher::Event::Apply(mk_meta(&key, rv, &[])));
+    let rewritten = |rv: &str| (NAMESPACE, watcher::Event::Apply(mk_meta(&key, rv, &[])));
 
     changes.send(rewritten("7")).await.unwrap();
-    assert_eq!(notice_of(next(&mut rx).await).1, Outcome::Resend);
-    changes.send(rewritten("8")).await.unwrap();
+    assert_eq!(notice_of(next(&mut rx).await).1, Outcome::Drifted);
+    changes.send(rewritten("9")).await.unwrap();
     assert_eq!(notice_of(next(&mut rx).await).1, Outcome::Quarantined);
     assert!(quiet(&mut rx).await, "not before the quiet period");
     assert_eq!(
         notice_of(next(&mut rx).await),
-        ("settings".to_string(), Outcome::Resend, 1),
+        ("shop-origin".to_string(), Outcome::Drifted, 1),
         "released and restored"
     );
     assert_eq!(drift.view(&key).map(|f| f.quarantined_since), Some(None));

@@ -76,6 +76,18 @@ fn inspected(p: &Peering, twin: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("Inspect does not list fought: {listed}"))
 }
 
+/// Asks Inspect, with the tenant's own certificate, to end `fought`'s quarantine.
+fn clear_quarantine(p: &Peering, twin: &str) -> serde_json::Value {
+    json_of(&p.grpcurl_with(
+        Some("client"),
+        Some(&format!(
+            r#"{{"clusterId":"origin","object":{{"kind":"ConfigMap","namespace":"{twin}","name":"fought"}}}}"#
+        )),
+        &["refract.v1.Inspect/ClearQuarantine"],
+    ))
+    .unwrap()
+}
+
 /// Patches the copy on the provider every 200 ms until `stop`, as a controller that owns the
 /// same field would.
 fn spawn_controller(
@@ -125,7 +137,7 @@ async fn a_copy_a_provider_controller_keeps_rewriting_is_reported_quarantined_an
     until_provider_value(&p, twin, "origin").await;
     let drifted = until_event(&p, "ReflectionDrifted").await;
     println!("origin event ReflectionDrifted: {drifted}");
-    assert!(drifted.contains("restored once"), "{drifted}");
+    assert!(drifted.contains("restored (once in this fight)"), "{drifted}");
     assert_eq!(inspected(&p, twin)["restores"], 1);
 
     // A controller that keeps rewriting it: restored five times within a minute (the
@@ -140,7 +152,7 @@ async fn a_copy_a_provider_controller_keeps_rewriting_is_reported_quarantined_an
     );
     let listed = inspected(&p, twin);
     println!("Inspect ListObjects: {listed}");
-    assert_eq!(listed["restores"], 5, "{listed}");
+    assert_eq!(listed["restores"], 6, "{listed}");
     assert!(
         listed["quarantinedSince"]
             .as_str()
@@ -166,7 +178,7 @@ async fn a_copy_a_provider_controller_keeps_rewriting_is_reported_quarantined_an
         1.0
     );
     let restored_before = metric(admin, restores).await;
-    assert_eq!(restored_before, 5.0);
+    assert_eq!(restored_before, 6.0);
 
     // The fight is over: the controller goes on for three seconds and nobody restores.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -178,14 +190,7 @@ async fn a_copy_a_provider_controller_keeps_rewriting_is_reported_quarantined_an
     assert_eq!(left, format!("controller-{writes}"));
 
     // Cleared by an operator through Inspect: restored at once.
-    let cleared = json_of(&p.grpcurl_with(
-        Some("client"),
-        Some(&format!(
-            r#"{{"clusterId":"origin","object":{{"kind":"ConfigMap","namespace":"{twin}","name":"fought"}}}}"#
-        )),
-        &["refract.v1.Inspect/ClearQuarantine"],
-    ))
-    .unwrap();
+    let cleared = clear_quarantine(&p, twin);
     println!("ClearQuarantine: {cleared}");
     assert_eq!(cleared["cleared"], true, "{cleared}");
     until_provider_value(&p, twin, "origin").await;
@@ -200,13 +205,6 @@ async fn a_copy_a_provider_controller_keeps_rewriting_is_reported_quarantined_an
         0.0
     );
     // Clearing again finds nothing to clear.
-    let again = json_of(&p.grpcurl_with(
-        Some("client"),
-        Some(&format!(
-            r#"{{"clusterId":"origin","object":{{"kind":"ConfigMap","namespace":"{twin}","name":"fought"}}}}"#
-        )),
-        &["refract.v1.Inspect/ClearQuarantine"],
-    ))
-    .unwrap();
+    let again = clear_quarantine(&p, twin);
     assert!(again.get("cleared").is_none(), "{again}");
 }
