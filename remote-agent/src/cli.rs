@@ -233,12 +233,13 @@ pub struct Args {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub cert_poll_interval: Duration,
 
-    /// How many times a tenant's copy is restored within --drift-quarantine-window after
-    /// someone else on the provider changed or deleted it. The next such change quarantines
-    /// it: something there (a controller, a GitOps tool) keeps rewriting it, and restoring it
-    /// would fight that writer for ever. A quarantined copy is left as that writer made it,
-    /// the origin object gets a ReflectionQuarantined Warning event, and Inspect and
-    /// `refractctl status` show it. 0 never quarantines.
+    /// How many times a tenant's copy may be restored within --drift-quarantine-window after
+    /// someone else on the provider changed or deleted it (only restores that change it back
+    /// count: a status written there does not). One more quarantines it: something there (a
+    /// controller, a GitOps tool) keeps rewriting it, and restoring it would fight that writer
+    /// for ever. A quarantined copy is left as that writer made it, the origin object gets a
+    /// ReflectionQuarantined Warning event, and Inspect and `refractctl status` show it. 0
+    /// never quarantines.
     #[arg(long, default_value_t = 5)]
     pub drift_quarantine_restores: u32,
 

@@ -290,7 +290,12 @@ fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
         })),
     };
     let subject = Subject::notice(key.kind.kind(), &key.namespace, &key.name);
-    outbox.put(&key.tenant, subject, Outcome::Resend.label().to_string(), message);
+    outbox.put(
+        &key.tenant,
+        subject,
+        Outcome::Resend.label().to_string(),
+        message,
+    );
 }
 
 #[cfg(test)]

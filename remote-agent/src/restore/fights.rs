@@ -123,7 +123,10 @@ impl<K: Ord + Clone> Fights<K> {
     /// whether the copy had really changed ([`Fights::take_awaited`]). Kept like a fight, and
     /// forgotten with it after the quiet period.
     pub fn await_resend(&mut self, key: &K, now: Instant) {
-        let fight = self.fights.entry(key.clone()).or_insert_with(|| Fight::new(now));
+        let fight = self
+            .fights
+            .entry(key.clone())
+            .or_insert_with(|| Fight::new(now));
         fight.awaited = true;
         fight.last_foreign = now;
     }
@@ -141,7 +144,10 @@ impl<K: Ord + Clone> Fights<K> {
     /// such as a status, and is not counted).
     pub fn restored(&mut self, key: &K, now: Instant) -> Verdict {
         let rule = self.rule;
-        let fight = self.fights.entry(key.clone()).or_insert_with(|| Fight::new(now));
+        let fight = self
+            .fights
+            .entry(key.clone())
+            .or_insert_with(|| Fight::new(now));
         fight.last_foreign = now;
         while fight
             .recent
@@ -209,10 +215,13 @@ impl<K: Ord + Clone> Fights<K> {
 
     /// What is known of `key`'s fight.
     pub fn view(&self, key: &K) -> Option<FightView> {
-        self.fights.get(key).filter(|f| f.restores > 0).map(|f| FightView {
-            restores: f.restores,
-            quarantined_since: f.quarantined_since,
-        })
+        self.fights
+            .get(key)
+            .filter(|f| f.restores > 0)
+            .map(|f| FightView {
+                restores: f.restores,
+                quarantined_since: f.quarantined_since,
+            })
     }
 
     /// The quarantined objects whose key `of` accepts.

@@ -242,7 +242,15 @@ async fn a_config_map_changed_on_the_provider_is_asked_of_the_origin_once() {
     let (outbox, mut rx, _session) = connected(4);
 
     let meta = mk_meta(&key, "7", &[(DESIRED_HASH_ANNOTATION, "h1")]);
-    check(&applier, &outbox, &drift(&outbox), CONFIG_MAP, &meta, Some("7")).await;
+    check(
+        &applier,
+        &outbox,
+        &drift(&outbox),
+        CONFIG_MAP,
+        &meta,
+        Some("7"),
+    )
+    .await;
 
     assert!(no_requests(&log), "the provider keeps only its hash");
     assert_eq!(
@@ -328,7 +336,15 @@ async fn a_tenant_being_removed_is_forgotten_and_nothing_of_it_comes_back() {
     let (outbox, mut rx, _session) = connected(4);
 
     let marked = mk_meta(&namespace, "7", &[(TENANT_REMOVAL_ANNOTATION, "unpeered")]);
-    check(&applier, &outbox, &drift(&outbox), NAMESPACE, &marked, Some("7")).await;
+    check(
+        &applier,
+        &outbox,
+        &drift(&outbox),
+        NAMESPACE,
+        &marked,
+        Some("7"),
+    )
+    .await;
     check(
         &applier,
         &outbox,
@@ -353,7 +369,15 @@ async fn an_object_not_labelled_as_a_tenants_is_not_the_restorers() {
     meta.metadata.labels = None;
     let (outbox, mut rx, _session) = connected(4);
 
-    check(&applier, &outbox, &drift(&outbox), NAMESPACE, &meta, Some("7")).await;
+    check(
+        &applier,
+        &outbox,
+        &drift(&outbox),
+        NAMESPACE,
+        &meta,
+        Some("7"),
+    )
+    .await;
 
     assert!(no_requests(&log));
     assert!(quiet(&mut rx).await);
@@ -412,7 +436,15 @@ async fn a_twin_namespace_deleted_on_the_provider_comes_back_with_what_was_in_it
         },
         ..mk_meta(&namespace, "9", &[])
     };
-    check(&applier, &outbox, &drift(&outbox), NAMESPACE, &deleted, None).await;
+    check(
+        &applier,
+        &outbox,
+        &drift(&outbox),
+        NAMESPACE,
+        &deleted,
+        None,
+    )
+    .await;
 
     let patched: Vec<String> = object_writes(&log)
         .into_iter()
@@ -499,7 +531,10 @@ async fn a_copy_rewritten_again_and_again_is_quarantined_until_cleared() {
         "the first restore is told"
     );
     changes.send(rewritten("9")).await.unwrap();
-    assert!(quiet(&mut rx).await, "the second, within the window, is not");
+    assert!(
+        quiet(&mut rx).await,
+        "the second, within the window, is not"
+    );
     changes.send(rewritten("10")).await.unwrap();
     let (name, outcome, restores) = notice_of(next(&mut rx).await);
     assert_eq!(

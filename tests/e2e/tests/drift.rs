@@ -137,7 +137,10 @@ async fn a_copy_a_provider_controller_keeps_rewriting_is_reported_quarantined_an
     until_provider_value(&p, twin, "origin").await;
     let drifted = until_event(&p, "ReflectionDrifted").await;
     println!("origin event ReflectionDrifted: {drifted}");
-    assert!(drifted.contains("restored (once in this fight)"), "{drifted}");
+    assert!(
+        drifted.contains("restored (once in this fight)"),
+        "{drifted}"
+    );
     assert_eq!(inspected(&p, twin)["restores"], 1);
 
     // A controller that keeps rewriting it: restored five times within a minute (the

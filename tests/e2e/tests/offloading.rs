@@ -337,6 +337,21 @@ spec:
         "remote pods must keep running while the link is down"
     );
     p.start_local();
+    // The ShadowPods' statuses were written all along (pods deleted, recreated, restarted):
+    // writes outside Refract's fields, never taken for drift.
+    let drifted = p.origin_kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        "reason=ReflectionDrifted",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        drifted.trim().is_empty(),
+        "status writes taken for drift: {drifted}"
+    );
     p.eventually(
         WAIT,
         "restart count 2 at the origin after reconnecting",
