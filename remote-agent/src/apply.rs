@@ -214,18 +214,18 @@ impl Applier {
         // hash in it.
         let hash = desired_hash(&desired);
         desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
-        // The copy the origin was asked to send again, after someone changed it here: how it
-        // looked then, to tell whether the write changes it back.
-        let resend = self.drift.as_ref().filter(|d| d.take_awaited(&key));
-        let seen = resend
-            .and_then(|_| self.objects.get(kind, &key.namespace, &key.name))
-            .map(|m| m.resource_version());
+        // The copy the origin was asked to send again, after someone changed it here: the
+        // version that writer left, to tell whether this write changes it back.
+        let resend = self
+            .drift
+            .as_ref()
+            .and_then(|d| Some((d, d.take_awaited(&key)?)));
         let written = self.write_desired(key.clone(), desired, &hash, token).await;
         self.after_write(&key, &written).await;
-        if let (Some(drift), Ok(Applied::Written)) = (resend, &written) {
-            match seen {
+        if let (Some((drift, left)), Ok(Applied::Written)) = (resend, &written) {
+            match left {
                 None => drift.restored(&key, "deleted"),
-                Some(seen) if seen != self.desired.written_version(&key) => {
+                Some(left) if Some(&left) != self.desired.written_version(&key).as_ref() => {
                     drift.restored(&key, "changed")
                 }
                 // The write changed nothing: what was written there touched none of it.

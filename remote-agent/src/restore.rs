@@ -198,7 +198,7 @@ async fn restore_key(
             // Whether it had really changed is known when the copy sent again lands (see
             // `Applier::upsert`).
             applier.desired.mark_drifted(&key);
-            drift.await_resend(&key);
+            drift.await_resend(&key, resource_version);
             ask_origin(outbox, &key, what);
             return;
         }

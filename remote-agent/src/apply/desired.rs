@@ -89,6 +89,10 @@ struct Remembered {
     /// Its desired-state hash annotation, read on every watch event after a lost answer.
     hash: Option<Box<str>>,
     resource_version: Option<String>,
+    /// The resourceVersion of the agent's write before the last: the watch may show it after
+    /// the last write landed (under load, or while it reads in batches), and it is the
+    /// agent's own, not someone's edit.
+    earlier: Option<Box<str>>,
     /// A write of this object is under way: its watch events are the agent's own.
     in_flight: bool,
     /// The last write failed without an answer (a dropped connection, a timeout): the API
@@ -116,6 +120,7 @@ impl Remembered {
                 .as_str()
                 .map(Into::into),
             resource_version,
+            earlier: None,
             in_flight,
             uncertain: false,
             drifted: false,
@@ -153,7 +158,13 @@ impl DesiredStore {
         let mut map = self.inner.locked();
         // A restore stays one until a write lands: a create refused because the copy is there
         // is followed by a write over it.
-        remembered.drifted = map.get(&key).is_some_and(|r| r.drifted);
+        if let Some(before) = map.get(&key) {
+            remembered.drifted = before.drifted;
+            remembered.earlier = match &before.resource_version {
+                Some(version) => Some(version.as_str().into()),
+                None => before.earlier.clone(),
+            };
+        }
         map.insert(key, remembered);
     }
 
@@ -227,6 +238,8 @@ impl DesiredStore {
         }
         match (resource_version, r.resource_version.as_deref()) {
             (Some(seen), Some(written)) if seen == written => None,
+            // The event of the agent's write before the last, shown late.
+            (Some(seen), _) if r.earlier.as_deref() == Some(seen) => None,
             _ => match r.object.as_deref().and_then(Remembered::object) {
                 Some(object) => Some(Restore::Here(object)),
                 None => Some(Restore::FromOrigin),
@@ -376,6 +389,23 @@ mod tests {
         assert!(refill.contains(&(config.clone(), Restore::FromOrigin)));
         assert!(store.drifted(&config), "its next Upsert is written");
         assert!(!store.drifted(&elsewhere));
+    }
+
+    #[test]
+    fn the_event_of_the_write_before_the_last_shown_late_is_the_agents_own() {
+        let store = DesiredStore::default();
+        let key = key(CM);
+        store.begin_write(key.clone(), &desired("one"), Keep::HashAndKeys);
+        store.set_written(&key, Some("7".into()));
+        store.begin_write(key.clone(), &desired("two"), Keep::HashAndKeys);
+        store.set_written(&key, Some("9".into()));
+        assert_eq!(store.needs_restore(&key, Some("7"), Some("one")), None);
+        assert_eq!(store.needs_restore(&key, Some("9"), Some("two")), None);
+        assert_eq!(
+            store.needs_restore(&key, Some("8"), Some("one")),
+            Some(Restore::FromOrigin),
+            "someone else's write between the two"
+        );
     }
 
     #[test]

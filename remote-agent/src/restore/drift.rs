@@ -46,13 +46,16 @@ impl Drift {
         self.fights.locked().foreign_write(key, Instant::now())
     }
 
-    /// The origin is asked to send `key` again (see [`Fights::await_resend`]).
-    pub(super) fn await_resend(&self, key: &ObjectKey) {
-        self.fights.locked().await_resend(key, Instant::now());
+    /// The origin is asked to send `key` again, someone else's write seen at `seen` (see
+    /// [`Fights::await_resend`]).
+    pub(super) fn await_resend(&self, key: &ObjectKey, seen: Option<&str>) {
+        let seen = seen.map(str::to_string);
+        self.fights.locked().await_resend(key, seen, Instant::now());
     }
 
-    /// Whether this write of `key` lands the copy the origin was asked to send again.
-    pub fn take_awaited(&self, key: &ObjectKey) -> bool {
+    /// Whether this write of `key` lands the copy the origin was asked to send again, and
+    /// the resourceVersion the other writer left (see [`Fights::take_awaited`]).
+    pub fn take_awaited(&self, key: &ObjectKey) -> Option<Option<String>> {
         self.fights.locked().take_awaited(key)
     }
 

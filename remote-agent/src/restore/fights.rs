@@ -62,9 +62,10 @@ pub struct FightView {
 
 #[derive(Debug)]
 struct Fight {
-    /// Whether the origin was asked to send the object again, and the write that lands it is
-    /// to be confirmed ([`Fights::take_awaited`]).
-    awaited: bool,
+    /// The origin was asked to send the object again after someone else's write, seen at
+    /// this resourceVersion (`None`: deleted); the write that lands it says whether it
+    /// changed the copy back ([`Fights::take_awaited`]).
+    awaited: Option<Option<String>>,
     /// Restores within the window, oldest first.
     recent: VecDeque<Instant>,
     /// Restores since the fight began.
@@ -79,7 +80,7 @@ struct Fight {
 impl Fight {
     fn new(now: Instant) -> Self {
         Self {
-            awaited: false,
+            awaited: None,
             recent: VecDeque::new(),
             restores: 0,
             last_foreign: now,
@@ -119,24 +120,26 @@ impl<K: Ord + Clone> Fights<K> {
         }
     }
 
-    /// The origin was asked at `now` to send `key` again: the write that lands it says
-    /// whether the copy had really changed ([`Fights::take_awaited`]). Kept like a fight, and
-    /// forgotten with it after the quiet period.
-    pub fn await_resend(&mut self, key: &K, now: Instant) {
+    /// The origin was asked at `now` to send `key` again, after someone else's write seen at
+    /// `seen` (`None`: deleted): the write that lands it says whether the copy had really
+    /// changed ([`Fights::take_awaited`]). Kept like a fight, and forgotten with it after the
+    /// quiet period.
+    pub fn await_resend(&mut self, key: &K, seen: Option<String>, now: Instant) {
         let fight = self
             .fights
             .entry(key.clone())
             .or_insert_with(|| Fight::new(now));
-        fight.awaited = true;
+        fight.awaited = Some(seen);
         fight.last_foreign = now;
     }
 
-    /// Whether `key`'s next write is the resend the origin was asked for (then no longer).
-    /// Not once the object is quarantined: a resend asked before lands as a plain write.
-    pub fn take_awaited(&mut self, key: &K) -> bool {
-        self.fights
-            .get_mut(key)
-            .is_some_and(|f| std::mem::take(&mut f.awaited) && f.quarantined_since.is_none())
+    /// Whether `key`'s next write is the resend the origin was asked for (then no longer),
+    /// and the resourceVersion the other writer left (`None`: deleted). Not once the object
+    /// is quarantined: a resend asked before lands as a plain write.
+    pub fn take_awaited(&mut self, key: &K) -> Option<Option<String>> {
+        let fight = self.fights.get_mut(key)?;
+        let awaited = fight.awaited.take()?;
+        fight.quarantined_since.is_none().then_some(awaited)
     }
 
     /// `key` was restored at `now`, and the restore changed it: someone else really had (a
@@ -336,20 +339,29 @@ mod tests {
     fn a_resend_asked_for_is_awaited_once_and_forgotten_with_the_quiet() {
         let mut fights = Fights::new(rule());
         let t0 = Instant::now();
-        assert!(!fights.take_awaited(&"cm"));
-        fights.await_resend(&"cm", t0);
+        assert_eq!(fights.take_awaited(&"cm"), None);
+        fights.await_resend(&"cm", Some("7".into()), t0);
+        fights.await_resend(&"cm", Some("8".into()), t0);
         assert_eq!(fights.view(&"cm"), None, "no restore yet");
-        assert!(fights.take_awaited(&"cm"));
-        assert!(!fights.take_awaited(&"cm"), "once");
+        assert_eq!(
+            fights.take_awaited(&"cm"),
+            Some(Some("8".into())),
+            "the latest"
+        );
+        assert_eq!(fights.take_awaited(&"cm"), None, "once");
         for i in 0..4 {
             fights.restored(&"cm", t0 + i * S);
         }
-        fights.await_resend(&"cm", t0 + 4 * S);
-        assert!(!fights.take_awaited(&"cm"), "quarantined: a plain write");
+        fights.await_resend(&"cm", None, t0 + 4 * S);
+        assert_eq!(
+            fights.take_awaited(&"cm"),
+            None,
+            "quarantined: a plain write"
+        );
         assert!(fights.clear(&"cm"));
-        fights.await_resend(&"cm", t0);
+        fights.await_resend(&"cm", None, t0);
         assert!(fights.release_due(t0 + 300 * S).is_empty());
-        assert!(!fights.take_awaited(&"cm"), "forgotten");
+        assert_eq!(fights.take_awaited(&"cm"), None, "forgotten");
     }
 
     #[test]
