@@ -356,7 +356,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // The agents inherit the environment: an opt-in window changes what is measured.
         "local_agent_send_window": std::env::var("REFRACT_SEND_WINDOW").unwrap_or_else(|_| "0ms".into()),
         "remote_agent_ack_linger": std::env::var("REFRACT_ACK_LINGER").unwrap_or_else(|_| "100ms".into()),
-        "remote_agent_own_watch_linger": std::env::var("REFRACT_OWN_WATCH_LINGER").unwrap_or_else(|_| "0ms".into()),
         "idle_seconds": args.idle_seconds,
         "latency_seconds": args.latency_seconds,
         "latency_rounds": args.rounds,

@@ -221,14 +221,6 @@ pub struct Args {
     #[arg(long, default_value = "100ms", env = "REFRACT_ACK_LINGER", value_parser = parse_ack_linger)]
     pub ack_linger: Duration,
 
-    /// How long the watch of tenant objects waits after reading a batch of events before it
-    /// reads the next, so that the events of the agent's own writes under a steady load are
-    /// read several at a time. Only what that watch shows (a copy changed by someone else,
-    /// restored; quota use) is late by up to this much, never a tenant's write or its answer.
-    /// 0 reads each event as it comes. At most 1s.
-    #[arg(long, default_value = "0ms", env = "REFRACT_OWN_WATCH_LINGER", value_parser = parse_own_watch_linger)]
-    pub own_watch_linger: Duration,
-
     /// How often certificate files are checked for changes.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub cert_poll_interval: Duration,
@@ -327,13 +319,6 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 /// Parses durations such as `500ms`, `20s`, `5m`, `1h`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     refract_core::duration::parse(s)
-}
-
-fn parse_own_watch_linger(s: &str) -> Result<Duration, String> {
-    match parse_duration(s)? {
-        d if d > Duration::from_secs(1) => Err(format!("{s} is longer than 1s")),
-        d => Ok(d),
-    }
 }
 
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {

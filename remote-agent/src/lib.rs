@@ -138,7 +138,6 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &args.cluster_id,
         apply::needs_managed_fields,
         &[kinds::Allowed::ShadowPod, claims],
-        args.own_watch_linger,
         token.clone(),
     );
     let (Some(shadow_feed), Some(claim_feed)) = (

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -383,16 +383,11 @@ fn meta_event<K: kube::Resource<DynamicType = ()>>(
 /// another watch ([`Feed`]); returns the stores, the stream of changes and the feeds.
 /// `keeps_managed_fields` says of which kinds the store keeps the agent's managedFields
 /// entries; the writer decides (`apply::needs_managed_fields`), the store only keeps them.
-/// After each batch of events, a watch waits `linger` before reading the next, so that the
-/// events of the agent's own writes under a steady load are read several at a time (one
-/// wake-up) rather than one by one; only what the watch shows (restores, quota use) is late
-/// by that much, never a tenant's write.
 pub fn spawn(
     client: kube::Client,
     provider: &ClusterId,
     keeps_managed_fields: fn(Allowed) -> bool,
     fed: &[Allowed],
-    linger: std::time::Duration,
     shutdown: CancellationToken,
 ) -> (TenantObjects, mpsc::Receiver<Change>, Feeds) {
     let (changes_tx, changes_rx) = mpsc::channel(1024);
@@ -425,37 +420,22 @@ pub fn spawn(
         tokio::spawn(async move {
             let mut events = watcher(api, config).default_backoff().boxed();
             loop {
-                let first = tokio::select! {
+                let event = tokio::select! {
                     _ = shutdown.cancelled() => return,
                     e = events.next() => match e {
                         Some(e) => e,
                         None => return,
                     },
                 };
-                // What else is ready now is read in the same wake-up.
-                let mut next = Some(first);
-                while let Some(event) = next {
-                    match event {
-                        Ok(event) => {
-                            writer.apply(&event);
-                            if tx.send((kind, event)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(error) => {
-                            tracing::warn!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind (is its CRD installed?); retrying with backoff")
+                match event {
+                    Ok(event) => {
+                        writer.apply(&event);
+                        if tx.send((kind, event)).await.is_err() {
+                            return;
                         }
                     }
-                    next = match events.next().now_or_never() {
-                        Some(Some(event)) => Some(event),
-                        Some(None) => return,
-                        None => None,
-                    };
-                }
-                if !linger.is_zero() {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(linger) => {}
+                    Err(error) => {
+                        tracing::warn!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind (is its CRD installed?); retrying with backoff")
                     }
                 }
             }
