@@ -215,11 +215,13 @@ impl Applier {
         let hash = desired_hash(&desired);
         desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION] = hash.clone().into();
         // The copy the origin was asked to send again, after someone changed it here: the
-        // version that writer left, to tell whether this write changes it back.
+        // version that writer left, to tell whether this write changes it back. Only when
+        // this is the same desired state again: a change of the tenant's is no restore.
         let resend = self
             .drift
             .as_ref()
-            .and_then(|d| Some((d, d.take_awaited(&key)?)));
+            .and_then(|d| Some((d, d.take_awaited(&key)?)))
+            .filter(|_| self.desired.holds_hash(&key, &hash));
         let written = self.write_desired(key.clone(), desired, &hash, token).await;
         self.after_write(&key, &written).await;
         if let (Some((drift, left)), Ok(Applied::Written)) = (resend, &written) {

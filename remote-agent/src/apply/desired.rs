@@ -247,6 +247,15 @@ impl DesiredStore {
         }
     }
 
+    /// Whether the desired state last remembered for `key` has hash `hash`: an Upsert of it
+    /// is the same state sent again, not a change of the tenant's.
+    pub fn holds_hash(&self, key: &ObjectKey, hash: &str) -> bool {
+        self.inner
+            .locked()
+            .get(key)
+            .is_some_and(|r| r.hash() == Some(hash))
+    }
+
     /// The resourceVersion of `key` as the agent last wrote it.
     pub fn written_version(&self, key: &ObjectKey) -> Option<String> {
         self.inner.locked().get(key)?.resource_version.clone()

@@ -220,7 +220,10 @@ spec: {storageClassName: manual, accessModes: [ReadWriteOnce], resources: {reque
         ],
     )
     .unwrap_or_default();
-    assert!(drifted.trim().is_empty(), "controller writes taken for drift: {drifted}");
+    assert!(
+        drifted.trim().is_empty(),
+        "controller writes taken for drift: {drifted}"
+    );
 
     // Later consumers: one pinned to the origin node cannot be scheduled (volume node affinity
     // conflict); one left free lands on the virtual node.
