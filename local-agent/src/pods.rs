@@ -37,7 +37,7 @@ use crate::early::Early;
 use crate::extension::Extension;
 use crate::key::Key;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
-use crate::recorder::{drift_event, publish_event, QUOTA_REASON};
+use crate::recorder::{publish_drift, publish_event, QUOTA_REASON};
 use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Claimed, Latest, WorkQueue};
 use crate::throttle::Throttle;
@@ -496,22 +496,16 @@ impl Recipient for PodOffloader {
 
 impl PodOffloader {
     /// Records on the origin pod what the provider said of its ShadowPod unasked: restored
-    /// after someone there changed it, or quarantined (see [`drift_event`]).
+    /// after someone there changed it, or quarantined (see [`publish_drift`]).
     fn report_drift(&self, key: &Key, outcome: Outcome, restores: u32, message: &str) {
-        let remote = self.options.remote_cluster_id.as_str();
-        let Some((type_, reason, note)) = drift_event(remote, outcome, message) else {
-            return;
-        };
-        tracing::warn!(namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the pod's ShadowPod");
-        let Some(pod) = self
+        let pod = self
             .store
-            .get(&StoreRef::new(&key.name).within(&key.namespace))
-        else {
-            return;
-        };
-        let reference = pod.object_ref(&());
-        let recorder = self.recorder.clone();
-        tokio::spawn(async move { publish_event(&recorder, reference, type_, reason, note).await });
+            .get(&StoreRef::new(&key.name).within(&key.namespace));
+        let remote = self.options.remote_cluster_id.as_str();
+        let reference = pod.map(|pod| pod.object_ref(&()));
+        if let Some(reason) = publish_drift(&self.recorder, remote, reference, outcome, message) {
+            tracing::warn!(namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the pod's ShadowPod");
+        }
     }
 
     /// Shows the origin pod `key` Pending for `reason`, with a Warning event saying why.

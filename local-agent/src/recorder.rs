@@ -57,6 +57,24 @@ pub fn drift_event(
     ))
 }
 
+/// Records on `reference` (when the object is still there) the event [`drift_event`] makes of
+/// what the provider `remote` said unasked, without waiting for it; the event's reason, or
+/// `None` when the notice is nothing to report.
+pub(crate) fn publish_drift(
+    recorder: &Recorder,
+    remote: &str,
+    reference: Option<ObjectReference>,
+    outcome: refract_wire::proto::Outcome,
+    message: &str,
+) -> Option<&'static str> {
+    let (type_, reason, note) = drift_event(remote, outcome, message)?;
+    if let Some(reference) = reference {
+        let recorder = recorder.clone();
+        tokio::spawn(async move { publish_event(&recorder, reference, type_, reason, note).await });
+    }
+    Some(reason)
+}
+
 #[cfg(test)]
 mod tests {
     use refract_wire::proto::Outcome;

@@ -157,13 +157,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     });
     // Before any tenant is served: no EndpointSlice is judged without the discovered networks.
     let api_service = networks::discover(&client, &args.provider_cidrs, &applier.networks()).await;
-    restore::spawn_restorer(
-        applier.clone(),
-        outbox.clone(),
-        drift.clone(),
-        cleared,
-        changes,
-    );
+    restore::spawn_restorer(applier.clone(), drift.clone(), cleared, changes);
     let candidacy = args
         .leader_election
         .candidacy(String::new(), &args.own_namespace)

@@ -25,14 +25,13 @@ use kube::ResourceExt;
 use refract_core::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_LABEL, TENANT_REMOVAL_ANNOTATION};
 use refract_core::options::Kind;
 use refract_shared::tls::ClusterId;
-use refract_wire::proto::{remote_message, Ack, Outcome, RemoteMessage};
+use refract_wire::proto::Outcome;
 use tokio::sync::mpsc;
 
 use crate::apply::desired::Restore;
 use crate::apply::{Applier, ObjectKey};
 use crate::kinds::Allowed;
 use crate::objects::{Change, Meta};
-use crate::outbox::{Outbox, Subject};
 
 pub mod drift;
 pub mod fights;
@@ -43,7 +42,6 @@ pub use drift::{Cleared, Drift};
 /// ones once their fight is over (quiet, or `cleared` by an operator).
 pub fn spawn_restorer(
     applier: Applier,
-    outbox: Outbox,
     drift: Drift,
     Cleared(mut cleared): Cleared,
     mut changes: mpsc::Receiver<Change>,
@@ -55,16 +53,16 @@ pub fn spawn_restorer(
             tokio::select! {
                 change = changes.recv() => {
                     let Some((kind, event)) = change else { return };
-                    on_change(&applier, &outbox, &drift, kind, event).await;
+                    on_change(&applier, &drift, kind, event).await;
                 }
                 Some(key) = cleared.recv() => {
-                    restore_released(&applier, &outbox, &drift, key, "cleared by an operator").await;
+                    restore_released(&applier, &drift, key, "cleared by an operator").await;
                 }
                 () = sleep_until(due), if due.is_some() => {
                     for key in drift.release_due() {
                         let quiet = drift.rule().quiet;
                         let why = format!("nobody else wrote it for {}", refract_core::duration::format(quiet));
-                        restore_released(&applier, &outbox, &drift, key, &why).await;
+                        restore_released(&applier, &drift, key, &why).await;
                     }
                 }
             }
@@ -79,18 +77,11 @@ async fn sleep_until(due: Option<tokio::time::Instant>) {
     }
 }
 
-async fn on_change(
-    applier: &Applier,
-    outbox: &Outbox,
-    drift: &Drift,
-    kind: Allowed,
-    event: watcher::Event<Meta>,
-) {
+async fn on_change(applier: &Applier, drift: &Drift, kind: Allowed, event: watcher::Event<Meta>) {
     match event {
         watcher::Event::Apply(obj) if obj.metadata.deletion_timestamp.is_none() => {
             check(
                 applier,
-                outbox,
                 drift,
                 kind,
                 &obj,
@@ -101,19 +92,13 @@ async fn on_change(
         // A claim deleted on the provider is not re-created: a new claim would be a
         // new, empty volume behind the origin's back (Liqo does the same).
         watcher::Event::Delete(_) if kind == Allowed::Reflected(Kind::PersistentVolumeClaim) => {}
-        watcher::Event::Delete(obj) => check(applier, outbox, drift, kind, &obj, None).await,
+        watcher::Event::Delete(obj) => check(applier, drift, kind, &obj, None).await,
         _ => {}
     }
 }
 
 /// Restores `key`, released from quarantine, from whatever the watch holds of it now.
-async fn restore_released(
-    applier: &Applier,
-    outbox: &Outbox,
-    drift: &Drift,
-    key: ObjectKey,
-    why: &str,
-) {
+async fn restore_released(applier: &Applier, drift: &Drift, key: ObjectKey, why: &str) {
     tracing::info!(
         tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
         "quarantine of the reflected object ended ({why}); restoring it"
@@ -121,15 +106,14 @@ async fn restore_released(
     match applier.objects().get(key.kind, &key.namespace, &key.name) {
         Some(obj) => {
             let version = obj.resource_version();
-            check(applier, outbox, drift, key.kind, &obj, version.as_deref()).await
+            check(applier, drift, key.kind, &obj, version.as_deref()).await
         }
-        None => restore_key(applier, outbox, drift, key, None, None).await,
+        None => restore_key(applier, drift, key, None, None).await,
     }
 }
 
 async fn check(
     applier: &Applier,
-    outbox: &Outbox,
     drift: &Drift,
     kind: Allowed,
     obj: &Meta,
@@ -157,14 +141,13 @@ async fn check(
         .annotations()
         .get(DESIRED_HASH_ANNOTATION)
         .map(String::as_str);
-    restore_key(applier, outbox, drift, key, resource_version, observed_hash).await
+    restore_key(applier, drift, key, resource_version, observed_hash).await
 }
 
 /// Restores `key`, seen at `resource_version` (`None`: deleted) carrying `observed_hash`, if
 /// it is not as the agent last wrote it and its fight allows.
 async fn restore_key(
     applier: &Applier,
-    outbox: &Outbox,
     drift: &Drift,
     key: ObjectKey,
     resource_version: Option<&str>,
@@ -199,7 +182,7 @@ async fn restore_key(
             // `Applier::upsert`).
             applier.desired.mark_drifted(&key);
             drift.await_resend(&key, resource_version);
-            ask_origin(outbox, &key, what);
+            ask_origin(drift, &key, what);
             return;
         }
     };
@@ -208,7 +191,7 @@ async fn restore_key(
         drift.restored(&key, what);
     }
     if restored.is_some() && kind == Allowed::Namespace && resource_version.is_none() {
-        refill(applier, outbox, &key.tenant, &key.name, what).await;
+        refill(applier, drift, &key.tenant, &key.name, what).await;
     }
 }
 
@@ -250,13 +233,7 @@ async fn restore_here(
 /// Puts back everything of `tenant` in its twin namespace `namespace`, which was deleted with
 /// it and has just been re-created: ShadowPods (whose controller starts their pods again) and
 /// token Secrets from here, every other object from the origin.
-async fn refill(
-    applier: &Applier,
-    outbox: &Outbox,
-    tenant: &ClusterId,
-    namespace: &str,
-    what: &str,
-) {
+async fn refill(applier: &Applier, drift: &Drift, tenant: &ClusterId, namespace: &str, what: &str) {
     let contents = applier.desired.refill(tenant, namespace);
     tracing::info!(%tenant, %namespace, objects = contents.len(), "twin namespace {what} on the provider and re-created; restoring its objects");
     let what = format!("{what} with its namespace");
@@ -265,7 +242,7 @@ async fn refill(
             Restore::Here(desired) => {
                 restore_here(applier, &key, &desired, None, &what).await;
             }
-            Restore::FromOrigin => ask_origin(outbox, &key, &what),
+            Restore::FromOrigin => ask_origin(drift, &key, &what),
         }
     }
 }
@@ -273,29 +250,14 @@ async fn refill(
 /// Asks the tenant to send `key` again, through its record in the provider's outbox: a
 /// tenant whose stream is full is asked when it has room; one not connected gets the copy on
 /// its next session, whose inventory leaves it out.
-fn ask_origin(outbox: &Outbox, key: &ObjectKey, what: &str) {
+fn ask_origin(drift: &Drift, key: &ObjectKey, what: &str) {
     tracing::info!(
         tenant = %key.tenant, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
         "reflected object {what} on the provider; restoring it from the origin (asked now if connected, else on its next session)"
     );
-    let message = RemoteMessage {
-        kind: Some(remote_message::Kind::Ack(Ack {
-            object: Some(key.object_ref()),
-            // Any revision: the copy is to be restored to whatever the origin holds now.
-            revision: String::new(),
-            outcome: Outcome::Resend as i32,
-            message: format!("the copy was {what} on the provider; send it again to restore it"),
-            awaited: false,
-            restores: 0,
-        })),
-    };
-    let subject = Subject::notice(key.kind.kind(), &key.namespace, &key.name);
-    outbox.put(
-        &key.tenant,
-        subject,
-        Outcome::Resend.label().to_string(),
-        message,
-    );
+    // No revision: the copy is to be restored to whatever the origin holds now.
+    let message = format!("the copy was {what} on the provider; send it again to restore it");
+    drift.notify(key, Outcome::Resend, 0, message);
 }
 
 #[cfg(test)]

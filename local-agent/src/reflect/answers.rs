@@ -8,7 +8,7 @@ use refract_wire::proto::Outcome;
 
 use super::{Reflectable, Reflector};
 use crate::outbox::{Answer, Recipient, Request};
-use crate::recorder::{drift_event, publish_event, QUOTA_REASON};
+use crate::recorder::{publish_drift, publish_event, QUOTA_REASON};
 
 impl<K: Reflectable> Recipient for Reflector<K> {
     fn on_answer(&self, answer: Answer) {
@@ -90,21 +90,16 @@ impl<K: Reflectable> Recipient for Reflector<K> {
 
 impl<K: Reflectable> Reflector<K> {
     /// Records on the origin object what the provider said of its copy unasked, when it is
-    /// something to report (see [`drift_event`]).
+    /// something to report (see [`publish_drift`]).
     fn report_drift(&self, key: &crate::key::Key, outcome: Outcome, restores: u32, message: &str) {
-        let remote = self.shared.options.remote_cluster_id.as_str();
-        let Some((type_, reason, note)) = drift_event(remote, outcome, message) else {
-            return;
-        };
-        tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the object's copy");
-        let Some(obj) = self
+        let obj = self
             .store
-            .get(&StoreRef::new(&key.name).within(&key.namespace))
-        else {
-            return;
-        };
-        let reference = obj.object_ref(&());
-        let recorder = self.shared.recorder.clone();
-        tokio::spawn(async move { publish_event(&recorder, reference, type_, reason, note).await });
+            .get(&StoreRef::new(&key.name).within(&key.namespace));
+        let remote = self.shared.options.remote_cluster_id.as_str();
+        let reference = obj.map(|obj| obj.object_ref(&()));
+        let recorder = &self.shared.recorder;
+        if let Some(reason) = publish_drift(recorder, remote, reference, outcome, message) {
+            tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the object's copy");
+        }
     }
 }

@@ -227,15 +227,7 @@ impl<K: Ord + Clone> Fights<K> {
             })
     }
 
-    /// The quarantined objects whose key `of` accepts.
-    pub fn quarantined(&self, of: impl Fn(&K) -> bool) -> usize {
-        self.fights
-            .iter()
-            .filter(|(k, f)| f.quarantined_since.is_some() && of(k))
-            .count()
-    }
-
-    /// How long a quarantined object waits without a foreign write.
+    /// The rule in force.
     pub fn rule(&self) -> FightRule {
         self.rule
     }
@@ -306,7 +298,6 @@ mod tests {
             fights.view(&"cm").unwrap().quarantined_since,
             Some(t0 + 3 * S)
         );
-        assert_eq!(fights.quarantined(|_| true), 1);
         // Each foreign write moves the release: quiet counts from the last one.
         assert_eq!(fights.next_due(), Some(t0 + 4 * S + 300 * S));
         assert!(fights.release_due(t0 + 303 * S).is_empty());
@@ -386,7 +377,6 @@ mod tests {
         }
         assert!(fights.clear(&"cm"));
         assert_eq!(fights.view(&"cm"), None);
-        assert_eq!(fights.quarantined(|_| true), 0);
     }
 
     #[test]

@@ -161,7 +161,7 @@ fn ledger(outbox: &Outbox, rule: FightRule) -> (Drift, Cleared) {
 /// the agent wrote.
 async fn seen_at(applier: &Applier, outbox: &Outbox, key: &ObjectKey, rv: &str) {
     let meta = mk_meta(key, rv, &[]);
-    check(applier, outbox, &drift(outbox), key.kind, &meta, Some(rv)).await
+    check(applier, &drift(outbox), key.kind, &meta, Some(rv)).await
 }
 
 /// The object, outcome and restore count of an Ack.
@@ -242,15 +242,7 @@ async fn a_config_map_changed_on_the_provider_is_asked_of_the_origin_once() {
     let (outbox, mut rx, _session) = connected(4);
 
     let meta = mk_meta(&key, "7", &[(DESIRED_HASH_ANNOTATION, "h1")]);
-    check(
-        &applier,
-        &outbox,
-        &drift(&outbox),
-        CONFIG_MAP,
-        &meta,
-        Some("7"),
-    )
-    .await;
+    check(&applier, &drift(&outbox), CONFIG_MAP, &meta, Some("7")).await;
 
     assert!(no_requests(&log), "the provider keeps only its hash");
     assert_eq!(
@@ -309,7 +301,7 @@ async fn a_claim_deleted_on_the_provider_is_not_recreated_but_a_config_map_is_as
     let (outbox, mut rx, _session) = connected(4);
     let (changes, watch) = mpsc::channel(4);
     let (drift, cleared) = ledger(&outbox, FightRule::default());
-    spawn_restorer(applier.clone(), outbox, drift, cleared, watch);
+    spawn_restorer(applier.clone(), drift, cleared, watch);
 
     let deleted = |key: &ObjectKey| watcher::Event::Delete(mk_meta(key, "6", &[]));
     changes.send((CLAIM, deleted(&claim))).await.unwrap();
@@ -336,18 +328,9 @@ async fn a_tenant_being_removed_is_forgotten_and_nothing_of_it_comes_back() {
     let (outbox, mut rx, _session) = connected(4);
 
     let marked = mk_meta(&namespace, "7", &[(TENANT_REMOVAL_ANNOTATION, "unpeered")]);
+    check(&applier, &drift(&outbox), NAMESPACE, &marked, Some("7")).await;
     check(
         &applier,
-        &outbox,
-        &drift(&outbox),
-        NAMESPACE,
-        &marked,
-        Some("7"),
-    )
-    .await;
-    check(
-        &applier,
-        &outbox,
         &drift(&outbox),
         CONFIG_MAP,
         &mk_meta(&config_map, "7", &[]),
@@ -369,15 +352,7 @@ async fn an_object_not_labelled_as_a_tenants_is_not_the_restorers() {
     meta.metadata.labels = None;
     let (outbox, mut rx, _session) = connected(4);
 
-    check(
-        &applier,
-        &outbox,
-        &drift(&outbox),
-        NAMESPACE,
-        &meta,
-        Some("7"),
-    )
-    .await;
+    check(&applier, &drift(&outbox), NAMESPACE, &meta, Some("7")).await;
 
     assert!(no_requests(&log));
     assert!(quiet(&mut rx).await);
@@ -436,15 +411,7 @@ async fn a_twin_namespace_deleted_on_the_provider_comes_back_with_what_was_in_it
         },
         ..mk_meta(&namespace, "9", &[])
     };
-    check(
-        &applier,
-        &outbox,
-        &drift(&outbox),
-        NAMESPACE,
-        &deleted,
-        None,
-    )
-    .await;
+    check(&applier, &drift(&outbox), NAMESPACE, &deleted, None).await;
 
     let patched: Vec<String> = object_writes(&log)
         .into_iter()
@@ -501,7 +468,7 @@ async fn a_restore_that_changes_nothing_is_not_drift() {
     let drift = drift(&outbox);
 
     let meta = mk_meta(&key, "7", &[]);
-    check(&applier, &outbox, &drift, NAMESPACE, &meta, Some("7")).await;
+    check(&applier, &drift, NAMESPACE, &meta, Some("7")).await;
 
     assert_eq!(object_writes(&log).len(), 1, "the restore was tried");
     assert_eq!(drift.view(&key), None, "not counted");
@@ -521,7 +488,7 @@ async fn a_copy_rewritten_again_and_again_is_quarantined_until_cleared() {
         },
     );
     let (changes, watch) = mpsc::channel(4);
-    spawn_restorer(applier.clone(), outbox, drift.clone(), cleared, watch);
+    spawn_restorer(applier.clone(), drift.clone(), cleared, watch);
     let rewritten = |rv: &str| (NAMESPACE, watcher::Event::Apply(mk_meta(&key, rv, &[])));
 
     changes.send(rewritten("7")).await.unwrap();
@@ -574,7 +541,7 @@ async fn a_quarantine_ends_after_the_quiet_period() {
         },
     );
     let (changes, watch) = mpsc::channel(4);
-    spawn_restorer(applier.clone(), outbox, drift.clone(), cleared, watch);
+    spawn_restorer(applier.clone(), drift.clone(), cleared, watch);
     let rewritten = |rv: &str| (NAMESPACE, watcher::Event::Apply(mk_meta(&key, rv, &[])));
 
     changes.send(rewritten("7")).await.unwrap();
