@@ -366,12 +366,39 @@ pub struct HelmValues {
     /// `reflection:` at the top level, as older Liqo versions spell it (the same keys as
     /// `offloading.reflection`, which wins where both say something).
     pub reflection: Option<ReflectionValues>,
+    /// `controllerManager:` (the resource sharing percentage only).
+    #[serde(rename = "controllerManager")]
+    pub controller_manager: Option<ControllerManagerValues>,
+}
+
+/// `controllerManager:`
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerManagerValues {
+    /// `controllerManager.config:`
+    pub config: Option<ControllerManagerConfig>,
+}
+
+/// `controllerManager.config:`
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ControllerManagerConfig {
+    /// `resourceSharingPercentage: N`: the share of the provider's free resources the virtual
+    /// node offers, 1 to 100.
+    pub resource_sharing_percentage: Option<u32>,
 }
 
 impl HelmValues {
     /// Parses a values file; unknown keys are refused with their path, and the keys known there.
     pub fn from_yaml(text: &str) -> Result<Self, String> {
         let values: HelmValues = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(p) = values.sharing_percentage() {
+            if !(1..=100).contains(&p) {
+                return Err(format!(
+                    "controllerManager.config.resourceSharingPercentage is {p}; it must be 1 to 100"
+                ));
+            }
+        }
         let mut problems = Vec::new();
         let current = values
             .offloading
@@ -407,6 +434,17 @@ impl HelmValues {
             problems.join("; "),
             known.join(", ")
         ))
+    }
+}
+
+impl HelmValues {
+    /// `controllerManager.config.resourceSharingPercentage`, when set.
+    pub fn sharing_percentage(&self) -> Option<u32> {
+        self.controller_manager
+            .as_ref()?
+            .config
+            .as_ref()?
+            .resource_sharing_percentage
     }
 }
 
@@ -527,5 +565,22 @@ mod tests {
         assert!(o.skip_labels.contains("team"));
         assert!(o.skip_annotations.contains("a.b/c"));
         assert!(o.skip_annotations.contains("cloud.google.com/neg"));
+    }
+
+    #[test]
+    fn the_sharing_percentage_is_read_where_liqo_values_put_it_and_bounded() {
+        let values = HelmValues::from_yaml(
+            "controllerManager:\n  config:\n    resourceSharingPercentage: 40\n",
+        )
+        .unwrap();
+        assert_eq!(values.sharing_percentage(), Some(40));
+        assert_eq!(HelmValues::default().sharing_percentage(), None);
+        let err = HelmValues::from_yaml(
+            "controllerManager:\n  config:\n    resourceSharingPercentage: 0\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("1 to 100"), "{err}");
+        let err = HelmValues::from_yaml("controllerManager:\n  replicas: 2\n").unwrap_err();
+        assert!(err.contains("replicas"), "{err}");
     }
 }

@@ -131,9 +131,11 @@ pub struct Args {
     pub node_ip: String,
 
     /// Share of the provider's free resources the virtual node offers, in percent (integer
-    /// resources such as GPUs are rounded down).
-    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub sharing_percentage: u32,
+    /// resources such as GPUs are rounded down). Default 90, or the --reflection-config file's
+    /// `controllerManager.config.resourceSharingPercentage`, which can change while the agent
+    /// runs; this flag, when given, wins over the file.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub sharing_percentage: Option<u32>,
 
     /// How often the virtual node's health is checked (the link to the remote agent, and the
     /// provider's API server as the remote agent reports it), and its status and lease renewed.

@@ -21,8 +21,11 @@ pub struct ReflectionFlags {
     /// YAML file in the shape of Liqo's Helm values: `offloading.reflection.<resource>.type`
     /// (DenyList|AllowList), `.workers` (`event` included: provider events recorded at the
     /// origin), and `offloading.reflection.skip.labels|annotations`
-    /// (older Liqo versions' top-level `reflection.` is accepted too); any other key is an
-    /// error that names it.
+    /// (older Liqo versions' top-level `reflection.` is accepted too), and
+    /// `controllerManager.config.resourceSharingPercentage`; any other key is an error that
+    /// names it. Followed while the agent runs: a change is in force within seconds (turning a
+    /// kind on or off, from or to 0 workers, at the next start); a file that does not parse
+    /// is refused and the last good one stays in force.
     #[arg(long, value_name = "FILE")]
     pub reflection_config: Option<PathBuf>,
 
@@ -38,7 +41,9 @@ pub struct ReflectionFlags {
     /// What every offloaded pod gets on the provider, as Liqo's VirtualNode
     /// `spec.offloadingPatch` (YAML): `nodeSelector`, `tolerations`, `affinity.nodeAffinity`,
     /// `runtimeClassName`, `labelsNotReflected`, `annotationsNotReflected`. Unknown fields are
-    /// refused by name.
+    /// refused by name. Followed while the agent runs, like --reflection-config: a change is
+    /// sent with every offloaded pod's ShadowPod; a running provider pod keeps its placement
+    /// and gets the new one when it is created again.
     #[arg(long, value_name = "FILE")]
     pub offloading_patch: Option<std::path::PathBuf>,
 
@@ -117,6 +122,19 @@ pub struct ReflectionFlags {
     pub virtual_node_labels: Vec<(String, String)>,
 }
 
+/// Liqo's default share of the provider's free resources, in percent.
+pub const DEFAULT_SHARING_PERCENTAGE: u32 = 90;
+
+/// What the agent's settings files and flags say, all at once: read at start, and again
+/// whenever a followed file changes ([`crate::settings`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// What is reflected and how.
+    pub options: ReflectionOptions,
+    /// Share of the provider's free resources the virtual node offers, in percent.
+    pub sharing_percentage: u32,
+}
+
 fn parse_label(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -126,15 +144,49 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 impl ReflectionFlags {
     /// The options for a peering: defaults, then the file, then flags.
     pub fn options(&self, local: &str, remote: &str) -> anyhow::Result<ReflectionOptions> {
+        self.options_with(local, remote, self.values()?.as_ref())
+    }
+
+    /// Everything the files and flags set, read now: the reflection options, and the sharing
+    /// percentage (`sharing_flag`, the `--sharing-percentage` flag, wins over the file's).
+    pub fn settings(
+        &self,
+        local: &str,
+        remote: &str,
+        sharing_flag: Option<u32>,
+    ) -> anyhow::Result<Settings> {
+        let values = self.values()?;
+        let options = self.options_with(local, remote, values.as_ref())?;
+        let sharing_percentage = sharing_flag
+            .or_else(|| values.as_ref().and_then(HelmValues::sharing_percentage))
+            .unwrap_or(DEFAULT_SHARING_PERCENTAGE);
+        Ok(Settings {
+            options,
+            sharing_percentage,
+        })
+    }
+
+    /// The `--reflection-config` file's values, when one is named.
+    fn values(&self) -> anyhow::Result<Option<HelmValues>> {
+        let Some(path) = &self.reflection_config else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read --reflection-config {}", path.display()))?;
+        let values = HelmValues::from_yaml(&text)
+            .map_err(|e| anyhow::anyhow!("invalid --reflection-config {}: {e}", path.display()))?;
+        Ok(Some(values))
+    }
+
+    fn options_with(
+        &self,
+        local: &str,
+        remote: &str,
+        values: Option<&HelmValues>,
+    ) -> anyhow::Result<ReflectionOptions> {
         let mut o = ReflectionOptions::new(local, remote);
-        if let Some(path) = &self.reflection_config {
-            let text = std::fs::read_to_string(path).with_context(|| {
-                format!("failed to read --reflection-config {}", path.display())
-            })?;
-            let values = HelmValues::from_yaml(&text).map_err(|e| {
-                anyhow::anyhow!("invalid --reflection-config {}: {e}", path.display())
-            })?;
-            o.merge_values(&values);
+        if let Some(values) = values {
+            o.merge_values(values);
         }
         if let Some(path) = &self.offloading_patch {
             let text = std::fs::read_to_string(path)

@@ -71,8 +71,9 @@ pub struct EventCounters {
 /// The intake: gates, aggregation and paced writing.
 pub struct EventIntake {
     kinds: ReflectedKinds,
-    /// The event reflection policy, and workers (0: none is written).
-    reflection: KindOptions,
+    /// The event reflection policy, and workers (0: none is written); the reflection values
+    /// file can change it while the agent runs.
+    reflection: Mutex<KindOptions>,
     aggregator: Arc<Aggregator>,
     counters: EventCounters,
     /// Events about objects not sent on the session yet, by arrival.
@@ -108,7 +109,7 @@ impl EventIntake {
         let aggregator = Arc::new(Aggregator::new(MAX_PENDING));
         let intake = Arc::new(Self {
             kinds,
-            reflection,
+            reflection: Mutex::new(reflection),
             aggregator: aggregator.clone(),
             counters: counters.clone(),
             early: Mutex::new(Early::new(EARLY_EVENTS, EARLY_EVENT_BYTES)),
@@ -192,8 +193,14 @@ impl EventIntake {
         .await;
     }
 
+    /// Puts a changed event reflection policy in force for the events that arrive next.
+    pub fn set_reflection(&self, reflection: KindOptions) {
+        *self.reflection.locked() = reflection;
+    }
+
     fn admit(&self, message: proto::Event) -> Result<Offer, Refusal> {
-        if self.reflection.workers == 0 {
+        let reflection = *self.reflection.locked();
+        if reflection.workers == 0 {
             return Err(Refusal::Skipped);
         }
         let Some(involved) = message.involved.as_ref() else {
@@ -209,7 +216,7 @@ impl EventIntake {
             return Err(Refusal::NotSentYet(Box::new(message)));
         };
         let event = origin::decode(&message.event_json).map_err(Refusal::Invalid)?;
-        if skip_reason(self.reflection.policy, event.metadata.annotations.as_ref()).is_some() {
+        if skip_reason(reflection.policy, event.metadata.annotations.as_ref()).is_some() {
             return Err(Refusal::Skipped);
         }
         Ok(self.aggregator.offer(

@@ -29,6 +29,7 @@ pub mod recorder;
 pub mod reflect;
 pub mod resume;
 pub mod scheduling_gate;
+pub mod settings;
 mod throttle;
 pub mod tokens;
 pub mod unpeer;
@@ -45,7 +46,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use kube::runtime::events::{Recorder, Reporter};
 use refract_core::offloading;
-use refract_core::options::{Kind, ReflectionOptions};
+use refract_core::options::Kind;
 use refract_shared::telemetry::Admin;
 use refract_shared::tls::{self, TlsFiles, Watched};
 use tokio::sync::{mpsc, watch};
@@ -83,14 +84,21 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             origin.default_namespace(),
         )
         .map_err(anyhow::Error::msg)?;
-    let mut options = args
-        .reflection
-        .options(args.cluster_id.as_str(), args.remote_cluster_id.as_str())?;
-    options.virtual_node = args.node_name();
-    if options.api_server.enabled && options.api_server.address().is_none() {
+    let sources = settings::Sources {
+        flags: args.reflection.clone(),
+        local: args.cluster_id.to_string(),
+        remote: args.remote_cluster_id.to_string(),
+        sharing_flag: args.sharing_percentage,
+        virtual_node: args.node_name(),
+    };
+    let initial = sources.read()?;
+    if initial.options.api_server.enabled && initial.options.api_server.address().is_none() {
         tracing::warn!("API server support is on but --home-api-server-host/--home-api-server-port are not set: offloaded pods get origin tokens, but their KUBERNETES_SERVICE_* still point at the provider's API server");
     }
-    let options = Arc::new(options);
+    let settings::Followed {
+        options,
+        sharing_percentage,
+    } = settings::follow(sources, initial, metrics.settings.clone(), serving.clone());
 
     let offloadings = extension::watch_offloadings(origin.clone(), serving.clone());
     let offloadings_cache = offloadings.store.clone();
@@ -214,7 +222,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             name: args.node_name(),
             remote_cluster_id: args.remote_cluster_id.to_string(),
             node_ip: args.node_ip.clone(),
-            sharing_percentage: args.sharing_percentage,
+            sharing_percentage,
             health_interval: args.health_check_interval,
             health_failures: args.health_failure_threshold,
             extra_labels: args.reflection.node_labels(),
@@ -404,7 +412,7 @@ fn spawn_pods_and_tokens(
     args: &Args,
     pod_addresses: refract_core::inbound::address::PodAddresses,
     metrics: &metrics::Metrics,
-    options: &Arc<ReflectionOptions>,
+    options: &settings::LiveOptions,
     extension_rx: &watch::Receiver<extension::Extension>,
     recorder: &Recorder,
     outbox: &outbox::Outbox,
@@ -495,11 +503,11 @@ fn spawn_event_intake(
     outbox: &outbox::Outbox,
     origin: &kube::Client,
     args: &Args,
-    options: &ReflectionOptions,
+    options: &settings::LiveOptions,
     metrics: &metrics::Metrics,
     token: &CancellationToken,
 ) -> Arc<events::EventIntake> {
-    if options.events.workers == 0 {
+    if options.current().events.workers == 0 {
         tracing::info!("provider event reflection disabled (0 workers): no provider event is recorded at the origin");
     }
     // Provider events resolve through what the outbox sent: pods by their ShadowPods.
@@ -511,9 +519,9 @@ fn spawn_event_intake(
     for kind in ["Pod", "ShadowPod"] {
         reflected.insert(kind, outbox.resolver(outbox::Producer::Pods));
     }
-    events::EventIntake::spawn(
+    let intake = events::EventIntake::spawn(
         reflected,
-        options.events,
+        options.current().events,
         events::origin::KubeEventWriter {
             client: origin.clone(),
             local_id: args.cluster_id.to_string(),
@@ -522,5 +530,15 @@ fn spawn_event_intake(
         args.event_rate,
         metrics.events.clone(),
         token.clone(),
-    )
+    );
+    // The event reflection policy and workers follow the reflection values file.
+    let mut changes = options.changes();
+    let following = intake.clone();
+    tokio::spawn(token.clone().run_until_cancelled_owned(async move {
+        while changes.changed().await.is_ok() {
+            let events = changes.borrow_and_update().events;
+            following.set_reflection(events);
+        }
+    }));
+    intake
 }

@@ -40,6 +40,8 @@ pub struct Metrics {
     pub relists: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// From a change queued, and from its Upsert sent, to the provider's answer.
     pub answer_latency: AnswerLatency,
+    /// Whether the settings files are in force, and how often they changed.
+    pub settings: crate::settings::SettingsMetrics,
     /// From an offloaded pod's creation at the origin to Running written at the origin.
     pub pod_running_latency: PodRunningLatency,
     /// From the remote agent sending a pod status to the local agent writing it.
@@ -179,6 +181,16 @@ impl Metrics {
                 "reconnects",
                 "Reconnect attempts to the remote agent",
                 m.reconnects.clone(),
+            );
+            r.register(
+                "settings_valid",
+                "0 while a changed --reflection-config or --offloading-patch file is refused (the last good settings stay in force), else 1",
+                m.settings.valid.clone(),
+            );
+            r.register(
+                "settings_reloads",
+                "Changes of the settings files put in force without a restart",
+                m.settings.reloads.clone(),
             );
             r.register(
                 "provider_input_refused",

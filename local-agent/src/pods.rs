@@ -28,7 +28,6 @@ use refract_core::inbound::address::PodAddresses;
 use refract_core::json;
 use refract_core::keys::LOCAL_STATUS_FIELD_MANAGER;
 use refract_core::lock::Locked;
-use refract_core::options::ReflectionOptions;
 use refract_wire::proto::{ObjectRef, Outcome, PodStatus, Upsert};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -40,6 +39,7 @@ use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use crate::recorder::{publish_drift, publish_event, QUOTA_REASON};
 use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Claimed, Latest, WorkQueue};
+use crate::settings::LiveOptions;
 use crate::throttle::Throttle;
 
 /// Reason shown on pods the provider refused.
@@ -81,7 +81,7 @@ struct State {
 pub struct PodOffloader {
     client: kube::Client,
     config: PodConfig,
-    options: Arc<ReflectionOptions>,
+    options: LiveOptions,
     extension: watch::Receiver<Extension>,
     recorder: Recorder,
     store: Store<Pod>,
@@ -116,7 +116,7 @@ const STATUS_WRITERS: usize = 4;
 pub fn spawn(
     client: kube::Client,
     config: PodConfig,
-    options: Arc<ReflectionOptions>,
+    options: LiveOptions,
     extension: watch::Receiver<Extension>,
     recorder: Recorder,
     outbox: &Outbox,
@@ -175,6 +175,8 @@ pub fn spawn(
     }
     let f = o.clone();
     tasks.push(Box::pin(async move { f.follow_extension().await }));
+    let s = o.clone();
+    tasks.push(Box::pin(async move { s.follow_options().await }));
     let r = o.clone();
     tasks.push(Box::pin(async move { r.retry_early().await }));
     for _ in 0..STATUS_WRITERS {
@@ -226,6 +228,28 @@ impl PodOffloader {
 
     /// On a new session, re-sends every pod of each extended namespace, then SnapshotComplete
     /// so ShadowPods of pods deleted meanwhile are removed; any namespace change re-checks all.
+    /// Forges every offloaded pod's ShadowPod again when the settings change what the forge
+    /// reads (skip lists, the offloading patch): the ShadowPod takes the change at once, its
+    /// provider pod when it is next created (a running pod's placement cannot change).
+    async fn follow_options(&self) {
+        let mut changes = self.options.changes();
+        let mut last = self.options.current();
+        while changes.changed().await.is_ok() {
+            let now = changes.borrow_and_update().clone();
+            if crate::settings::forged_differently(&last, &now) {
+                let pods = self.store.state();
+                tracing::info!(
+                    pods = pods.len(),
+                    "settings changed; forging every offloaded pod again"
+                );
+                for pod in pods {
+                    self.queue.add(key_of(&pod));
+                }
+            }
+            last = now;
+        }
+    }
+
     async fn follow_extension(&self) {
         let mut rx = self.extension.clone();
         let mut last = Extension::default();
@@ -315,8 +339,9 @@ impl PodOffloader {
                 .await;
             return;
         }
+        let options = self.options.current();
         let ctx = Context {
-            options: &self.options,
+            options: &options,
             remote_namespace: remote_ns,
             service: None,
             nodes: &refract_core::forge::NO_NODES,
@@ -472,7 +497,8 @@ impl Recipient for PodOffloader {
             (Request::Upsert, Outcome::Denied | Outcome::Invalid | Outcome::Conflict) => {
                 let message = format!(
                     "provider {:?} refused the pod: {}",
-                    self.options.remote_cluster_id, answer.message
+                    self.options.current().remote_cluster_id,
+                    answer.message
                 );
                 self.show_pending(&key, DENIED_REASON, message);
             }
@@ -484,7 +510,7 @@ impl Recipient for PodOffloader {
                 // so it does not wake this pod's reconcile and send it before the retry.
                 let message = format!(
                     "provider {:?} has no room for the pod in this cluster's quota ({}); trying again",
-                    self.options.remote_cluster_id, answer.message,
+                    self.options.current().remote_cluster_id, answer.message,
                 );
                 self.show_pending(&key, QUOTA_REASON, message);
                 self.queue.add_after(key, delay);
@@ -501,7 +527,8 @@ impl PodOffloader {
         let pod = self
             .store
             .get(&StoreRef::new(&key.name).within(&key.namespace));
-        let remote = self.options.remote_cluster_id.as_str();
+        let options = self.options.current();
+        let remote = options.remote_cluster_id.as_str();
         let reference = pod.map(|pod| pod.object_ref(&()));
         if let Some(reason) = publish_drift(&self.recorder, remote, reference, outcome, message) {
             tracing::warn!(namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the pod's ShadowPod");

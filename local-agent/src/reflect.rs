@@ -15,6 +15,7 @@ pub mod queue;
 pub mod scoped;
 mod snapshot;
 pub mod start;
+mod workers;
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -32,7 +33,7 @@ use refract_core::backoff::PerKey;
 use refract_core::forge::{self, Context, Decision};
 use refract_core::json;
 use refract_core::keys::SERVICE_NAME_LABEL;
-use refract_core::options::{Kind, ReflectionOptions};
+use refract_core::options::Kind;
 use refract_wire::proto::{ObjectRef, Upsert};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -57,8 +58,8 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 /// What every reflector shares.
 #[derive(Clone)]
 pub struct Shared {
-    /// The reflection options.
-    pub options: Arc<ReflectionOptions>,
+    /// The reflection options in force.
+    pub options: crate::settings::LiveOptions,
     /// The current session and extended namespaces.
     pub extension: watch::Receiver<Extension>,
     /// Origin nodes (for EndpointSlices).
@@ -94,6 +95,8 @@ pub struct Reflector<K: Reflectable> {
     /// The objects by what their forge reads besides them, for a kind whose forge does
     /// (EndpointSlices: their Service and nodes).
     dependencies: Option<Dependencies>,
+    /// The worker tasks, as many as the options in force say.
+    workers: workers::Workers,
 }
 
 /// Object types a reflector can watch: the kinds the forge knows.
@@ -133,7 +136,7 @@ pub fn spawn<K: Reflectable>(
     shutdown: CancellationToken,
 ) -> Option<Arc<Reflector<K>>> {
     let kind = K::KIND;
-    let workers = shared.options.kind(kind).workers;
+    let workers = shared.options.current().kind(kind).workers;
     if workers == 0 {
         tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
         if kind != Kind::PersistentVolumeClaim {
@@ -155,6 +158,7 @@ pub fn spawn<K: Reflectable>(
         retries: PerKey::new(RETRY_MIN, RETRY_MAX),
         followers: Followers::default(),
         dependencies: Dependencies::of(kind),
+        workers: workers::Workers::default(),
     });
     outbox.register(Producer::Objects(kind), r.clone());
 
@@ -198,18 +202,13 @@ pub fn spawn<K: Reflectable>(
         }
     };
     spawn_until(shutdown.clone(), watch_task);
-    for _ in 0..workers {
-        let r = r.clone();
-        spawn_until(shutdown.clone(), async move {
-            loop {
-                let key = r.queue.next().await;
-                r.reconcile(&key).await;
-                drop(key);
-            }
-        });
-    }
+    r.resize(workers, &shutdown);
     let r2 = r.clone();
-    spawn_until(shutdown, async move { r2.follow_extension().await });
+    spawn_until(shutdown.clone(), async move { r2.follow_extension().await });
+    let r3 = r.clone();
+    spawn_until(shutdown.clone(), async move {
+        r3.follow_options(shutdown).await
+    });
     Some(r)
 }
 
@@ -422,9 +421,10 @@ impl<K: Reflectable> Reflector<K> {
     }
 
     fn forge(&self, obj: &K, remote_ns: &str) -> Result<Decision, forge::ForgeError> {
+        let options = self.shared.options.current();
         let nodes = OriginNodes {
             store: &self.shared.nodes,
-            remote_cluster_id: &self.shared.options.remote_cluster_id,
+            remote_cluster_id: &options.remote_cluster_id,
         };
         let service = if K::KIND == Kind::EndpointSlice {
             obj.labels().get(SERVICE_NAME_LABEL).and_then(|svc| {
@@ -436,7 +436,7 @@ impl<K: Reflectable> Reflector<K> {
             None
         };
         let ctx = Context {
-            options: &self.shared.options,
+            options: &options,
             remote_namespace: remote_ns,
             service: service.as_deref(),
             nodes: &nodes,

@@ -36,6 +36,7 @@ use crate::link::SessionTx;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
 use crate::recorder::publish_event;
 use crate::reflect::queue::{Claimed, WorkQueue};
+use crate::settings::LiveOptions;
 
 /// Longest wait before a refused or failed token Secret is tried again.
 const MAX_RETRY: Duration = Duration::from_secs(60);
@@ -82,7 +83,7 @@ pub const HOME_API_SERVER_UNSET_REASON: &str = "HomeAPIServerUnset";
 pub struct TokenReflector {
     client: kube::Client,
     config: TokenConfig,
-    options: Arc<ReflectionOptions>,
+    options: LiveOptions,
     extension: watch::Receiver<Extension>,
     recorder: Recorder,
     pods: Store<Pod>,
@@ -96,13 +97,13 @@ pub struct TokenReflector {
 pub fn spawn(
     client: kube::Client,
     config: TokenConfig,
-    options: Arc<ReflectionOptions>,
+    options: LiveOptions,
     extension: watch::Receiver<Extension>,
     recorder: Recorder,
     outbox: &Outbox,
     shutdown: CancellationToken,
 ) -> Option<Arc<TokenReflector>> {
-    if !options.api_server.enabled {
+    if !options.current().api_server.enabled {
         tracing::info!("API server support disabled: no ServiceAccount tokens are reflected");
         return None;
     }
@@ -190,7 +191,8 @@ impl TokenReflector {
         let remote_ns = extension.namespaces.get(&key.namespace);
         let wanted = match (&pod, remote_ns) {
             (Some(pod), Some(remote_ns)) if pod.metadata.deletion_timestamp.is_none() => {
-                let ctx = self.context(remote_ns);
+                let options = self.options.current();
+                let ctx = context(&options, remote_ns);
                 let sources = token_sources(pod);
                 (origin_tokens(pod, &ctx) && !sources.is_empty())
                     .then(|| (pod.clone(), remote_ns.clone(), sources))
@@ -219,7 +221,8 @@ impl TokenReflector {
                 return;
             }
         };
-        let ctx = self.context(&remote_ns);
+        let options = self.options.current();
+        let ctx = context(&options, &remote_ns);
         let values: BTreeMap<String, String> = tokens
             .iter()
             .map(|(k, t)| (k.clone(), t.token.clone()))
@@ -343,7 +346,7 @@ impl TokenReflector {
     /// tokens while its `KUBERNETES_SERVICE_*` still name the provider's API server, which
     /// refuses them: said once per pod, on the pod, where its owner looks.
     async fn warn_without_home_api_server(&self, key: &Key, pod: &Pod) {
-        if self.options.api_server.address().is_some() {
+        if self.options.current().api_server.address().is_some() {
             return;
         }
         let uid = pod.uid().unwrap_or_default();
@@ -383,14 +386,15 @@ impl TokenReflector {
         let delay = Duration::from_secs(1 << failures.min(6)).min(MAX_RETRY);
         self.queue.add_after(key, delay);
     }
+}
 
-    fn context<'a>(&'a self, remote_ns: &'a str) -> Context<'a> {
-        Context {
-            options: &self.options,
-            remote_namespace: remote_ns,
-            service: None,
-            nodes: &refract_core::forge::NO_NODES,
-        }
+/// What the forge of a token Secret reads.
+fn context<'a>(options: &'a ReflectionOptions, remote_ns: &'a str) -> Context<'a> {
+    Context {
+        options,
+        remote_namespace: remote_ns,
+        service: None,
+        nodes: &refract_core::forge::NO_NODES,
     }
 }
 

@@ -44,8 +44,8 @@ pub struct NodeConfig {
     pub remote_cluster_id: String,
     /// The address shown as the node's (and offloaded pods') host IP.
     pub node_ip: String,
-    /// Share of the provider's free resources, in percent.
-    pub sharing_percentage: u32,
+    /// Share of the provider's free resources, in percent (the settings file can change it).
+    pub sharing_percentage: watch::Receiver<u32>,
     /// How often the link and the provider are checked (and the status and lease written).
     pub health_interval: Duration,
     /// Failed checks in a row before the node turns NotReady.
@@ -102,6 +102,7 @@ pub async fn run(
         .map(|ready| ready.since)
         .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
     let mut tick = tokio::time::interval(config.health_interval);
+    let mut sharing = config.sharing_percentage.clone();
     let mut last_refused: (Vec<String>, Vec<String>) = Default::default();
     loop {
         // A tick is a health check; a new session or capacity report between ticks is shown
@@ -111,6 +112,8 @@ pub async fn run(
             _ = tick.tick() => true,
             r = sessions.changed() => if r.is_err() { return } else { false },
             r = capacity.changed() => if r.is_err() { return } else { false },
+            // A new share is shown at once (when healthy), not at the next check.
+            Ok(()) = sharing.changed() => false,
         };
         let connected = sessions.borrow().is_some();
         let cap = capacity.borrow().clone();
@@ -153,7 +156,7 @@ pub async fn run(
         let resources = cap
             .as_ref()
             .map(|c| {
-                let mut offered = capacity::node_resources(&c.free, config.sharing_percentage);
+                let mut offered = capacity::node_resources(&c.free, *sharing.borrow_and_update());
                 capacity::cap_by_quota(&mut offered, &c.quota);
                 offered
             })

@@ -29,6 +29,7 @@ use crate::early::{self, Early};
 use crate::extension::Extension;
 use crate::reflect::queue::Latest;
 use crate::reflect::Reflector;
+use crate::settings::LiveOptions;
 use crate::throttle::Throttle;
 
 /// The most volumes, and volume bytes, held for claims not known here yet.
@@ -50,7 +51,7 @@ const CREATE_ATTEMPTS: u32 = 5;
 /// Turns provider volumes into origin PVs.
 pub struct VolumeIntake {
     client: kube::Client,
-    options: Arc<ReflectionOptions>,
+    options: LiveOptions,
     extension: watch::Receiver<Extension>,
     claims: Arc<Reflector<PersistentVolumeClaim>>,
     /// Origin PVs to create, the latest per claim.
@@ -64,12 +65,12 @@ impl VolumeIntake {
     /// Starts the intake and the clean-up of released origin PVs.
     pub fn spawn(
         client: kube::Client,
-        options: Arc<ReflectionOptions>,
+        options: LiveOptions,
         extension: watch::Receiver<Extension>,
         claims: Arc<Reflector<PersistentVolumeClaim>>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let cleanup = delete_released(client.clone(), options.clone());
+        let cleanup = delete_released(client.clone(), options.current());
         let intake = Arc::new(Self {
             client,
             options,
@@ -186,8 +187,9 @@ impl VolumeIntake {
             .get(&local_ns, &message.claim_name)
             .filter(|c| c.metadata.deletion_timestamp.is_none())
             .ok_or(Refusal::NotYet)?; // no such claim at the origin (yet)
+        let options = self.options.current();
         let ctx = Context {
-            options: &self.options,
+            options: &options,
             remote_namespace: &message.claim_namespace,
             service: None,
             nodes: &forge::NO_NODES,
@@ -213,7 +215,7 @@ impl VolumeIntake {
         if bound.is_some() && bound != wanted {
             return Ok(None); // bound to something else at the origin; leave it
         }
-        forge::volume::origin_volume(&remote, &claim, &self.options)
+        forge::volume::origin_volume(&remote, &claim, &options)
             .map(Some)
             .map_err(|e| Refusal::Invalid(e.to_string()))
     }

@@ -44,7 +44,8 @@ impl<K: Reflectable> Recipient for Reflector<K> {
                 {
                     let note = format!(
                         "Error reflecting object to cluster {:?}: {}",
-                        self.shared.options.remote_cluster_id, answer.message
+                        self.shared.options.current().remote_cluster_id,
+                        answer.message
                     );
                     let reference = obj.object_ref(&());
                     let recorder = self.shared.recorder.clone();
@@ -67,9 +68,9 @@ impl<K: Reflectable> Recipient for Reflector<K> {
                 let note = match outcome {
                     Outcome::Conflict => format!(
                         "Error reflecting object to cluster {:?}: remote object already exists ({})",
-                        self.shared.options.remote_cluster_id, answer.message
+                        self.shared.options.current().remote_cluster_id, answer.message
                     ),
-                    _ => format!("Error reflecting object to cluster {:?}: {}", self.shared.options.remote_cluster_id, answer.message),
+                    _ => format!("Error reflecting object to cluster {:?}: {}", self.shared.options.current().remote_cluster_id, answer.message),
                 };
                 let reference = obj.object_ref(&());
                 let recorder = self.shared.recorder.clone();
@@ -95,7 +96,8 @@ impl<K: Reflectable> Reflector<K> {
         let obj = self
             .store
             .get(&StoreRef::new(&key.name).within(&key.namespace));
-        let remote = self.shared.options.remote_cluster_id.as_str();
+        let options = self.shared.options.current();
+        let remote = options.remote_cluster_id.as_str();
         let reference = obj.map(|obj| obj.object_ref(&()));
         let recorder = &self.shared.recorder;
         if let Some(reason) = publish_drift(recorder, remote, reference, outcome, message) {

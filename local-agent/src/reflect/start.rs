@@ -7,7 +7,7 @@ use kube::api::Api;
 use kube::runtime::events::Recorder;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::ResourceExt;
-use refract_core::options::{Kind, ReflectionOptions};
+use refract_core::options::Kind;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +51,7 @@ impl Start<'_> {
 /// Starts one reflector per enabled kind, plus the Node and Service stores EndpointSlices need.
 pub fn spawn_all(
     client: kube::Client,
-    options: Arc<ReflectionOptions>,
+    options: crate::settings::LiveOptions,
     extension: watch::Receiver<crate::extension::Extension>,
     outbox: &crate::outbox::Outbox,
     recorder: Recorder,
@@ -88,7 +88,7 @@ pub fn spawn_all(
     // The Service reflector's watch fills the store EndpointSlices read; without Service
     // reflection, a watch of its own does.
     let mut services_writer = Some(services_writer);
-    let service_reflector = if shared.options.kind(Kind::Service).workers > 0 {
+    let service_reflector = if shared.options.current().kind(Kind::Service).workers > 0 {
         let store = services_writer.take().map(|w| (shared.services.clone(), w));
         start.spawn_into::<v1::Service>(store)
     } else {
