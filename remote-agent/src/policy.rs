@@ -258,6 +258,28 @@ struct File {
 }
 
 impl Policies {
+    /// Whose policy differs from `old`'s: `defaults` and each tenant entry changed, added or
+    /// removed (a tenant without an entry follows the defaults).
+    pub fn changes_from(&self, old: &Policies) -> Vec<String> {
+        let mut changes = Vec::new();
+        if self.defaults != old.defaults {
+            changes.push("defaults changed".to_string());
+        }
+        let tenants: std::collections::BTreeSet<&String> =
+            self.tenants.keys().chain(old.tenants.keys()).collect();
+        for tenant in tenants {
+            match (old.tenants.get(tenant), self.tenants.get(tenant)) {
+                (None, Some(_)) => changes.push(format!("tenant {tenant} added")),
+                (Some(_), None) => changes.push(format!("tenant {tenant} removed")),
+                (Some(was), Some(is)) if was != is => {
+                    changes.push(format!("tenant {tenant} changed"))
+                }
+                _ => {}
+            }
+        }
+        changes
+    }
+
     /// Every tenant gets `defaults`.
     pub fn uniform(defaults: TenantPolicy) -> Self {
         Self {
@@ -472,6 +494,19 @@ mod tests {
         let b = p.of(&ClusterId::parse("origin-b").unwrap());
         assert!(b.services.allow_load_balancer);
         assert!(b.storage_classes.is_empty());
+    }
+
+    #[test]
+    fn a_change_says_whose_policy_changed() {
+        let parse = |text| Policies::parse(text, TenantPolicy::default()).unwrap();
+        let old = parse("tenants:\n  a: {podSecurity: baseline}\n  b: {podSecurity: baseline}\n");
+        let new = parse("defaults: {podSecurity: restricted}\ntenants:\n  a: {podSecurity: restricted}\n  b: {podSecurity: baseline}\n  c: {}\n");
+        assert_eq!(
+            new.changes_from(&old),
+            ["defaults changed", "tenant a changed", "tenant c added"]
+        );
+        assert_eq!(old.changes_from(&new).last().unwrap(), "tenant c removed");
+        assert!(new.changes_from(&new).is_empty());
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub fn follow(
         ),
     };
     metrics.valid.set(1);
+    // The file's text was accepted at start; a policy is compared with the one before it.
+    let mut in_force = Policies::parse(&last_text, base.clone()).unwrap_or_default();
     tokio::spawn(async move {
         // Said once per distinct problem, not every second.
         let mut last_error = String::new();
@@ -95,8 +97,10 @@ pub fn follow(
             last_text = text;
             last_error.clear();
             metrics.valid.set(1);
+            let changed = policies.changes_from(&in_force);
+            in_force = policies.clone();
             let refused = applier.set_policies(policies);
-            tracing::info!(file = %path.display(), refused = refused.len(), "policy file changed; in force from now on, and every object kept whole judged again");
+            tracing::info!(file = %path.display(), changed = %changed.join("; "), refused = refused.len(), "policy file changed; in force from now on, and every object kept whole judged again");
             for (key, error) in refused {
                 act_on_refusal(&applier, &outbox, &metrics, &reporting, key, error).await;
             }

@@ -133,6 +133,13 @@ async fn a_tightened_policy_removes_a_running_pod_it_now_refuses_and_a_bad_file_
         .await;
     assert!(reported.contains("allowPrivilegeEscalation"), "{reported}");
     assert_eq!(remote_phase(&p).as_deref(), Some("Running"), "left running");
+    let log = p.remote_log();
+    let changed = log
+        .lines()
+        .find(|l| l.contains("policy file changed"))
+        .expect("the change is logged");
+    assert!(changed.contains("tenant origin changed"), "{changed}");
+    println!("remote agent: {changed}");
     println!("reported, not removed: {reported}");
 
     // With removeRefused: judged again and removed.
