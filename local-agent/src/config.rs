@@ -294,4 +294,27 @@ mod tests {
         assert!(error.contains("nodeSelectors"), "{error}");
         assert!(error.contains("--offloading-patch"), "{error}");
     }
+
+    /// The settings deploy/ ships are the defaults, written out where an operator edits them.
+    #[test]
+    fn the_shipped_settings_file_says_the_defaults() {
+        let config_map: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(include_str!("../../deploy/local-agent/settings.yaml"))
+                .unwrap();
+        let text = config_map["data"]["reflection.yaml"].as_str().unwrap();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        let flags = ReflectionFlags {
+            reflection_config: Some(file.path().to_path_buf()),
+            ..ReflectionFlags::default()
+        };
+        let defaults = ReflectionFlags::default()
+            .settings("origin", "provider", None)
+            .unwrap();
+        assert_eq!(
+            flags.settings("origin", "provider", None).unwrap(),
+            defaults
+        );
+        assert_eq!(defaults.sharing_percentage, DEFAULT_SHARING_PERCENTAGE);
+    }
 }

@@ -129,6 +129,10 @@ const LOCAL_FILES: &[(&str, &str)] = &[
         include_str!("../../deploy/local-agent/rbac.yaml"),
     ),
     (
+        "settings.yaml",
+        include_str!("../../deploy/local-agent/settings.yaml"),
+    ),
+    (
         "deployment.yaml",
         include_str!("../../deploy/local-agent/deployment.yaml"),
     ),
