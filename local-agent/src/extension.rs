@@ -299,6 +299,7 @@ impl State {
             origin_uid: String::new(),
             // Set by the request.
             awaited: false,
+            trace_parent: String::new(),
         };
         let waiter = self.outbox.request(session, twin_origin(ns), upsert).await;
         let ack = match tokio::time::timeout(ACK_TIMEOUT, waiter).await {

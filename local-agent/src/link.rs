@@ -279,11 +279,29 @@ fn outbound(
     use futures::StreamExt as _;
     let messages = ReceiverStream::new(wire_rx);
     if window.is_zero() {
-        return messages.left_stream();
+        return messages.map(trace_send).left_stream();
     }
     tokio_stream::StreamExt::chunks_timeout(messages, MAX_MESSAGES_PER_WINDOW, window)
         .flat_map(futures::stream::iter)
+        .map(trace_send)
         .right_stream()
+}
+
+/// Marks a traced Upsert as tonic takes it to encode and write: a span `send` in its change's
+/// trace (the time since the `outbox` span ended is the wait in the stream's queues).
+fn trace_send(message: LocalMessage) -> LocalMessage {
+    if let Some(local_message::Kind::Upsert(upsert)) = &message.kind {
+        if !upsert.trace_parent.is_empty() {
+            let span = tracing::trace_span!(
+                target: refract_shared::journey::TARGET,
+                parent: None,
+                "send",
+                bytes = upsert.object_json.len(),
+            );
+            refract_shared::journey::continue_from(&span, &upsert.trace_parent);
+        }
+    }
+    message
 }
 
 /// Moves the producers' messages to the stream through [`Resume`].

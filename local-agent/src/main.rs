@@ -19,13 +19,15 @@ fn main() -> anyhow::Result<()> {
             quiet_when_closed(write(&yaml).map_err(Into::into))
         }
         Invocation::Agent(args) => {
-            refract_shared::telemetry::init_logging(&args.telemetry)?;
+            refract_shared::telemetry::init_logging(&args.telemetry, "refract-local-agent")?;
             refract_shared::telemetry::exit_on_panic();
             let runtime = args.runtime.clone();
-            runtime.run(refract_local_agent::run(
+            let ended = runtime.run(refract_local_agent::run(
                 *args,
                 refract_shared::telemetry::shutdown_signal(),
-            ))
+            ));
+            refract_shared::journey::flush();
+            ended
         }
     }
 }

@@ -250,6 +250,9 @@ impl Outbox {
     /// producer of the object it answers.
     pub fn dispatch(&self, ack: Ack) {
         let answer = self.ledger().answer(&ack);
+        if let Some(answer) = &answer {
+            trace_answer(answer);
+        }
         if let (Some(answer), Some(latency)) = (&answer, self.inner.answer_latency.get()) {
             if let Some(times) = answer.times {
                 latency.observe(
@@ -347,3 +350,22 @@ async fn send(tx: &tokio::sync::mpsc::Sender<LocalMessage>, kind: local_message:
 
 #[cfg(test)]
 mod tests;
+
+/// Ends a traced change's journey with its answer: a span `ack` in the change's trace, with the
+/// outcome and how long the answer took from the change queued and from its Upsert sent.
+fn trace_answer(answer: &Answer) {
+    let (Some(journey), Some(times)) = (&answer.journey, answer.times) else {
+        return;
+    };
+    let millis =
+        |since: std::time::Instant| u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let span = tracing::trace_span!(
+        target: refract_shared::journey::TARGET,
+        parent: None,
+        "ack",
+        outcome = answer.outcome.as_str_name(),
+        since_sent_ms = millis(times.sent),
+        since_noticed_ms = millis(times.noticed),
+    );
+    refract_shared::journey::continue_from(&span, journey);
+}

@@ -359,6 +359,7 @@ impl PodOffloader {
             object_json: json::to_vec(&shadow),
             origin_uid: pod.uid().unwrap_or_default(),
             awaited: false,
+            trace_parent: String::new(),
         };
         self.outbox
             .upsert(session, origin(key), upsert, claim.noticed())

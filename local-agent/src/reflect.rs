@@ -34,11 +34,13 @@ use refract_core::forge::{self, Context, Decision};
 use refract_core::json;
 use refract_core::keys::SERVICE_NAME_LABEL;
 use refract_core::options::Kind;
+use refract_shared::journey::TARGET as JOURNEY;
 use refract_wire::proto::{ObjectRef, Upsert};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::extension::Extension;
 use crate::key::Key;
@@ -349,9 +351,23 @@ impl<K: Reflectable> Reflector<K> {
         let obj = self
             .store
             .get(&StoreRef::new(&key.name).within(&key.namespace));
-        let decision = match &obj {
-            None => None,
-            Some(obj) => match self.forge(obj, remote_ns) {
+        // The change's journey, exported when tracing is on (see `refract_shared::journey`).
+        let journey = tracing::trace_span!(
+            target: JOURNEY,
+            parent: None,
+            "reflect",
+            kind = K::KIND.kind(),
+            namespace = %key.namespace,
+            name = %key.name,
+            queued_ms = u64::try_from(claim.noticed().elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
+        let forged = obj.as_ref().map(|obj| {
+            let _forging =
+                tracing::trace_span!(target: JOURNEY, parent: &journey, "forge").entered();
+            self.forge(obj, remote_ns)
+        });
+        let decision = match (&obj, forged) {
+            (Some(obj), Some(forged)) => match forged {
                 Ok(d) => Some((obj, d)),
                 Err(error) => {
                     tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, %error, "cannot reflect object");
@@ -367,6 +383,7 @@ impl<K: Reflectable> Reflector<K> {
                     return;
                 }
             },
+            _ => None,
         };
         match decision {
             Some((obj, Decision::Reflect(desired))) => {
@@ -398,10 +415,13 @@ impl<K: Reflectable> Reflector<K> {
                     object_json: json,
                     origin_uid: obj.uid().unwrap_or_default(),
                     awaited: false,
+                    trace_parent: refract_shared::journey::traceparent(&journey),
                 };
+                let handing = tracing::trace_span!(target: JOURNEY, parent: &journey, "outbox");
                 if !self
                     .outbox
                     .upsert(session, self.origin(key), upsert, claim.noticed())
+                    .instrument(handing)
                     .await
                 {
                     return;

@@ -243,6 +243,7 @@ impl TokenReflector {
             object_json: json::to_vec(&secret),
             origin_uid: pod.uid().unwrap_or_default(),
             awaited: false,
+            trace_parent: String::new(),
         };
         self.outbox
             .upsert(session, origin(key), upsert, claim.noticed())

@@ -118,6 +118,7 @@ proptest! {
                         object_json: json(data),
                         origin_uid: String::new(),
                         awaited: false,
+                        trace_parent: String::new(),
                     })), start)
                 }
                 Op::Delete(ns, name) => {

@@ -20,8 +20,10 @@ use refract_core::hash::{bytes_hash, desired_hash};
 use refract_core::keys::{DESIRED_HASH_ANNOTATION, ORIGIN_HASH_ANNOTATION, SERVICE_ACCOUNT_LABEL};
 use refract_core::lock::Locked;
 use refract_core::options::Kind;
+use refract_shared::journey::TARGET as JOURNEY;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::{ObjectRef, Upsert};
+use tracing::Instrument as _;
 
 use crate::identity::Identities;
 use crate::kinds::Allowed;
@@ -186,16 +188,22 @@ impl Applier {
                 limit: self.max_object_bytes,
             });
         }
-        let kind = self.authorize(tenant, object).await?;
-        let desired = decode_desired(kind, object, &upsert.object_json)?;
-        if kind == Allowed::Namespace {
-            self.keep_namespace(tenant, &object.name);
+        let judging = tracing::trace_span!(target: JOURNEY, "judge");
+        let (kind, mut desired) = async {
+            let kind = self.authorize(tenant, object).await?;
+            let desired = decode_desired(kind, object, &upsert.object_json)?;
+            if kind == Allowed::Namespace {
+                self.keep_namespace(tenant, &object.name);
+            }
+            let desired = self.judged(tenant, kind, desired)?;
+            if kind == Allowed::ShadowPod {
+                self.check_references(tenant, &object.namespace, &desired)
+                    .await?;
+            }
+            Ok::<_, ApplyError>((kind, desired))
         }
-        let mut desired = self.judged(tenant, kind, desired)?;
-        if kind == Allowed::ShadowPod {
-            self.check_references(tenant, &object.namespace, &desired)
-                .await?;
-        }
+        .instrument(judging)
+        .await?;
         let token = is_token_secret(kind, &desired);
         if token {
             self.own_token_secret(tenant, object, &mut desired).await?;
@@ -222,7 +230,21 @@ impl Applier {
             .as_ref()
             .and_then(|d| Some((d, d.take_awaited(&key)?)))
             .filter(|_| self.desired.holds_hash(&key, &hash));
-        let written = self.write_desired(key.clone(), desired, &hash, token).await;
+        // Compared with the version just before this write, read from etcd: the other writer
+        // may have written again since the change that asked for the resend (a volume
+        // controller binds a claim in several writes), and a write that changes nothing
+        // answers with that later version. One read per restore, which are few.
+        let resend = match resend {
+            Some((drift, Some(left))) => match self.current_version(&key).await {
+                Ok(now) => Some((drift, now.or(Some(left)))),
+                Err(_) => Some((drift, Some(left))),
+            },
+            other => other,
+        };
+        let written = self
+            .write_desired(key.clone(), desired, &hash, token)
+            .instrument(tracing::trace_span!(target: JOURNEY, "write"))
+            .await;
         self.after_write(&key, &written).await;
         if let (Some((drift, left)), Ok(Applied::Written)) = (resend, &written) {
             match left {
@@ -235,6 +257,15 @@ impl Applier {
             }
         }
         written
+    }
+
+    /// The resourceVersion of `key` on the provider now, read from etcd (`None`: absent).
+    async fn current_version(&self, key: &ObjectKey) -> Result<Option<String>, kube::Error> {
+        let api = self.api(&key.tenant, key.kind, &key.namespace)?;
+        let meta = api
+            .get_metadata_opt_with(&key.name, &GetParams::default())
+            .await?;
+        Ok(meta.and_then(|m| m.metadata.resource_version))
     }
 
     /// Writes `desired` (hashed `hash`) for `key` unless the provider holds it already.

@@ -16,13 +16,15 @@ fn main() -> anyhow::Result<()> {
             RuntimeArgs::default().run(refract_admin::tenant::run(args))
         }
         Invocation::Agent(args) => {
-            refract_shared::telemetry::init_logging(&args.telemetry)?;
+            refract_shared::telemetry::init_logging(&args.telemetry, "refract-remote-agent")?;
             refract_shared::telemetry::exit_on_panic();
             let runtime = args.runtime.clone();
-            runtime.run(refract_remote_agent::run(
+            let ended = runtime.run(refract_remote_agent::run(
                 *args,
                 refract_shared::telemetry::shutdown_signal(),
-            ))
+            ));
+            refract_shared::journey::flush();
+            ended
         }
     }
 }

@@ -374,8 +374,27 @@ impl TenantSession {
                 let object = upsert.object.clone().unwrap_or_default();
                 let awaited = upsert.awaited;
                 tracing::debug!(target: "refract::trace", name = %object.name, "start");
-                let result = self.service.applier.apply(&self.tenant, &upsert).await;
+                // The change's journey on the provider, joined to the origin's trace when the
+                // tenant sent one (see `refract_shared::journey`).
+                let journey = tracing::trace_span!(
+                    target: refract_shared::journey::TARGET,
+                    parent: None,
+                    "apply",
+                    tenant = %self.tenant,
+                    kind = %object.kind,
+                    namespace = %object.namespace,
+                    name = %object.name,
+                    outcome = tracing::field::Empty,
+                );
+                refract_shared::journey::continue_from(&journey, &upsert.trace_parent);
+                let result = self
+                    .service
+                    .applier
+                    .apply(&self.tenant, &upsert)
+                    .instrument(journey.clone())
+                    .await;
                 let (outcome, msg) = answer(&result);
+                journey.record("outcome", outcome.as_str_name());
                 tracing::debug!(target: "refract::trace", name = %object.name, "applied");
                 self.service.registry.record(
                     &self.tenant,

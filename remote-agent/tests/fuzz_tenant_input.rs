@@ -128,6 +128,7 @@ fn valid_envelope() -> Vec<u8> {
             object_json: serde_json::to_vec(object).unwrap(),
             origin_uid: "u".into(),
             awaited: false,
+            trace_parent: String::new(),
         })),
     }
     .encode_to_vec()

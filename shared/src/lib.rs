@@ -4,6 +4,7 @@
 //! - [`tls`]: certificate identity (`spiffe://refract/cluster/<id>`), loading and validating
 //!   PEM files, and rustls configurations that follow their files on disk.
 //! - [`cli`]: an agent's command line, its flags or one of its tools.
+//! - [`journey`]: each change's journey across both agents as OpenTelemetry traces.
 //! - [`kubeconfig`]: the client each agent builds for its own cluster.
 //! - [`kube_auth`]: bearer tokens and access reviewed by a cluster (TokenReview,
 //!   SubjectAccessReview), answers reused for a while.
@@ -17,6 +18,7 @@
 //! client certificate; nothing a message says chooses it.
 
 pub mod cli;
+pub mod journey;
 pub mod kube_auth;
 pub mod kubeconfig;
 pub mod leader;

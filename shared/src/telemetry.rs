@@ -57,6 +57,10 @@ pub struct TelemetryArgs {
     /// /readyz are always open: they carry nothing.
     #[arg(long, value_enum, default_value = "auto")]
     pub admin_auth: AdminAuth,
+
+    /// Where each change's journey is exported as OpenTelemetry traces.
+    #[command(flatten)]
+    pub traces: crate::journey::TraceArgs,
 }
 
 /// Who may read the admin endpoint's `/metrics`.
@@ -68,18 +72,33 @@ pub enum AdminAuth {
     Kubernetes,
 }
 
-/// Installs the global tracing subscriber.
-pub fn init_logging(args: &TelemetryArgs) -> anyhow::Result<()> {
+/// Installs the global tracing subscriber: log lines as `--log-format` and `--log-level`
+/// say, and the journey spans of `service` exported when tracing is on ([`crate::journey`]).
+pub fn init_logging(args: &TelemetryArgs, service: &'static str) -> anyhow::Result<()> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", args.log_level))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Plain => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match args.log_format {
+        LogFormat::Plain => lines.boxed(),
+        LogFormat::Json => lines.json().flatten_event(true).boxed(),
+    };
+    let journeys = crate::journey::layer(&args.traces, service)?;
+    let traced = journeys.is_some();
+    tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        .with(journeys)
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("failed to install logger: {e}"))?;
+    if traced {
+        tracing::info!(
+            service,
+            "exporting each change's journey as OpenTelemetry traces (OTLP/gRPC)"
+        );
     }
-    .map_err(|e| anyhow::anyhow!("failed to install logger: {e}"))
+    Ok(())
 }
 
 /// The exit status of a process a panic ended, as Rust's own for a panic in `main`.

@@ -82,6 +82,8 @@ pub struct Sent {
     pub state: AckState,
     /// When the change was queued, and when it was sent.
     pub times: Times,
+    /// The change's journey (W3C traceparent) while its answer is awaited, when traced.
+    pub journey: Option<Box<str>>,
 }
 
 /// When a change was first queued at the origin, and when the Upsert carrying it was sent.
@@ -166,6 +168,8 @@ pub struct Answer {
     /// How many times the provider restored the copy in its current fight, on a notice it
     /// wants reported (see `Ack.restores`).
     pub restores: u32,
+    /// The journey of the change answered, when traced (once: the first answer takes it).
+    pub journey: Option<Box<str>>,
 }
 
 /// A Delete sent and not yet confirmed.
@@ -227,6 +231,7 @@ impl Ledger {
             origin_uid: upsert.origin_uid.clone(),
             state: AckState::Pending,
             times,
+            journey: (!upsert.trace_parent.is_empty()).then(|| upsert.trace_parent.as_str().into()),
         };
         self.by_remote
             .insert(RemoteKey::of(&sent.remote), origin.clone());
@@ -351,6 +356,7 @@ impl Ledger {
                 message: ack.message.clone(),
                 times: None,
                 restores: ack.restores,
+                journey: None,
             });
         }
         let origin = self.by_remote.get(&remote)?.clone();
@@ -360,6 +366,7 @@ impl Ledger {
         }
         let origin_uid = sent.origin_uid.clone();
         let times = (!notice).then_some(sent.times);
+        let journey = if notice { None } else { sent.journey.take() };
         match outcome {
             Outcome::Applied | Outcome::Unchanged | Outcome::Unspecified => {
                 sent.state = AckState::Applied
@@ -381,6 +388,7 @@ impl Ledger {
             message: ack.message.clone(),
             times,
             restores: ack.restores,
+            journey,
         })
     }
 

@@ -36,6 +36,7 @@ fn mk_upsert(kind: &str, ns: &str, name: &str, body: &str, revision: &str, uid: 
         object_json: body.as_bytes().to_vec(),
         origin_uid: uid.into(),
         awaited: false,
+        trace_parent: String::new(),
     }
 }
 
@@ -46,6 +47,7 @@ fn mk_ack(kind: &str, ns: &str, name: &str, revision: &str, outcome: Outcome) ->
         outcome: outcome as i32,
         message: format!("{outcome:?}"),
         awaited: false,
+        trace_parent: String::new(),
         restores: 0,
     }
 }

@@ -20,6 +20,7 @@ fn upsert(namespace: &str, name: &str, data: &str) -> LocalMessage {
             object_json: format!(r#"{{"data":"{data}"}}"#).into_bytes(),
             origin_uid: String::new(),
             awaited: false,
+            trace_parent: String::new(),
         })),
     }
 }

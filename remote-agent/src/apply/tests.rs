@@ -26,6 +26,7 @@ fn upsert(object: &Value) -> Upsert {
         object_json: serde_json::to_vec(object).unwrap(),
         origin_uid: String::new(),
         awaited: false,
+        trace_parent: String::new(),
     }
 }
 

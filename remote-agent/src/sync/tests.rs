@@ -64,6 +64,7 @@ fn mk_upsert(name: &str) -> LocalMessage {
             object_json: serde_json::to_vec(&object).unwrap(),
             origin_uid: String::new(),
             awaited: false,
+            trace_parent: String::new(),
         })),
     }
 }

@@ -114,6 +114,7 @@ impl Wire {
             origin_uid: String::new(),
             // This client waits on each answer, as the local agent does for a twin namespace.
             awaited: true,
+            trace_parent: String::new(),
         };
         self.request(local_message::Kind::Upsert(upsert), &object)
             .await
@@ -231,6 +232,7 @@ pub fn upsert_message(object: &serde_json::Value, revision: u64) -> LocalMessage
             object_json: serde_json::to_vec(object).expect("JSON serializes"),
             origin_uid: String::new(),
             awaited: false,
+            trace_parent: String::new(),
         })),
     }
 }

@@ -385,6 +385,7 @@ spec:
     );
 
     rollouts_during_a_burst(origin, provider).await;
+    settings_edited_in_place(origin, provider).await;
 
     // ... and unpeers it: graceful, then deploy/'s names for the local agent and its Secrets.
     let pkc = provider.kubeconfig.display().to_string();
@@ -427,6 +428,73 @@ spec:
         ],
     );
     assert!(left.trim().is_empty(), "left on the provider: {left}");
+}
+
+/// The operator edits deploy/'s settings ConfigMap: the kubelet refreshes the mounted file and
+/// the leading local agent puts the change in force with no restart: a label newly skipped
+/// leaves the reflected copy, and the new sharing percentage is logged as in force (what the
+/// virtual node then offers may be capped by the tenant's quota on the provider).
+async fn settings_edited_in_place(origin: &ControlPlane, provider: &ControlPlane) {
+    kubectl_stdin(
+        origin,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: labelled, namespace: apps, labels: {cost-centre: \"42\"}}\ndata: {k: v}\n",
+    );
+    let copy_labels = || {
+        kubectl_get(
+            provider,
+            &[
+                "-n",
+                "apps-origin",
+                "configmap",
+                "labelled",
+                "-o",
+                "jsonpath={.metadata.labels}",
+            ],
+        )
+    };
+    eventually(
+        WAIT,
+        "ConfigMap labelled on the provider with its label",
+        || copy_labels().filter(|l| l.contains("cost-centre")),
+        || agent_logs(origin, "local-agent"),
+    )
+    .await;
+    let edited = "offloading:\n  reflection:\n    skip: {labels: [cost-centre], annotations: []}\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 45\n";
+    let patch = serde_json::json!({"data": {"reflection.yaml": edited}}).to_string();
+    kubectl(
+        origin,
+        &[
+            "-n",
+            "refract-system",
+            "patch",
+            "configmap",
+            "refract-local-agent-settings",
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+    );
+    let edited_at = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(240),
+        "the skipped label gone from the copy after the ConfigMap edit",
+        || copy_labels().filter(|l| !l.contains("cost-centre")),
+        || agent_logs(origin, "local-agent"),
+    )
+    .await;
+    let took = edited_at.elapsed();
+    let logs = agent_logs(origin, "local-agent");
+    let changed = logs
+        .lines()
+        .find(|l| l.contains("settings changed; in force from now on"))
+        .expect("the change is logged");
+    for said in ["sharing percentage 90 -> 45", "skipped labels +cost-centre"] {
+        assert!(changed.contains(said), "{said:?} missing from {changed}");
+    }
+    println!(
+        "kubectl patch configmap refract-local-agent-settings: in force after {took:.0?} with no restart; {changed}"
+    );
 }
 
 /// `kubectl rollout restart` of each agent while 1,000 origin ConfigMaps change: the provider

@@ -205,6 +205,33 @@ spec: {storageClassName: manual, accessModes: [ReadWriteOnce], resources: {reque
     )
     .await;
 
+    // The provider's controllers wrote the claim (bound it, set its status) and the pod's
+    // ShadowPod (its status): writes outside Refract's fields, never taken for drift.
+    let drifted = origin_get(
+        &p,
+        &[
+            "-n",
+            "apps",
+            "events",
+            "--field-selector",
+            "reason=ReflectionDrifted",
+            "-o",
+            "name",
+        ],
+    )
+    .unwrap_or_default();
+    if !drifted.trim().is_empty() {
+        let remote = p.remote_log();
+        let claim_lines: Vec<&str> = remote
+            .lines()
+            .filter(|l| l.contains("PersistentVolumeClaim") || l.contains("restor"))
+            .collect();
+        panic!(
+            "controller writes taken for drift: {drifted}\nremote agent on claims:\n{}",
+            claim_lines.join("\n")
+        );
+    }
+
     // Later consumers: one pinned to the origin node cannot be scheduled (volume node affinity
     // conflict); one left free lands on the virtual node.
     kubectl_stdin(
