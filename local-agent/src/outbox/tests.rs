@@ -47,7 +47,6 @@ fn mk_ack(kind: &str, ns: &str, name: &str, revision: &str, outcome: Outcome) ->
         outcome: outcome as i32,
         message: format!("{outcome:?}"),
         awaited: false,
-        trace_parent: String::new(),
         restores: 0,
     }
 }

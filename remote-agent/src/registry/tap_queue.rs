@@ -44,6 +44,10 @@ pub struct TapReader {
 
 /// What a reader gets next.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per event and moved on at once: boxing would allocate for each"
+)]
 pub enum Next {
     /// An event.
     Event(TapEvent),
