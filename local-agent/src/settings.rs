@@ -4,9 +4,10 @@
 //! policy, and the virtual node offers the new share at once. A file that cannot be read or
 //! parsed is refused whole, and the last good settings stay in force.
 //!
-//! One thing waits for a restart: turning a kind's reflection on or off (workers from or to
-//! 0), which starts or stops that kind's watches and withdraws its copies. Such a change is
-//! logged, and the kind keeps running as it did until the agent starts again.
+//! ConfigMaps, Secrets and Ingresses are turned on and off at once (workers from or to 0):
+//! their reflector starts, or stops and its copies are withdrawn. Turning Services,
+//! EndpointSlices or claims on or off waits for a restart (other parts read their watches):
+//! such a change is logged, and the kind keeps running as it did until the agent starts again.
 
 mod changes;
 

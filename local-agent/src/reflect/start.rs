@@ -83,8 +83,8 @@ pub fn spawn_all(
         outbox,
         token: &token,
     };
-    start.spawn::<v1::ConfigMap>();
-    start.spawn::<v1::Secret>();
+    switchable::<v1::ConfigMap>(start);
+    switchable::<v1::Secret>(start);
     // The Service reflector's watch fills the store EndpointSlices read; without Service
     // reflection, a watch of its own does.
     let mut services_writer = Some(services_writer);
@@ -94,7 +94,7 @@ pub fn spawn_all(
     } else {
         None
     };
-    start.spawn::<networking::v1::Ingress>();
+    switchable::<networking::v1::Ingress>(start);
     let claims = start.spawn::<v1::PersistentVolumeClaim>();
     let Some(slices) = start.spawn::<discovery::v1::EndpointSlice>() else {
         return Reflectors { claims };
@@ -177,4 +177,64 @@ pub fn spawn_all(
         }
     });
     Reflectors { claims }
+}
+
+/// The kinds whose reflection the settings turn on and off while the agent runs: nothing else
+/// reads their reflectors. Services (whose watch EndpointSlices read), EndpointSlices and
+/// claims (the volume intake's) wait for a restart.
+pub const SWITCHABLE: [Kind; 3] = [Kind::ConfigMap, Kind::Secret, Kind::Ingress];
+
+/// Runs the reflector of a kind nothing else reads (ConfigMaps, Secrets, Ingresses), turning
+/// it on and off as the settings in force say: off, the copies this session sent are deleted
+/// from the provider and every later session withdraws what is left; on again, the kind's
+/// namespaces are listed and sent anew.
+fn switchable<K: crate::reflect::Reflectable>(start: Start<'_>) {
+    let client = start.client.clone();
+    let shared = start.shared.clone();
+    let outbox = start.outbox.clone();
+    let token = start.token.clone();
+    let kind = K::KIND;
+    let producer = crate::outbox::Producer::Objects(kind);
+    tokio::spawn(async move {
+        let mut changes = shared.options.changes();
+        let mut on = shared.options.current().kind(kind).workers > 0;
+        loop {
+            // With 0 workers this withdraws instead of reflecting (see `reflect::spawn`).
+            let running = token.child_token();
+            crate::reflect::spawn::<K>(
+                client.clone(),
+                shared.clone(),
+                &outbox,
+                None,
+                running.clone(),
+            );
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+                if (shared.options.current().kind(kind).workers > 0) != on {
+                    break;
+                }
+            }
+            running.cancel();
+            on = !on;
+            tracing::info!(
+                kind = kind.kind(),
+                on,
+                "reflection of the kind turned {}",
+                if on { "on" } else { "off" }
+            );
+            if !on {
+                // What this session was sent goes now; later sessions withdraw the rest.
+                let session = shared.extension.borrow().session.clone();
+                if let Some(session) = session {
+                    for key in outbox.keys(producer) {
+                        let origin = crate::outbox::Origin::new(producer, key);
+                        outbox.delete(&session, &origin, None).await;
+                    }
+                }
+            }
+        }
+    });
 }

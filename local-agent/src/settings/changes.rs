@@ -7,13 +7,14 @@ use std::fmt::Display;
 use refract_core::options::{Kind, ReflectionOptions};
 
 use crate::config::Settings;
+use crate::reflect::start::SWITCHABLE;
 
 /// Takes the settings just read, with each kind whose reflection they turn on or off (workers
-/// from or to 0) kept at the workers in force: starting and stopping a kind's reflection
-/// waits for a restart. Returns them and the kinds so kept.
+/// from or to 0) kept at the workers in force, unless it is one switched while the agent runs
+/// ([`SWITCHABLE`]): the others wait for a restart. Returns them and the kinds so kept.
 pub fn held_for_restart(in_force: &ReflectionOptions, mut read: Settings) -> (Settings, Vec<Kind>) {
     let mut held = Vec::new();
-    for kind in Kind::ALL {
+    for kind in Kind::ALL.into_iter().filter(|k| !SWITCHABLE.contains(k)) {
         let (was, is) = (in_force.kind(kind), read.options.kind(kind));
         if (was.workers == 0) != (is.workers == 0) {
             let mut kept = is;
@@ -180,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn turning_a_kind_on_or_off_is_held_and_other_changes_pass() {
+    fn turning_a_kind_on_or_off_is_held_but_for_switchable_ones_and_other_changes_pass() {
         let mut in_force = ReflectionOptions::new("origin", "provider");
         in_force.kinds.insert(
             Kind::Ingress,
@@ -191,7 +192,12 @@ mod tests {
         );
         let mut read = settings();
         read.options = in_force.clone();
-        for (kind, workers) in [(Kind::Secret, 0), (Kind::Ingress, 2), (Kind::ConfigMap, 7)] {
+        for (kind, workers) in [
+            (Kind::Secret, 0),
+            (Kind::Service, 0),
+            (Kind::PersistentVolumeClaim, 0),
+            (Kind::ConfigMap, 7),
+        ] {
             read.options.kinds.insert(
                 kind,
                 KindOptions {
@@ -201,10 +207,14 @@ mod tests {
             );
         }
         let (next, held) = held_for_restart(&in_force, read);
-        assert_eq!(held, [Kind::Secret, Kind::Ingress]);
-        let secret = next.options.kind(Kind::Secret);
-        assert_eq!((secret.policy, secret.workers), (Policy::AllowList, 3));
-        assert_eq!(next.options.kind(Kind::Ingress).workers, 0);
+        assert_eq!(held, [Kind::Service, Kind::PersistentVolumeClaim]);
+        let service = next.options.kind(Kind::Service);
+        assert_eq!((service.policy, service.workers), (Policy::AllowList, 3));
+        assert_eq!(
+            next.options.kind(Kind::Secret).workers,
+            0,
+            "switched at once"
+        );
         assert_eq!(next.options.kind(Kind::ConfigMap).workers, 7);
     }
 }

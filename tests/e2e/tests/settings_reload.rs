@@ -3,8 +3,9 @@
 //! says so); a valid change is in force within seconds with no restart: the virtual node's
 //! share of the provider, a kind's policy (what it no longer allows is withdrawn), the skip
 //! lists (reflected objects and running pods lose the label), the workers, and the offloading
-//! patch (the ShadowPod of a running pod takes it, the pod keeps running); turning a kind off
-//! is held for the next start, and the log says so.
+//! patch (the ShadowPod of a running pod takes it, the pod keeps running); Secrets turned off
+//! (withdrawn) and on again (sent anew); turning Services off is held for the next start, and
+//! the log says so.
 
 #![allow(
     clippy::unwrap_used,
@@ -100,6 +101,15 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
             busybox()
         ),
     );
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: early, namespace: tuned}\nstringData: {k: v}\n",
+    );
+    p.eventually(WAIT, "the Secret reflected", || {
+        provider_get(&p, &["-n", "tuned-origin", "secret", "early", "-o", "name"])
+    })
+    .await;
     p.eventually(WAIT, "both ConfigMaps reflected with their label", || {
         let plain = provider_labels(&p, "configmap", "plain")?;
         let allowed = provider_labels(&p, "configmap", "allowed")?;
@@ -146,11 +156,11 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     );
     assert_eq!(metric(&p.local_admin, RELOADS).await, 0.0);
 
-    // One change of the values file: share, policy, skip list, workers, events, and a kind
-    // turned off (held for the next start).
+    // One change of the values file: share, policy, skip list, workers, events, Secrets
+    // turned off (at once), and Services turned off (held for the next start).
     std::fs::write(
         &values,
-        "offloading:\n  reflection:\n    configmap: {type: AllowList, workers: 4}\n    secret: {workers: 0}\n    event: {workers: 0}\n    skip:\n      labels: [team]\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 25\n",
+        "offloading:\n  reflection:\n    configmap: {type: AllowList, workers: 4}\n    secret: {workers: 0}\n    service: {workers: 0}\n    event: {workers: 0}\n    skip:\n      labels: [team]\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 25\n",
     )
     .unwrap();
     until_virtual_cpu(&p, provider_cpu * 25 / 100).await;
@@ -186,33 +196,31 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
         "sharing percentage 50 -> 25",
         "ConfigMap policy DenyList -> AllowList",
         "ConfigMap workers 1 -> 4",
+        "Secret workers 3 -> 0",
         "Event workers 3 -> 0",
         "skipped labels +team",
     ] {
         assert!(changed.contains(said), "{said:?} missing from {changed}");
     }
     assert!(
-        !changed.contains("Secret workers"),
-        "turning Secrets off was put in force: {changed}"
+        !changed.contains("Service workers"),
+        "turning Services off was put in force: {changed}"
     );
     let held = log
         .lines()
         .find(|l| l.contains("takes effect when the agent restarts"))
         .expect("the held change is logged");
     println!("local agent: {held}");
-    assert!(held.contains("Secret"), "{held}");
+    assert!(held.contains("Service"), "{held}");
     assert!(
         log.contains("reflection workers resized"),
         "no resize logged"
     );
-    // Secrets still reflected until the next start.
-    kubectl_stdin(
-        &p.origin,
-        &["apply", "-f", "-"],
-        "apiVersion: v1\nkind: Secret\nmetadata: {name: kept, namespace: tuned}\nstringData: {k: v}\n",
-    );
-    p.eventually(WAIT, "a new Secret still reflected", || {
-        provider_get(&p, &["-n", "tuned-origin", "secret", "kept", "-o", "name"])
+    // Secrets turned off at once: the copy is withdrawn from the provider.
+    p.eventually(WAIT, "the Secret withdrawn", || {
+        provider_get(&p, &["-n", "tuned-origin", "secret", "early", "-o", "name"])
+            .is_none()
+            .then_some(())
     })
     .await;
 
@@ -260,4 +268,16 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     );
     assert_eq!(metric(&p.local_admin, RELOADS).await, 2.0);
     assert!(p.local_log().contains("offloading patch changed"));
+
+    // Secrets on again: the namespace's Secrets are sent anew.
+    std::fs::write(
+        &values,
+        "offloading:\n  reflection:\n    configmap: {type: AllowList, workers: 4}\n    secret: {workers: 2}\n    service: {workers: 0}\n    event: {workers: 0}\n    skip:\n      labels: [team]\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 25\n",
+    )
+    .unwrap();
+    p.eventually(WAIT, "the Secret reflected again", || {
+        provider_get(&p, &["-n", "tuned-origin", "secret", "early", "-o", "name"])
+    })
+    .await;
+    assert!(p.local_log().contains("reflection of the kind turned on"));
 }
