@@ -106,6 +106,9 @@ pub fn flush() {
 /// The W3C `traceparent` of `span`'s context, to send with the change; empty when the span
 /// is not exported.
 pub fn traceparent(span: &tracing::Span) -> String {
+    if span.is_disabled() {
+        return String::new();
+    }
     let context = span.context();
     if !context.span().span_context().is_valid() {
         return String::new();
