@@ -41,6 +41,7 @@ use crate::reflect::followers::Followers;
 use crate::reflect::queue::{Claimed, Latest, WorkQueue};
 use crate::settings::LiveOptions;
 use crate::throttle::Throttle;
+use tracing::Instrument as _;
 
 /// Reason shown on pods the provider refused.
 pub const DENIED_REASON: &str = "OffloadingDenied";
@@ -339,6 +340,16 @@ impl PodOffloader {
                 .await;
             return;
         }
+        // The pod's journey, exported when tracing is on (see `refract_shared::journey`).
+        let journey = tracing::trace_span!(
+            target: refract_shared::journey::TARGET,
+            parent: None,
+            "reflect",
+            kind = "Pod",
+            namespace = %key.namespace,
+            name = %key.name,
+            queued_ms = u64::try_from(claim.noticed().elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
         let options = self.options.current();
         let ctx = Context {
             options: &options,
@@ -346,7 +357,13 @@ impl PodOffloader {
             service: None,
             nodes: &refract_core::forge::NO_NODES,
         };
-        let shadow = match shadow_pod(&pod, &self.config.node_name, &ctx) {
+        let forged = {
+            let _forging =
+                tracing::trace_span!(target: refract_shared::journey::TARGET, parent: &journey, "forge")
+                    .entered();
+            shadow_pod(&pod, &self.config.node_name, &ctx)
+        };
+        let shadow = match forged {
             Ok(s) => s,
             Err(error) => {
                 tracing::warn!(namespace = %key.namespace, name = %key.name, %error, "cannot offload pod");
@@ -359,10 +376,12 @@ impl PodOffloader {
             object_json: json::to_vec(&shadow),
             origin_uid: pod.uid().unwrap_or_default(),
             awaited: false,
-            trace_parent: String::new(),
+            trace_parent: refract_shared::journey::traceparent(&journey),
         };
+        let handing = tracing::trace_span!(target: refract_shared::journey::TARGET, parent: &journey, "outbox");
         self.outbox
             .upsert(session, origin(key), upsert, claim.noticed())
+            .instrument(handing)
             .await;
     }
 

@@ -32,11 +32,6 @@ pub const POLL: Duration = Duration::from_secs(1);
 pub struct LiveOptions(watch::Receiver<Arc<ReflectionOptions>>);
 
 impl LiveOptions {
-    /// Options that never change (no file followed).
-    pub fn fixed(options: ReflectionOptions) -> Self {
-        Self(watch::channel(Arc::new(options)).1)
-    }
-
     /// The options in force now: read them once per piece of work, so that one object is
     /// forged with one version of them.
     pub fn current(&self) -> Arc<ReflectionOptions> {

@@ -1,7 +1,8 @@
 //! One change's journey traced across both agents: both run with `--otlp-endpoint` pointing
-//! at an OTLP/gRPC receiver this test serves; one ConfigMap change yields one trace holding the
-//! local agent's spans (reflect, forge, outbox, send, ack) and the remote agent's (apply,
-//! judge, write), the remote ones children of the origin's, each with its duration.
+//! at an OTLP/gRPC receiver this test serves; one ConfigMap change, and one pod offloaded to a
+//! real provider node, each yield one trace holding the local agent's spans (reflect, forge,
+//! outbox, send, ack) and the remote agent's (apply, judge, write), the remote ones children of
+//! the origin's, each with its duration.
 
 #![allow(
     clippy::unwrap_used,
@@ -19,7 +20,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use refract_e2e::{free_port, kubectl_stdin, provider_get, Peering};
+use refract_e2e::{busybox, free_port, kubectl_stdin, provider_get, Peering};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -91,8 +92,8 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
-#[tokio::test]
-async fn one_config_map_change_is_one_trace_across_both_agents() {
+/// Serves an OTLP trace receiver on a free port; returns it and the agents' flag naming it.
+async fn serve_receiver() -> (Receiver, String) {
     let receiver = Receiver::default();
     let port = free_port();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -106,36 +107,23 @@ async fn one_config_map_change_is_one_trace_across_both_agents() {
             .await
             .unwrap();
     });
-    let endpoint = format!("--otlp-endpoint=http://127.0.0.1:{port}");
-    let p = Peering::start_with_flags(false, &[&endpoint], &[&endpoint])
-        .await
-        .expect("peering");
-    p.extend("traced", "{}");
-    p.until_extended("traced", WAIT).await;
-    kubectl_stdin(
-        &p.origin,
-        &["apply", "-f", "-"],
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: followed, namespace: traced}\ndata: {k: v}\n",
-    );
-    p.eventually(WAIT, "the ConfigMap on the provider", || {
-        provider_get(
-            &p,
-            &["-n", "traced-origin", "configmap", "followed", "-o", "name"],
-        )
-    })
-    .await;
+    (receiver, format!("--otlp-endpoint=http://127.0.0.1:{port}"))
+}
 
+/// Waits for the trace of the change of origin object `kind` `name`, holding every stage of
+/// both agents, checks how its spans nest, and prints it.
+async fn the_journey(p: &Peering, receiver: &Receiver, kind: &str, name: &str) -> Vec<Received> {
     // The batch processors export within their schedule (5 s by default).
     let trace = p
         .eventually(
             WAIT,
-            "one trace of the ConfigMap with both agents' spans",
+            &format!("one trace of {kind} {name} with both agents' spans"),
             || {
                 let spans = receiver.0.lock().unwrap().clone();
                 let root = spans.iter().find(|s| {
                     s.name == "reflect"
-                        && s.attributes.get("name").map(String::as_str) == Some("followed")
-                        && s.attributes.get("kind").map(String::as_str) == Some("ConfigMap")
+                        && s.attributes.get("name").map(String::as_str) == Some(name)
+                        && s.attributes.get("kind").map(String::as_str) == Some(kind)
                 })?;
                 let trace: Vec<Received> = spans
                     .iter()
@@ -192,7 +180,7 @@ async fn one_config_map_change_is_one_trace_across_both_agents() {
         apply.attributes.get("tenant").map(String::as_str),
         Some("origin")
     );
-    println!("one trace, {} spans:", trace.len());
+    println!("{kind} {name}: one trace, {} spans:", trace.len());
     for s in &trace {
         println!(
             "  {:<22} {:<8} {:>9.3} ms  {:?}",
@@ -202,4 +190,54 @@ async fn one_config_map_change_is_one_trace_across_both_agents() {
             s.attributes
         );
     }
+    trace
+}
+
+#[tokio::test]
+async fn one_config_map_change_is_one_trace_across_both_agents() {
+    let (receiver, endpoint) = serve_receiver().await;
+    let p = Peering::start_with_flags(false, &[&endpoint], &[&endpoint])
+        .await
+        .expect("peering");
+    p.extend("traced", "{}");
+    p.until_extended("traced", WAIT).await;
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: followed, namespace: traced}\ndata: {k: v}\n",
+    );
+    p.eventually(WAIT, "the ConfigMap on the provider", || {
+        provider_get(
+            &p,
+            &["-n", "traced-origin", "configmap", "followed", "-o", "name"],
+        )
+    })
+    .await;
+    the_journey(&p, &receiver, "ConfigMap", "followed").await;
+}
+
+#[tokio::test]
+async fn an_offloaded_pod_is_one_trace_across_both_agents() {
+    let (receiver, endpoint) = serve_receiver().await;
+    let mut p = Peering::start_offloading_with(&[&endpoint])
+        .await
+        .expect("peering");
+    p.restart_remote_with(endpoint).await;
+    p.until_node_ready(WAIT).await;
+    p.extend("traced", "{podOffloadingStrategy: Remote}");
+    p.until_extended("traced", WAIT).await;
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: runner, namespace: traced}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers: [{{name: c, image: \"{}\", command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 1; done']}}]\n",
+            busybox()
+        ),
+    );
+    let trace = the_journey(&p, &receiver, "Pod", "runner").await;
+    let apply = trace.iter().find(|s| s.name == "apply").unwrap();
+    assert_eq!(
+        apply.attributes.get("kind").map(String::as_str),
+        Some("ShadowPod")
+    );
 }
