@@ -357,15 +357,14 @@ fn trace_answer(answer: &Answer) {
     let (Some(journey), Some(times)) = (&answer.journey, answer.times) else {
         return;
     };
-    let millis =
-        |since: std::time::Instant| u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+    use refract_shared::journey::millis_since;
     let span = tracing::trace_span!(
         target: refract_shared::journey::TARGET,
         parent: None,
         "ack",
         outcome = answer.outcome.as_str_name(),
-        since_sent_ms = millis(times.sent),
-        since_noticed_ms = millis(times.noticed),
+        since_sent_ms = millis_since(times.sent),
+        since_noticed_ms = millis_since(times.noticed),
     );
     refract_shared::journey::continue_from(&span, journey);
 }

@@ -348,7 +348,7 @@ impl PodOffloader {
             kind = "Pod",
             namespace = %key.namespace,
             name = %key.name,
-            queued_ms = u64::try_from(claim.noticed().elapsed().as_millis()).unwrap_or(u64::MAX),
+            queued_ms = refract_shared::journey::millis_since(claim.noticed()),
         );
         let options = self.options.current();
         let ctx = Context {

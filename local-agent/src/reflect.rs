@@ -359,7 +359,7 @@ impl<K: Reflectable> Reflector<K> {
             kind = K::KIND.kind(),
             namespace = %key.namespace,
             name = %key.name,
-            queued_ms = u64::try_from(claim.noticed().elapsed().as_millis()).unwrap_or(u64::MAX),
+            queued_ms = refract_shared::journey::millis_since(claim.noticed()),
         );
         let forged = obj.as_ref().map(|obj| {
             let _forging =

@@ -235,10 +235,10 @@ impl Applier {
         // controller binds a claim in several writes), and a write that changes nothing
         // answers with that later version. One read per restore, which are few.
         let resend = match resend {
-            Some((drift, Some(left))) => match self.current_version(&key).await {
-                Ok(now) => Some((drift, now.or(Some(left)))),
-                Err(_) => Some((drift, Some(left))),
-            },
+            Some((drift, Some(left))) => {
+                let now = self.current_version(&key).await.ok().flatten();
+                Some((drift, now.or(Some(left))))
+            }
             other => other,
         };
         let written = self

@@ -94,6 +94,11 @@ where
     ))
 }
 
+/// Whole milliseconds since `since`, a span attribute.
+pub fn millis_since(since: std::time::Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Exports what is still buffered; call once, at exit, outside the async runtime.
 pub fn flush() {
     if let Some(provider) = PROVIDER.get() {

@@ -55,6 +55,31 @@ fn provider_labels(p: &Peering, what: &str, name: &str) -> Option<serde_json::Va
     Some(object["metadata"]["labels"].clone())
 }
 
+/// The provider pod `steady`'s phase and UID; `None` while it does not exist.
+fn provider_pod(p: &Peering) -> Option<(String, String)> {
+    let out = provider_get(
+        p,
+        &[
+            "-n",
+            "tuned-origin",
+            "pod",
+            "steady",
+            "-o",
+            "jsonpath={.status.phase} {.metadata.uid}",
+        ],
+    )?;
+    let (phase, uid) = out.split_once(' ')?;
+    Some((phase.to_string(), uid.to_string()))
+}
+
+/// The values file after the change: 25 %, ConfigMaps AllowList with 4 workers, Services off
+/// (held), events off, label `team` skipped, and Secrets with `secret_workers`.
+fn changed_values(secret_workers: u32) -> String {
+    format!(
+        "offloading:\n  reflection:\n    configmap: {{type: AllowList, workers: 4}}\n    secret: {{workers: {secret_workers}}}\n    service: {{workers: 0}}\n    event: {{workers: 0}}\n    skip:\n      labels: [team]\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 25\n"
+    )
+}
+
 #[tokio::test]
 async fn reflection_settings_and_the_offloading_patch_change_while_the_local_agent_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -118,19 +143,8 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     .await;
     let pod_uid = p
         .eventually(WAIT, "the pod Running on the provider", || {
-            let out = provider_get(
-                &p,
-                &[
-                    "-n",
-                    "tuned-origin",
-                    "pod",
-                    "steady",
-                    "-o",
-                    "jsonpath={.status.phase} {.metadata.uid}",
-                ],
-            )?;
-            let (phase, uid) = out.split_once(' ')?;
-            (phase == "Running").then(|| uid.to_string())
+            let (phase, uid) = provider_pod(&p)?;
+            (phase == "Running").then_some(uid)
         })
         .await;
 
@@ -158,11 +172,7 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
 
     // One change of the values file: share, policy, skip list, workers, events, Secrets
     // turned off (at once), and Services turned off (held for the next start).
-    std::fs::write(
-        &values,
-        "offloading:\n  reflection:\n    configmap: {type: AllowList, workers: 4}\n    secret: {workers: 0}\n    service: {workers: 0}\n    event: {workers: 0}\n    skip:\n      labels: [team]\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 25\n",
-    )
-    .unwrap();
+    std::fs::write(&values, changed_values(0)).unwrap();
     until_virtual_cpu(&p, provider_cpu * 25 / 100).await;
     p.eventually(
         WAIT,
@@ -249,32 +259,17 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
         })
         .await;
     println!("ShadowPod tolerations after the patch changed: {tolerations}");
-    let after = provider_get(
-        &p,
-        &[
-            "-n",
-            "tuned-origin",
-            "pod",
-            "steady",
-            "-o",
-            "jsonpath={.status.phase} {.metadata.uid}",
-        ],
-    )
-    .expect("the provider pod");
+    let after = provider_pod(&p).expect("the provider pod");
     assert_eq!(
         after,
-        format!("Running {pod_uid}"),
+        ("Running".to_string(), pod_uid),
         "the running pod was replaced"
     );
     assert_eq!(metric(&p.local_admin, RELOADS).await, 2.0);
     assert!(p.local_log().contains("offloading patch changed"));
 
     // Secrets on again: the namespace's Secrets are sent anew.
-    std::fs::write(
-        &values,
-        "offloading:\n  reflection:\n    configmap: {type: AllowList, workers: 4}\n    secret: {workers: 2}\n    service: {workers: 0}\n    event: {workers: 0}\n    skip:\n      labels: [team]\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 25\n",
-    )
-    .unwrap();
+    std::fs::write(&values, changed_values(2)).unwrap();
     p.eventually(WAIT, "the Secret reflected again", || {
         provider_get(&p, &["-n", "tuned-origin", "secret", "early", "-o", "name"])
     })
