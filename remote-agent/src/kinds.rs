@@ -53,6 +53,21 @@ impl Allowed {
         }
     }
 
+    /// Labels every tenant object of this kind carries besides the origin and destination
+    /// ones, stamped by the judge, so that the agent's watches tell them from objects others
+    /// made in the twin namespaces. The provider's EndpointSlice controller copies a
+    /// Service's labels (Refract's included) onto the slices it makes for the pods running
+    /// there: only the managed-by label tells a reflected slice from those.
+    pub fn own_labels(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Allowed::Reflected(Kind::EndpointSlice) => &[(
+                refract_core::keys::ENDPOINTSLICE_MANAGED_BY_LABEL,
+                refract_core::forge::endpointslice::MANAGED_BY_REFRACT,
+            )],
+            _ => &[],
+        }
+    }
+
     /// The Kubernetes kind.
     pub fn kind(self) -> &'static str {
         match self {

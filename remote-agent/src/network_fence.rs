@@ -32,6 +32,11 @@ pub struct NetworkFence {
     /// Namespaces, each by a set of labels, whose pods may reach the tenant's pods besides
     /// the tenant's own: the provider's ingress controller, say.
     pub ingress_from_namespaces: Vec<BTreeMap<String, String>>,
+    /// Ranges outside the provider's cluster whose traffic may reach the tenant's pods: the
+    /// origin's pods as the network fabric presents them here (the range the origin's
+    /// `--remap` maps its pod range into), so that the origin's clients reach its offloaded
+    /// Services' endpoints. Empty: nothing from outside the cluster gets in.
+    pub ingress_allowed: Vec<IpNet>,
     /// Where the tenant's pods resolve names: the namespace and pod labels of the provider's
     /// DNS (port 53, UDP and TCP). The default is pods labelled `k8s-app: kube-dns` (CoreDNS)
     /// in any namespace, which works on every Kubernetes version; narrow it with
@@ -51,6 +56,7 @@ impl Default for NetworkFence {
         Self {
             enabled: true,
             ingress_from_namespaces: Vec::new(),
+            ingress_allowed: Vec::new(),
             dns: DnsPeer::default(),
             egress_allowed: Vec::new(),
             egress_denied: Vec::new(),
@@ -96,6 +102,12 @@ pub fn network_policy(
             .ingress_from_namespaces
             .iter()
             .map(|labels| json!({"namespaceSelector": {"matchLabels": labels}})),
+    );
+    from.extend(
+        fence
+            .ingress_allowed
+            .iter()
+            .map(|net| json!({"ipBlock": {"cidr": net.trunc().to_string()}})),
     );
     let dns_ports = json!([{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]);
     let mut egress = vec![
@@ -225,6 +237,7 @@ mod tests {
         let tenant = ClusterId::parse("shop").unwrap();
         let fence = NetworkFence {
             ingress_from_namespaces: vec![[("team".to_string(), "ingress".to_string())].into()],
+            ingress_allowed: vec![net("10.121.7.0/16")],
             egress_allowed: vec![net("10.10.0.0/24")],
             ..Default::default()
         };
@@ -232,6 +245,11 @@ mod tests {
         assert_eq!(
             policy["spec"]["ingress"][0]["from"][1],
             json!({"namespaceSelector": {"matchLabels": {"team": "ingress"}}})
+        );
+        assert_eq!(
+            policy["spec"]["ingress"][0]["from"][2],
+            json!({"ipBlock": {"cidr": "10.121.0.0/16"}}),
+            "the origin's pods, as the fabric presents them"
         );
         assert_eq!(
             policy["spec"]["egress"][3],

@@ -414,7 +414,10 @@ pub fn spawn(
         }
         // An Api of partial objects asks for metadata only.
         let api: Api<Meta> = Api::all_with(client.clone(), &resource);
-        let selector = format!("{DESTINATION_LABEL}={provider}");
+        let selector = std::iter::once(format!("{DESTINATION_LABEL}={provider}"))
+            .chain(kind.own_labels().iter().map(|(k, v)| format!("{k}={v}")))
+            .collect::<Vec<_>>()
+            .join(",");
         let config = watcher::Config::default().labels(&selector);
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
         tokio::spawn(async move {

@@ -556,7 +556,7 @@ mod tests {
     #[test]
     fn a_tenants_network_fence_overrides_the_defaults_field_by_field() {
         let policies = Policies::parse(
-            "defaults:\n  network: {egressDenied: [10.50.0.0/16]}\ntenants:\n  lab:\n    network: {enabled: false}\n  shop:\n    network: {ingressFromNamespaces: [{team: ingress}]}\n",
+            "defaults:\n  network: {egressDenied: [10.50.0.0/16]}\ntenants:\n  lab:\n    network: {enabled: false}\n  shop:\n    network: {ingressFromNamespaces: [{team: ingress}], ingressAllowed: [10.121.0.0/16]}\n",
             TenantPolicy::default(),
         )
         .unwrap();
@@ -569,6 +569,10 @@ mod tests {
             ["10.50.0.0/16".parse::<IpNet>().unwrap()]
         );
         assert_eq!(shop.ingress_from_namespaces[0]["team"], "ingress");
+        assert_eq!(
+            shop.ingress_allowed,
+            ["10.121.0.0/16".parse::<IpNet>().unwrap()]
+        );
         let e = Policies::parse(
             "tenants: {a: {network: {egressDenied: [nope]}}}\n",
             TenantPolicy::default(),

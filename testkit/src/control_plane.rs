@@ -42,6 +42,8 @@ pub struct Options {
     pub etcd_parent: Option<PathBuf>,
     /// More kube-apiserver flags, after the usual ones (a later flag wins).
     pub apiserver_args: Vec<String>,
+    /// The controller manager fills EndpointSlices ([`Options::with_endpoint_slices`]).
+    pub endpoint_slices: bool,
 }
 
 impl Options {
@@ -56,6 +58,7 @@ impl Options {
             node: None,
             etcd_parent: std::env::var_os("REFRACT_ETCD_PARENT").map(PathBuf::from),
             apiserver_args: Vec::new(),
+            endpoint_slices: false,
         }
     }
 
@@ -101,6 +104,7 @@ impl Options {
             pause_image: crate::images::reference(&catalog, "pause")?,
             registry,
             own_network: false,
+            proxies_endpoint_slices: false,
         });
         Ok(self.with_controllers())
     }
@@ -112,6 +116,22 @@ impl Options {
         if let Some(node) = &mut self.node {
             node.own_network = true;
         }
+        self
+    }
+
+    /// EndpointSlices as a cluster of Kubernetes 1.21 or later has them: the controller
+    /// manager's EndpointSlice controller fills them for every Service with a selector, and the
+    /// node's kube-proxy (with [`Options::with_own_network`]) routes Services by them, so a
+    /// slice written by someone else (Refract's reflection) routes too. The 1.20 controller and
+    /// kube-proxy speak `discovery.k8s.io/v1beta1`, so the shim serves its objects as v1beta1
+    /// as well, unconverted: the two versions agree on every field both read (addresses,
+    /// `conditions.ready`, ports, the service-name label); a slice the controller writes
+    /// carries its node in v1beta1's `topology` rather than v1's `nodeName`. One difference
+    /// shows: the 1.20 controller fills a Service's first, empty slice with an update without a
+    /// resourceVersion, which a built-in type allows and a CRD refuses, so create a Service
+    /// once some of its pods are ready.
+    pub fn with_endpoint_slices(mut self) -> Self {
+        self.endpoint_slices = true;
         self
     }
 
@@ -376,11 +396,16 @@ impl ControlPlane {
             }
             return Err(e);
         }
-        crate::control_plane::install_endpointslice_shim(&cp.client().await?).await?;
+        install_endpointslice_shim(&cp.client().await?, options.endpoint_slices).await?;
         grant_kubelet_api(&cp.client().await?).await?;
 
         if options.controller_manager {
             let kc = cp.kubeconfig.display().to_string();
+            let controllers = if options.endpoint_slices {
+                "*,-endpointslicemirroring,-nodeipam"
+            } else {
+                "*,-endpointslice,-endpointslicemirroring,-nodeipam"
+            };
             cp.spawn(
                 "kube-controller-manager",
                 &binary("kube-controller-manager")?,
@@ -392,7 +417,9 @@ impl ControlPlane {
                     "--port=0".into(),
                     format!("--secure-port={}", free_port()?),
                     "--leader-elect=false".into(),
-                    "--controllers=*,-endpointslice,-endpointslicemirroring,-nodeipam".into(),
+                    format!("--controllers={controllers}"),
+                    // The EndpointSlice shim is a CRD, which reads JSON only.
+                    "--kube-api-content-type=application/json".into(),
                     format!("--service-account-private-key-file={}", p("sa.key")),
                     format!("--root-ca-file={}", p("ca.crt")),
                     "--use-service-account-credentials=false".into(),
@@ -423,7 +450,11 @@ impl ControlPlane {
                 kube_proxy_token: &kube_proxy_token,
             };
             let client = cp.client().await?;
-            match RealNode::start(&dir.join("node"), &access, node_options, &client).await {
+            let node_options = NodeOptions {
+                proxies_endpoint_slices: options.endpoint_slices,
+                ..node_options.clone()
+            };
+            match RealNode::start(&dir.join("node"), &access, &node_options, &client).await {
                 Ok(node) => cp.node = Some(node),
                 Err(e) => {
                     cp.stop_children().await;
@@ -571,8 +602,18 @@ async fn grant_kubelet_api(client: &kube::Client) -> anyhow::Result<()> {
 ///
 /// 1.20 only serves v1beta1 (switched off with `--runtime-config`); the CRD lets the agents use
 /// the v1 API they use against current clusters, with the same server-side apply and watch
-/// semantics.
-pub async fn install_endpointslice_shim(client: &kube::Client) -> anyhow::Result<()> {
+/// semantics. With `also_v1beta1` it serves the same objects as v1beta1 too, for the 1.20
+/// controller manager and kube-proxy (see [`Options::with_endpoint_slices`]).
+pub async fn install_endpointslice_shim(
+    client: &kube::Client,
+    also_v1beta1: bool,
+) -> anyhow::Result<()> {
+    let schema = serde_json::json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    let mut versions =
+        vec![serde_json::json!({"name": "v1", "served": true, "storage": true, "schema": schema})];
+    if also_v1beta1 {
+        versions.push(serde_json::json!({"name": "v1beta1", "served": true, "storage": false, "schema": schema}));
+    }
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -584,10 +625,7 @@ pub async fn install_endpointslice_shim(client: &kube::Client) -> anyhow::Result
             "group": "discovery.k8s.io",
             "scope": "Namespaced",
             "names": {"plural": "endpointslices", "singular": "endpointslice", "kind": "EndpointSlice", "listKind": "EndpointSliceList"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
-            }]
+            "versions": versions
         }
     }))?;
     install_crd(client, crd).await

@@ -65,6 +65,9 @@ pub struct NodeOptions {
     pub registry: Option<SocketAddr>,
     /// A network namespace of the node's own, with kube-proxy (see the module documentation).
     pub own_network: bool,
+    /// kube-proxy reads EndpointSlices rather than Endpoints (see
+    /// [`crate::Options::with_endpoint_slices`]).
+    pub proxies_endpoint_slices: bool,
 }
 
 /// A running node. Dropping it stops everything and removes what it made on the machine.
@@ -137,7 +140,7 @@ impl RealNode {
         }
         node.start_kubelet(cluster, &options.pause_image)?;
         if node.network.is_some() {
-            node.start_kube_proxy(cluster, options.pod_range)?;
+            node.start_kube_proxy(cluster, options.pod_range, options.proxies_endpoint_slices)?;
         }
         node.wait_ready(client).await?;
         tracing::info!(
@@ -331,15 +334,17 @@ state = "{state}"
         Ok(path)
     }
 
-    /// kube-proxy in iptables mode, in the node's own network. It reads Endpoints, not
-    /// EndpointSlices: testkit's clusters serve EndpointSlices from a shim no controller fills
-    /// (see `install_endpointslice_shim`). It leaves the conntrack table's sysctls alone
+    /// kube-proxy in iptables mode, in the node's own network. It reads Endpoints unless
+    /// `slices`: testkit's clusters serve EndpointSlices from a shim that only a cluster
+    /// started [`crate::Options::with_endpoint_slices`] fills (see
+    /// `install_endpointslice_shim`). It leaves the conntrack table's sysctls alone
     /// (machine-wide ones are not writable from a namespace) and its OOM score too (these
     /// machines lack CAP_SYS_RESOURCE).
     fn start_kube_proxy(
         &mut self,
         cluster: &ClusterAccess<'_>,
         cluster_cidr: Ipv4Net,
+        slices: bool,
     ) -> anyhow::Result<()> {
         let kubeconfig =
             self.write_kubeconfig("kube-proxy.kubeconfig", cluster, cluster.kube_proxy_token)?;
@@ -350,7 +355,9 @@ state = "{state}"
             format!("--hostname-override={NODE_NAME}"),
             format!("--cluster-cidr={cluster_cidr}"),
             "--proxy-mode=iptables".into(),
-            "--feature-gates=EndpointSliceProxying=false".into(),
+            format!("--feature-gates=EndpointSliceProxying={slices}"),
+            // The EndpointSlice shim is a CRD, which speaks JSON only.
+            "--kube-api-content-type=application/json".into(),
             "--conntrack-max-per-core=0".into(),
             "--conntrack-tcp-timeout-established=0".into(),
             "--conntrack-tcp-timeout-close-wait=0".into(),

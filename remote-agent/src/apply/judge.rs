@@ -97,6 +97,9 @@ impl Judge<'_> {
         }
         labels[ORIGIN_LABEL] = self.tenant.as_str().into();
         labels[DESTINATION_LABEL] = self.provider.as_str().into();
+        for (key, value) in kind.own_labels() {
+            labels[*key] = (*value).into();
+        }
         if kind == Allowed::Namespace {
             labels[TENANT_NAMESPACE_LABEL] = self.tenant.as_str().into();
             labels[PSA_ENFORCE_LABEL] = self.policy.pod_security.as_str().into();

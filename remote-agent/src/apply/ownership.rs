@@ -24,7 +24,9 @@ impl Applier {
     }
 
     /// Whether an object of `kind` with `meta` is `tenant`'s: a namespace by its tenant label,
-    /// anything else by its origin and destination labels.
+    /// anything else by its origin and destination labels and the kind's own
+    /// ([`Allowed::own_labels`]: a slice the provider's controller made for a reflected
+    /// Service carries the Service's labels, and is not the tenant's).
     pub(super) fn owns(&self, tenant: &ClusterId, kind: Allowed, meta: &ObjectMeta) -> bool {
         match kind {
             Allowed::Namespace => {
@@ -34,7 +36,16 @@ impl Applier {
                     .map(String::as_str)
                     == Some(tenant.as_str())
             }
-            _ => self.is_ours(tenant, meta),
+            _ => {
+                self.is_ours(tenant, meta)
+                    && kind.own_labels().iter().all(|(key, value)| {
+                        meta.labels
+                            .as_ref()
+                            .and_then(|l| l.get(*key))
+                            .map(String::as_str)
+                            == Some(*value)
+                    })
+            }
         }
     }
 

@@ -207,3 +207,57 @@ async fn a_changed_policy_judges_again_what_is_kept_whole() {
         refused[0].1
     );
 }
+
+/// An EndpointSlice as the tenant sends it, claiming the provider controller's managed-by.
+fn endpoint_slice(ns: &str, name: &str, managed_by: &str) -> Value {
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": managed_by}}, "addressType": "IPv4", "endpoints": [{"addresses": ["10.50.0.7"]}]})
+}
+
+#[tokio::test]
+async fn a_slice_the_providers_controller_made_is_not_the_tenants_and_a_tenants_slice_is_refracts()
+{
+    // The provider's EndpointSlice controller copied the reflected Service's labels, the
+    // tenant's origin label among them, onto a slice of its own.
+    let mut controllers = endpoint_slice("shop", "web-x7k2p", "endpointslice-controller.k8s.io");
+    controllers["metadata"]["labels"]["offloading.refract.io/origin"] = json!("tenant-a");
+    controllers["metadata"]["labels"]["offloading.refract.io/destination"] = json!("provider");
+    let (client, log) = provider(vec![
+        (
+            Method::GET,
+            "/api/v1/namespaces/shop",
+            200,
+            namespace("shop", "tenant-a"),
+        ),
+        (
+            Method::PATCH,
+            "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/web-x7k2p",
+            409,
+            conflict(),
+        ),
+        (
+            Method::GET,
+            "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/web-x7k2p",
+            200,
+            controllers,
+        ),
+    ]);
+    let a = applier(client);
+    let sent = endpoint_slice("shop", "web-x7k2p", "endpointslice-controller.k8s.io");
+    let result = a.apply(&tenant(), &upsert(&sent)).await;
+    assert!(matches!(result, Err(ApplyError::Conflict(_))), "{result:?}");
+    // What the tenant asked to create is labelled as Refract's, whatever it claimed.
+    let created = crate::mock_api::bodies(
+        &log,
+        Method::PATCH,
+        "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/web-x7k2p",
+    );
+    assert_eq!(
+        created[0]["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+        json!("endpointslice.reflection.refract.io")
+    );
+    assert_eq!(
+        writes(&log).len(),
+        1,
+        "only the create that cannot take over"
+    );
+}

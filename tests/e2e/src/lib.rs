@@ -420,6 +420,24 @@ impl Peering {
 
     /// Like [`Peering::start_offloading`], with extra local agent flags.
     pub async fn start_offloading_with(extra: &[&str]) -> anyhow::Result<Self> {
+        let provider = Options::named("provider").with_node(PROVIDER_POD_RANGE, &[])?;
+        let origin = Options::named("origin").with_controllers();
+        let remap = format!("--remote-pod-remap={POD_REMAP}");
+        let flags: Vec<&str> = std::iter::once(remap.as_str())
+            .chain(extra.iter().copied())
+            .collect();
+        Self::start_offloading_on(origin, provider, &flags, &[]).await
+    }
+
+    /// What [`Peering::start_offloading`] sets up, on clusters started as `origin` and
+    /// `provider` say (the provider's with a node), with extra local agent flags (the
+    /// provider's pod range, or how it is remapped, among them) and remote agent flags.
+    pub async fn start_offloading_on(
+        origin: Options,
+        provider: Options,
+        extra: &[&str],
+        remote_flags: &[&str],
+    ) -> anyhow::Result<Self> {
         let dir_probe = tempfile::tempdir()?;
         let webhook_port = free_port();
         // The webhook certificate is minted before the local agent starts.
@@ -435,7 +453,6 @@ impl Peering {
             format!("--webhook-cert={}", wh.join("tls.crt").display()),
             format!("--webhook-key={}", wh.join("tls.key").display()),
             format!("--node-ip={NODE_IP}"),
-            format!("--remote-pod-remap={POD_REMAP}"),
             "--health-check-interval=1s".into(),
             "--health-failure-threshold=5".into(),
         ];
@@ -444,9 +461,7 @@ impl Peering {
             .map(String::as_str)
             .chain(extra.iter().copied())
             .collect();
-        let provider = Options::named("provider").with_node(PROVIDER_POD_RANGE, &[])?;
-        let origin = Options::named("origin").with_controllers();
-        let mut p = Self::start_on(origin, provider, &refs, &[]).await?;
+        let mut p = Self::start_on(origin, provider, &refs, remote_flags).await?;
         p.webhook_port = Some(webhook_port);
         let ca = std::fs::read(dir_probe.path().join("ca/ca.crt"))?;
         use base64::Engine;
