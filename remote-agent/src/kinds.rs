@@ -68,6 +68,11 @@ impl Allowed {
         }
     }
 
+    /// Whether `key` is one of [`Allowed::own_labels`] of any kind.
+    pub fn is_own_label(key: &str) -> bool {
+        Self::all().any(|kind| kind.own_labels().iter().any(|(k, _)| *k == key))
+    }
+
     /// The Kubernetes kind.
     pub fn kind(self) -> &'static str {
         match self {

@@ -119,17 +119,14 @@ impl Options {
         self
     }
 
-    /// EndpointSlices as a cluster of Kubernetes 1.21 or later has them: the controller
-    /// manager's EndpointSlice controller fills them for every Service with a selector, and the
-    /// node's kube-proxy (with [`Options::with_own_network`]) routes Services by them, so a
-    /// slice written by someone else (Refract's reflection) routes too. The 1.20 controller and
-    /// kube-proxy speak `discovery.k8s.io/v1beta1`, so the shim serves its objects as v1beta1
-    /// as well, unconverted: the two versions agree on every field both read (addresses,
-    /// `conditions.ready`, ports, the service-name label); a slice the controller writes
-    /// carries its node in v1beta1's `topology` rather than v1's `nodeName`. One difference
-    /// shows: the 1.20 controller fills a Service's first, empty slice with an update without a
-    /// resourceVersion, which a built-in type allows and a CRD refuses, so create a Service
-    /// once some of its pods are ready.
+    /// EndpointSlices as a cluster of Kubernetes 1.21 or later has them: every Service's
+    /// endpoints are in EndpointSlices ([`crate::endpointslice_mirror`] writes them from the
+    /// Endpoints the controller manager fills), and the node's kube-proxy (with
+    /// [`Options::with_own_network`]) routes Services by them, so a slice written by someone
+    /// else (Refract's reflection) routes too. The 1.20 kube-proxy reads
+    /// `discovery.k8s.io/v1beta1`, so the shim serves its objects as v1beta1 as well,
+    /// unconverted: the two versions agree on every field kube-proxy reads (addresses,
+    /// `conditions.ready`, ports, the service-name label).
     pub fn with_endpoint_slices(mut self) -> Self {
         self.endpoint_slices = true;
         self
@@ -155,6 +152,7 @@ pub struct ControlPlane {
     children: Vec<(String, Child)>,
     _tmp: Option<tempfile::TempDir>,
     _etcd_tmp: Option<tempfile::TempDir>,
+    _slices: Option<crate::endpointslice_mirror::Mirror>,
 }
 
 /// Where the Kubernetes binaries are.
@@ -317,6 +315,7 @@ impl ControlPlane {
             children: Vec::new(),
             _tmp: tmp,
             _etcd_tmp: etcd_tmp,
+            _slices: None,
         };
 
         let etcd_port = free_port()?;
@@ -401,11 +400,6 @@ impl ControlPlane {
 
         if options.controller_manager {
             let kc = cp.kubeconfig.display().to_string();
-            let controllers = if options.endpoint_slices {
-                "*,-endpointslicemirroring,-nodeipam"
-            } else {
-                "*,-endpointslice,-endpointslicemirroring,-nodeipam"
-            };
             cp.spawn(
                 "kube-controller-manager",
                 &binary("kube-controller-manager")?,
@@ -417,14 +411,20 @@ impl ControlPlane {
                     "--port=0".into(),
                     format!("--secure-port={}", free_port()?),
                     "--leader-elect=false".into(),
-                    format!("--controllers={controllers}"),
-                    // The EndpointSlice shim is a CRD, which reads JSON only.
-                    "--kube-api-content-type=application/json".into(),
+                    // The 1.20 EndpointSlice controllers cannot fill the shim (see
+                    // `endpointslice_mirror`).
+                    "--controllers=*,-endpointslice,-endpointslicemirroring,-nodeipam".into(),
                     format!("--service-account-private-key-file={}", p("sa.key")),
                     format!("--root-ca-file={}", p("ca.crt")),
                     "--use-service-account-credentials=false".into(),
                 ],
             )?;
+        }
+        if options.endpoint_slices {
+            cp._slices = Some(crate::endpointslice_mirror::Mirror::start(
+                cp.client().await?,
+                &options.name,
+            )?);
         }
         if options.scheduler {
             let kc = cp.kubeconfig.display().to_string();

@@ -23,6 +23,7 @@
     reason = "test and benchmark harness: a panic is how it reports a failed step"
 )]
 pub mod control_plane;
+pub mod endpointslice_mirror;
 pub mod fabric;
 pub mod fake_cert_manager;
 pub mod fake_kubelet;

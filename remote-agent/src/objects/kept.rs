@@ -35,10 +35,11 @@ type Pairs = Box<[(Box<str>, Box<str>)]>;
 
 /// Whether a label or annotation is one the agent reads back: every one it reads (origin,
 /// destination, tenant, service account; the desired and origin hashes, the original name,
-/// tenant removal) is under a `refract.io/` prefix. The origin's own labels and annotations,
+/// tenant removal) is under a `refract.io/` prefix, and the labels that tell a kind's tenant
+/// objects from others' ([`Allowed::own_labels`]). The origin's own labels and annotations,
 /// copied onto the object, are never read from the store.
 fn read_back(key: &str) -> bool {
-    key.contains("refract.io/")
+    key.contains("refract.io/") || Allowed::is_own_label(key)
 }
 
 fn pairs(map: Option<&std::collections::BTreeMap<String, String>>) -> Pairs {
@@ -178,6 +179,10 @@ mod tests {
                 (ORIGIN_LABEL.into(), "origin".into()),
                 (DESTINATION_LABEL.into(), "provider".into()),
                 ("app".into(), "shop".into()),
+                (
+                    "endpointslice.kubernetes.io/managed-by".into(),
+                    "endpointslice.reflection.refract.io".into(),
+                ),
             ])),
             annotations: Some(BTreeMap::from([
                 (DESIRED_HASH_ANNOTATION.into(), "abc".into()),
@@ -206,7 +211,12 @@ mod tests {
             Some(BTreeMap::from([
                 (ORIGIN_LABEL.into(), "origin".into()),
                 (DESTINATION_LABEL.into(), "provider".into()),
-            ]))
+                (
+                    "endpointslice.kubernetes.io/managed-by".into(),
+                    "endpointslice.reflection.refract.io".into(),
+                ),
+            ])),
+            "the agent's keys, and the label that tells a reflected slice from the provider's own"
         );
         assert_eq!(
             m.annotations,

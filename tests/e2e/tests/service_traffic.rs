@@ -131,9 +131,6 @@ async fn services_route_across_the_clusters_both_ways() {
     let (frontdesk_ip, frontdesk_node) = running(&p, "frontdesk").await;
     println!("origin: backend {backend_ip} on {backend_node}, frontdesk {frontdesk_ip} on {frontdesk_node}");
     assert_eq!(backend_node, "refract-provider", "backend is offloaded");
-    // The Services come once their pods are ready: the 1.20 EndpointSlice controller fills a
-    // Service's first, empty slice with an update the shim refuses (see
-    // `Options::with_endpoint_slices`).
     kubectl_stdin(
         &p.origin,
         &["apply", "-f", "-"],
@@ -269,6 +266,39 @@ async fn services_route_across_the_clusters_both_ways() {
     assert!(
         frontdesk_log.contains(&backend_seen),
         "the origin pod sees the offloaded client as {backend_seen}: {frontdesk_log}"
+    );
+
+    // The provider's own slices for the reflected Services carry their labels, the tenant's
+    // among them: they are not the tenant's, and its quota counts only the reflected ones.
+    let slices = kubectl_get(
+        &p.provider,
+        &[
+            "-n",
+            twin,
+            "endpointslices.v1.discovery.k8s.io",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.endpointslice\\.kubernetes\\.io/managed-by}{\"\\n\"}{end}",
+        ],
+    )
+    .unwrap();
+    println!("EndpointSlices in {twin} on the provider:\n{slices}");
+    let reflected_slices = slices
+        .lines()
+        .filter(|l| l.ends_with("endpointslice.reflection.refract.io"))
+        .count();
+    assert_eq!(reflected_slices, 2, "backend's and frontdesk's, reflected");
+    assert!(
+        slices.lines().count() > reflected_slices,
+        "the provider made slices of its own for the reflected Services"
+    );
+    let counted = refract_e2e::metric(
+        &p.remote_admin,
+        r#"refract_remote_tenant_usage{tenant="origin",resource="objects/EndpointSlice"}"#,
+    )
+    .await;
+    assert_eq!(
+        counted, 2.0,
+        "the tenant's EndpointSlices, as its quota counts them"
     );
 
     // Both connections as the tenant's fence on the provider judges them (the test nodes'
