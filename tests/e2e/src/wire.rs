@@ -94,6 +94,12 @@ impl Wire {
         self.tx.clone()
     }
 
+    /// The next message the remote agent sends on this stream, for a client that pipelines
+    /// its requests through [`Wire::sender`]; `None` once the remote agent closed the stream.
+    pub async fn next_message(&mut self) -> anyhow::Result<Option<RemoteMessage>> {
+        Ok(self.inbound.message().await?)
+    }
+
     /// Sends `object` (a whole Kubernetes object) as an Upsert and waits for its Ack.
     pub async fn upsert(&mut self, object: &serde_json::Value) -> anyhow::Result<Answer> {
         self.upsert_bytes(object_ref(object), serde_json::to_vec(object)?)

@@ -1,0 +1,378 @@
+//! `wire-tenants-bench`: one remote agent serving many tenants, each a synthetic origin that
+//! speaks the wire itself with a client certificate of its own (issue 53, point 4: "100
+//! tenants on one remote agent ... synthetic origins are fine").
+//!
+//! A provider control plane and the remote agent (release builds, the peering's flags, the
+//! per-address connection limit raised: every tenant dials from 127.0.0.1). Each tenant opens
+//! one stream, has its twin namespace written, then:
+//!
+//! - **Burst**: every tenant sends its ConfigMaps at once, one request in flight per tenant,
+//!   each answered before the next (the remote agent writes them all the same way a local
+//!   agent's would be written). Aggregate throughput and each tenant's completion.
+//! - **Steady**: every tenant rewrites its objects at an even share of a fixed aggregate rate;
+//!   each request's latency is from sending it to the remote agent's `Applied` answer (the
+//!   provider write done). Each tenant's p50 and p99, and fairness: the worst tenant's p99
+//!   against the median tenant's (goal: at most 1.5).
+//! - **A noisy neighbour**: the same steady load again while one more tenant pipelines a
+//!   burst of its own (every request sent without waiting, answers read as they come). Each
+//!   quiet tenant's p99 against its own quiet-phase p99 (goal: no tenant above 2x).
+//! - The remote agent's resident memory with no tenant, every tenant connected, and every
+//!   tenant's objects written: per connected tenant and per object.
+//!
+//! It starts and stops everything itself.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test and benchmark harness: a panic is how it reports a failed step"
+)]
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use futures::future::try_join_all;
+use refract_bench::stats::{ms, percentile};
+use refract_e2e::wire::{upsert_message, Wire};
+use refract_e2e::{Agent, Peering};
+use refract_testkit::procfs::{cpu_seconds, rss_bytes};
+use refract_wire::proto::{remote_message, Outcome};
+use serde_json::{json, Value};
+
+/// Measures one remote agent serving many synthetic tenants.
+#[derive(Debug, Parser)]
+#[command(name = "wire-tenants-bench", version)]
+struct Args {
+    /// Tenants, each with its own certificate and stream.
+    #[arg(long, default_value_t = 100)]
+    tenants: usize,
+    /// ConfigMaps each tenant writes in the burst.
+    #[arg(long, default_value_t = 1000)]
+    objects: usize,
+    /// ConfigMap payload, bytes.
+    #[arg(long, default_value_t = 1024)]
+    data_bytes: usize,
+    /// Aggregate rate of the steady phases, requests per second over all tenants.
+    #[arg(long, default_value_t = 100.0)]
+    steady_rate: f64,
+    /// Length of each steady phase, seconds.
+    #[arg(long, default_value_t = 30)]
+    steady_seconds: u64,
+    /// Objects the noisy tenant pipelines during the second steady phase (0 skips it).
+    #[arg(long, default_value_t = 10_000)]
+    noisy_objects: usize,
+    /// Where etcd keeps its data.
+    #[arg(long, default_value = "/dev/shm")]
+    etcd_parent: PathBuf,
+    /// Where the JSON of the run is written.
+    #[arg(long, default_value = "target/bench/wire-tenants.json")]
+    json: PathBuf,
+}
+
+fn say(message: &str) {
+    eprintln!("\x1b[1m[wire-tenants-bench]\x1b[0m {message}");
+}
+
+fn tenant_id(n: usize) -> String {
+    format!("synthetic-{n:03}")
+}
+
+fn config_map(namespace: &str, name: &str, data_bytes: usize, round: u64) -> Value {
+    let payload = format!("{round:08}{}", "x".repeat(data_bytes.saturating_sub(8)));
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace}, "data": {"payload": payload}})
+}
+
+/// Opens tenant `n`'s stream and has its twin namespace written; returns it and the namespace.
+async fn open(peering: &Peering, n: usize) -> anyhow::Result<(Wire, String)> {
+    let id = tenant_id(n);
+    let certs = peering.certs.issue(&id, &id, "client", &[]);
+    let mut wire = Wire::open(&peering.remote_addr, "provider", &id, &certs)
+        .await
+        .with_context(|| format!("tenant {id} cannot connect"))?;
+    let namespace = format!("work-{id}");
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace,
+        "annotations": {"refract.io/original-name": "work"}}});
+    expect_written(wire.upsert(&ns).await?, &namespace)?;
+    Ok((wire, namespace))
+}
+
+fn expect_written(answer: refract_e2e::wire::Answer, what: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        matches!(answer.outcome, Outcome::Applied | Outcome::Unchanged),
+        "{what}: {answer:?}"
+    );
+    Ok(())
+}
+
+/// Writes `objects` ConfigMaps (`round` in their payload) one after the other; the time each
+/// took, and when the last was answered.
+async fn write_all(
+    wire: &mut Wire,
+    namespace: &str,
+    objects: usize,
+    data_bytes: usize,
+    round: u64,
+    pace: Option<Duration>,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut took = Vec::with_capacity(objects);
+    let start = Instant::now();
+    for i in 0..objects {
+        if let Some(pace) = pace {
+            // An even share of the aggregate rate, each tenant starting at a random phase.
+            let due = start + pace.mul_f64(i as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let name = format!("c-{i:05}");
+        let sent = Instant::now();
+        expect_written(
+            wire.upsert(&config_map(namespace, &name, data_bytes, round))
+                .await?,
+            &name,
+        )?;
+        took.push(sent.elapsed());
+    }
+    Ok(took)
+}
+
+/// Every tenant rewrites its first `objects` ConfigMaps, one each `pace`; each request's time.
+async fn steady(
+    tenants: &mut [(Wire, String)],
+    objects: usize,
+    data_bytes: usize,
+    round: u64,
+    pace: Duration,
+) -> anyhow::Result<Vec<Vec<Duration>>> {
+    try_join_all(
+        tenants
+            .iter_mut()
+            .map(|(wire, ns)| write_all(wire, ns, objects, data_bytes, round, Some(pace))),
+    )
+    .await
+}
+
+/// Each tenant's p99 and p50 of a steady phase, sorted samples in.
+fn per_tenant(samples: &mut [Vec<Duration>]) -> Vec<(f64, f64)> {
+    samples
+        .iter_mut()
+        .map(|s| {
+            s.sort();
+            (ms(percentile(s, 50.0)), ms(percentile(s, 99.0)))
+        })
+        .collect()
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The noisy tenant: pipelines `objects` ConfigMaps, reading answers as they come; how long
+/// until every one was answered.
+async fn noisy_burst(
+    mut wire: Wire,
+    namespace: String,
+    objects: usize,
+    data_bytes: usize,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let sender = wire.sender();
+    let sending = tokio::spawn(async move {
+        for i in 0..objects {
+            let cm = config_map(&namespace, &format!("n-{i:05}"), data_bytes, 0);
+            if sender
+                .send(upsert_message(&cm, i as u64 + 1))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let mut answered = 0;
+    while answered < objects {
+        let message = wire
+            .next_message()
+            .await?
+            .context("the remote agent closed the noisy tenant's stream")?;
+        if let Some(remote_message::Kind::Ack(_)) = message.kind {
+            answered += 1;
+        }
+    }
+    sending.await?;
+    Ok(start.elapsed())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,kube_client::client::builder=off".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    refract_bench::agents_log_at_info();
+    if std::env::var_os("REFRACT_BIN_DIR").is_none() {
+        let exe = std::env::current_exe()?;
+        std::env::set_var("REFRACT_BIN_DIR", exe.parent().context("binary folder")?);
+    }
+    std::env::set_var("REFRACT_ETCD_PARENT", &args.etcd_parent);
+
+    say("starting the provider (etcd + kube-apiserver 1.20.2) and the remote agent");
+    let mut peering =
+        Peering::start_with_flags(false, &[], &["--max-connections-per-source=1024"]).await?;
+    if let Some(local) = peering.local.take() {
+        local.stop().await;
+    }
+    let remote = peering
+        .remote
+        .as_ref()
+        .and_then(Agent::pid)
+        .context("remote agent not running")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_empty = rss_bytes(remote);
+
+    say(&format!(
+        "connecting {} tenants, each with its own certificate",
+        args.tenants
+    ));
+    let mut tenants = Vec::new();
+    for n in 1..=args.tenants {
+        tenants.push(open(&peering, n).await?);
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_connected = rss_bytes(remote);
+
+    let total = args.tenants * args.objects;
+    say(&format!(
+        "burst: {} ConfigMaps of {} bytes from each tenant ({total} in all)",
+        args.objects, args.data_bytes
+    ));
+    let cpu0 = cpu_seconds(remote);
+    let start = Instant::now();
+    let done: Vec<f64> = try_join_all(tenants.iter_mut().map(|(wire, ns)| async {
+        write_all(wire, ns, args.objects, args.data_bytes, 0, None).await?;
+        anyhow::Ok(start.elapsed().as_secs_f64())
+    }))
+    .await?;
+    let burst_secs = start.elapsed().as_secs_f64();
+    let burst_cpu = cpu_seconds(remote) - cpu0;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_full = rss_bytes(remote);
+
+    let per_tenant_rate = args.steady_rate / args.tenants as f64;
+    let steady_n = (per_tenant_rate * args.steady_seconds as f64).ceil() as usize;
+    let pace = Duration::from_secs_f64(1.0 / per_tenant_rate);
+    let steady_n = steady_n.min(args.objects);
+    say(&format!(
+        "steady: {:.0} rewrites/s over all tenants for {} s",
+        args.steady_rate, args.steady_seconds
+    ));
+    let cpu1 = cpu_seconds(remote);
+    let mut quiet = steady(&mut tenants, steady_n, args.data_bytes, 1, pace).await?;
+    let steady_cpu = cpu_seconds(remote) - cpu1;
+    let quiet_figures = per_tenant(&mut quiet);
+    let quiet_p99: Vec<f64> = quiet_figures.iter().map(|f| f.1).collect();
+    let all_quiet: Vec<Duration> = {
+        let mut all: Vec<Duration> = quiet.iter().flatten().copied().collect();
+        all.sort();
+        all
+    };
+
+    let mut noisy_result = None;
+    if args.noisy_objects > 0 {
+        say(&format!(
+            "the same steady load while one more tenant pipelines {} ConfigMaps",
+            args.noisy_objects
+        ));
+        let (noisy_wire, noisy_ns) = open(&peering, args.tenants + 1).await?;
+        let noisy = tokio::spawn(noisy_burst(
+            noisy_wire,
+            noisy_ns,
+            args.noisy_objects,
+            args.data_bytes,
+        ));
+        let mut loud = steady(&mut tenants, steady_n, args.data_bytes, 2, pace).await?;
+        let noisy_took = noisy.await??;
+        let loud_figures = per_tenant(&mut loud);
+        let ratios: Vec<f64> = loud_figures
+            .iter()
+            .zip(&quiet_figures)
+            .map(|(l, q)| l.1 / q.1)
+            .collect();
+        noisy_result = Some((noisy_took, loud_figures, ratios));
+    }
+
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let per_tenant_kib =
+        (rss_connected.saturating_sub(rss_empty)) as f64 / 1024.0 / args.tenants as f64;
+    let per_object = rss_full.saturating_sub(rss_connected) as f64 / total as f64;
+    let fairness = quiet_p99.iter().copied().fold(0.0, f64::max) / median(&quiet_p99);
+    println!(
+        "wire-tenants-bench: {} tenants × {} ConfigMaps of {} bytes, one remote agent",
+        args.tenants, args.objects, args.data_bytes
+    );
+    println!("| figure | measured |");
+    println!("|---|---|");
+    println!(
+        "| burst: aggregate throughput | {:.0} objects/s ({total} in {burst_secs:.1} s) |",
+        total as f64 / burst_secs
+    );
+    println!(
+        "| burst: tenants done after, fastest / median / slowest | {:.1} / {:.1} / {:.1} s |",
+        done.iter().copied().fold(f64::MAX, f64::min),
+        median(&done),
+        done.iter().copied().fold(0.0, f64::max)
+    );
+    println!(
+        "| burst: remote agent CPU per object | {:.3} ms |",
+        burst_cpu * 1000.0 / total as f64
+    );
+    println!(
+        "| steady, {:.0}/s in all: p50 / p99 over all tenants | {:.1} / {:.1} ms |",
+        args.steady_rate,
+        ms(percentile(&all_quiet, 50.0)),
+        ms(percentile(&all_quiet, 99.0))
+    );
+    println!("| steady: p99 per tenant, median / worst | {:.1} / {:.1} ms: fairness **{fairness:.2}** (goal ≤ 1.5) |", median(&quiet_p99), quiet_p99.iter().copied().fold(0.0, f64::max));
+    println!(
+        "| steady: remote agent CPU per request | {:.3} ms |",
+        steady_cpu * 1000.0 / (steady_n * args.tenants) as f64
+    );
+    println!("| remote agent memory: no tenant / {} connected / {total} objects | {:.1} / {:.1} / {:.1} MiB |", args.tenants, mib(rss_empty), mib(rss_connected), mib(rss_full));
+    println!("| remote agent memory per connected tenant / per object | **{per_tenant_kib:.0} KiB** (goal ≤ 400) / **{per_object:.0} bytes** (goal ≤ 4,096) |");
+    let mut noisy_json = Value::Null;
+    if let Some((took, loud, ratios)) = &noisy_result {
+        let worst = ratios.iter().copied().fold(0.0, f64::max);
+        println!(
+            "| a noisy tenant's {} pipelined ConfigMaps | answered in {:.1} s ({:.0}/s) |",
+            args.noisy_objects,
+            took.as_secs_f64(),
+            args.noisy_objects as f64 / took.as_secs_f64()
+        );
+        println!("| meanwhile, each quiet tenant's p99 against its own quiet p99: median / worst | {:.2}x / **{worst:.2}x** (goal ≤ 2) |", median(ratios));
+        noisy_json = json!({"objects": args.noisy_objects, "seconds": took.as_secs_f64(),
+            "p99_ms_per_tenant": loud.iter().map(|f| f.1).collect::<Vec<_>>(), "ratio_to_quiet": ratios});
+    }
+    let report = json!({
+        "args": {"tenants": args.tenants, "objects": args.objects, "data_bytes": args.data_bytes,
+            "steady_rate": args.steady_rate, "steady_seconds": args.steady_seconds},
+        "burst": {"seconds": burst_secs, "objects_per_second": total as f64 / burst_secs,
+            "tenant_done_seconds": done, "remote_cpu_seconds": burst_cpu},
+        "steady": {"p50_p99_ms_per_tenant": quiet_figures, "fairness": fairness,
+            "remote_cpu_seconds": steady_cpu},
+        "noisy": noisy_json,
+        "remote_agent_rss_bytes": {"empty": rss_empty, "connected": rss_connected, "full": rss_full},
+    });
+    if let Some(dir) = args.json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.json, serde_json::to_vec_pretty(&report)?)?;
+    say(&format!("wrote {}", args.json.display()));
+    drop(tenants);
+    drop(peering);
+    Ok(())
+}
