@@ -9,9 +9,10 @@
 //! - **Burst**: every tenant sends its ConfigMaps at once, one request in flight per tenant,
 //!   each answered before the next (the remote agent writes them all the same way a local
 //!   agent's would be written). Aggregate throughput and each tenant's completion.
-//! - **Steady**: every tenant rewrites its objects at an even share of a fixed aggregate rate;
-//!   each request's latency is from sending it to the remote agent's `Applied` answer (the
-//!   provider write done). Each tenant's p50 and p99, and fairness: the worst tenant's p99
+//! - **Steady**: every tenant creates new objects at an even share of a fixed aggregate rate;
+//!   each one's latency is from sending it to a provider watch's first sight of it (the
+//!   remote agent's answers are held up to its `--ack-linger` to leave together, so they time
+//!   the link's batching, not the write). Each tenant's p50 and p99, and fairness: the worst tenant's p99
 //!   against the median tenant's (goal: at most 1.5).
 //! - **A noisy neighbour**: the same steady load again while one more tenant pipelines a
 //!   burst of its own (every request sent without waiting, answers read as they come). Each
@@ -32,6 +33,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use futures::future::try_join_all;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use refract_bench::sightings::FirstSeen;
 use refract_bench::stats::{ms, percentile};
 use refract_e2e::wire::{upsert_message, Wire};
 use refract_e2e::{Agent, Peering};
@@ -52,7 +56,7 @@ struct Args {
     /// ConfigMap payload, bytes.
     #[arg(long, default_value_t = 1024)]
     data_bytes: usize,
-    /// Aggregate rate of the steady phases, requests per second over all tenants.
+    /// Aggregate rate of the steady phases, new objects per second over all tenants.
     #[arg(long, default_value_t = 100.0)]
     steady_rate: f64,
     /// Length of each steady phase, seconds.
@@ -77,8 +81,8 @@ fn tenant_id(n: usize) -> String {
     format!("synthetic-{n:03}")
 }
 
-fn config_map(namespace: &str, name: &str, data_bytes: usize, round: u64) -> Value {
-    let payload = format!("{round:08}{}", "x".repeat(data_bytes.saturating_sub(8)));
+fn config_map(namespace: &str, name: &str, data_bytes: usize) -> Value {
+    let payload = "x".repeat(data_bytes);
     json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace}, "data": {"payload": payload}})
 }
@@ -105,60 +109,76 @@ fn expect_written(answer: refract_e2e::wire::Answer, what: &str) -> anyhow::Resu
     Ok(())
 }
 
-/// Writes `objects` ConfigMaps (`round` in their payload) one after the other; the time each
-/// took, and when the last was answered.
+/// Writes `objects` ConfigMaps named `<prefix><i>` one after the other, each answered before
+/// the next (`pace`: one each `pace`); when each was sent.
 async fn write_all(
     wire: &mut Wire,
     namespace: &str,
+    prefix: &str,
     objects: usize,
     data_bytes: usize,
-    round: u64,
     pace: Option<Duration>,
-) -> anyhow::Result<Vec<Duration>> {
-    let mut took = Vec::with_capacity(objects);
+) -> anyhow::Result<Vec<(String, Instant)>> {
+    let mut sent = Vec::with_capacity(objects);
     let start = Instant::now();
     for i in 0..objects {
         if let Some(pace) = pace {
-            // An even share of the aggregate rate, each tenant starting at a random phase.
-            let due = start + pace.mul_f64(i as f64);
-            tokio::time::sleep_until(due.into()).await;
+            tokio::time::sleep_until((start + pace.mul_f64(i as f64)).into()).await;
         }
-        let name = format!("c-{i:05}");
-        let sent = Instant::now();
+        let name = format!("{prefix}{i:05}");
+        sent.push((name.clone(), Instant::now()));
         expect_written(
-            wire.upsert(&config_map(namespace, &name, data_bytes, round))
+            wire.upsert(&config_map(namespace, &name, data_bytes))
                 .await?,
             &name,
         )?;
-        took.push(sent.elapsed());
     }
-    Ok(took)
+    Ok(sent)
 }
 
-/// Every tenant rewrites its first `objects` ConfigMaps, one each `pace`; each request's time.
+/// Every tenant creates `objects` new ConfigMaps (`s<round>-<tenant>-<i>`), one each `pace`;
+/// each request's latency from its sending to the provider watch's first sight of it.
 async fn steady(
     tenants: &mut [(Wire, String)],
+    seen: &FirstSeen,
     objects: usize,
     data_bytes: usize,
     round: u64,
     pace: Duration,
 ) -> anyhow::Result<Vec<Vec<Duration>>> {
-    try_join_all(
-        tenants
-            .iter_mut()
-            .map(|(wire, ns)| write_all(wire, ns, objects, data_bytes, round, Some(pace))),
-    )
-    .await
+    let sent = try_join_all(tenants.iter_mut().enumerate().map(|(t, (wire, ns))| {
+        let prefix = format!("s{round}-{t:03}-");
+        async move { write_all(wire, ns, &prefix, objects, data_bytes, Some(pace)).await }
+    }))
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut latencies = Vec::with_capacity(sent.len());
+    for tenant in sent {
+        let mut took = Vec::with_capacity(tenant.len());
+        for (name, at) in tenant {
+            let seen_at = loop {
+                if let Some(seen_at) = seen.of(&name) {
+                    break seen_at;
+                }
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "{name} never seen on the provider"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            took.push(seen_at.saturating_duration_since(at));
+        }
+        took.sort();
+        latencies.push(took);
+    }
+    Ok(latencies)
 }
 
-/// Each tenant's p99 and p50 of a steady phase, sorted samples in.
-fn per_tenant(samples: &mut [Vec<Duration>]) -> Vec<(f64, f64)> {
+/// Each tenant's p50 and p99 of a steady phase, from sorted samples.
+fn per_tenant(samples: &[Vec<Duration>]) -> Vec<(f64, f64)> {
     samples
-        .iter_mut()
-        .map(|s| {
-            s.sort();
-            (ms(percentile(s, 50.0)), ms(percentile(s, 99.0)))
-        })
+        .iter()
+        .map(|s| (ms(percentile(s, 50.0)), ms(percentile(s, 99.0))))
         .collect()
 }
 
@@ -180,7 +200,7 @@ async fn noisy_burst(
     let sender = wire.sender();
     let sending = tokio::spawn(async move {
         for i in 0..objects {
-            let cm = config_map(&namespace, &format!("n-{i:05}"), data_bytes, 0);
+            let cm = config_map(&namespace, &format!("n-{i:05}"), data_bytes);
             if sender
                 .send(upsert_message(&cm, i as u64 + 1))
                 .await
@@ -196,8 +216,15 @@ async fn noisy_burst(
             .next_message()
             .await?
             .context("the remote agent closed the noisy tenant's stream")?;
-        if let Some(remote_message::Kind::Ack(_)) = message.kind {
+        if let Some(remote_message::Kind::Ack(ack)) = message.kind {
             answered += 1;
+            let outcome = Outcome::try_from(ack.outcome).unwrap_or(Outcome::Unspecified);
+            anyhow::ensure!(
+                matches!(outcome, Outcome::Applied | Outcome::Unchanged),
+                "the noisy tenant's {} was not written: {outcome:?} {}",
+                ack.object.map(|o| o.name).unwrap_or_default(),
+                ack.message
+            );
         }
     }
     sending.await?;
@@ -254,7 +281,7 @@ async fn main() -> anyhow::Result<()> {
     let cpu0 = cpu_seconds(remote);
     let start = Instant::now();
     let done: Vec<f64> = try_join_all(tenants.iter_mut().map(|(wire, ns)| async {
-        write_all(wire, ns, args.objects, args.data_bytes, 0, None).await?;
+        write_all(wire, ns, "c-", args.objects, args.data_bytes, None).await?;
         anyhow::Ok(start.elapsed().as_secs_f64())
     }))
     .await?;
@@ -263,18 +290,21 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_full = rss_bytes(remote);
 
+    // Every ConfigMap on the provider, first sightings by name (names are unique across
+    // tenants in the steady phases).
+    let configmaps: Api<ConfigMap> = Api::all(peering.provider.client().await?);
+    let seen = FirstSeen::watch(configmaps, |_| true).await;
     let per_tenant_rate = args.steady_rate / args.tenants as f64;
     let steady_n = (per_tenant_rate * args.steady_seconds as f64).ceil() as usize;
     let pace = Duration::from_secs_f64(1.0 / per_tenant_rate);
-    let steady_n = steady_n.min(args.objects);
     say(&format!(
-        "steady: {:.0} rewrites/s over all tenants for {} s",
+        "steady: {:.0} new ConfigMaps/s over all tenants for {} s",
         args.steady_rate, args.steady_seconds
     ));
     let cpu1 = cpu_seconds(remote);
-    let mut quiet = steady(&mut tenants, steady_n, args.data_bytes, 1, pace).await?;
+    let quiet = steady(&mut tenants, &seen, steady_n, args.data_bytes, 1, pace).await?;
     let steady_cpu = cpu_seconds(remote) - cpu1;
-    let quiet_figures = per_tenant(&mut quiet);
+    let quiet_figures = per_tenant(&quiet);
     let quiet_p99: Vec<f64> = quiet_figures.iter().map(|f| f.1).collect();
     let all_quiet: Vec<Duration> = {
         let mut all: Vec<Duration> = quiet.iter().flatten().copied().collect();
@@ -295,9 +325,9 @@ async fn main() -> anyhow::Result<()> {
             args.noisy_objects,
             args.data_bytes,
         ));
-        let mut loud = steady(&mut tenants, steady_n, args.data_bytes, 2, pace).await?;
+        let loud = steady(&mut tenants, &seen, steady_n, args.data_bytes, 2, pace).await?;
         let noisy_took = noisy.await??;
-        let loud_figures = per_tenant(&mut loud);
+        let loud_figures = per_tenant(&loud);
         let ratios: Vec<f64> = loud_figures
             .iter()
             .zip(&quiet_figures)
@@ -339,7 +369,7 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("| steady: p99 per tenant, median / worst | {:.1} / {:.1} ms: fairness **{fairness:.2}** (goal ≤ 1.5) |", median(&quiet_p99), quiet_p99.iter().copied().fold(0.0, f64::max));
     println!(
-        "| steady: remote agent CPU per request | {:.3} ms |",
+        "| steady: remote agent CPU per object | {:.3} ms |",
         steady_cpu * 1000.0 / (steady_n * args.tenants) as f64
     );
     println!("| remote agent memory: no tenant / {} connected / {total} objects | {:.1} / {:.1} / {:.1} MiB |", args.tenants, mib(rss_empty), mib(rss_connected), mib(rss_full));
