@@ -61,14 +61,32 @@ fn run(program: &str, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How many veth pairs this process has named: with its pid, a name no other pair of this
+/// process has (several namespaces are made at once: both clusters' nodes).
+static VETHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A veth pair's two names (interface names hold 15 characters), neither of them on the
+/// machine now: a pair another process left behind keeps its name.
+fn free_veth_names(pid: u32) -> anyhow::Result<(String, String)> {
+    for _ in 0..1024 {
+        let n = VETHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let suffix = format!("{:x}", (pid as u64) << 8 | (n & 0xff));
+        let suffix = &suffix[suffix.len().saturating_sub(8)..];
+        let (host_if, ns_if) = (format!("rfxh{suffix}"), format!("rfxn{suffix}"));
+        let taken = |name: &str| std::path::Path::new("/sys/class/net").join(name).exists();
+        if !taken(&host_if) && !taken(&ns_if) {
+            return Ok((host_if, ns_if));
+        }
+    }
+    anyhow::bail!("no free veth name for process {pid}")
+}
+
 impl NetNs {
     /// Creates namespace `rfx-<tag>-<pid>` and a veth pair with a free /30 of 10.251.0.0/16.
     pub fn create(tag: &str) -> anyhow::Result<Self> {
         let pid = std::process::id();
         let name = format!("rfx-{tag}-{pid}");
-        let suffix = format!("{:x}", (pid as u64) << 8 | fastrand::u64(..256));
-        let suffix = &suffix[suffix.len().saturating_sub(8)..];
-        let (host_if, ns_if) = (format!("rfxh{suffix}"), format!("rfxn{suffix}"));
+        let (host_if, ns_if) = free_veth_names(pid)?;
         let routes = String::from_utf8_lossy(
             &Command::new("ip")
                 .args(["-4", "route", "show"])

@@ -57,10 +57,11 @@ struct Args {
     #[arg(long, default_value_t = 1024)]
     data_bytes: usize,
     /// Aggregate rate of the steady phases, new objects per second over all tenants.
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = 200.0)]
     steady_rate: f64,
-    /// Length of each steady phase, seconds.
-    #[arg(long, default_value_t = 30)]
+    /// Length of each steady phase, seconds (with the default rate, 120 samples a tenant, so
+    /// that a tenant's p99 is not simply its slowest request).
+    #[arg(long, default_value_t = 60)]
     steady_seconds: u64,
     /// Objects the noisy tenant pipelines during the second steady phase (0 skips it).
     #[arg(long, default_value_t = 10_000)]
@@ -110,20 +111,21 @@ fn expect_written(answer: refract_e2e::wire::Answer, what: &str) -> anyhow::Resu
 }
 
 /// Writes `objects` ConfigMaps named `<prefix><i>` one after the other, each answered before
-/// the next (`pace`: one each `pace`); when each was sent.
+/// the next; paced (`Some((pace, phase))`), the first after `phase`, then one each `pace`.
+/// When each was sent.
 async fn write_all(
     wire: &mut Wire,
     namespace: &str,
     prefix: &str,
     objects: usize,
     data_bytes: usize,
-    pace: Option<Duration>,
+    pace: Option<(Duration, Duration)>,
 ) -> anyhow::Result<Vec<(String, Instant)>> {
     let mut sent = Vec::with_capacity(objects);
     let start = Instant::now();
     for i in 0..objects {
-        if let Some(pace) = pace {
-            tokio::time::sleep_until((start + pace.mul_f64(i as f64)).into()).await;
+        if let Some((pace, phase)) = pace {
+            tokio::time::sleep_until((start + phase + pace.mul_f64(i as f64)).into()).await;
         }
         let name = format!("{prefix}{i:05}");
         sent.push((name.clone(), Instant::now()));
@@ -136,8 +138,10 @@ async fn write_all(
     Ok(sent)
 }
 
-/// Every tenant creates `objects` new ConfigMaps (`s<round>-<tenant>-<i>`), one each `pace`;
-/// each request's latency from its sending to the provider watch's first sight of it.
+/// Every tenant creates `objects` new ConfigMaps (`s<round>-<tenant>-<i>`), one each `pace`,
+/// the tenants' phases spread evenly over `pace` (all starting together would make the
+/// steady load a burst of one request per tenant each `pace`); each request's latency from
+/// its sending to the provider watch's first sight of it.
 async fn steady(
     tenants: &mut [(Wire, String)],
     seen: &FirstSeen,
@@ -146,11 +150,18 @@ async fn steady(
     round: u64,
     pace: Duration,
 ) -> anyhow::Result<Vec<Vec<Duration>>> {
-    let sent = try_join_all(tenants.iter_mut().enumerate().map(|(t, (wire, ns))| {
-        let prefix = format!("s{round}-{t:03}-");
-        async move { write_all(wire, ns, &prefix, objects, data_bytes, Some(pace)).await }
-    }))
-    .await?;
+    let count = tenants.len();
+    let sent =
+        try_join_all(
+            tenants.iter_mut().enumerate().map(|(t, (wire, ns))| {
+                let prefix = format!("s{round}-{t:03}-");
+                let phase = pace.mul_f64(t as f64 / count as f64);
+                async move {
+                    write_all(wire, ns, &prefix, objects, data_bytes, Some((pace, phase))).await
+                }
+            }),
+        )
+        .await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut latencies = Vec::with_capacity(sent.len());
     for tenant in sent {
