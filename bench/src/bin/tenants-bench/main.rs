@@ -435,21 +435,8 @@ fn mib(bytes: u64) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,kube_client::client::builder=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
-    refract_bench::agents_log_at_info();
-    if std::env::var_os("REFRACT_BIN_DIR").is_none() {
-        let exe = std::env::current_exe()?;
-        std::env::set_var("REFRACT_BIN_DIR", exe.parent().context("binary folder")?);
-    }
-    // Read by the testkit when it starts etcd.
-    std::env::set_var("REFRACT_ETCD_PARENT", &args.etcd_parent);
+    refract_bench::set_up_run(&args.etcd_parent)?;
     let timeout = Duration::from_secs(args.timeout_seconds);
 
     say("starting two control planes (etcd + kube-apiserver 1.20.2) and the remote agent");
