@@ -23,14 +23,28 @@ impl FirstSeen {
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     {
+        Self::watch_with(api, watcher::Config::default(), wanted).await
+    }
+
+    /// Like [`FirstSeen::watch`], of the objects matching the label selector `labels` only:
+    /// the API server filters the others out, so the watch does not decode them.
+    pub async fn watch_selected<K>(api: Api<K>, labels: &str, wanted: fn(&K) -> bool) -> Self
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    {
+        Self::watch_with(api, watcher::Config::default().labels(labels), wanted).await
+    }
+
+    async fn watch_with<K>(api: Api<K>, config: watcher::Config, wanted: fn(&K) -> bool) -> Self
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    {
         let seen = Self::default();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let map = seen.0.clone();
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
-            let mut events = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
+            let mut events = watcher(api, config).default_backoff().boxed();
             while let Some(event) = events.next().await {
                 let now = Instant::now();
                 match event {

@@ -208,10 +208,19 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "metrics-api")]
     pub pod_stats: crate::kubelet::stats::StatsSource,
 
-    /// Requests of one tenant applied to the provider at the same time. Requests for the same
-    /// object are always applied in the order they were sent.
+    /// Requests of one tenant applied to the provider at the same time, when no other tenant
+    /// is writing (see --apply-concurrency-total). Requests for the same object are always
+    /// applied in the order they were sent.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub apply_concurrency: u16,
+
+    /// Requests applied at the same time shared evenly among the tenants writing (those that
+    /// started a write in the last 2s): each may have this divided by their number in flight,
+    /// at least 1 and at most --apply-concurrency. One tenant's burst then cannot fill the
+    /// provider API server's queue ahead of every other tenant's writes; a tenant writing
+    /// alone keeps its whole --apply-concurrency.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub apply_concurrency_total: u16,
 
     /// How long an acknowledgement of a write waits for others before it is sent, so that
     /// several leave in one write and wake the local agent once: at a steady 200 changes/s,

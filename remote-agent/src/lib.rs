@@ -281,7 +281,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         applier: applier.clone(),
         metrics: metrics.clone(),
         shutdown: token.clone(),
-        apply_concurrency: usize::from(args.apply_concurrency),
+        write_share: sync::share::WriteShare::new(
+            usize::from(args.apply_concurrency_total),
+            usize::from(args.apply_concurrency),
+        ),
         started: std::time::Instant::now(),
         client,
         tenant_expiry: args.tenant_expiry,

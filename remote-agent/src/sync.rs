@@ -19,6 +19,7 @@ pub(crate) mod coalesce;
 mod dispatch;
 mod hello;
 mod listing;
+pub mod share;
 #[cfg(test)]
 mod tests;
 
@@ -62,9 +63,10 @@ pub struct ReflectionService {
     pub metrics: Metrics,
     /// Cancelled when the agent shuts down; open sessions end with UNAVAILABLE.
     pub shutdown: tokio_util::sync::CancellationToken,
-    /// Requests of one session applied at the same time (each object's own requests stay in
+    /// The provider's writes shared among the tenants writing at once (`--apply-concurrency`
+    /// per tenant, `--apply-concurrency-total` among them; each object's own requests stay in
     /// order).
-    pub apply_concurrency: usize,
+    pub write_share: share::WriteShare,
     /// When the agent started: only in its first [`LIST_TIMEOUT`] does a resuming stream wait
     /// for the watch of tenant objects to list.
     pub started: std::time::Instant,
@@ -306,7 +308,7 @@ impl TenantSession {
         self: &std::sync::Arc<Self>,
         inbound: &mut Streaming<LocalMessage>,
     ) -> Result<(), Status> {
-        let dispatcher = dispatch::Dispatcher::new(self.service.apply_concurrency);
+        let dispatcher = dispatch::Dispatcher::new(self.service.write_share.session());
         loop {
             let message = tokio::select! {
                 _ = self.service.shutdown.cancelled() => {

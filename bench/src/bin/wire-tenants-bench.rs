@@ -66,6 +66,10 @@ struct Args {
     /// Objects the noisy tenant pipelines during the second steady phase (0 skips it).
     #[arg(long, default_value_t = 10_000)]
     noisy_objects: usize,
+    /// An extra flag for the remote agent (repeatable), e.g. `--remote-arg=--apply-concurrency=4`
+    /// to compare settings in runs of one build.
+    #[arg(long = "remote-arg", allow_hyphen_values = true)]
+    remote_args: Vec<String>,
     /// Where etcd keeps its data.
     #[arg(long, default_value = "/dev/shm")]
     etcd_parent: PathBuf,
@@ -82,10 +86,16 @@ fn tenant_id(n: usize) -> String {
     format!("synthetic-{n:03}")
 }
 
-fn config_map(namespace: &str, name: &str, data_bytes: usize) -> Value {
+/// The label naming the phase an object was written in (`burst`, `steady`, `noisy`): the
+/// steady phase's watch selects its own objects, so the bench does not decode the noisy
+/// tenant's 10,000 alongside them, as no quiet tenant's observer would.
+const PHASE: &str = "refract-bench/phase";
+
+fn config_map(namespace: &str, name: &str, phase: &str, data_bytes: usize) -> Value {
     let payload = "x".repeat(data_bytes);
     json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace}, "data": {"payload": payload}})
+        "metadata": {"name": name, "namespace": namespace, "labels": {PHASE: phase}},
+        "data": {"payload": payload}})
 }
 
 /// Opens tenant `n`'s stream and has its twin namespace written; returns it and the namespace.
@@ -123,6 +133,7 @@ async fn write_all(
 ) -> anyhow::Result<Vec<(String, Instant)>> {
     let mut sent = Vec::with_capacity(objects);
     let start = Instant::now();
+    let labelled = if pace.is_some() { "steady" } else { "burst" };
     for i in 0..objects {
         if let Some((pace, phase)) = pace {
             tokio::time::sleep_until((start + phase + pace.mul_f64(i as f64)).into()).await;
@@ -130,7 +141,7 @@ async fn write_all(
         let name = format!("{prefix}{i:05}");
         sent.push((name.clone(), Instant::now()));
         expect_written(
-            wire.upsert(&config_map(namespace, &name, data_bytes))
+            wire.upsert(&config_map(namespace, &name, labelled, data_bytes))
                 .await?,
             &name,
         )?;
@@ -211,7 +222,7 @@ async fn noisy_burst(
     let sender = wire.sender();
     let sending = tokio::spawn(async move {
         for i in 0..objects {
-            let cm = config_map(&namespace, &format!("n-{i:05}"), data_bytes);
+            let cm = config_map(&namespace, &format!("n-{i:05}"), "noisy", data_bytes);
             if sender
                 .send(upsert_message(&cm, i as u64 + 1))
                 .await
@@ -248,8 +259,9 @@ async fn main() -> anyhow::Result<()> {
     refract_bench::set_up_run(&args.etcd_parent)?;
 
     say("starting the provider (etcd + kube-apiserver 1.20.2) and the remote agent");
-    let mut peering =
-        Peering::start_with_flags(false, &[], &["--max-connections-per-source=1024"]).await?;
+    let mut remote_flags = vec!["--max-connections-per-source=1024"];
+    remote_flags.extend(args.remote_args.iter().map(String::as_str));
+    let mut peering = Peering::start_with_flags(false, &[], &remote_flags).await?;
     if let Some(local) = peering.local.take() {
         local.stop().await;
     }
@@ -292,7 +304,7 @@ async fn main() -> anyhow::Result<()> {
     // Every ConfigMap on the provider, first sightings by name (names are unique across
     // tenants in the steady phases).
     let configmaps: Api<ConfigMap> = Api::all(peering.provider.client().await?);
-    let seen = FirstSeen::watch(configmaps, |_| true).await;
+    let seen = FirstSeen::watch_selected(configmaps, &format!("{PHASE}=steady"), |_| true).await;
     let per_tenant_rate = args.steady_rate / args.tenants as f64;
     let steady_n = (per_tenant_rate * args.steady_seconds as f64).ceil() as usize;
     let pace = Duration::from_secs_f64(1.0 / per_tenant_rate);
@@ -388,7 +400,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let report = json!({
         "args": {"tenants": args.tenants, "objects": args.objects, "data_bytes": args.data_bytes,
-            "steady_rate": args.steady_rate, "steady_seconds": args.steady_seconds},
+            "steady_rate": args.steady_rate, "steady_seconds": args.steady_seconds,
+            "remote_args": args.remote_args},
         "burst": {"seconds": burst_secs, "objects_per_second": total as f64 / burst_secs,
             "tenant_done_seconds": done, "remote_cpu_seconds": burst_cpu},
         "steady": {"p50_p99_ms_per_tenant": quiet_figures, "fairness": fairness,

@@ -1,9 +1,10 @@
 //! Applying one session's requests concurrently, each object's in the order they were sent.
 //!
-//! A request starts as soon as one of `concurrency` permits is free, unless a request for the
-//! same object is under way: then it waits behind it, without holding a permit. What waits is
+//! A request starts as soon as the session holds fewer writes than its share of the provider
+//! ([`share`](super::share)), unless a request for the same object is under way: then it
+//! waits behind it, without holding a seat. What waits is
 //! coalesced per object (see [`coalesce`]): at most two requests per object under way. The reader waits for
-//! a permit, so a busy provider slows the tenant's stream down instead of queueing without
+//! a seat, so a busy provider slows the tenant's stream down instead of queueing without
 //! bound.
 
 use std::collections::{HashMap, VecDeque};
@@ -12,7 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use refract_core::lock::Locked;
 use refract_wire::proto::{local_message, Delete, LocalMessage, Upsert};
-use tokio::sync::Semaphore;
+
+use super::share::Seats;
 use tracing::Instrument;
 
 /// An object's identity on the wire: kind, namespace, name.
@@ -20,7 +22,7 @@ pub type Key = (String, String, String);
 
 /// Runs requests concurrently, in order per object.
 pub struct Dispatcher {
-    permits: Arc<Semaphore>,
+    seats: Arc<Seats>,
     waiting: Arc<Mutex<HashMap<Key, VecDeque<LocalMessage>>>>,
 }
 
@@ -59,10 +61,10 @@ fn coalesce(queue: &mut VecDeque<LocalMessage>, message: LocalMessage) {
 }
 
 impl Dispatcher {
-    /// A dispatcher running up to `concurrency` requests at once.
-    pub fn new(concurrency: usize) -> Self {
+    /// A dispatcher running as many requests at once as `seats` allows.
+    pub fn new(seats: Seats) -> Self {
         Self {
-            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            seats: Arc::new(seats),
             waiting: Arc::default(),
         }
     }
@@ -82,16 +84,7 @@ impl Dispatcher {
             }
             waiting.insert(key.clone(), VecDeque::new());
         }
-        #[allow(
-            clippy::expect_used,
-            reason = "acquiring fails only on a closed semaphore; nothing closes this one"
-        )]
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
+        let seat = self.seats.take().await;
         let waiting = self.waiting.clone();
         tokio::spawn(
             async move {
@@ -104,7 +97,7 @@ impl Dispatcher {
                         w.remove(&key);
                     }
                 }
-                drop(permit);
+                drop(seat);
             }
             .in_current_span(),
         );
@@ -214,7 +207,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_object_in_order_others_alongside_newest_upsert_wins() {
-        let d = Dispatcher::new(4);
+        let d = Dispatcher::new(super::super::share::WriteShare::new(4, 4).session());
         let seen = Arc::new(Mutex::new(Vec::new()));
         let handle = |seen: Arc<Mutex<Vec<String>>>| {
             move |m: LocalMessage| {
