@@ -11,7 +11,7 @@ mod answers;
 pub mod dependencies;
 pub mod followers;
 pub mod origin_nodes;
-pub mod queue;
+pub use refract_shared::work_queue as queue;
 pub mod scoped;
 mod snapshot;
 pub mod start;

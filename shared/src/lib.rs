@@ -13,6 +13,8 @@
 //! - [`stdout`]: command output that ends quietly when its reader closes the pipe.
 //! - [`telemetry`]: logging setup and the admin endpoint (`/healthz`, `/readyz`, `/metrics`)
 //!   both agents serve.
+//! - [`work_queue`]: coalescing work queues handing each key to one worker at a time (the
+//!   local agent's reflectors, the remote agent's ShadowPod controller).
 //!
 //! The remote agent authorizes a tenant by the identity [`tls`] extracts from the verified
 //! client certificate; nothing a message says chooses it.
@@ -26,3 +28,4 @@ pub mod runtime;
 pub mod stdout;
 pub mod telemetry;
 pub mod tls;
+pub mod work_queue;

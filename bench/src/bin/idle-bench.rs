@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
+use refract_bench::kube_ops::{count, create_all};
 use refract_bench::procfs::Usage;
 use refract_e2e::{kubectl, metric, Peering};
 use refract_testkit::fake_kubelet::{self, FakeNode};
@@ -273,43 +273,6 @@ async fn main() -> anyhow::Result<()> {
         say(&format!("wrote {}", path.display()));
     }
     Ok(())
-}
-
-/// Creates `n` objects made by `object(i)`, `parallel` at a time.
-async fn create_all<K>(
-    api: &Api<K>,
-    n: usize,
-    parallel: usize,
-    object: impl Fn(usize) -> serde_json::Value,
-) -> anyhow::Result<()>
-where
-    K: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let body = object(i);
-            async move {
-                let object: K = serde_json::from_value(body)?;
-                api.create(&PostParams::default(), &object).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(parallel)
-        .try_collect::<Vec<()>>()
-        .await
-        .map(|_| ())
-}
-
-/// How many objects `api` lists with `fields` (a field selector, or none).
-async fn count<K>(api: &Api<K>, fields: &str) -> anyhow::Result<usize>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut params = ListParams::default();
-    if !fields.is_empty() {
-        params = params.fields(fields);
-    }
-    Ok(api.list_metadata(&params).await?.items.len())
 }
 
 /// The provider API server's registered watchers, by `group/version/kind`.
