@@ -222,6 +222,13 @@ pub struct Args {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub apply_concurrency_total: u16,
 
+    /// ShadowPods the controller reconciles at the same time, across all tenants (each one's
+    /// changes in order), so that one tenant's slow pod creates (a provider admission webhook
+    /// timing out, say) do not hold up every other tenant's pods. A new pod takes four
+    /// provider API calls (the ShadowPod's status, a read, the create, the status again).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub pod_workers: u16,
+
     /// How long an acknowledgement of a write waits for others before it is sent, so that
     /// several leave in one write and wake the local agent once: at a steady 200 changes/s,
     /// 100ms sends about twenty together. Refusals, answers the origin waits on (twin

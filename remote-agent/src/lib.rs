@@ -205,6 +205,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let stores = shadowpod_controller::spawn(
         identities.clone(),
         &args.cluster_id,
+        usize::from(args.pod_workers),
         shadow_feed,
         leading.clone(),
         token.clone(),

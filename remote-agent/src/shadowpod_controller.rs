@@ -114,6 +114,7 @@ impl ChangedKeys {
 pub fn spawn(
     identities: Identities,
     provider: &ClusterId,
+    workers: usize,
     feed: Feed,
     mut leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
@@ -209,7 +210,7 @@ pub fn spawn(
             let retries = Arc::new(std::sync::Mutex::new(Retries::default()));
             // Retries come back on their own channel, so the intake knows a key's retry is due.
             let (due_tx, mut due_rx) = mpsc::channel::<(String, String)>(1024);
-            let workers = (0..WORKERS).map(|_| Worker {
+            let workers = (0..workers.max(1)).map(|_| Worker {
                 queue: queue.clone(),
                 retries: retries.clone(),
                 due: due_tx.clone(),
@@ -269,13 +270,7 @@ pub fn spawn(
     stores
 }
 
-/// ShadowPods reconciled at the same time. One at a time, a reconcile's four API calls (its
-/// status, a read, the create, its status again) held a 10,000-pod offload to about 25 new
-/// pods a second (`pod-scale-bench`); the provider's API server and quota admission serialize
-/// what must be.
-const WORKERS: usize = 16;
-
-/// One of the [`WORKERS`].
+/// One of the controller's workers (`--pod-workers`): each reconciles one ShadowPod at a time.
 struct Worker {
     queue: WorkQueue<(String, String)>,
     retries: Arc<std::sync::Mutex<Retries>>,

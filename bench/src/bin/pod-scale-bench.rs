@@ -57,6 +57,10 @@ struct Args {
     /// How long offloading every pod may take, seconds.
     #[arg(long, default_value_t = 1800)]
     timeout_seconds: u64,
+    /// An extra flag for the remote agent (repeatable), e.g. `--remote-arg=--pod-workers=1`,
+    /// to compare settings with one build.
+    #[arg(long = "remote-arg", allow_hyphen_values = true)]
+    remote_args: Vec<String>,
     /// Where etcd keeps its data.
     #[arg(long, default_value = "/dev/shm")]
     etcd_parent: PathBuf,
@@ -146,13 +150,15 @@ async fn main() -> anyhow::Result<()> {
         ),
     )?;
     let policy_flag = format!("--policy={}", policy.path().display());
+    let mut remote_flags = vec![policy_flag.as_str()];
+    remote_flags.extend(args.remote_args.iter().map(String::as_str));
     // No controllers at the origin: pods are bound to the virtual node by name. The provider
     // schedules the offloaded pods on its fake nodes.
     let p = Peering::start_on(
         Options::named("origin"),
         Options::named("provider").with_controllers(),
         &[],
-        &[&policy_flag],
+        &remote_flags,
     )
     .await?;
     let nodes = tokio_util::sync::CancellationToken::new();
@@ -370,7 +376,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let report = json!({
         "args": {"pods": args.pods, "parallel": args.parallel, "status_rate": args.status_rate,
-            "status_seconds": args.status_seconds},
+            "status_seconds": args.status_seconds, "remote_args": args.remote_args},
         "created_seconds": created.as_secs_f64(),
         "offloaded_seconds": offloaded.as_secs_f64(),
         "last_pod_seconds": stages.iter().map(|(what, at)| (what.to_string(), json!(at)))
