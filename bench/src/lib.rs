@@ -7,6 +7,7 @@
     reason = "test and benchmark harness: a panic is how it reports a failed step"
 )]
 pub mod cpus;
+pub mod fake_fleet;
 pub mod kube_ops;
 /// What `/proc` says of a process (shared with the end-to-end tests).
 pub use refract_testkit::procfs;

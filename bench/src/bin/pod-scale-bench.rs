@@ -27,14 +27,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
 use refract_bench::kube_ops::create_all;
 use refract_bench::procfs::rss_bytes;
 use refract_bench::sightings::FirstSeen;
 use refract_bench::stats::{ms, percentile};
 use refract_e2e::{Agent, Peering};
-use refract_testkit::fake_kubelet::{self, FakeNode};
 use refract_testkit::Options;
 use serde_json::json;
 
@@ -161,40 +160,9 @@ async fn main() -> anyhow::Result<()> {
         &remote_flags,
     )
     .await?;
-    let nodes = tokio_util::sync::CancellationToken::new();
-    let _stop_nodes = nodes.clone().drop_guard();
-    let per_node = args.pods / 4 + 50;
-    let fake_nodes = (1..=4u8)
-        .map(|i| {
-            let mut node = FakeNode::new(
-                &format!("provider-node-{i}"),
-                "1024",
-                "4096Gi",
-                format!("10.60.{}.0/18", (i - 1) * 64).parse().unwrap(),
-                std::net::Ipv4Addr::new(127, 0, 60, i),
-            );
-            node.capacity.insert("pods".into(), per_node.to_string());
-            node
-        })
-        .collect();
-    tokio::spawn(fake_kubelet::run(
-        p.provider.client().await?,
-        fake_nodes,
-        nodes,
-    ));
-    p.until_node_ready(Duration::from_secs(120)).await;
-    p.extend(NS, "{podOffloadingStrategy: Remote}");
-    p.until_extended(NS, Duration::from_secs(60)).await;
-
+    let _stop_nodes = refract_bench::fake_fleet::offload_to_fake_nodes(&p, NS, args.pods).await?;
     let origin = p.origin.client().await?;
     let provider = p.provider.client().await?;
-    let service_accounts: Api<ServiceAccount> = Api::namespaced(origin.clone(), NS);
-    let _ = service_accounts
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "default"}}))?,
-        )
-        .await;
     let pids = [
         ("local agent", p.local.as_ref().and_then(Agent::pid)),
         ("remote agent", p.remote.as_ref().and_then(Agent::pid)),
