@@ -10,6 +10,24 @@ use refract_testkit::fake_kubelet::{self, FakeNode};
 use serde_json::json;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+/// The virtual node's name (`refract-<provider>`).
+pub const VIRTUAL_NODE: &str = "refract-provider";
+
+/// A pod named `name` bound to the virtual node that idles and requests a little: what the
+/// fake kubelets run on the provider.
+pub fn sleeper_pod(name: &str) -> serde_json::Value {
+    json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": VIRTUAL_NODE,
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"],
+                            "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}}]
+        }
+    })
+}
+
 /// Registers four fake-kubelet nodes on `p`'s provider with room for `pods` pods between them,
 /// waits for the virtual node, offloads `namespace` (`podOffloadingStrategy: Remote`) and
 /// gives it its default ServiceAccount at the origin (no controller makes one there). The

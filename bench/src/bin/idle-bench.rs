@@ -24,6 +24,7 @@ use anyhow::Context;
 use clap::Parser;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
+use refract_bench::fake_fleet::{offload_to_fake_nodes, sleeper_pod};
 use refract_bench::kube_ops::{count, create_all};
 use refract_bench::procfs::Usage;
 use refract_e2e::{kubectl, metric, Peering};
@@ -56,8 +57,6 @@ const NS: &str = "idle";
 const TWIN: &str = "idle-origin";
 /// Provider events the local agent wrote at the origin.
 const EVENTS_WRITTEN: &str = "refract_local_provider_events_written_total";
-/// The virtual node's name (`refract-<provider>`).
-const VIRTUAL_NODE: &str = "refract-provider";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
@@ -81,7 +80,7 @@ async fn main() -> anyhow::Result<()> {
         &[],
     )
     .await?;
-    let _stop_nodes = refract_bench::fake_fleet::offload_to_fake_nodes(&p, NS, args.pods).await?;
+    let _stop_nodes = offload_to_fake_nodes(&p, NS, args.pods).await?;
     let origin = p.origin.client().await?;
     let provider = p.provider.client().await?;
 
@@ -100,16 +99,7 @@ async fn main() -> anyhow::Result<()> {
     .context("failed to create the ConfigMaps")?;
     let pods: Api<Pod> = Api::namespaced(origin.clone(), NS);
     create_all(&pods, args.pods, 16, |i| {
-        json!({
-            "metadata": {"name": format!("pod-{i:05}")},
-            "spec": {
-                "nodeName": VIRTUAL_NODE,
-                "automountServiceAccountToken": false,
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"],
-                                "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}}]
-            }
-        })
+        sleeper_pod(&format!("pod-{i:05}"))
     })
     .await
     .context("failed to create the pods")?;

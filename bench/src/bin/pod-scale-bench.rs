@@ -29,6 +29,7 @@ use anyhow::Context;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
+use refract_bench::fake_fleet::{offload_to_fake_nodes, sleeper_pod};
 use refract_bench::kube_ops::create_all;
 use refract_bench::procfs::rss_bytes;
 use refract_bench::sightings::FirstSeen;
@@ -71,8 +72,6 @@ struct Args {
 /// The offloaded namespace, and its twin on the provider (the default naming).
 const NS: &str = "scale";
 const TWIN: &str = "scale-origin";
-/// The virtual node's name (`refract-<provider>`).
-const VIRTUAL_NODE: &str = "refract-provider";
 
 fn say(started: Instant, what: &str) {
     eprintln!(
@@ -160,7 +159,7 @@ async fn main() -> anyhow::Result<()> {
         &remote_flags,
     )
     .await?;
-    let _stop_nodes = refract_bench::fake_fleet::offload_to_fake_nodes(&p, NS, args.pods).await?;
+    let _stop_nodes = offload_to_fake_nodes(&p, NS, args.pods).await?;
     let origin = p.origin.client().await?;
     let provider = p.provider.client().await?;
     let pids = [
@@ -201,16 +200,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let t0 = Instant::now();
     create_all(&origin_pods, args.pods, args.parallel, |i| {
-        json!({
-            "metadata": {"name": pod_name(i)},
-            "spec": {
-                "nodeName": VIRTUAL_NODE,
-                "automountServiceAccountToken": false,
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"],
-                                "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}}]
-            }
-        })
+        sleeper_pod(&pod_name(i))
     })
     .await
     .context("failed to create the pods")?;
