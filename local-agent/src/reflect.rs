@@ -40,6 +40,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use crate::extension::Extension;
@@ -99,6 +100,9 @@ pub struct Reflector<K: Reflectable> {
     dependencies: Option<Dependencies>,
     /// The worker tasks, as many as the options in force say.
     workers: workers::Workers,
+    /// Every task of this reflector that may send to the provider (watch, workers, snapshot
+    /// and options followers): turning the kind off waits for them to end ([`Self::stopped`]).
+    tasks: TaskTracker,
 }
 
 /// Object types a reflector can watch: the kinds the forge knows.
@@ -161,6 +165,7 @@ pub fn spawn<K: Reflectable>(
         followers: Followers::default(),
         dependencies: Dependencies::of(kind),
         workers: workers::Workers::default(),
+        tasks: TaskTracker::new(),
     });
     outbox.register(Producer::Objects(kind), r.clone());
 
@@ -203,30 +208,53 @@ pub fn spawn<K: Reflectable>(
             }
         }
     };
-    spawn_until(shutdown.clone(), watch_task);
+    r.spawn_until(shutdown.clone(), watch_task);
     r.resize(workers, &shutdown);
     let r2 = r.clone();
-    spawn_until(shutdown.clone(), async move { r2.follow_extension().await });
+    r.spawn_until(shutdown.clone(), async move { r2.follow_extension().await });
     let r3 = r.clone();
-    spawn_until(shutdown.clone(), async move {
+    r.spawn_until(shutdown.clone(), async move {
         r3.follow_options(shutdown).await
     });
     Some(r)
 }
 
+/// Runs `task` until `shutdown` is cancelled.
 fn spawn_until(
     shutdown: CancellationToken,
     task: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = task => {}
-        }
-    });
+    tokio::spawn(until(shutdown, task));
+}
+
+/// `task` until `shutdown` is cancelled: once it is, the task takes no further step (the
+/// cancellation is looked at first), so nothing it would send goes after it.
+async fn until(shutdown: CancellationToken, task: impl std::future::Future<Output = ()>) {
+    tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => {}
+        _ = task => {}
+    }
 }
 
 impl<K: Reflectable> Reflector<K> {
+    /// Runs one of this reflector's tasks until `shutdown` is cancelled, counted in
+    /// [`Self::stopped`].
+    fn spawn_until(
+        &self,
+        shutdown: CancellationToken,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.tasks.spawn(until(shutdown, task));
+    }
+
+    /// Returns once every task of this reflector has ended, after its shutdown token was
+    /// cancelled: from then on it sends nothing more to the provider.
+    pub async fn stopped(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
     /// Calls `follower` with every object the watch applies from now on.
     pub fn follow(&self, follower: impl Fn(&K) + Send + Sync + 'static) {
         self.followers.add(follower);
@@ -462,5 +490,29 @@ impl<K: Reflectable> Reflector<K> {
             nodes: &nodes,
         };
         obj.forge(&ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// A task woken by its cancellation must not take one more step first: that step could
+    /// send an Upsert after the Deletes of a kind turned off.
+    #[tokio::test]
+    async fn a_cancelled_task_takes_no_further_step() {
+        let steps = Arc::new(AtomicU32::new(0));
+        for _ in 0..64 {
+            let shutdown = CancellationToken::new();
+            shutdown.cancel();
+            let counted = steps.clone();
+            until(shutdown, async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+            })
+            .await;
+        }
+        assert_eq!(steps.load(Ordering::SeqCst), 0);
     }
 }

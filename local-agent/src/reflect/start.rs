@@ -201,7 +201,7 @@ fn switchable<K: crate::reflect::Reflectable>(start: Start<'_>) {
         loop {
             // With 0 workers this withdraws instead of reflecting (see `reflect::spawn`).
             let running = token.child_token();
-            crate::reflect::spawn::<K>(
+            let reflector = crate::reflect::spawn::<K>(
                 client.clone(),
                 shared.clone(),
                 &outbox,
@@ -218,6 +218,11 @@ fn switchable<K: crate::reflect::Reflectable>(start: Start<'_>) {
                 }
             }
             running.cancel();
+            // A worker that was forging when the kind went off could otherwise send its
+            // Upsert after the Deletes below, and the copy would stay on the provider.
+            if let Some(reflector) = reflector {
+                reflector.stopped().await;
+            }
             on = !on;
             tracing::info!(
                 kind = kind.kind(),

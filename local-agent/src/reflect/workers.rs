@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{spawn_until, Reflectable, Reflector};
+use super::{Reflectable, Reflector};
 
 /// How many workers run, and how many should.
 #[derive(Default)]
@@ -42,7 +42,7 @@ impl<K: Reflectable> Reflector<K> {
         self.workers.wanted.store(wanted, Ordering::SeqCst);
         while self.workers.start_one() {
             let r = self.clone();
-            spawn_until(shutdown.clone(), async move {
+            self.spawn_until(shutdown.clone(), async move {
                 while !r.workers.stop_one() {
                     let key = r.queue.next().await;
                     r.reconcile(&key).await;
