@@ -149,6 +149,7 @@ pub fn spawn(
     let watch_task = async move {
         let mut events = watcher(api, watch_config)
             .backoff(crate::watch_backoff::watch_backoff())
+            .modify(refract_shared::stored::without_managed_fields::<Pod>)
             .reflect(writer)
             .touched_objects()
             .boxed();

@@ -24,6 +24,7 @@ use refract_core::keys::{
     REMOTE_STATUS_FIELD_MANAGER, SHADOWPOD_FIELD_MANAGER,
 };
 use refract_core::lock::Locked;
+use refract_shared::stored::without_managed_fields;
 use refract_shared::tls::ClusterId;
 use refract_shared::work_queue::WorkQueue;
 use tokio::sync::{mpsc, watch, Notify};
@@ -130,12 +131,16 @@ pub fn spawn(
                 Api::<ShadowPod>::all(client.clone()),
                 watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
             )
-            .default_backoff(),
+            .default_backoff()
+            // Every pod is kept twice, as its ShadowPod and as itself: only what is read of
+            // their managedFields stays (memory per pod).
+            .modify(without_managed_fields::<ShadowPod>),
         )
         .reflect(shadows_writer)
         .touched_objects();
     let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(metadata::keep_own_metadata_fields)
         .reflect(pods_writer)
         .touched_objects();
     let pods_changed = Arc::new(Notify::new());

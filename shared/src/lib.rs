@@ -10,6 +10,7 @@
 //!   SubjectAccessReview), answers reused for a while.
 //! - [`leader`]: leader election among an agent's replicas on a Lease.
 //! - [`runtime`]: the tokio runtime flags and the allocator every binary uses.
+//! - [`stored`]: what the agents' watch stores keep of each object.
 //! - [`stdout`]: command output that ends quietly when its reader closes the pipe.
 //! - [`telemetry`]: logging setup and the admin endpoint (`/healthz`, `/readyz`, `/metrics`)
 //!   both agents serve.
@@ -26,6 +27,7 @@ pub mod kubeconfig;
 pub mod leader;
 pub mod runtime;
 pub mod stdout;
+pub mod stored;
 pub mod telemetry;
 pub mod tls;
 pub mod work_queue;

@@ -89,7 +89,7 @@ pub fn spawn<K: Reflectable>(
 
 /// What the forge never reads need not be kept for every object.
 fn strip<K: Reflectable>(obj: &mut K) {
-    obj.managed_fields_mut().clear();
+    refract_shared::stored::without_managed_fields(obj);
     obj.annotations_mut().remove(LAST_APPLIED_ANNOTATION);
 }
 

@@ -96,6 +96,33 @@ fn owned_keys(pod: &Pod) -> Owned {
     owned
 }
 
+/// What the pod store keeps of a pod's managedFields: this controller's entry, and of it only
+/// the label and annotation keys [`metadata_patch`] reads. The other managers' entries (the
+/// scheduler's, the kubelet's) and the spec's fields are the largest part of a pod in memory.
+pub fn keep_own_metadata_fields(pod: &mut Pod) {
+    let Some(entries) = pod.metadata.managed_fields.as_mut() else {
+        return;
+    };
+    entries.retain(|e| e.manager.as_deref() == Some(SHADOWPOD_FIELD_MANAGER));
+    for entry in entries.iter_mut() {
+        let Some(fields) = entry.fields_v1.as_mut() else {
+            continue;
+        };
+        let mut metadata = serde_json::Map::new();
+        if let Some(serde_json::Value::Object(kept)) = fields.0.get_mut("f:metadata") {
+            for name in ["f:labels", "f:annotations"] {
+                if let Some(keys) = kept.remove(name) {
+                    metadata.insert(name.into(), keys);
+                }
+            }
+        }
+        fields.0 = serde_json::json!({ "f:metadata": metadata });
+    }
+    if entries.is_empty() {
+        pod.metadata.managed_fields = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +179,27 @@ mod tests {
     fn nothing_to_do_when_they_agree() {
         let pod = mk_pod(&[("app", "web"), ("theirs", "y")], &["app"], &["theirs"]);
         assert!(metadata_patch(&pod, &mk_desired(&[("app", "web")])).is_none());
+    }
+
+    #[test]
+    fn the_store_keeps_what_the_patch_reads_of_the_managed_fields() {
+        let mut pod = mk_pod(
+            &[("app", "web"), ("gone", "x"), ("theirs", "y")],
+            &["app", "gone"],
+            &["theirs"],
+        );
+        let entries = pod.metadata.managed_fields.as_mut().unwrap();
+        entries[0].fields_v1.as_mut().unwrap().0["f:spec"] =
+            serde_json::json!({"f:containers": {}});
+        let desired = mk_desired(&[("app", "web")]);
+        let before = metadata_patch(&pod, &desired);
+        keep_own_metadata_fields(&mut pod);
+        assert_eq!(metadata_patch(&pod, &desired), before);
+        let kept = pod.metadata.managed_fields.as_ref().unwrap();
+        assert_eq!(kept.len(), 1, "only this controller's entry: {kept:?}");
+        assert_eq!(
+            kept[0].fields_v1.as_ref().unwrap().0,
+            serde_json::json!({"f:metadata": {"f:labels": {"f:app": {}, "f:gone": {}}}})
+        );
     }
 }
