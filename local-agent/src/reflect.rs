@@ -146,7 +146,10 @@ pub fn spawn<K: Reflectable>(
     if workers == 0 {
         tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
         if kind != Kind::PersistentVolumeClaim {
-            spawn_until(shutdown, snapshot::withdraw(kind, shared, outbox.clone()));
+            tokio::spawn(until(
+                shutdown,
+                snapshot::withdraw(kind, shared, outbox.clone()),
+            ));
         }
         return None;
     }
@@ -217,14 +220,6 @@ pub fn spawn<K: Reflectable>(
         r3.follow_options(shutdown).await
     });
     Some(r)
-}
-
-/// Runs `task` until `shutdown` is cancelled.
-fn spawn_until(
-    shutdown: CancellationToken,
-    task: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    tokio::spawn(until(shutdown, task));
 }
 
 /// `task` until `shutdown` is cancelled: once it is, the task takes no further step (the

@@ -62,6 +62,9 @@ fn map_patch(
     patch
 }
 
+/// Where a managedFields entry's `f:metadata` lists the label and annotation keys it owns.
+const OWNED_MAPS: [&str; 2] = ["f:labels", "f:annotations"];
+
 /// Label and annotation keys the controller's field manager owns on a pod.
 #[derive(Default)]
 struct Owned {
@@ -79,10 +82,10 @@ fn owned_keys(pod: &Pod) -> Owned {
             continue;
         };
         let metadata = fields.0.get("f:metadata");
-        for (name, set) in [
-            ("f:labels", &mut owned.labels),
-            ("f:annotations", &mut owned.annotations),
-        ] {
+        for (name, set) in OWNED_MAPS
+            .into_iter()
+            .zip([&mut owned.labels, &mut owned.annotations])
+        {
             let keys = metadata
                 .and_then(|m| m.get(name))
                 .and_then(|l| l.as_object());
@@ -110,7 +113,7 @@ pub fn keep_own_metadata_fields(pod: &mut Pod) {
         };
         let mut metadata = serde_json::Map::new();
         if let Some(serde_json::Value::Object(kept)) = fields.0.get_mut("f:metadata") {
-            for name in ["f:labels", "f:annotations"] {
+            for name in OWNED_MAPS {
                 if let Some(keys) = kept.remove(name) {
                     metadata.insert(name.into(), keys);
                 }
