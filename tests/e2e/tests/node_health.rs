@@ -180,6 +180,15 @@ async fn pods_are_evicted_after_their_toleration_while_the_provider_is_away_and_
     })
     .await;
 
+    // The node starts NotReady until the provider is described, and the lifecycle controller
+    // taints it then; it lifts that taint only at its next pass (every 5 s) after the node
+    // turned Ready, which can come after the pods run. The cut must start from an untainted
+    // node, or the start's taint would be taken for the cut's.
+    p.eventually(WAIT, "the start's not-ready taint lifted", || {
+        (!taints(&p).contains_key(NOT_READY)).then_some(())
+    })
+    .await;
+
     // A short cut: the remote agent gone for a second.
     let ready_before = ready_condition(&p);
     let transition = |condition: &str| condition.split(' ').nth(1).map(str::to_owned);
