@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PodSpec};
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -33,7 +33,7 @@ use tokio::sync::{watch, Notify};
 use crate::apply::Applier;
 use crate::outbox::{Outbox, Subject};
 use crate::registry::Registry;
-use crate::shadowpod_controller::Stores;
+use crate::shadowpod_controller::{ProviderPod, Stores};
 
 /// How long capacity waits after a change for the changes that come with it (a Deployment
 /// scaled, a node draining) before it is computed once for all of them.
@@ -147,7 +147,7 @@ pub fn spawn(
 
 fn free_for(
     nodes: &Store<Node>,
-    pods: &Store<Pod>,
+    pods: &Store<ProviderPod>,
     tenant: &ClusterId,
 ) -> BTreeMap<String, String> {
     let mut free: BTreeMap<String, i128> = BTreeMap::new();
@@ -168,21 +168,14 @@ fn free_for(
         }
     }
     for pod in pods.state() {
-        let on_usable = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .is_some_and(|n| usable.contains(n));
-        let finished = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
+        let on_usable = pod.node_name.as_ref().is_some_and(|n| usable.contains(n));
+        let finished = matches!(pod.phase.as_deref(), Some("Succeeded" | "Failed"));
         let own = pod.labels().get(ORIGIN_LABEL).map(String::as_str) == Some(tenant.as_str());
         if !on_usable || finished || own {
             continue;
         }
-        for (resource, milli) in requests(&pod) {
-            if let Some(f) = free.get_mut(&resource) {
+        for (resource, milli) in pod.requests.iter() {
+            if let Some(f) = free.get_mut(resource) {
                 *f -= milli;
             }
         }
@@ -213,10 +206,7 @@ fn node_usable(node: &Node) -> bool {
 
 /// A pod's effective requests: per resource, the larger of the containers' sum and the
 /// largest init container.
-fn requests(pod: &Pod) -> BTreeMap<String, i128> {
-    let Some(spec) = pod.spec.as_ref() else {
-        return BTreeMap::new();
-    };
+pub fn requests(spec: &PodSpec) -> BTreeMap<String, i128> {
     let of = |c: &k8s_openapi::api::core::v1::Container| -> BTreeMap<String, i128> {
         c.resources
             .as_ref()

@@ -16,9 +16,9 @@ pub mod stats;
 pub mod upgrade;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use refract_core::keys::ORIGIN_LABEL;
@@ -33,7 +33,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::identity::Identities;
 use crate::peer::Peer;
 use crate::registry::{KubeletSessionGuard, Registry};
-use crate::shadowpod_controller::Stores;
+use crate::shadowpod_controller::{ProviderPod, Stores};
 
 /// Serves `refract.v1.Kubelet`.
 #[derive(Clone)]
@@ -65,7 +65,11 @@ impl KubeletService {
     }
 
     /// The tenant's pod named by `pod`, or why the call is refused.
-    fn owned_pod(&self, tenant: &ClusterId, pod: Option<&PodRef>) -> Result<Pod, Status> {
+    fn owned_pod(
+        &self,
+        tenant: &ClusterId,
+        pod: Option<&PodRef>,
+    ) -> Result<Arc<ProviderPod>, Status> {
         let pod = pod.ok_or_else(|| Status::invalid_argument("no pod named"))?;
         if pod.namespace.is_empty() || pod.name.is_empty() {
             return Err(Status::invalid_argument(
@@ -103,7 +107,7 @@ impl KubeletService {
         if !created_from_shadow {
             return Err(not_offloaded());
         }
-        Ok((*found).clone())
+        Ok(found)
     }
 
     /// Checks the pod and lists the call in Inspect until the guard drops.
@@ -112,7 +116,7 @@ impl KubeletService {
         tenant: &ClusterId,
         call: &str,
         pod: Option<&PodRef>,
-    ) -> Result<(Pod, KubeletSessionGuard), Status> {
+    ) -> Result<(Arc<ProviderPod>, KubeletSessionGuard), Status> {
         let found = self.owned_pod(tenant, pod)?;
         let (namespace, name) = (found.namespace().unwrap_or_default(), found.name_any());
         let guard = self

@@ -8,7 +8,7 @@
 
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
-use refract_core::hash::desired_hash;
+use refract_core::hash::bytes_hash;
 use refract_core::keys::{ORIGIN_LABEL, ORIGIN_UID_LABEL};
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::{remote_message, PodStatus, RemoteMessage};
@@ -58,24 +58,25 @@ fn report(
     let pod = stores
         .pods
         .get(&ObjectRef::new(name).within(namespace))
-        .filter(|p| of_shadowpod(p));
-    let (labels, status) = match (&pod, &shadow) {
-        (Some(pod), _) => (
-            pod.labels(),
-            serde_json::to_value(&pod.status).unwrap_or_default(),
+        .filter(|p| of_shadowpod(&**p));
+    // The pod's status as the store keeps it, serialized once; a ShadowPod's made up here.
+    let (labels, status_json) = match (&pod, &shadow) {
+        (Some(pod), _) => (pod.labels(), pod.status_json().to_vec()),
+        (None, Some(shadow)) => (
+            shadow.labels(),
+            serde_json::to_vec(&failed_create(shadow)?).unwrap_or_default(),
         ),
-        (None, Some(shadow)) => (shadow.labels(), failed_create(shadow)?),
         (None, None) => return None,
     };
     let tenant = ClusterId::parse(labels.get(ORIGIN_LABEL)?).ok()?;
     let origin_uid = labels.get(ORIGIN_UID_LABEL)?.clone();
-    let hash = desired_hash(&serde_json::json!([status, recreations]));
+    let hash = format!("{}/{recreations}", bytes_hash(&status_json));
     let message = RemoteMessage {
         kind: Some(remote_message::Kind::PodStatus(PodStatus {
             origin_uid,
             namespace: namespace.to_string(),
             name: name.to_string(),
-            status_json: serde_json::to_vec(&status).unwrap_or_default(),
+            status_json,
             recreations,
             // Stamped when sent (see `Outbox`).
             sent_unix_millis: 0,
@@ -106,7 +107,7 @@ pub fn spawn(stores: Stores, outbox: Outbox, shutdown: CancellationToken) {
             .pods
             .state()
             .iter()
-            .filter(|p| of_shadowpod(p))
+            .filter(|p| of_shadowpod(&***p))
             .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
             .chain(
                 stores
@@ -144,7 +145,7 @@ mod tests {
 
     use super::*;
     use crate::shadowpod::{ShadowPodSpec, ShadowPodStatus};
-    use crate::shadowpod_controller::{ChangedKeys, MANAGED_BY_SHADOWPOD};
+    use crate::shadowpod_controller::{ChangedKeys, ProviderPod, MANAGED_BY_SHADOWPOD};
 
     fn mk_labels(managed: bool) -> BTreeMap<String, String> {
         let mut labels = BTreeMap::from([
@@ -178,9 +179,9 @@ mod tests {
     }
 
     fn mk_stores(pods: Vec<Pod>, shadows: Vec<ShadowPod>) -> Stores {
-        let (pod_store, mut pod_writer): (_, Writer<Pod>) = reflector::store();
+        let (pod_store, mut pod_writer): (_, Writer<ProviderPod>) = reflector::store();
         for pod in pods {
-            pod_writer.apply_watcher_event(&watcher::Event::Apply(pod));
+            pod_writer.apply_watcher_event(&watcher::Event::Apply(ProviderPod::new(pod)));
         }
         let (shadow_store, mut shadow_writer): (_, Writer<ShadowPod>) = reflector::store();
         for shadow in shadows {

@@ -9,12 +9,13 @@ use tonic::Status;
 
 use super::{coalesce, Output};
 use crate::registry::KubeletSessionGuard;
+use crate::shadowpod_controller::ProviderPod;
 
 /// Opens the log; the returned stream ends with it, or when the caller goes away (tonic drops
 /// the stream, which drops the provider's response).
 pub async fn stream(
     client: &kube::Client,
-    pod: &Pod,
+    pod: &ProviderPod,
     request: LogsRequest,
     guard: KubeletSessionGuard,
 ) -> Result<Output<LogChunk>, Status> {

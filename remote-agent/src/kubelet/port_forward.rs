@@ -4,7 +4,6 @@
 //! writes) and a data stream, paired by port and request id.
 
 use bytes::Bytes;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use refract_wire::kubelet_protocol as kp;
 use refract_wire::proto::{
@@ -15,6 +14,7 @@ use tonic::{Status, Streaming};
 
 use super::Output;
 use crate::registry::KubeletSessionGuard;
+use crate::shadowpod_controller::ProviderPod;
 
 /// Outputs buffered towards the caller.
 const OUTPUT_BUFFER: usize = 8;
@@ -24,7 +24,7 @@ const MAX_ERROR_BYTES: usize = 4096;
 /// Opens the forward and starts the pumps.
 pub async fn run(
     client: &kube::Client,
-    pod: &Pod,
+    pod: &ProviderPod,
     port: u16,
     mut inbound: Streaming<PortForwardInput>,
     guard: KubeletSessionGuard,

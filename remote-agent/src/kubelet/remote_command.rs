@@ -7,7 +7,6 @@
 //! have ended.
 
 use bytes::Bytes;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use refract_core::json;
 use refract_wire::kubelet_protocol::{self as kp, exit_from_status};
@@ -22,6 +21,7 @@ use super::coalesce::{self, ChunkSource};
 use super::upgrade::{self, query_pair};
 use super::Output;
 use crate::registry::KubeletSessionGuard;
+use crate::shadowpod_controller::ProviderPod;
 
 /// The most a status stream may hold; a real one is a few hundred bytes.
 const MAX_STATUS_BYTES: usize = 64 * 1024;
@@ -50,7 +50,7 @@ impl Call {
 /// Starts the provider session and the pumps; returns the output stream.
 pub async fn run(
     client: &kube::Client,
-    pod: &Pod,
+    pod: &ProviderPod,
     call: Call,
     start: SessionStart,
     inbound: Streaming<SessionInput>,

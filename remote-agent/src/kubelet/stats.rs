@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::PodStatus;
 use kube::ResourceExt;
 use refract_core::keys::ORIGIN_LABEL;
 use refract_shared::tls::ClusterId;
@@ -60,8 +60,8 @@ pub struct TenantPod {
     pub name: String,
     /// The node it runs on.
     pub node: String,
-    /// The pod as last seen, for start times.
-    pub pod: Arc<Pod>,
+    /// The pod's status as last seen, for start times.
+    pub status: Option<PodStatus>,
 }
 
 /// The tenant's offloaded pods that are bound to a node.
@@ -83,12 +83,11 @@ pub fn tenant_pods(stores: &Stores, tenant: &ClusterId) -> Vec<TenantPod> {
                 .any(|o| o.controller == Some(true) && tenant_shadows.contains(&o.uid))
         })
         .filter_map(|pod| {
-            let node = pod.spec.as_ref()?.node_name.clone()?;
             Some(TenantPod {
                 namespace: pod.namespace().unwrap_or_default(),
                 name: pod.name_any(),
-                node,
-                pod,
+                node: pod.node_name.clone()?,
+                status: pod.status(),
             })
         })
         .collect()

@@ -9,12 +9,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use refract_core::keys::SHADOWPOD_FIELD_MANAGER;
+
+use super::provider_pod::ProviderPod;
 
 /// The merge patch that brings `pod`'s labels and annotations to `desired`'s, or `None` when
 /// they agree already.
-pub fn metadata_patch(pod: &Pod, desired: &Pod) -> Option<serde_json::Value> {
-    let ours = owned_keys(pod);
+pub fn metadata_patch(pod: &ProviderPod, desired: &Pod) -> Option<serde_json::Value> {
+    let ours = &pod.owned;
     let labels = map_patch(
         pod.metadata.labels.as_ref(),
         desired.metadata.labels.as_ref(),
@@ -66,15 +69,19 @@ fn map_patch(
 const OWNED_MAPS: [&str; 2] = ["f:labels", "f:annotations"];
 
 /// Label and annotation keys the controller's field manager owns on a pod.
-#[derive(Default)]
-struct Owned {
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owned {
     labels: BTreeSet<String>,
     annotations: BTreeSet<String>,
 }
 
-fn owned_keys(pod: &Pod) -> Owned {
+/// The label and annotation keys the controller's field manager owns, from `metadata`'s
+/// managedFields. Read once as the watch hands a pod over; the managedFields themselves are
+/// not kept (the other managers' entries, the scheduler's and the kubelet's, are the largest
+/// part of a pod in memory).
+pub fn owned_keys(metadata: &ObjectMeta) -> Owned {
     let mut owned = Owned::default();
-    for entry in pod.metadata.managed_fields.iter().flatten() {
+    for entry in metadata.managed_fields.iter().flatten() {
         if entry.manager.as_deref() != Some(SHADOWPOD_FIELD_MANAGER) {
             continue;
         }
@@ -99,38 +106,11 @@ fn owned_keys(pod: &Pod) -> Owned {
     owned
 }
 
-/// What the pod store keeps of a pod's managedFields: this controller's entry, and of it only
-/// the label and annotation keys [`metadata_patch`] reads. The other managers' entries (the
-/// scheduler's, the kubelet's) and the spec's fields are the largest part of a pod in memory.
-pub fn keep_own_metadata_fields(pod: &mut Pod) {
-    let Some(entries) = pod.metadata.managed_fields.as_mut() else {
-        return;
-    };
-    entries.retain(|e| e.manager.as_deref() == Some(SHADOWPOD_FIELD_MANAGER));
-    for entry in entries.iter_mut() {
-        let Some(fields) = entry.fields_v1.as_mut() else {
-            continue;
-        };
-        let mut metadata = serde_json::Map::new();
-        if let Some(serde_json::Value::Object(kept)) = fields.0.get_mut("f:metadata") {
-            for name in OWNED_MAPS {
-                if let Some(keys) = kept.remove(name) {
-                    metadata.insert(name.into(), keys);
-                }
-            }
-        }
-        fields.0 = serde_json::json!({ "f:metadata": metadata });
-    }
-    if entries.is_empty() {
-        pod.metadata.managed_fields = None;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn mk_pod(labels: &[(&str, &str)], owned: &[&str], other: &[&str]) -> Pod {
+    fn mk_pod(labels: &[(&str, &str)], owned: &[&str], other: &[&str]) -> ProviderPod {
         let fields = |keys: &[&str]| {
             let labels: serde_json::Map<String, serde_json::Value> = keys
                 .iter()
@@ -148,6 +128,7 @@ mod tests {
                 ],
             }
         }))
+        .map(ProviderPod::new)
         .unwrap()
     }
 
@@ -185,24 +166,19 @@ mod tests {
     }
 
     #[test]
-    fn the_store_keeps_what_the_patch_reads_of_the_managed_fields() {
-        let mut pod = mk_pod(
+    fn only_the_controllers_own_keys_are_kept_of_the_managed_fields() {
+        let pod = mk_pod(
             &[("app", "web"), ("gone", "x"), ("theirs", "y")],
             &["app", "gone"],
             &["theirs"],
         );
-        let entries = pod.metadata.managed_fields.as_mut().unwrap();
-        entries[0].fields_v1.as_mut().unwrap().0["f:spec"] =
-            serde_json::json!({"f:containers": {}});
-        let desired = mk_desired(&[("app", "web")]);
-        let before = metadata_patch(&pod, &desired);
-        keep_own_metadata_fields(&mut pod);
-        assert_eq!(metadata_patch(&pod, &desired), before);
-        let kept = pod.metadata.managed_fields.as_ref().unwrap();
-        assert_eq!(kept.len(), 1, "only this controller's entry: {kept:?}");
+        assert_eq!(pod.metadata.managed_fields, None);
         assert_eq!(
-            kept[0].fields_v1.as_ref().unwrap().0,
-            serde_json::json!({"f:metadata": {"f:labels": {"f:app": {}, "f:gone": {}}}})
+            pod.owned,
+            Owned {
+                labels: ["app".to_string(), "gone".to_string()].into(),
+                annotations: BTreeSet::new(),
+            }
         );
     }
 }

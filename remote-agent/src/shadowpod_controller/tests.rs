@@ -14,8 +14,11 @@ use refract_core::keys::{MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION, ORIGIN_LA
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{reconcile, ChangedKeys, Retries, Stores, MANAGED_BY_SHADOWPOD, RETRY_MAX, RETRY_MIN};
-use crate::mock_api::{bodies, forbidden, provider, writes, Log};
+use super::{
+    reconcile, ChangedKeys, ProviderPod, Retries, Stores, MANAGED_BY_SHADOWPOD, RETRY_MAX,
+    RETRY_MIN,
+};
+use crate::mock_api::{bodies, conflict, forbidden, provider, writes, Log};
 use crate::shadowpod::{ShadowPod, ShadowPodSpec, ShadowPodStatus, FAILED_CREATE};
 
 const NS: &str = "apps-origin";
@@ -65,10 +68,10 @@ fn mk_pod_json(uid: &str, phase: &str) -> Value {
 fn mk_stores(shadow: ShadowPod, pod: Option<Value>) -> Stores {
     let (shadows, mut writer): (_, Writer<ShadowPod>) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Apply(shadow));
-    let (pods, mut pods_writer): (_, Writer<Pod>) = reflector::store();
+    let (pods, mut pods_writer): (_, Writer<ProviderPod>) = reflector::store();
     if let Some(pod) = pod {
         let pod: Pod = serde_json::from_value(pod).unwrap();
-        pods_writer.apply_watcher_event(&watcher::Event::Apply(pod));
+        pods_writer.apply_watcher_event(&watcher::Event::Apply(ProviderPod::new(pod)));
     }
     Stores {
         shadows,
@@ -142,9 +145,16 @@ async fn a_new_shadowpod_gets_its_pod_owned_by_it_and_its_uid_in_the_status() {
     assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "shadow-uid");
     assert_eq!(pod["metadata"]["ownerReferences"][0]["controller"], true);
     let statuses = bodies(&log, Method::PATCH, STATUS);
+    assert_eq!(statuses.len(), 1, "one status write, after the create");
     assert_eq!(
-        statuses.last().unwrap()["status"],
+        statuses[0]["status"],
         json!({"phase": "Pending", "recreations": 0, "podUid": "pod-1"})
+    );
+    let order: Vec<Method> = writes(&log).into_iter().map(|(method, _)| method).collect();
+    assert_eq!(
+        order,
+        [Method::POST, Method::PATCH],
+        "no write before the create"
     );
 }
 
@@ -167,11 +177,31 @@ async fn a_pod_gone_is_re_created_and_counted() {
     result.unwrap();
     assert_eq!(bodies(&log, Method::POST, PODS).len(), 1);
     let statuses = bodies(&log, Method::PATCH, STATUS);
+    assert_eq!(statuses.len(), 1, "counted with the create's outcome");
+    assert_eq!(statuses[0]["status"]["recreations"], 2);
+    assert_eq!(statuses[0]["status"]["podUid"], "pod-2");
+}
+
+#[tokio::test]
+async fn a_re_create_refused_as_existing_still_counts_the_recreation() {
+    let before = ShadowPodStatus {
+        phase: Some("Running".into()),
+        recreations: 1,
+        pod_uid: Some("pod-1".into()),
+        ..Default::default()
+    };
+    let (result, log) = run(
+        vec![(Method::POST, PODS, 409, conflict()), status_route()],
+        mk_shadow(Some(before), &[]),
+    )
+    .await;
+    result.unwrap();
+    let statuses = bodies(&log, Method::PATCH, STATUS);
+    assert_eq!(statuses.len(), 1, "{:?}", writes(&log));
     assert_eq!(
-        statuses[0]["status"]["recreations"], 2,
-        "counted before the create"
+        statuses[0]["status"],
+        json!({"phase": "Pending", "recreations": 2})
     );
-    assert_eq!(statuses.last().unwrap()["status"]["podUid"], "pod-2");
 }
 
 #[tokio::test]
@@ -201,9 +231,14 @@ async fn a_finished_pod_is_never_re_created() {
 
 #[tokio::test]
 async fn a_running_pod_has_its_phase_mirrored_and_is_left_alone() {
+    let created = ShadowPodStatus {
+        phase: Some("Pending".into()),
+        pod_uid: Some("pod-1".into()),
+        ..Default::default()
+    };
     let (result, log) = run_with_pod(
         vec![status_route()],
-        mk_shadow(None, &[]),
+        mk_shadow(Some(created), &[]),
         Some(mk_pod_json("pod-1", "Running")),
     )
     .await;
@@ -213,6 +248,41 @@ async fn a_running_pod_has_its_phase_mirrored_and_is_left_alone() {
         !log.lock().unwrap().iter().any(|s| s.method == Method::GET),
         "the pod is read from the watch's store, not the API"
     );
+    assert_eq!(
+        bodies(&log, Method::PATCH, STATUS)[0]["status"],
+        json!({"phase": "Running", "recreations": 0, "podUid": "pod-1"})
+    );
+}
+
+#[tokio::test]
+async fn a_status_the_store_has_not_caught_up_with_keeps_the_recreation_counted() {
+    // The store still has the status from before the pod was re-created, not the one written
+    // with the create, which counted the recreation.
+    let stale = ShadowPodStatus {
+        phase: Some("Running".into()),
+        recreations: 1,
+        pod_uid: Some("pod-1".into()),
+        ..Default::default()
+    };
+    let (result, log) = run_with_pod(
+        vec![status_route()],
+        mk_shadow(Some(stale), &[]),
+        Some(mk_pod_json("pod-2", "Running")),
+    )
+    .await;
+    result.unwrap();
+    assert_eq!(
+        bodies(&log, Method::PATCH, STATUS)[0]["status"],
+        json!({"phase": "Running", "recreations": 2, "podUid": "pod-2"})
+    );
+    // A first pod, before its status names it: nothing to count.
+    let (result, log) = run_with_pod(
+        vec![status_route()],
+        mk_shadow(None, &[]),
+        Some(mk_pod_json("pod-1", "Running")),
+    )
+    .await;
+    result.unwrap();
     assert_eq!(
         bodies(&log, Method::PATCH, STATUS)[0]["status"],
         json!({"phase": "Running", "recreations": 0, "podUid": "pod-1"})

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::PodStatus;
 use refract_core::quantity::{parse_milli, parse_nano};
 use refract_wire::proto::{ContainerStats, CpuUsage, MemoryUsage, PodRef, PodStats};
 use serde::Deserialize;
@@ -87,7 +87,7 @@ pub fn into_stats(
                     let total = counters.advance(key.clone(), at, window, nano_cores);
                     seen.insert(key);
                     ContainerStats {
-                        start_time_unix_nanos: container_start(&pod.pod, &c.name),
+                        start_time_unix_nanos: container_start(pod.status.as_ref(), &c.name),
                         cpu: Some(CpuUsage {
                             time_unix_nanos: at,
                             usage_nano_cores: nano_cores,
@@ -124,7 +124,7 @@ pub fn into_stats(
                     namespace: pod.namespace.clone(),
                     name: pod.name.clone(),
                 }),
-                start_time_unix_nanos: pod_start(&pod.pod),
+                start_time_unix_nanos: pod_start(pod.status.as_ref()),
                 cpu: Some(cpu),
                 memory: Some(memory),
                 containers,
@@ -155,17 +155,15 @@ fn time_nanos(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {
     unix_nanos(t.0)
 }
 
-fn pod_start(pod: &Pod) -> i64 {
-    pod.status
-        .as_ref()
+fn pod_start(status: Option<&PodStatus>) -> i64 {
+    status
         .and_then(|s| s.start_time.as_ref())
         .map(time_nanos)
         .unwrap_or_default()
 }
 
-fn container_start(pod: &Pod, container: &str) -> i64 {
-    pod.status
-        .as_ref()
+fn container_start(status: Option<&PodStatus>, container: &str) -> i64 {
+    status
         .and_then(|s| s.container_statuses.as_ref())
         .and_then(|statuses| statuses.iter().find(|s| s.name == container))
         .and_then(|s| s.state.as_ref()?.running.as_ref()?.started_at.as_ref())
@@ -257,7 +255,7 @@ mod tests {
             namespace: namespace.into(),
             name: name.into(),
             node: "n".into(),
-            pod: std::sync::Arc::new(Pod::default()),
+            status: None,
         }
     }
 
