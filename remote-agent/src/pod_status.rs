@@ -58,7 +58,7 @@ fn report(
     let pod = stores
         .pods
         .get(&ObjectRef::new(name).within(namespace))
-        .filter(|p| of_shadowpod(&**p));
+        .filter(|p| of_shadowpod(p.as_ref()));
     // The pod's status as the store keeps it, serialized once; a ShadowPod's made up here.
     let (labels, status_json) = match (&pod, &shadow) {
         (Some(pod), _) => (pod.labels(), pod.status_json().to_vec()),
@@ -107,7 +107,7 @@ pub fn spawn(stores: Stores, outbox: Outbox, shutdown: CancellationToken) {
             .pods
             .state()
             .iter()
-            .filter(|p| of_shadowpod(&***p))
+            .filter(|p| of_shadowpod(p.as_ref()))
             .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
             .chain(
                 stores
