@@ -126,6 +126,16 @@ fn status_json(status: ShadowPodStatus) -> Value {
            "status": status})
 }
 
+/// The status of a ShadowPod whose pod `pod-1` runs, re-created once before.
+fn running_pod_1_recreated_once() -> ShadowPodStatus {
+    ShadowPodStatus {
+        phase: Some("Running".into()),
+        recreations: 1,
+        pod_uid: Some("pod-1".into()),
+        ..Default::default()
+    }
+}
+
 #[tokio::test]
 async fn a_new_shadowpod_gets_its_pod_owned_by_it_and_its_uid_in_the_status() {
     let created = mk_pod_json("pod-1", "Pending");
@@ -160,12 +170,7 @@ async fn a_new_shadowpod_gets_its_pod_owned_by_it_and_its_uid_in_the_status() {
 
 #[tokio::test]
 async fn a_pod_gone_is_re_created_and_counted() {
-    let before = ShadowPodStatus {
-        phase: Some("Running".into()),
-        recreations: 1,
-        pod_uid: Some("pod-1".into()),
-        ..Default::default()
-    };
+    let before = running_pod_1_recreated_once();
     let (result, log) = run(
         vec![
             (Method::POST, PODS, 201, mk_pod_json("pod-2", "Pending")),
@@ -184,12 +189,7 @@ async fn a_pod_gone_is_re_created_and_counted() {
 
 #[tokio::test]
 async fn a_re_create_refused_as_existing_still_counts_the_recreation() {
-    let before = ShadowPodStatus {
-        phase: Some("Running".into()),
-        recreations: 1,
-        pod_uid: Some("pod-1".into()),
-        ..Default::default()
-    };
+    let before = running_pod_1_recreated_once();
     let (result, log) = run(
         vec![(Method::POST, PODS, 409, conflict()), status_route()],
         mk_shadow(Some(before), &[]),
@@ -258,12 +258,7 @@ async fn a_running_pod_has_its_phase_mirrored_and_is_left_alone() {
 async fn a_status_the_store_has_not_caught_up_with_keeps_the_recreation_counted() {
     // The store still has the status from before the pod was re-created, not the one written
     // with the create, which counted the recreation.
-    let stale = ShadowPodStatus {
-        phase: Some("Running".into()),
-        recreations: 1,
-        pod_uid: Some("pod-1".into()),
-        ..Default::default()
-    };
+    let stale = running_pod_1_recreated_once();
     let (result, log) = run_with_pod(
         vec![status_route()],
         mk_shadow(Some(stale), &[]),
