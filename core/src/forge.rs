@@ -6,6 +6,7 @@
 //! agent and `local-agent preview` both call [`forge`]; nothing here touches the network.
 
 pub mod configmap;
+pub mod custom;
 pub mod endpointslice;
 pub mod ingress;
 pub mod meta;
@@ -260,6 +261,7 @@ pub fn forge(
         Kind::Ingress => parse::<networking::v1::Ingress>(object)?.forge(ctx),
         Kind::EndpointSlice => parse::<discovery::v1::EndpointSlice>(object)?.forge(ctx),
         Kind::PersistentVolumeClaim => parse::<v1::PersistentVolumeClaim>(object)?.forge(ctx),
+        Kind::Custom(_) => custom::forge(kind, object, ctx),
     }
 }
 

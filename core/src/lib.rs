@@ -15,6 +15,7 @@
 //! keeps it pure. `refract-wire` carries it over the link; the agents run it.
 
 pub mod backoff;
+pub mod custom_kind;
 pub mod duration;
 pub mod forge;
 pub mod hash;

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::custom_kind::CustomKind;
 use crate::policy::Policy;
 use crate::remap::Remapping;
 
@@ -27,10 +28,12 @@ pub enum Kind {
     EndpointSlice,
     /// core/v1 PersistentVolumeClaim of the virtual storage class.
     PersistentVolumeClaim,
+    /// A custom resource kind the reflection values list (`customKinds`).
+    Custom(CustomKind),
 }
 
 impl Kind {
-    /// Every reflected kind.
+    /// Every built-in reflected kind (custom kinds are the reflection values').
     pub const ALL: [Kind; 6] = [
         Kind::ConfigMap,
         Kind::Secret,
@@ -49,6 +52,7 @@ impl Kind {
             Kind::Ingress => "Ingress",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::Custom(custom) => custom.kind(),
         }
     }
 
@@ -58,6 +62,7 @@ impl Kind {
             Kind::ConfigMap | Kind::Secret | Kind::Service | Kind::PersistentVolumeClaim => "v1",
             Kind::Ingress => "networking.k8s.io/v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::Custom(custom) => custom.api_version(),
         }
     }
 
@@ -70,10 +75,18 @@ impl Kind {
             Kind::Ingress => "ingress",
             Kind::EndpointSlice => "endpointslice",
             Kind::PersistentVolumeClaim => "persistentvolumeclaim",
+            Kind::Custom(custom) => custom.resource_name(),
         }
     }
 
-    /// Looks a kind up by its Kubernetes kind.
+    /// The built-in or registered custom kind of `api_version` and `kind`.
+    pub fn lookup(api_version: &str, kind: &str) -> Option<Kind> {
+        Kind::from_kind(kind)
+            .filter(|k| k.api_version() == api_version)
+            .or_else(|| crate::custom_kind::lookup(api_version, kind).map(Kind::Custom))
+    }
+
+    /// Looks a built-in kind up by its Kubernetes kind.
     pub fn from_kind(kind: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.kind() == kind)
     }
@@ -151,6 +164,20 @@ pub struct ReflectionOptions {
     /// the provider event's own annotations, and 0 workers records none.
     #[serde(default = "default_event_options")]
     pub events: KindOptions,
+    /// Custom resource kinds reflected besides the built-in ones, with their settings.
+    #[serde(default)]
+    pub custom_kinds: Vec<CustomReflection>,
+}
+
+/// A custom resource kind the local agent reflects, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomReflection {
+    /// The kind.
+    pub kind: CustomKind,
+    /// Its policy and workers.
+    #[serde(flatten)]
+    pub options: KindOptions,
 }
 
 /// The key of provider events in Helm values (`offloading.reflection.event`).
@@ -296,6 +323,7 @@ impl ReflectionOptions {
             api_server: ApiServerOptions::default(),
             offloading_patch: OffloadingPatch::default(),
             events: default_event_options(),
+            custom_kinds: Vec::new(),
         }
     }
 
@@ -308,8 +336,18 @@ impl ReflectionOptions {
         }
     }
 
-    /// The settings of `kind` (EndpointSlices take the Service policy).
+    /// The settings of `kind` (EndpointSlices take the Service policy; a custom kind the
+    /// values do not list has no workers).
     pub fn kind(&self, kind: Kind) -> KindOptions {
+        if let Kind::Custom(custom) = kind {
+            return self.custom_kinds.iter().find(|c| c.kind == custom).map_or(
+                KindOptions {
+                    policy: Policy::DenyList,
+                    workers: 0,
+                },
+                |c| c.options,
+            );
+        }
         let mut o = self.kinds.get(&kind).copied().unwrap_or(KindOptions {
             policy: Policy::DenyList,
             workers: kind.default_workers(),
@@ -348,6 +386,22 @@ impl ReflectionOptions {
         if let Some(r) = reflection.resources.get(EVENT_KEY) {
             self.events.policy = r.r#type.unwrap_or(self.events.policy);
             self.events.workers = r.workers.unwrap_or(self.events.workers);
+        }
+        for custom in &reflection.custom_kinds {
+            // `HelmValues::from_yaml` registered every kind it accepted.
+            let Ok(kind) = crate::custom_kind::register(&custom.name()) else {
+                continue;
+            };
+            let options = KindOptions {
+                policy: custom.r#type.unwrap_or(Policy::DenyList),
+                workers: custom
+                    .workers
+                    .unwrap_or(Kind::Custom(kind).default_workers()),
+            };
+            match self.custom_kinds.iter_mut().find(|c| c.kind == kind) {
+                Some(existing) => existing.options = options,
+                None => self.custom_kinds.push(CustomReflection { kind, options }),
+            }
         }
         if let Some(skip) = &reflection.skip {
             self.skip_labels.extend(skip.labels.iter().cloned());
@@ -411,6 +465,11 @@ impl HelmValues {
             let Some(reflection) = reflection else {
                 continue;
             };
+            for (i, custom) in reflection.custom_kinds.iter().enumerate() {
+                if let Err(e) = crate::custom_kind::register(&custom.name()) {
+                    problems.push(format!("{path}.customKinds[{i}]: {e}"));
+                }
+            }
             for key in reflection.resources.keys() {
                 if key == EVENT_KEY || Kind::ALL.iter().any(|k| k.key() == key) {
                     continue;
@@ -427,7 +486,7 @@ impl HelmValues {
         let known: Vec<&str> = Kind::ALL
             .iter()
             .map(|k| k.key())
-            .chain([EVENT_KEY, "skip"])
+            .chain([EVENT_KEY, "skip", "customKinds"])
             .collect();
         Err(format!(
             "{}; the keys under reflection are {}",
@@ -470,6 +529,9 @@ pub struct OffloadingValues {
 pub struct ReflectionValues {
     /// `offloading.reflection.skip:`
     pub skip: Option<SkipValues>,
+    /// `offloading.reflection.customKinds:`
+    #[serde(rename = "customKinds", default)]
+    pub custom_kinds: Vec<CustomKindValues>,
     /// `offloading.reflection.<resource>:`
     #[serde(flatten)]
     pub resources: BTreeMap<String, ResourceValues>,
@@ -485,6 +547,37 @@ pub struct SkipValues {
     /// Annotation keys never reflected.
     #[serde(default)]
     pub annotations: Vec<String>,
+}
+
+/// One entry of `offloading.reflection.customKinds:` a custom resource kind to reflect, named
+/// as in its CustomResourceDefinition, with the settings of a built-in kind.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomKindValues {
+    /// `group: example.com`
+    pub group: String,
+    /// `version: v1`
+    pub version: String,
+    /// `kind: Widget`
+    pub kind: String,
+    /// `plural: widgets`
+    pub plural: String,
+    /// `type: DenyList|AllowList` (default DenyList)
+    pub r#type: Option<Policy>,
+    /// `workers: N` (default 3; 0 does not reflect the kind)
+    pub workers: Option<u32>,
+}
+
+impl CustomKindValues {
+    /// The kind's name.
+    pub fn name(&self) -> crate::custom_kind::CustomKindName {
+        crate::custom_kind::CustomKindName {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            kind: self.kind.clone(),
+            plural: self.plural.clone(),
+        }
+    }
 }
 
 /// `offloading.reflection.<resource>:`
@@ -547,6 +640,36 @@ mod tests {
         let err = HelmValues::from_yaml("reflection:\n  secret: {type: AllowList, worker: 2}\n")
             .unwrap_err();
         assert!(err.contains("worker"), "{err}");
+    }
+
+    #[test]
+    fn custom_kinds_are_read_from_the_values_with_the_settings_of_a_kind() {
+        let values = HelmValues::from_yaml(
+            "offloading:\n  reflection:\n    customKinds:\n    - {group: values.test.refract.example, version: v1, kind: Widget, plural: widgets, type: AllowList}\n    - {group: values.test.refract.example, version: v1, kind: Gadget, plural: gadgets, workers: 0}\n",
+        )
+        .unwrap();
+        let mut o = ReflectionOptions::new("a", "b");
+        o.merge_values(&values);
+        let widget = Kind::lookup("values.test.refract.example/v1", "Widget").unwrap();
+        assert_eq!(o.kind(widget).policy, Policy::AllowList);
+        assert_eq!(o.kind(widget).workers, 3);
+        let gadget = Kind::lookup("values.test.refract.example/v1", "Gadget").unwrap();
+        assert_eq!(o.kind(gadget).workers, 0);
+        assert_eq!(o.custom_kinds.len(), 2);
+
+        let e = HelmValues::from_yaml(
+            "offloading:\n  reflection:\n    customKinds:\n    - {group: apps, version: v1, kind: Deployment, plural: deployments}\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("offloading.reflection.customKinds[0]") && e.contains("apps"),
+            "{e}"
+        );
+        let e = HelmValues::from_yaml(
+            "offloading:\n  reflection:\n    customKinds:\n    - {group: x.example, version: v1, kind: Widget}\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("plural"), "{e}");
     }
 
     #[test]

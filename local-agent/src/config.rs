@@ -20,7 +20,9 @@ fn policy_parser() -> impl clap::builder::TypedValueParser<Value = Policy> {
 pub struct ReflectionFlags {
     /// YAML file in the shape of Liqo's Helm values: `offloading.reflection.<resource>.type`
     /// (DenyList|AllowList), `.workers` (`event` included: provider events recorded at the
-    /// origin), and `offloading.reflection.skip.labels|annotations`
+    /// origin), `offloading.reflection.customKinds` (custom resource kinds to reflect: group,
+    /// version, kind, plural, and optionally type and workers; added kinds wait for a
+    /// restart), and `offloading.reflection.skip.labels|annotations`
     /// (older Liqo versions' top-level `reflection.` is accepted too), and
     /// `controllerManager.config.resourceSharingPercentage`; any other key is an error that
     /// names it. Followed while the agent runs: a change is in force within seconds (turning

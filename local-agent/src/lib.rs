@@ -512,7 +512,10 @@ fn spawn_event_intake(
     }
     // Provider events resolve through what the outbox sent: pods by their ShadowPods.
     let mut reflected = events::ReflectedKinds::new();
-    for kind in Kind::ALL {
+    let custom: Vec<Kind> = (options.current().custom_kinds.iter())
+        .map(|c| Kind::Custom(c.kind))
+        .collect();
+    for kind in Kind::ALL.into_iter().chain(custom) {
         let resolver: Arc<dyn events::Reflected> = outbox.resolver(outbox::Producer::Objects(kind));
         reflected.insert(kind.kind(), resolver);
     }

@@ -161,7 +161,12 @@ pub async fn run(args: PreviewArgs) -> anyhow::Result<()> {
             out.push(preview_pod(object, &args, &options, &remote_ns, source)?);
             continue;
         }
-        let Some(kind) = Kind::from_kind(kind_name) else {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let reflected = |k: &Kind| options.kind(*k).workers > 0 || Kind::ALL.contains(k);
+        let Some(kind) = Kind::lookup(api_version, kind_name)
+            .or_else(|| Kind::from_kind(kind_name))
+            .filter(reflected)
+        else {
             out.push(json!({"source": source, "decision": "skip", "reason": format!("kind {kind_name:?} is not reflected")}));
             continue;
         };
@@ -374,7 +379,8 @@ async fn live_objects(
             }
         }};
     }
-    for kind in Kind::ALL {
+    let custom = options.custom_kinds.iter().map(|c| Kind::Custom(c.kind));
+    for kind in Kind::ALL.into_iter().chain(custom) {
         if options.kind(kind).workers == 0 {
             continue;
         }
@@ -385,6 +391,17 @@ async fn live_objects(
             Kind::Ingress => list!(networking::v1::Ingress),
             Kind::EndpointSlice => list!(discovery::v1::EndpointSlice),
             Kind::PersistentVolumeClaim => list!(v1::PersistentVolumeClaim),
+            Kind::Custom(custom) => {
+                let resource = refract_shared::custom_kind::api_resource(custom);
+                let api: Api<kube::api::DynamicObject> =
+                    Api::namespaced_with(client.clone(), namespace, &resource);
+                let items = api.list(&ListParams::default()).await.with_context(|| {
+                    format!("failed to list {} in {namespace}", custom.resource_name())
+                })?;
+                for item in items {
+                    out.push(serde_json::to_value(item)?);
+                }
+            }
         }
     }
     Ok(out)

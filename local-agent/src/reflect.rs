@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef as StoreRef, Store};
 use kube::{Resource, ResourceExt};
@@ -82,6 +82,10 @@ pub struct Shared {
 
 /// A running reflector for origin objects of type `K`.
 pub struct Reflector<K: Reflectable> {
+    /// The kind reflected.
+    kind: Kind,
+    /// How the API names it, for `K` whose type does not say (custom kinds).
+    api: K::DynamicType,
     store: Store<K>,
     /// The namespaces whose objects are all in the store (see [`scoped`]).
     listed: watch::Receiver<BTreeSet<String>>,
@@ -105,10 +109,10 @@ pub struct Reflector<K: Reflectable> {
     tasks: TaskTracker,
 }
 
-/// Object types a reflector can watch: the kinds the forge knows.
+/// Object types a reflector can watch: the built-in kinds' types, which the forge knows by
+/// type, and [`DynamicObject`] for custom kinds, whose API and rules come with their [`Kind`].
 pub trait Reflectable:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + forge::Forgeable
+    Resource<DynamicType: Clone + Eq + std::hash::Hash + Send + Sync + Unpin + 'static>
     + Clone
     + DeserializeOwned
     + Serialize
@@ -117,31 +121,68 @@ pub trait Reflectable:
     + Sync
     + 'static
 {
+    /// The API of these objects in `namespace`, named as `api` says.
+    fn api_in(client: kube::Client, namespace: &str, api: &Self::DynamicType) -> Api<Self>;
+
+    /// Forges the provider's object of this origin object, of `kind`.
+    fn forge_as(&self, kind: Kind, ctx: &Context<'_>) -> Result<Decision, forge::ForgeError>;
+
+    /// The origin nodes the forge of this object reads (see [`forge::Forgeable::nodes_read`]).
+    fn nodes_read_by_forge(&self) -> Vec<&str> {
+        Vec::new()
+    }
 }
 
-impl<K> Reflectable for K where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + forge::Forgeable
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + Debug
-        + Send
-        + Sync
-        + 'static
-{
+/// The built-in kinds: typed objects, forged by their type's rules.
+macro_rules! typed_reflectable {
+    ($($t:ty),* $(,)?) => {$(
+        impl Reflectable for $t {
+            fn api_in(client: kube::Client, namespace: &str, _: &()) -> Api<Self> {
+                Api::namespaced(client, namespace)
+            }
+
+            fn forge_as(&self, _: Kind, ctx: &Context<'_>) -> Result<Decision, forge::ForgeError> {
+                forge::Forgeable::forge(self, ctx)
+            }
+
+            fn nodes_read_by_forge(&self) -> Vec<&str> {
+                forge::Forgeable::nodes_read(self)
+            }
+        }
+    )*};
 }
 
-/// Starts the reflector of `K`'s kind (nothing when its workers are 0). Its watch fills `store`
-/// (a new one when `None`: pass one that others read too).
+typed_reflectable!(
+    k8s_openapi::api::core::v1::ConfigMap,
+    k8s_openapi::api::core::v1::Secret,
+    Service,
+    k8s_openapi::api::networking::v1::Ingress,
+    k8s_openapi::api::discovery::v1::EndpointSlice,
+    k8s_openapi::api::core::v1::PersistentVolumeClaim,
+);
+
+/// Custom kinds: objects as JSON, forged by the custom kinds' rules.
+impl Reflectable for DynamicObject {
+    fn api_in(client: kube::Client, namespace: &str, api: &ApiResource) -> Api<Self> {
+        Api::namespaced_with(client, namespace, api)
+    }
+
+    fn forge_as(&self, kind: Kind, ctx: &Context<'_>) -> Result<Decision, forge::ForgeError> {
+        forge::custom::forge(kind, &json::to_value(self), ctx)
+    }
+}
+
+/// Starts the reflector of `kind`, whose objects the API names as `api` says (nothing when
+/// its workers are 0). Its watch fills `store` (a new one when `None`: pass one that others
+/// read too).
 pub fn spawn<K: Reflectable>(
     client: kube::Client,
+    (kind, api): (Kind, K::DynamicType),
     shared: Shared,
     outbox: &Outbox,
     store: Option<(Store<K>, reflector::store::Writer<K>)>,
     shutdown: CancellationToken,
 ) -> Option<Arc<Reflector<K>>> {
-    let kind = K::KIND;
     let workers = shared.options.current().kind(kind).workers;
     if workers == 0 {
         tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
@@ -153,12 +194,23 @@ pub fn spawn<K: Reflectable>(
         }
         return None;
     }
-    let (store, writer) = store.unwrap_or_else(reflector::store);
+    let (store, writer) = store.unwrap_or_else(|| {
+        let writer = reflector::store::Writer::new(api.clone());
+        (writer.as_reader(), writer)
+    });
     let scoped::Scoped {
         seen: mut events,
         listed,
-    } = scoped::spawn(client, shared.extension.clone(), writer, shutdown.clone());
+    } = scoped::spawn(
+        client,
+        api.clone(),
+        shared.extension.clone(),
+        writer,
+        shutdown.clone(),
+    );
     let r = Arc::new(Reflector {
+        kind,
+        api,
         store,
         listed,
         queue: WorkQueue::new(),
@@ -205,7 +257,7 @@ pub fn spawn<K: Reflectable>(
                         r.enqueue_sent(&namespace);
                     }
                     scoped::Seen::Error(error) => {
-                        tracing::warn!(kind = K::KIND.kind(), %error, "watch error; retrying")
+                        tracing::warn!(kind = r.kind.kind(), %error, "watch error; retrying")
                     }
                 }
             }
@@ -291,18 +343,23 @@ impl<K: Reflectable> Reflector<K> {
     /// changed.
     fn relisted(&self, namespace: &str) {
         tracing::info!(
-            kind = K::KIND.kind(),
+            kind = self.kind.kind(),
             %namespace,
             "origin watch relisted (its resourceVersion expired); re-checking every object"
         );
         self.shared
             .relists
-            .get_or_create(&vec![("kind", K::KIND.kind())])
+            .get_or_create(&vec![("kind", self.kind.kind())])
             .inc();
     }
 
     fn producer(&self) -> Producer {
-        Producer::Objects(K::KIND)
+        Producer::Objects(self.kind)
+    }
+
+    /// The store's reference to `namespace/name`.
+    fn store_ref(&self, namespace: &str, name: &str) -> StoreRef<K> {
+        StoreRef::new_with(name, self.api.clone()).within(namespace)
     }
 
     fn origin(&self, key: &Key) -> Origin {
@@ -311,7 +368,7 @@ impl<K: Reflectable> Reflector<K> {
 
     /// The origin object `namespace/name`, as last seen.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        self.store.get(&StoreRef::new(name).within(namespace))
+        self.store.get(&self.store_ref(namespace, name))
     }
 
     /// Queues the objects of `namespace` that follow its Service `service` (EndpointSlices);
@@ -371,15 +428,13 @@ impl<K: Reflectable> Reflector<K> {
             // of it, and every one that was sent, when it is in.
             return;
         }
-        let obj = self
-            .store
-            .get(&StoreRef::new(&key.name).within(&key.namespace));
+        let obj = self.store.get(&self.store_ref(&key.namespace, &key.name));
         // The change's journey, exported when tracing is on (see `refract_shared::journey`).
         let journey = tracing::trace_span!(
             target: JOURNEY,
             parent: None,
             "reflect",
-            kind = K::KIND.kind(),
+            kind = self.kind.kind(),
             namespace = %key.namespace,
             name = %key.name,
             queued_ms = refract_shared::journey::millis_since(claim.noticed()),
@@ -393,11 +448,11 @@ impl<K: Reflectable> Reflector<K> {
             (Some(obj), Some(forged)) => match forged {
                 Ok(d) => Some((obj, d)),
                 Err(error) => {
-                    tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, %error, "cannot reflect object");
+                    tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %error, "cannot reflect object");
                     let note = format!("cannot reflect: {error}");
                     publish_event(
                         &self.shared.recorder,
-                        obj.object_ref(&()),
+                        obj.object_ref(&self.api),
                         EventType::Warning,
                         "FailedReflection",
                         note,
@@ -415,10 +470,10 @@ impl<K: Reflectable> Reflector<K> {
                 if let Err(too_large) = refract_core::limits::check_object_size(json.len()) {
                     // Never sent: the remote agent would refuse it anyway. The copy on the
                     // provider, if any, stays as it was; the object is sent once it shrinks.
-                    tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, %too_large, "object not reflected");
+                    tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %too_large, "object not reflected");
                     publish_event(
                         &self.shared.recorder,
-                        obj.object_ref(&()),
+                        obj.object_ref(&self.api),
                         EventType::Warning,
                         "FailedReflection",
                         format!("cannot reflect: {too_large}"),
@@ -427,8 +482,8 @@ impl<K: Reflectable> Reflector<K> {
                     return;
                 }
                 let remote = ObjectRef {
-                    api_version: K::KIND.api_version().into(),
-                    kind: K::KIND.kind().into(),
+                    api_version: self.kind.api_version().into(),
+                    kind: self.kind.kind().into(),
                     namespace: desired.namespace.clone(),
                     name: desired.name.clone(),
                 };
@@ -452,7 +507,7 @@ impl<K: Reflectable> Reflector<K> {
                 tracing::debug!(target: "refract::trace", name = %key.name, "sent");
             }
             Some((_, Decision::Skip { reason })) => {
-                tracing::debug!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, %reason, "not reflected");
+                tracing::debug!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, %reason, "not reflected");
                 self.delete_remote(session, key).await;
             }
             None => self.delete_remote(session, key).await,
@@ -469,7 +524,7 @@ impl<K: Reflectable> Reflector<K> {
             store: &self.shared.nodes,
             remote_cluster_id: &options.remote_cluster_id,
         };
-        let service = if K::KIND == Kind::EndpointSlice {
+        let service = if self.kind == Kind::EndpointSlice {
             obj.labels().get(SERVICE_NAME_LABEL).and_then(|svc| {
                 self.shared
                     .services
@@ -484,7 +539,7 @@ impl<K: Reflectable> Reflector<K> {
             service: service.as_deref(),
             nodes: &nodes,
         };
-        obj.forge(&ctx)
+        obj.forge_as(self.kind, &ctx)
     }
 }
 

@@ -5,7 +5,8 @@
 //! envelope check; the tenant's policy ([`crate::policy`]), which refuses or normalizes; the
 //! labels and annotations the remote agent owns, set from the authenticated identity whatever
 //! the message says; references the pod makes (Secrets must be the tenant's); then a hash of
-//! the desired state, and the write unless the provider already holds that hash. Restoring a
+//! the desired state, and the write unless the provider already holds that hash. An object of
+//! a custom kind is first tried against the provider's schema of the kind ([`schema`]). Restoring a
 //! drifted copy ([`Applier::restore`]) goes through the same checks. An object of the same
 //! name without the tenant's labels is foreign: never written, never deleted.
 //!
@@ -55,6 +56,7 @@ mod ownership;
 mod references;
 mod reservations;
 mod rules;
+mod schema;
 mod strategy;
 #[cfg(test)]
 mod tests;
@@ -241,10 +243,14 @@ impl Applier {
             }
             other => other,
         };
-        let written = self
-            .write_desired(key.clone(), desired, &hash, token)
-            .instrument(tracing::trace_span!(target: JOURNEY, "write"))
-            .await;
+        let written = match self.check_schema(&key, &desired, &hash).await {
+            Ok(()) => {
+                self.write_desired(key.clone(), desired, &hash, token)
+                    .instrument(tracing::trace_span!(target: JOURNEY, "write"))
+                    .await
+            }
+            Err(refused) => Err(refused),
+        };
         self.after_write(&key, &written).await;
         if let (Some((drift, left)), Ok(Applied::Written)) = (resend, &written) {
             match left {

@@ -177,13 +177,18 @@ impl Identities {
 
     /// Checks at start that the role tenants are bound to exists: without it no tenant could
     /// write anything. Only an answer that it does not exist stops the agent.
-    pub async fn check_role(&self) -> anyhow::Result<()> {
+    pub async fn check_role(&self, custom: &[crate::kinds::CustomKindName]) -> anyhow::Result<()> {
         if self.inner.impersonate.is_none() {
             return Ok(());
         }
         let roles: Api<ClusterRole> = Api::all(self.inner.own.clone());
         match roles.get_opt(TENANT_ROLE).await {
-            Ok(Some(_)) => Ok(()),
+            Ok(Some(role)) => {
+                for kind in custom.iter().filter(|k| !grants_writes(&role, k)) {
+                    tracing::warn!(%kind, "ClusterRole {TENANT_ROLE} does not let tenants write this custom kind (get, list, create, patch, delete): every write of it will be refused until a rule is added (see the README, \"Custom kinds\")");
+                }
+                Ok(())
+            }
             Ok(None) => anyhow::bail!(
                 "ClusterRole {TENANT_ROLE} does not exist: tenants are bound to it in their namespaces; apply deploy/remote-agent/tenant-role.yaml (included in `kubectl apply -k deploy/remote-agent`)"
             ),
@@ -291,6 +296,20 @@ pub fn role_binding(
             "namespace": account_namespace,
         }],
     })
+}
+
+/// Whether `role` grants what a tenant's writes of `kind` need.
+fn grants_writes(role: &ClusterRole, kind: &crate::kinds::CustomKindName) -> bool {
+    let has = |list: &[String], wanted: &str| list.iter().any(|v| v == wanted || v == "*");
+    ["get", "list", "create", "patch", "delete"]
+        .iter()
+        .all(|verb| {
+            role.rules.iter().flatten().any(|rule| {
+                has(rule.api_groups.as_deref().unwrap_or_default(), &kind.group)
+                    && has(rule.resources.as_deref().unwrap_or_default(), &kind.plural)
+                    && has(&rule.verbs, verb)
+            })
+        })
 }
 
 #[cfg(test)]

@@ -4,6 +4,9 @@ use kube::api::ApiResource;
 use refract_core::forge::pod::SHADOWPOD_API_VERSION;
 use refract_core::options::Kind;
 
+pub use refract_core::custom_kind as custom;
+pub use refract_core::custom_kind::{CustomKind, CustomKindName};
+
 /// A kind the remote agent accepts from tenants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Allowed {
@@ -11,7 +14,8 @@ pub enum Allowed {
     Namespace,
     /// A pod to keep running (`offloading.refract.io/v1alpha1` ShadowPod).
     ShadowPod,
-    /// A namespaced reflected kind.
+    /// A namespaced reflected kind: a built-in one, or a custom kind the provider's policy
+    /// names ([`custom`]).
     Reflected(Kind),
 }
 
@@ -24,9 +28,7 @@ impl Allowed {
         if kind == "ShadowPod" && api_version == SHADOWPOD_API_VERSION {
             return Some(Allowed::ShadowPod);
         }
-        Kind::from_kind(kind)
-            .filter(|k| k.api_version() == api_version)
-            .map(Allowed::Reflected)
+        Kind::lookup(api_version, kind).map(Allowed::Reflected)
     }
 
     /// The kind named `kind`, whatever its apiVersion (for operators, who name kinds only).
@@ -49,6 +51,9 @@ impl Allowed {
             }
             Allowed::Reflected(Kind::PersistentVolumeClaim) => {
                 ApiResource::erase::<v1::PersistentVolumeClaim>(&())
+            }
+            Allowed::Reflected(Kind::Custom(custom)) => {
+                refract_shared::custom_kind::api_resource(custom)
             }
         }
     }
@@ -82,10 +87,24 @@ impl Allowed {
         }
     }
 
-    /// Every allowed kind.
+    /// The Kubernetes apiVersion.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Allowed::Namespace => "v1",
+            Allowed::ShadowPod => SHADOWPOD_API_VERSION,
+            Allowed::Reflected(k) => k.api_version(),
+        }
+    }
+
+    /// Every allowed kind: the built-in ones and the custom kinds registered.
     pub fn all() -> impl Iterator<Item = Allowed> {
         [Allowed::Namespace, Allowed::ShadowPod]
             .into_iter()
             .chain(Kind::ALL.into_iter().map(Allowed::Reflected))
+            .chain(
+                custom::registered()
+                    .into_iter()
+                    .map(|c| Allowed::Reflected(Kind::Custom(c))),
+            )
     }
 }

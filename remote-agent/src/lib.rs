@@ -127,9 +127,22 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         refract_shared::kubeconfig::client_and_config(args.kubeconfig.as_deref()).await?;
     let identities =
         identity::Identities::impersonating(client.clone(), config, args.own_namespace.clone());
-    identities.check_role().await?;
+    identities
+        .check_role(
+            &limits
+                .policies
+                .custom_kinds()
+                .into_iter()
+                .collect::<Vec<_>>(),
+        )
+        .await?;
     admin.review_readers_with(client.clone());
     let registry = registry::Registry::default();
+    // Before the stores are made: each custom kind gets its store and watch.
+    for name in limits.policies.custom_kinds() {
+        kinds::custom::register(&name)?;
+        tracing::info!(kind = %name, "custom kind tenants may write: watched, and checked against the provider's CustomResourceDefinition before each write");
+    }
     // ShadowPods and claims are watched whole by their controller and the volume stream;
     // those watches feed the tenant objects' stores too, so each kind is watched once.
     let claims = kinds::Allowed::Reflected(refract_core::options::Kind::PersistentVolumeClaim);

@@ -14,7 +14,7 @@ use ipnet::IpNet;
 use refract_shared::tls::ClusterId;
 use serde::Deserialize;
 
-use crate::kinds::Allowed;
+use crate::kinds::{Allowed, CustomKind, CustomKindName};
 use crate::network_fence::NetworkFence;
 use crate::quota::Quota;
 
@@ -96,6 +96,9 @@ pub struct TenantPolicy {
     pub quota: Quota,
     /// What the tenant's pods may reach and be reached from.
     pub network: NetworkFence,
+    /// Custom resource kinds the tenant may write, each checked against the provider's own
+    /// CustomResourceDefinition before it is written. Empty: none.
+    pub custom_kinds: Vec<CustomKindName>,
 }
 
 impl Default for TenantPolicy {
@@ -118,6 +121,7 @@ impl Default for TenantPolicy {
             remove_refused: false,
             quota: Quota::default(),
             network: NetworkFence::default(),
+            custom_kinds: Vec::new(),
         }
     }
 }
@@ -320,6 +324,8 @@ impl Policies {
             .quota
             .validate()
             .map_err(|e| at("defaults", format!("defaults.{e}")))?;
+        validate_custom_kinds(&defaults.custom_kinds)
+            .map_err(|e| at("customKinds", format!("defaults.customKinds: {e}")))?;
         let mut tenants = BTreeMap::new();
         for (tenant, value) in file.tenants {
             ClusterId::parse(&tenant).map_err(|e| at(&tenant, format!("tenants.{tenant}: {e}")))?;
@@ -330,9 +336,21 @@ impl Policies {
                 .quota
                 .validate()
                 .map_err(|e| at(&tenant, format!("tenants.{tenant}.{e}")))?;
+            validate_custom_kinds(&policy.custom_kinds)
+                .map_err(|e| at(&tenant, format!("tenants.{tenant}.customKinds: {e}")))?;
             tenants.insert(tenant, policy);
         }
-        Ok(Self { defaults, tenants })
+        let every = Self { defaults, tenants };
+        validate_custom_kinds(&every.custom_kinds().into_iter().collect::<Vec<_>>())?;
+        Ok(every)
+    }
+
+    /// Every custom kind some tenant may write.
+    pub fn custom_kinds(&self) -> std::collections::BTreeSet<CustomKindName> {
+        std::iter::once(&self.defaults)
+            .chain(self.tenants.values())
+            .flat_map(|p| p.custom_kinds.iter().cloned())
+            .collect()
     }
 
     /// The policy of `tenant`.
@@ -344,6 +362,22 @@ impl Policies {
     pub fn named_tenants(&self) -> Vec<String> {
         self.tenants.keys().cloned().collect()
     }
+}
+
+/// Checks each custom kind's name, and that no two name the same kind with other plurals.
+fn validate_custom_kinds(kinds: &[CustomKindName]) -> Result<(), String> {
+    for (i, kind) in kinds.iter().enumerate() {
+        kind.validate()?;
+        let same_kind = |other: &&CustomKindName| {
+            other.group == kind.group && other.version == kind.version && other.kind == kind.kind
+        };
+        if let Some(other) = kinds[..i].iter().find(same_kind).filter(|o| *o != kind) {
+            return Err(format!(
+                "{kind} and {other} name the same kind with different plurals"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The line (from 1) where the policy file's text first names `key` as a map key (`defaults`,
@@ -415,6 +449,7 @@ impl serde::Serialize for BaseView<'_> {
             "removeRefused": p.remove_refused,
             "quota": p.quota,
             "network": p.network,
+            "customKinds": p.custom_kinds,
         })
         .serialize(s)
     }
@@ -440,7 +475,25 @@ pub fn check(
         Allowed::Reflected(Kind::PersistentVolumeClaim) => storage::check_claim(object, policy),
         Allowed::Reflected(Kind::Secret) => secret::check(object),
         Allowed::Reflected(Kind::ConfigMap) => Ok(()),
+        // What the object holds is its schema's to check, on the provider's API server
+        // (`apply::schema`); the policy says only whether the tenant may have the kind.
+        Allowed::Reflected(Kind::Custom(custom)) => custom_kind_allowed(custom, policy),
     }
+}
+
+/// Whether `policy` lets the tenant write objects of `custom`.
+fn custom_kind_allowed(custom: CustomKind, policy: &TenantPolicy) -> Result<(), Violation> {
+    if policy.custom_kinds.iter().any(|k| k == custom.name()) {
+        return Ok(());
+    }
+    Err(Violation::new(
+        "kind",
+        format!(
+            "{} {} is not among the custom kinds this tenant may write (customKinds)",
+            custom.api_version(),
+            custom.kind()
+        ),
+    ))
 }
 
 /// Removes what only the provider's API server sets, or what would tie the object to objects
@@ -526,6 +579,58 @@ mod tests {
         };
         let p = Policies::parse("tenants: {}\n", base.clone()).unwrap();
         assert_eq!(p.of(&ClusterId::parse("x").unwrap()), &base);
+    }
+
+    #[test]
+    fn only_the_tenants_the_policy_names_may_write_a_custom_kind() {
+        let text = "tenants:\n  shop:\n    customKinds:\n    - {group: policy.test.refract.example, version: v1, kind: Widget, plural: widgets}\n  lab: {}\n";
+        let p = Policies::parse(text, TenantPolicy::default()).unwrap();
+        let names = p.custom_kinds();
+        assert_eq!(names.len(), 1);
+        let widget = crate::kinds::custom::register(names.first().unwrap()).unwrap();
+        let mut object = serde_json::json!({"spec": {"anything": 1}});
+        let shop = p.of(&ClusterId::parse("shop").unwrap());
+        let none = ProviderNetworks::default();
+        assert_eq!(
+            check(
+                Allowed::Reflected(refract_core::options::Kind::Custom(widget)),
+                &mut object,
+                shop,
+                &none
+            ),
+            Ok(())
+        );
+        let lab = p.of(&ClusterId::parse("lab").unwrap());
+        let refused = check(
+            Allowed::Reflected(refract_core::options::Kind::Custom(widget)),
+            &mut object,
+            lab,
+            &none,
+        )
+        .unwrap_err();
+        assert!(
+            refused.reason.contains("not among the custom kinds"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_custom_kind_of_kubernetes_or_named_twice_is_refused_with_where() {
+        let e = Policies::parse(
+            "defaults:\n  customKinds: [{group: networking.k8s.io, version: v1, kind: Ingress, plural: ingresses}]\n",
+            TenantPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("defaults.customKinds") && e.contains("Kubernetes'"),
+            "{e}"
+        );
+        let e = Policies::parse(
+            "tenants:\n  a:\n    customKinds: [{group: example.com, version: v1, kind: Widget, plural: widgets}]\n  b:\n    customKinds: [{group: example.com, version: v1, kind: Widget, plural: gadgets}]\n",
+            TenantPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("different plurals"), "{e}");
     }
 
     #[test]

@@ -98,6 +98,12 @@ pub fn follow(
             last_error.clear();
             metrics.valid.set(1);
             let changed = policies.changes_from(&in_force);
+            let registered = crate::kinds::custom::registered();
+            for name in policies.custom_kinds() {
+                if !registered.iter().any(|k| *k.name() == name) {
+                    tracing::warn!(kind = %name, "custom kind added to the policy: it is watched, and written for tenants, only after the remote agent restarts; until then it is refused");
+                }
+            }
             in_force = policies.clone();
             let refused = applier.set_policies(policies);
             tracing::info!(file = %path.display(), changed = %changed.join("; "), refused = refused.len(), "policy file changed; in force from now on, and every object kept whole judged again");

@@ -21,6 +21,7 @@
 //! client certificate; nothing a message says chooses it.
 
 pub mod cli;
+pub mod custom_kind;
 pub mod journey;
 pub mod kube_auth;
 pub mod kubeconfig;

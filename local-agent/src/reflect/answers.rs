@@ -3,7 +3,6 @@
 //! change (when the provider wants it reported) or quarantined.
 
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef as StoreRef;
 use refract_wire::proto::Outcome;
 
 use super::{Reflectable, Reflector};
@@ -22,7 +21,7 @@ impl<K: Reflectable> Recipient for Reflector<K> {
             }
             Outcome::Resend => {
                 // The outbox forgot it: reconciling it now sends it again.
-                tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
+                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, "the provider asks for the object again; sending it");
                 self.queue.add(key);
             }
             Outcome::Drifted | Outcome::Quarantined => {
@@ -31,23 +30,20 @@ impl<K: Reflectable> Recipient for Reflector<K> {
             Outcome::Transient => {
                 // The outbox forgot it: the retry sends it again.
                 let delay = self.retries.failed(&key);
-                tracing::info!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "transient failure on the provider; retrying");
+                tracing::info!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "transient failure on the provider; retrying");
                 self.queue.add_after(key, delay);
             }
             Outcome::QuotaExceeded => {
                 // The outbox forgot it: the retry sends it again, once the tenant holds less.
                 let delay = self.retries.failed(&key);
-                tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "no room in this cluster's quota on the provider; retrying");
-                if let Some(obj) = self
-                    .store
-                    .get(&StoreRef::new(&key.name).within(&key.namespace))
-                {
+                tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, message = %answer.message, retry_in = ?delay, "no room in this cluster's quota on the provider; retrying");
+                if let Some(obj) = self.store.get(&self.store_ref(&key.namespace, &key.name)) {
                     let note = format!(
                         "Error reflecting object to cluster {:?}: {}",
                         self.shared.options.current().remote_cluster_id,
                         answer.message
                     );
-                    let reference = obj.object_ref(&());
+                    let reference = obj.object_ref(&self.api);
                     let recorder = self.shared.recorder.clone();
                     tokio::spawn(async move {
                         publish_event(&recorder, reference, EventType::Warning, QUOTA_REASON, note)
@@ -58,11 +54,8 @@ impl<K: Reflectable> Recipient for Reflector<K> {
             }
             Outcome::Conflict | Outcome::Denied | Outcome::Invalid => {
                 let outcome = answer.outcome;
-                tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %answer.message, "provider refused object");
-                let Some(obj) = self
-                    .store
-                    .get(&StoreRef::new(&key.name).within(&key.namespace))
-                else {
+                tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, outcome = outcome.as_str_name(), message = %answer.message, "provider refused object");
+                let Some(obj) = self.store.get(&self.store_ref(&key.namespace, &key.name)) else {
                     return;
                 };
                 let note = match outcome {
@@ -72,7 +65,7 @@ impl<K: Reflectable> Recipient for Reflector<K> {
                     ),
                     _ => format!("Error reflecting object to cluster {:?}: {}", self.shared.options.current().remote_cluster_id, answer.message),
                 };
-                let reference = obj.object_ref(&());
+                let reference = obj.object_ref(&self.api);
                 let recorder = self.shared.recorder.clone();
                 tokio::spawn(async move {
                     publish_event(
@@ -93,15 +86,13 @@ impl<K: Reflectable> Reflector<K> {
     /// Records on the origin object what the provider said of its copy unasked, when it is
     /// something to report (see [`publish_drift`]).
     fn report_drift(&self, key: &crate::key::Key, outcome: Outcome, restores: u32, message: &str) {
-        let obj = self
-            .store
-            .get(&StoreRef::new(&key.name).within(&key.namespace));
+        let obj = self.store.get(&self.store_ref(&key.namespace, &key.name));
         let options = self.shared.options.current();
         let remote = options.remote_cluster_id.as_str();
-        let reference = obj.map(|obj| obj.object_ref(&()));
+        let reference = obj.map(|obj| obj.object_ref(&self.api));
         let recorder = &self.shared.recorder;
         if let Some(reason) = publish_drift(recorder, remote, reference, outcome, message) {
-            tracing::warn!(kind = K::KIND.kind(), namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the object's copy");
+            tracing::warn!(kind = self.kind.kind(), namespace = %key.namespace, name = %key.name, restores, %reason, %message, "someone on the provider rewrote the object's copy");
         }
     }
 }

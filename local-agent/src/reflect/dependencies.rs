@@ -14,7 +14,6 @@ use std::hash::Hash;
 use std::sync::Mutex;
 
 use kube::Resource;
-use refract_core::forge::Forgeable;
 use refract_core::keys::SERVICE_NAME_LABEL;
 use refract_core::lock::Locked;
 use refract_core::options::Kind;
@@ -66,7 +65,7 @@ impl Dependencies {
     }
 
     /// `obj` is now as given (what it reads may have changed).
-    pub fn applied<K: Resource + Forgeable>(&self, obj: &K) {
+    pub fn applied<K: super::Reflectable>(&self, obj: &K) {
         let meta = obj.meta();
         let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
             return;
@@ -75,7 +74,11 @@ impl Dependencies {
         let services = service.map(|s| (namespace.clone(), s.clone()));
         self.services
             .set(namespace, name, services.into_iter().collect());
-        let nodes = obj.nodes_read().into_iter().map(str::to_string).collect();
+        let nodes = obj
+            .nodes_read_by_forge()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         self.nodes.set(namespace, name, nodes);
     }
 

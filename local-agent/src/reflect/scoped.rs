@@ -67,6 +67,7 @@ type Tagged<K> = (String, u64, Result<watcher::Event<K>, watcher::Error>);
 /// Starts watching the namespaces `extension` selects, filling `writer`'s store.
 pub fn spawn<K: Reflectable>(
     client: kube::Client,
+    api: K::DynamicType,
     extension: watch::Receiver<Extension>,
     writer: Writer<K>,
     shutdown: CancellationToken,
@@ -75,6 +76,7 @@ pub fn spawn<K: Reflectable>(
     let (listed_tx, listed) = watch::channel(BTreeSet::new());
     let merger = Merger {
         client,
+        api,
         writer,
         seen: seen_tx,
         listed: listed_tx,
@@ -95,6 +97,8 @@ fn strip<K: Reflectable>(obj: &mut K) {
 
 struct Merger<K: Reflectable> {
     client: kube::Client,
+    /// How the API names the kind.
+    api: K::DynamicType,
     writer: Writer<K>,
     seen: mpsc::Sender<Seen<K>>,
     listed: watch::Sender<BTreeSet<String>>,
@@ -171,7 +175,7 @@ impl<K: Reflectable> Merger<K> {
                 self.writer
                     .apply_watcher_event(&watcher::Event::Delete((*obj).clone()));
             }
-            tracing::debug!(kind = K::kind(&()).as_ref(), namespace = %ns, "namespace no longer watched");
+            tracing::debug!(kind = K::kind(&self.api).as_ref(), namespace = %ns, "namespace no longer watched");
         }
         for ns in selected {
             if self.watches.contains_key(ns) {
@@ -181,7 +185,7 @@ impl<K: Reflectable> Merger<K> {
             let stop = shutdown.child_token();
             self.watches
                 .insert(ns.clone(), (self.next_id, stop.clone()));
-            let api: Api<K> = Api::namespaced(self.client.clone(), ns);
+            let api = K::api_in(self.client.clone(), ns, &self.api);
             tokio::spawn(watch_one(
                 api,
                 ns.clone(),
@@ -189,7 +193,7 @@ impl<K: Reflectable> Merger<K> {
                 events.clone(),
                 stop,
             ));
-            tracing::debug!(kind = K::kind(&()).as_ref(), namespace = %ns, "watching namespace");
+            tracing::debug!(kind = K::kind(&self.api).as_ref(), namespace = %ns, "watching namespace");
         }
         gone
     }

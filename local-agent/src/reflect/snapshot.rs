@@ -108,11 +108,11 @@ impl<K: Reflectable> Reflector<K> {
                         .snapshot_complete(
                             session,
                             self.producer(),
-                            K::KIND.api_version(),
+                            self.kind.api_version(),
                             &remote_ns,
                         )
                         .await;
-                    tracing::debug!(kind = K::KIND.kind(), namespace = %ns, count, "namespace snapshot sent");
+                    tracing::debug!(kind = self.kind.kind(), namespace = %ns, count, "namespace snapshot sent");
                 }
             }
             last = current;

@@ -7,6 +7,7 @@ use kube::api::Api;
 use kube::runtime::events::Recorder;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::ResourceExt;
+use refract_core::forge::Forgeable;
 use refract_core::options::Kind;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -27,19 +28,31 @@ struct Start<'a> {
     token: &'a CancellationToken,
 }
 
+/// A built-in kind, as [`crate::reflect::spawn`] names it: by its type.
+fn typed<K: Forgeable + kube::Resource<DynamicType = ()>>() -> (Kind, ()) {
+    (K::KIND, ())
+}
+
 impl Start<'_> {
-    /// Starts the reflector (none when the kind's workers are 0).
-    fn spawn<K: crate::reflect::Reflectable>(self) -> Option<Arc<crate::reflect::Reflector<K>>> {
+    /// Starts the reflector of a built-in kind (none when its workers are 0).
+    fn spawn<K>(self) -> Option<Arc<crate::reflect::Reflector<K>>>
+    where
+        K: crate::reflect::Reflectable + Forgeable + kube::Resource<DynamicType = ()>,
+    {
         self.spawn_into(None)
     }
 
     /// Like [`Start::spawn`], the watch filling `store`.
-    fn spawn_into<K: crate::reflect::Reflectable>(
+    fn spawn_into<K>(
         self,
         store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
-    ) -> Option<Arc<crate::reflect::Reflector<K>>> {
+    ) -> Option<Arc<crate::reflect::Reflector<K>>>
+    where
+        K: crate::reflect::Reflectable + Forgeable + kube::Resource<DynamicType = ()>,
+    {
         crate::reflect::spawn::<K>(
             self.client.clone(),
+            typed::<K>(),
             self.shared.clone(),
             self.outbox,
             store,
@@ -83,8 +96,14 @@ pub fn spawn_all(
         outbox,
         token: &token,
     };
-    switchable::<v1::ConfigMap>(start);
-    switchable::<v1::Secret>(start);
+    switchable::<v1::ConfigMap>(start, typed::<v1::ConfigMap>());
+    switchable::<v1::Secret>(start, typed::<v1::Secret>());
+    // Custom kinds, each watched as JSON; the values file names them, at start.
+    for custom in &shared.options.current().custom_kinds {
+        let kind = custom.kind;
+        let api = refract_shared::custom_kind::api_resource(kind);
+        switchable::<kube::api::DynamicObject>(start, (Kind::Custom(kind), api));
+    }
     // The Service reflector's watch fills the store EndpointSlices read; without Service
     // reflection, a watch of its own does.
     let mut services_writer = Some(services_writer);
@@ -94,7 +113,7 @@ pub fn spawn_all(
     } else {
         None
     };
-    switchable::<networking::v1::Ingress>(start);
+    switchable::<networking::v1::Ingress>(start, typed::<networking::v1::Ingress>());
     let claims = start.spawn::<v1::PersistentVolumeClaim>();
     let Some(slices) = start.spawn::<discovery::v1::EndpointSlice>() else {
         return Reflectors { claims };
@@ -179,21 +198,22 @@ pub fn spawn_all(
     Reflectors { claims }
 }
 
-/// The kinds whose reflection the settings turn on and off while the agent runs: nothing else
-/// reads their reflectors. Services (whose watch EndpointSlices read), EndpointSlices and
-/// claims (the volume intake's) wait for a restart.
+/// The built-in kinds whose reflection the settings turn on and off while the agent runs:
+/// nothing else reads their reflectors (custom kinds the agent started with are switched the
+/// same way). Services (whose watch EndpointSlices read), EndpointSlices and claims (the
+/// volume intake's) wait for a restart.
 pub const SWITCHABLE: [Kind; 3] = [Kind::ConfigMap, Kind::Secret, Kind::Ingress];
 
-/// Runs the reflector of a kind nothing else reads (ConfigMaps, Secrets, Ingresses), turning
-/// it on and off as the settings in force say: off, the copies this session sent are deleted
-/// from the provider and every later session withdraws what is left; on again, the kind's
-/// namespaces are listed and sent anew.
-fn switchable<K: crate::reflect::Reflectable>(start: Start<'_>) {
+/// Runs the reflector of a kind nothing else reads (ConfigMaps, Secrets, Ingresses, custom
+/// kinds), turning it on and off as the settings in force say: off, the copies this session
+/// sent are deleted from the provider and every later session withdraws what is left; on
+/// again, the kind's namespaces are listed and sent anew.
+fn switchable<K: crate::reflect::Reflectable>(start: Start<'_>, named: (Kind, K::DynamicType)) {
     let client = start.client.clone();
     let shared = start.shared.clone();
     let outbox = start.outbox.clone();
     let token = start.token.clone();
-    let kind = K::KIND;
+    let kind = named.0;
     let producer = crate::outbox::Producer::Objects(kind);
     tokio::spawn(async move {
         let mut changes = shared.options.changes();
@@ -203,6 +223,7 @@ fn switchable<K: crate::reflect::Reflectable>(start: Start<'_>) {
             let running = token.child_token();
             let reflector = crate::reflect::spawn::<K>(
                 client.clone(),
+                named.clone(),
                 shared.clone(),
                 &outbox,
                 None,

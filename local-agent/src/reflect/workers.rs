@@ -59,17 +59,21 @@ impl<K: Reflectable> Reflector<K> {
         let mut last = self.shared.options.current();
         while changes.changed().await.is_ok() {
             let now = changes.borrow_and_update().clone();
-            let workers = now.kind(K::KIND).workers;
+            let workers = now.kind(self.kind).workers;
             // 0 would stop reflecting without withdrawing: turning a kind off waits for a
             // restart (the settings follower keeps it as it was).
             if workers > 0 && workers != self.workers.wanted.load(Ordering::SeqCst) {
-                tracing::info!(kind = K::KIND.kind(), workers, "reflection workers resized");
+                tracing::info!(
+                    kind = self.kind.kind(),
+                    workers,
+                    "reflection workers resized"
+                );
                 self.resize(workers, &shutdown);
             }
             if crate::settings::forged_differently(&last, &now) {
                 let objects = self.store.state();
                 tracing::info!(
-                    kind = K::KIND.kind(),
+                    kind = self.kind.kind(),
                     objects = objects.len(),
                     "settings changed; forging every object again"
                 );

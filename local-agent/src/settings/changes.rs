@@ -23,16 +23,32 @@ pub fn held_for_restart(in_force: &ReflectionOptions, mut read: Settings) -> (Se
             held.push(kind);
         }
     }
+    // A custom kind's reflector is started with the agent: one the settings add waits.
+    read.options.custom_kinds.retain(|custom| {
+        let started = in_force.custom_kinds.iter().any(|c| c.kind == custom.kind);
+        if !started {
+            held.push(Kind::Custom(custom.kind));
+        }
+        started
+    });
     (read, held)
 }
 
 /// Whether an object forged with `old` may come out otherwise with `new`: anything but the
 /// workers differs.
 pub fn forged_differently(old: &ReflectionOptions, new: &ReflectionOptions) -> bool {
-    let policies = |o: &ReflectionOptions| Kind::ALL.map(|kind| o.kind(kind).policy);
+    let policies = |o: &ReflectionOptions| {
+        let custom = o.custom_kinds.iter().map(|c| Kind::Custom(c.kind));
+        Kind::ALL
+            .into_iter()
+            .chain(custom)
+            .map(|kind| (kind, o.kind(kind).policy))
+            .collect::<Vec<_>>()
+    };
     let rest = |o: &ReflectionOptions| {
         let mut o = o.clone();
         o.kinds.clear();
+        o.custom_kinds.clear();
         o.events.workers = 0;
         o
     };
@@ -54,7 +70,13 @@ pub fn describe(old: &Settings, new: &Settings) -> Vec<String> {
         &new.sharing_percentage,
     );
     let (o, n) = (&old.options, &new.options);
-    for kind in Kind::ALL {
+    let custom: BTreeSet<Kind> = o
+        .custom_kinds
+        .iter()
+        .chain(&n.custom_kinds)
+        .map(|c| Kind::Custom(c.kind))
+        .collect();
+    for kind in Kind::ALL.into_iter().chain(custom) {
         let (was, is) = (o.kind(kind), n.kind(kind));
         // A slice's policy is its Service's: said once, there.
         if kind != Kind::EndpointSlice {

@@ -45,6 +45,15 @@ pub enum ApplyError {
         /// The request's kind.
         kind: String,
     },
+    /// The provider does not serve this custom kind (its CustomResourceDefinition is not
+    /// installed).
+    #[error("the provider does not serve {api_version} {plural} (is its CustomResourceDefinition installed?)")]
+    KindNotServed {
+        /// The kind's apiVersion.
+        api_version: String,
+        /// The kind's resource name.
+        plural: String,
+    },
     /// The namespace is not one of the tenant's.
     #[error("namespace {namespace:?} is not a namespace of tenant {tenant}")]
     NotTenantNamespace {
@@ -113,6 +122,7 @@ impl ApplyError {
         match self {
             Self::Malformed(_) | Self::TooLarge { .. } | Self::Rejected(_) => Outcome::Invalid,
             Self::KindNotAllowed { .. }
+            | Self::KindNotServed { .. }
             | Self::NotTenantNamespace { .. }
             | Self::Policy(_)
             | Self::Reference(_)

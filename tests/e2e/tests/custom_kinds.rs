@@ -1,0 +1,259 @@
+//! Custom resources reflected end to end: a CustomResourceDefinition installed in both
+//! clusters, the origin's reflection values naming its kind, the provider's policy naming the
+//! kinds the tenant may write, and the provider's own schema checked before every write. Both
+//! agent binaries, real API servers, kubectl on both sides.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails by panicking"
+)]
+use std::time::Duration;
+
+use refract_e2e::{kubectl_get, kubectl_stdin, Peering};
+
+const WAIT: Duration = Duration::from_secs(45);
+const GROUP: &str = "example.com";
+
+/// A namespaced CRD of `kind` in GROUP/v1 whose `spec` schema is `spec_schema` (JSON).
+fn crd(kind: &str, plural: &str, spec_schema: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+  "metadata": {{"name": "{plural}.{GROUP}"}},
+  "spec": {{"group": "{GROUP}", "scope": "Namespaced",
+    "names": {{"kind": "{kind}", "plural": "{plural}", "singular": "{singular}", "listKind": "{kind}List"}},
+    "versions": [{{"name": "v1", "served": true, "storage": true,
+      "subresources": {{"status": {{}}}},
+      "schema": {{"openAPIV3Schema": {{"type": "object", "properties": {{
+        "spec": {spec_schema},
+        "status": {{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}}}}}]}}}}"#,
+        singular = kind.to_lowercase()
+    )
+}
+
+/// The origin's Widgets take any spec; the provider's allow a size from 1 to 10 and nothing
+/// else, so the provider's schema is what refuses.
+const LOOSE: &str = r#"{"type": "object", "x-kubernetes-preserve-unknown-fields": true}"#;
+const STRICT: &str = r#"{"type": "object", "properties": {"size": {"type": "integer", "minimum": 1, "maximum": 10}}}"#;
+
+/// The values file naming the three custom kinds the origin reflects.
+const VALUES: &str = "offloading:
+  reflection:
+    customKinds:
+    - {group: example.com, version: v1, kind: Widget, plural: widgets}
+    - {group: example.com, version: v1, kind: Gadget, plural: gadgets, workers: 1}
+    - {group: example.com, version: v1, kind: Gizmo, plural: gizmos}
+";
+
+/// The provider lets the tenant `origin` write Widgets and Gizmos (whose CRD it lacks), and
+/// only another tenant Gadgets.
+const POLICY: &str = "tenants:
+  origin:
+    customKinds:
+    - {group: example.com, version: v1, kind: Widget, plural: widgets}
+    - {group: example.com, version: v1, kind: Gizmo, plural: gizmos}
+  other:
+    customKinds:
+    - {group: example.com, version: v1, kind: Gadget, plural: gadgets}
+";
+
+/// What the provider's operator adds to the tenant role so that tenants may write the kinds.
+const TENANT_RULE: &str = r#"[{"op": "add", "path": "/rules/-", "value": {"apiGroups": ["example.com"], "resources": ["widgets", "gadgets", "gizmos"], "verbs": ["get", "list", "create", "patch", "delete"]}}]"#;
+
+fn provider(p: &Peering, what: &str, jsonpath: &str) -> Option<String> {
+    kubectl_get(
+        &p.provider,
+        &[
+            "-n",
+            "shop-origin",
+            what,
+            "-o",
+            &format!("jsonpath={jsonpath}"),
+        ],
+    )
+}
+
+/// The messages of the Warning events on origin object `name` in `shop`.
+fn warnings(p: &Peering, name: &str) -> String {
+    kubectl_get(
+        &p.origin,
+        &[
+            "-n",
+            "shop",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name},type=Warning"),
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    )
+    .unwrap_or_default()
+}
+
+async fn until_warning(p: &Peering, name: &str, says: &str) -> String {
+    p.eventually(
+        WAIT,
+        &format!("a Warning on {name} saying {says:?}"),
+        || {
+            let messages = warnings(p, name);
+            messages.contains(says).then_some(messages)
+        },
+    )
+    .await
+}
+
+fn apply_origin(p: &Peering, kind: &str, name: &str, spec: &str) {
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!("apiVersion: example.com/v1\nkind: {kind}\nmetadata: {{name: {name}, namespace: shop}}\nspec: {spec}\n"),
+    );
+}
+
+#[tokio::test]
+async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
+    let mut p = Peering::start(false).await.expect("peering");
+    // The operators' side: the CRDs, the tenant role's rule, the values and policy files, and
+    // a restart of each agent to take the new kinds.
+    for (kind, plural) in [
+        ("Widget", "widgets"),
+        ("Gadget", "gadgets"),
+        ("Gizmo", "gizmos"),
+    ] {
+        kubectl_stdin(&p.origin, &["apply", "-f", "-"], &crd(kind, plural, LOOSE));
+    }
+    for (kind, plural) in [("Widget", "widgets"), ("Gadget", "gadgets")] {
+        kubectl_stdin(
+            &p.provider,
+            &["apply", "-f", "-"],
+            &crd(kind, plural, STRICT),
+        );
+    }
+    for cluster in [&p.origin, &p.provider] {
+        refract_e2e::kubectl(
+            cluster,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd",
+                "--all",
+                "--timeout=30s",
+            ],
+        );
+    }
+    p.provider_kubectl(&[
+        "patch",
+        "clusterrole",
+        "refract-tenant",
+        "--type=json",
+        "-p",
+        TENANT_RULE,
+    ]);
+    let values = p.dir.path().join("reflection.yaml");
+    std::fs::write(&values, VALUES).unwrap();
+    let policy = p.dir.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    p.restart_remote_with(format!("--policy={}", policy.display()))
+        .await;
+    p.local.take().unwrap().stop().await;
+    p.local_flags
+        .push(format!("--reflection-config={}", values.display()));
+    p.start_local();
+
+    p.extend("shop", "{}");
+    p.until_extended("shop", WAIT).await;
+
+    // A Widget the provider's schema accepts is reflected, spec and labels, and follows the
+    // origin's changes.
+    apply_origin(&p, "Widget", "small", "{size: 3}");
+    p.eventually(WAIT, "widget small on the provider", || {
+        (provider(&p, "widget/small", "{.spec.size}").as_deref() == Some("3")).then_some(())
+    })
+    .await;
+    let labels = provider(&p, "widget/small", "{.metadata.labels}");
+    println!("widget small reflected: spec.size=3, labels {labels:?}");
+    apply_origin(&p, "Widget", "small", "{size: 4}");
+    p.eventually(WAIT, "widget small updated on the provider", || {
+        (provider(&p, "widget/small", "{.spec.size}").as_deref() == Some("4")).then_some(())
+    })
+    .await;
+
+    // Rewritten on the provider, the copy is restored from the origin.
+    p.provider_kubectl(&[
+        "-n",
+        "shop-origin",
+        "patch",
+        "widget",
+        "small",
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"size": 9}}"#,
+    ]);
+    p.eventually(WAIT, "widget small restored on the provider", || {
+        (provider(&p, "widget/small", "{.spec.size}").as_deref() == Some("4")).then_some(())
+    })
+    .await;
+    println!("widget small rewritten on the provider (size 9) and restored (size 4)");
+
+    // The provider's schema refuses a size over its maximum: nothing written, the reason on
+    // the origin object.
+    apply_origin(&p, "Widget", "huge", "{size: 100}");
+    let said = until_warning(
+        &p,
+        "huge",
+        "the provider's schema of example.com/v1 Widget refuses it",
+    )
+    .await;
+    println!("widget huge refused: {said}");
+    assert!(said.contains("spec.size"), "{said}");
+    assert!(provider(&p, "widget/huge", "{.metadata.name}").is_none());
+
+    // A field the provider's schema does not have: refused, named (Kubernetes 1.20 refuses
+    // it in the dry run; a newer API server that prunes it instead is caught by the agent).
+    apply_origin(&p, "Widget", "painted", "{size: 2, colour: red}");
+    let said = until_warning(
+        &p,
+        "painted",
+        "the provider's schema of example.com/v1 Widget",
+    )
+    .await;
+    assert!(said.contains("spec.colour"), "{said}");
+    println!("widget painted refused: {said}");
+    assert!(provider(&p, "widget/painted", "{.metadata.name}").is_none());
+
+    // A kind the provider's policy does not let this tenant write.
+    apply_origin(&p, "Gadget", "g1", "{size: 1}");
+    let said = until_warning(&p, "g1", "not among the custom kinds this tenant may write").await;
+    println!("gadget g1 refused: {said}");
+    assert!(provider(&p, "gadget/g1", "{.metadata.name}").is_none());
+
+    // A kind the policy allows but the provider does not serve.
+    apply_origin(&p, "Gizmo", "z1", "{size: 1}");
+    let said = until_warning(
+        &p,
+        "z1",
+        "the provider does not serve example.com/v1 gizmos",
+    )
+    .await;
+    println!("gizmo z1 refused: {said}");
+
+    // Fixed at the origin, the painted Widget goes through; deleted there, the small one goes
+    // from the provider.
+    apply_origin(&p, "Widget", "painted", "{size: 2}");
+    p.eventually(WAIT, "widget painted on the provider once fixed", || {
+        (provider(&p, "widget/painted", "{.spec.size}").as_deref() == Some("2")).then_some(())
+    })
+    .await;
+    p.origin_kubectl(&["-n", "shop", "delete", "widget", "small"]);
+    p.eventually(WAIT, "widget small gone from the provider", || {
+        provider(&p, "widget/small", "{.metadata.name}")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let remote_log = p.remote_log();
+    assert!(
+        remote_log.contains("custom kind tenants may write"),
+        "the remote agent does not say which custom kinds it watches:\n{remote_log}"
+    );
+}
