@@ -170,7 +170,7 @@ pub struct ReflectionOptions {
 }
 
 /// A custom resource kind the local agent reflects, and how.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CustomReflection {
     /// The kind.
@@ -178,6 +178,36 @@ pub struct CustomReflection {
     /// Its policy and workers.
     #[serde(flatten)]
     pub options: KindOptions,
+    /// The fields of the copies' `status` brought back to the origin objects ([`ALL_STATUS`]:
+    /// the whole status); empty: none.
+    #[serde(default)]
+    pub status: Vec<String>,
+}
+
+/// In a custom kind's `status` list: every field of the status.
+pub const ALL_STATUS: &str = "*";
+
+impl CustomReflection {
+    /// What of a copy's `status` comes back: the fields listed, or all of it; `None` when
+    /// nothing does.
+    pub fn status_back(
+        &self,
+        status: &serde_json::Map<String, serde_json::Value>,
+    ) -> Option<serde_json::Map<String, serde_json::Value>> {
+        if self.status.is_empty() {
+            return None;
+        }
+        if self.status.iter().any(|f| f == ALL_STATUS) {
+            return Some(status.clone());
+        }
+        Some(
+            status
+                .iter()
+                .filter(|(key, _)| self.status.contains(key))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )
+    }
 }
 
 /// The key of provider events in Helm values (`offloading.reflection.event`).
@@ -392,15 +422,17 @@ impl ReflectionOptions {
             let Ok(kind) = crate::custom_kind::register(&custom.name()) else {
                 continue;
             };
-            let options = KindOptions {
-                policy: custom.r#type.unwrap_or(Policy::DenyList),
-                workers: custom
-                    .workers
-                    .unwrap_or(Kind::Custom(kind).default_workers()),
+            let reflection = CustomReflection {
+                kind,
+                options: KindOptions {
+                    policy: custom.r#type.unwrap_or(Policy::DenyList),
+                    workers: (custom.workers).unwrap_or(Kind::Custom(kind).default_workers()),
+                },
+                status: custom.status.clone(),
             };
             match self.custom_kinds.iter_mut().find(|c| c.kind == kind) {
-                Some(existing) => existing.options = options,
-                None => self.custom_kinds.push(CustomReflection { kind, options }),
+                Some(existing) => *existing = reflection,
+                None => self.custom_kinds.push(reflection),
             }
         }
         if let Some(skip) = &reflection.skip {
@@ -566,6 +598,10 @@ pub struct CustomKindValues {
     pub r#type: Option<Policy>,
     /// `workers: N` (default 3; 0 does not reflect the kind)
     pub workers: Option<u32>,
+    /// `status: [field, ...]`: the copies' status fields brought back to the origin objects,
+    /// `["*"]` for the whole status (default: none)
+    #[serde(default)]
+    pub status: Vec<String>,
 }
 
 impl CustomKindValues {

@@ -2,7 +2,7 @@
 //!
 //! The link reads messages one at a time into a bounded channel; this dispatcher takes them
 //! from there and never blocks on the origin's API server: acks and capacity are cheap and
-//! handled at once; pod statuses and volumes are checked and kept as the latest per object for
+//! handled at once; pod statuses, custom kinds' statuses and volumes are checked and kept as the latest per object for
 //! their writers; events pass the gates and pacing of [`crate::events`]. Nothing spawns a task
 //! per message, so a provider that floods the link costs bounded memory and a paced number of
 //! origin writes.
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use refract_wire::proto::{remote_message, Capacity, Outcome, RemoteMessage};
 use tokio::sync::watch;
 
+use crate::custom_status::CustomStatusIntake;
 use crate::events::EventIntake;
 use crate::outbox::Outbox;
 use crate::pods::PodOffloader;
@@ -29,6 +30,8 @@ pub struct Inbound {
     pub volumes: Option<Arc<VolumeIntake>>,
     /// Provider events.
     pub events: Arc<EventIntake>,
+    /// Custom kinds' statuses.
+    pub custom_status: Arc<CustomStatusIntake>,
 }
 
 impl Inbound {
@@ -51,6 +54,7 @@ impl Inbound {
             }
             Some(remote_message::Kind::Event(event)) => self.events.offer(event),
             Some(remote_message::Kind::PodStatus(status)) => self.pods.offer_status(status),
+            Some(remote_message::Kind::CustomStatus(status)) => self.custom_status.offer(status),
             Some(remote_message::Kind::PersistentVolume(volume)) => match &self.volumes {
                 Some(volumes) => volumes.offer(volume),
                 None => {

@@ -14,6 +14,7 @@ mod cli;
 pub use refract_admin::crd;
 pub mod config;
 pub mod connector;
+pub mod custom_status;
 mod early;
 pub mod events;
 pub mod extension;
@@ -259,6 +260,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         token.clone(),
     );
     let events = spawn_event_intake(&outbox, &origin, &args, &options, &metrics, &token);
+    let custom_status = custom_status::CustomStatusIntake::spawn(
+        origin.clone(),
+        options.clone(),
+        outbox.clone(),
+        token.clone(),
+    );
     let volumes = reflectors.claims.map(|claims| {
         volumes::VolumeIntake::spawn(origin, options, extension_rx, claims, token.clone())
     });
@@ -268,6 +275,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         pods,
         volumes,
         events,
+        custom_status,
     };
     tracing::info!(remote = %args.remote, cluster_id = %args.cluster_id, remote_cluster_id = %args.remote_cluster_id, "local agent started");
 

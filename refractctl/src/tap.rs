@@ -162,6 +162,11 @@ fn remote(m: &RemoteMessage) -> String {
             i.entries.len(),
             if i.last { " (last)" } else { "" }
         ),
+        Some(Kind::CustomStatus(c)) => format!(
+            "CustomStatus of {} ({} bytes)",
+            c.object.as_ref().map(|o| o.display()).unwrap_or_default(),
+            c.status_json.len()
+        ),
         None => "(empty)".into(),
     }
 }

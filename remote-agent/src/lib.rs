@@ -16,6 +16,7 @@ pub mod apply;
 pub mod capacity;
 mod cli;
 mod csr_signer;
+pub mod custom_status;
 pub mod events;
 pub mod identity;
 pub mod inspect;
@@ -224,6 +225,12 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         token.clone(),
     );
     pod_status::spawn(stores.clone(), outbox.clone(), token.clone());
+    custom_status::spawn(
+        client.clone(),
+        &args.cluster_id,
+        outbox.clone(),
+        token.clone(),
+    );
     let nodes = capacity::spawn(
         client.clone(),
         stores.clone(),

@@ -80,6 +80,7 @@ mod tests {
                 policy: Policy::DenyList,
                 workers: 1,
             },
+            status: Vec::new(),
         });
         o
     }

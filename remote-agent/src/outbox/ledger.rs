@@ -22,6 +22,8 @@ pub enum Topic {
     PodStatus,
     /// A volume the provider bound to one of the tenant's claims.
     Volume,
+    /// The status of one copy of a custom kind.
+    CustomStatus,
     /// An unsolicited answer about one of the tenant's objects: send it again, to restore a
     /// copy changed on the provider ([`crate::restore`]), or it is refused now, after a policy
     /// change ([`crate::policy_file`]). Sent once: delivered, it is forgotten, and a session's
@@ -83,6 +85,14 @@ impl Subject {
         Self {
             topic: Topic::Volume,
             name: name.to_string(),
+        }
+    }
+
+    /// The status of the copy of custom kind `resource` (`<plural>.<group>`) `namespace/name`.
+    pub fn custom_status(resource: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            topic: Topic::CustomStatus,
+            name: format!("{resource}/{namespace}/{name}"),
         }
     }
 

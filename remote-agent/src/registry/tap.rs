@@ -76,6 +76,7 @@ pub fn remote_kind(m: &RemoteMessage) -> &'static str {
         Some(remote_message::Kind::Capacity(_)) => "capacity",
         Some(remote_message::Kind::PersistentVolume(_)) => "persistent_volume",
         Some(remote_message::Kind::Inventory(_)) => "inventory",
+        Some(remote_message::Kind::CustomStatus(_)) => "custom_status",
         None => "empty",
     }
 }

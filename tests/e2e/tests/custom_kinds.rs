@@ -36,11 +36,27 @@ fn crd(kind: &str, plural: &str, spec_schema: &str) -> String {
 const LOOSE: &str = r#"{"type": "object", "x-kubernetes-preserve-unknown-fields": true}"#;
 const STRICT: &str = r#"{"type": "object", "properties": {"size": {"type": "integer", "minimum": 1, "maximum": 10}}}"#;
 
+/// Writes `status` on the provider's copy of Widget `name`, as a provider controller would.
+async fn provider_status(p: &Peering, name: &str, status: serde_json::Value) {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1", "Widget"), "widgets");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(p.provider.client().await.unwrap(), "shop-origin", &resource);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await
+    .expect("the provider's status write");
+}
+
 /// The values file naming the three custom kinds the origin reflects.
 const VALUES: &str = "offloading:
   reflection:
     customKinds:
-    - {group: example.com, version: v1, kind: Widget, plural: widgets}
+    - {group: example.com, version: v1, kind: Widget, plural: widgets, status: [ready]}
     - {group: example.com, version: v1, kind: Gadget, plural: gadgets, workers: 1}
     - {group: example.com, version: v1, kind: Gizmo, plural: gizmos}
 ";
@@ -194,6 +210,46 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
     })
     .await;
     println!("widget small rewritten on the provider (size 9) and restored (size 4)");
+
+    // A status the provider's controller writes on the copy comes back to the origin object,
+    // the fields the values ask for only.
+    provider_status(
+        &p,
+        "small",
+        serde_json::json!({"ready": true, "internal": "x"}),
+    )
+    .await;
+    let status = p
+        .eventually(WAIT, "widget small's status at the origin", || {
+            let status = kubectl_get(
+                &p.origin,
+                &["-n", "shop", "widget", "small", "-o", "jsonpath={.status}"],
+            )?;
+            status.contains("ready").then_some(status)
+        })
+        .await;
+    println!("widget small's status at the origin: {status}");
+    assert!(!status.contains("internal"), "{status}");
+    provider_status(&p, "small", serde_json::json!({"ready": false})).await;
+    p.eventually(
+        WAIT,
+        "widget small's status to follow at the origin",
+        || {
+            let ready = kubectl_get(
+                &p.origin,
+                &[
+                    "-n",
+                    "shop",
+                    "widget",
+                    "small",
+                    "-o",
+                    "jsonpath={.status.ready}",
+                ],
+            )?;
+            (ready == "false").then_some(())
+        },
+    )
+    .await;
 
     // The provider's schema refuses a size over its maximum: nothing written, the reason on
     // the origin object.
