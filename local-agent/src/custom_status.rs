@@ -5,7 +5,11 @@
 //! object, about a copy this agent sent on the current session (the outbox maps the copy back
 //! to its origin object), of a kind whose status the values bring back; only the fields asked
 //! for are kept. The latest per object waits for one writer task, so a provider that rewrites
-//! a status in a loop costs one origin write at a time, never a task per message. The write is
+//! a status in a loop costs one origin write at a time, never a task per message. A status
+//! about a copy the outbox does not map right now is kept a while and placed again: a status
+//! change on the provider makes the remote agent ask for the object again (to see whether the
+//! copy drifted), and the outbox forgets the object until it is sent again, so the status
+//! often arrives in that gap. The write is
 //! a server-side apply of the status subresource with the agent's own field manager (fields
 //! the provider drops are dropped at the origin too), naming the origin object's UID, so a
 //! status meant for an object deleted and created again under the same name is refused by the
@@ -13,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use refract_core::keys::LOCAL_STATUS_FIELD_MANAGER;
@@ -90,12 +95,23 @@ pub fn accept(
     })
 }
 
+/// How often statuses not placed yet are tried again, and for how long.
+const PLACE_AGAIN_EVERY: Duration = Duration::from_millis(500);
+const PLACE_FOR: Duration = Duration::from_secs(30);
+/// Statuses kept unplaced at most: a provider naming copies that do not exist fills no more.
+const MAX_UNPLACED: usize = 1024;
+
+/// A copy on the provider: kind, namespace, name.
+type ProviderCopy = (String, String, String);
+
 /// Takes custom kinds' statuses from the provider and writes them at the origin.
 pub struct CustomStatusIntake {
     options: LiveOptions,
     outbox: Outbox,
     /// The latest status per origin object, waiting for the writer.
     pending: Mutex<HashMap<(Kind, Key), Accepted>>,
+    /// The latest status per copy the outbox does not map now, and since when it waits.
+    unplaced: Mutex<HashMap<ProviderCopy, (CustomStatus, Instant)>>,
     wake: Notify,
 }
 
@@ -111,6 +127,7 @@ impl CustomStatusIntake {
             options,
             outbox,
             pending: Mutex::default(),
+            unplaced: Mutex::default(),
             wake: Notify::new(),
         });
         let writer = intake.clone();
@@ -125,6 +142,11 @@ impl CustomStatusIntake {
 
     /// Judges one status from the provider, keeping it for the writer if it is taken.
     pub fn offer(&self, message: CustomStatus) {
+        self.place(message, Instant::now());
+    }
+
+    /// Judges `message`, waiting since `since`: for the writer, unplaced for now, or dropped.
+    fn place(&self, message: CustomStatus, since: Instant) {
         let options = self.options.current();
         let origin_of = |kind, namespace: &str, name: &str| {
             self.outbox
@@ -138,6 +160,21 @@ impl CustomStatusIntake {
             }
             // A kind whose status nobody asked for is the common case: not worth a line.
             Err(Dropped::NotWanted) => {}
+            Err(Dropped::NotSent) if since.elapsed() < PLACE_FOR => {
+                let Some(object) = &message.object else {
+                    return;
+                };
+                let copy = (
+                    object.kind.clone(),
+                    object.namespace.clone(),
+                    object.name.clone(),
+                );
+                let mut unplaced = self.unplaced.locked();
+                if unplaced.len() < MAX_UNPLACED || unplaced.contains_key(&copy) {
+                    unplaced.insert(copy, (message, since));
+                    self.wake.notify_one();
+                }
+            }
             Err(why) => {
                 let object = message
                     .object
@@ -149,9 +186,24 @@ impl CustomStatusIntake {
         }
     }
 
+    /// Tries every unplaced status again.
+    fn place_again(&self) {
+        let waiting: Vec<_> = self.unplaced.locked().drain().map(|(_, w)| w).collect();
+        for (message, since) in waiting {
+            self.place(message, since);
+        }
+    }
+
     async fn write_all(&self, origin: kube::Client) {
         loop {
-            self.wake.notified().await;
+            if self.unplaced.locked().is_empty() {
+                self.wake.notified().await;
+            } else {
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(PLACE_AGAIN_EVERY) => self.place_again(),
+                }
+            }
             loop {
                 let next = {
                     let mut pending = self.pending.locked();

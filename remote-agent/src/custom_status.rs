@@ -37,6 +37,8 @@ pub fn spawn(
         let (outbox, shutdown) = (outbox.clone(), shutdown.clone());
         tokio::spawn(async move {
             let mut events = watcher(api, config).default_backoff().boxed();
+            // A CRD missing on this provider fails every retry: said once until it works.
+            let mut failing = false;
             loop {
                 let event = tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -45,6 +47,9 @@ pub fn spawn(
                         None => return,
                     },
                 };
+                if event.is_ok() {
+                    failing = false;
+                }
                 match event {
                     Ok(watcher::Event::Apply(copy) | watcher::Event::InitApply(copy)) => {
                         offer(&outbox, kind, &copy)
@@ -53,8 +58,12 @@ pub fn spawn(
                         outbox.remove(&subject(kind, &copy));
                     }
                     Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                    Err(error) if !failing => {
+                        failing = true;
+                        tracing::warn!(kind = %kind.name(), %error, "cannot watch the status of this custom kind's copies (is its CRD installed?); retrying with backoff, quietly until it works")
+                    }
                     Err(error) => {
-                        tracing::warn!(kind = %kind.name(), %error, "cannot watch the status of this custom kind's copies (is its CRD installed?); retrying with backoff")
+                        tracing::debug!(kind = %kind.name(), %error, "cannot watch the status of this custom kind's copies")
                     }
                 }
             }

@@ -138,19 +138,25 @@ impl TenantObjects {
     }
 
     /// Every object of `tenant` (by its origin label) in every kind's store, once each has
-    /// listed; `None` if some store has not listed within `within` (an agent just started, or a
-    /// kind's CRD missing).
+    /// listed; `None` if some store has not listed within `within` (an agent just started, or
+    /// the ShadowPod CRD missing). A custom kind's store that has not listed (its CRD missing
+    /// on this provider) is left out rather than waited for: the tenant then sends every object
+    /// of that kind, as for a bucket the provider does not hold, which costs answers but never
+    /// a wrong deletion.
     pub async fn snapshot_of(
         &self,
         tenant: &ClusterId,
         within: std::time::Duration,
     ) -> Option<Vec<(Allowed, Meta)>> {
+        let listed = |(kind, store): (&Allowed, &Arc<KindStore>)| {
+            store.listed.load(Ordering::Acquire)
+                || matches!(
+                    kind,
+                    Allowed::Reflected(refract_core::options::Kind::Custom(_))
+                )
+        };
         let deadline = tokio::time::Instant::now() + within;
-        while !self
-            .stores
-            .values()
-            .all(|s| s.listed.load(Ordering::Acquire))
-        {
+        while !self.stores.iter().all(listed) {
             if tokio::time::Instant::now() >= deadline {
                 return None;
             }
@@ -158,6 +164,9 @@ impl TenantObjects {
         }
         let mut all = Vec::new();
         for (kind, store) in self.stores.iter() {
+            if !store.listed.load(Ordering::Acquire) {
+                continue;
+            }
             let objects = store.objects.read_locked();
             for (namespace, names) in objects.iter() {
                 let of_tenant = names
@@ -422,6 +431,8 @@ pub fn spawn(
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
         tokio::spawn(async move {
             let mut events = watcher(api, config).default_backoff().boxed();
+            // A CRD missing on this provider fails every retry: said once until it works.
+            let mut failing = false;
             loop {
                 let event = tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -432,13 +443,18 @@ pub fn spawn(
                 };
                 match event {
                     Ok(event) => {
+                        failing = false;
                         writer.apply(&event);
                         if tx.send((kind, event)).await.is_err() {
                             return;
                         }
                     }
+                    Err(error) if !failing => {
+                        failing = true;
+                        tracing::warn!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind (is its CRD installed?); retrying with backoff, quietly until it works")
+                    }
                     Err(error) => {
-                        tracing::warn!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind (is its CRD installed?); retrying with backoff")
+                        tracing::debug!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind")
                     }
                 }
             }
@@ -495,6 +511,39 @@ mod tests {
         objects
             .get(CM, "apps-origin", name)
             .and_then(|m| m.metadata.resource_version)
+    }
+
+    #[tokio::test]
+    async fn a_custom_kind_whose_watch_never_lists_is_left_out_of_the_snapshot() {
+        let widget = refract_core::custom_kind::register(&crate::kinds::CustomKindName {
+            group: "objects.test.refract.example".into(),
+            version: "v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        })
+        .unwrap();
+        let cm = Arc::new(KindStore::default());
+        let objects = TenantObjects {
+            stores: Arc::new(BTreeMap::from([
+                (CM, cm.clone()),
+                (Allowed::Reflected(Kind::Custom(widget)), Arc::default()),
+            ])),
+        };
+        let mut writer = StoreWriter {
+            kind: CM,
+            store: cm,
+            own_fields: false,
+            relisting: None,
+        };
+        let tenant = ClusterId::parse("origin").unwrap();
+        let short = std::time::Duration::from_millis(30);
+        assert!(objects.snapshot_of(&tenant, short).await.is_none());
+        writer.apply(&watcher::Event::Init);
+        writer.apply(&watcher::Event::InitApply(meta("a", "origin", "1")));
+        writer.apply(&watcher::Event::InitDone);
+        let snapshot = objects.snapshot_of(&tenant, short).await.expect("listed");
+        assert_eq!(snapshot.len(), 1);
+        assert_eq!(snapshot[0].0, CM);
     }
 
     #[tokio::test]
