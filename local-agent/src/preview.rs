@@ -398,7 +398,12 @@ async fn live_objects(
                 let items = api.list(&ListParams::default()).await.with_context(|| {
                     format!("failed to list {} in {namespace}", custom.resource_name())
                 })?;
-                for item in items {
+                for mut item in items {
+                    // A list's items may come without their type; the preview reads it.
+                    item.types.get_or_insert_with(|| kube::api::TypeMeta {
+                        api_version: resource.api_version.clone(),
+                        kind: resource.kind.clone(),
+                    });
                     out.push(serde_json::to_value(item)?);
                 }
             }

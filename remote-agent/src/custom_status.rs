@@ -36,35 +36,16 @@ pub fn spawn(
         let config = watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}"));
         let (outbox, shutdown) = (outbox.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
-            // A CRD missing on this provider fails every retry: said once until it works.
-            let mut failing = false;
-            loop {
-                let event = tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    event = events.next() => match event {
-                        Some(event) => event,
-                        None => return,
-                    },
-                };
-                if event.is_ok() {
-                    failing = false;
-                }
+            let events = watcher(api, config).default_backoff().boxed();
+            let what = format!("the status of the copies of {}", kind.name());
+            let mut watch = crate::watching::Following::new(events, what);
+            while let Some(event) = watch.next(&shutdown).await {
                 match event {
-                    Ok(watcher::Event::Apply(copy) | watcher::Event::InitApply(copy)) => {
+                    watcher::Event::Apply(copy) | watcher::Event::InitApply(copy) => {
                         offer(&outbox, kind, &copy)
                     }
-                    Ok(watcher::Event::Delete(copy)) => {
-                        outbox.remove(&subject(kind, &copy));
-                    }
-                    Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
-                    Err(error) if !failing => {
-                        failing = true;
-                        tracing::warn!(kind = %kind.name(), %error, "cannot watch the status of this custom kind's copies (is its CRD installed?); retrying with backoff, quietly until it works")
-                    }
-                    Err(error) => {
-                        tracing::debug!(kind = %kind.name(), %error, "cannot watch the status of this custom kind's copies")
-                    }
+                    watcher::Event::Delete(copy) => outbox.remove(&subject(kind, &copy)),
+                    watcher::Event::Init | watcher::Event::InitDone => {}
                 }
             }
         });

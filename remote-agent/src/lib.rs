@@ -45,6 +45,7 @@ pub mod tenants;
 pub mod tls_listener;
 pub mod usage;
 pub mod volumes;
+mod watching;
 
 pub use cli::{parse_duration, Args, Cli, Command, Invocation};
 

@@ -430,32 +430,13 @@ pub fn spawn(
         let config = watcher::Config::default().labels(&selector);
         let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
-            // A CRD missing on this provider fails every retry: said once until it works.
-            let mut failing = false;
-            loop {
-                let event = tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    e = events.next() => match e {
-                        Some(e) => e,
-                        None => return,
-                    },
-                };
-                match event {
-                    Ok(event) => {
-                        failing = false;
-                        writer.apply(&event);
-                        if tx.send((kind, event)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(error) if !failing => {
-                        failing = true;
-                        tracing::warn!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind (is its CRD installed?); retrying with backoff, quietly until it works")
-                    }
-                    Err(error) => {
-                        tracing::debug!(kind = kind.kind(), %error, "cannot watch tenant objects of this kind")
-                    }
+            let events = watcher(api, config).default_backoff().boxed();
+            let what = format!("tenant objects of kind {}", kind.kind());
+            let mut watch = crate::watching::Following::new(events, what);
+            while let Some(event) = watch.next(&shutdown).await {
+                writer.apply(&event);
+                if tx.send((kind, event)).await.is_err() {
+                    return;
                 }
             }
         });

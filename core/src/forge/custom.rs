@@ -85,15 +85,19 @@ mod tests {
         o
     }
 
-    #[test]
-    fn the_content_is_kept_and_the_status_and_server_fields_are_not() {
-        let options = options();
-        let ctx = Context {
-            options: &options,
+    fn ctx(options: &ReflectionOptions) -> Context<'_> {
+        Context {
+            options,
             remote_namespace: "shop-origin",
             service: None,
             nodes: &crate::forge::NO_NODES,
-        };
+        }
+    }
+
+    #[test]
+    fn the_content_is_kept_and_the_status_and_server_fields_are_not() {
+        let options = options();
+        let ctx = ctx(&options);
         let origin = json!({
             "apiVersion": "forge.test.refract.example/v1", "kind": "Widget",
             "metadata": {"name": "w", "namespace": "shop", "uid": "u-1", "resourceVersion": "7",
@@ -121,12 +125,7 @@ mod tests {
     #[test]
     fn the_kinds_policy_skips_as_for_built_in_kinds() {
         let options = options();
-        let ctx = Context {
-            options: &options,
-            remote_namespace: "shop-origin",
-            service: None,
-            nodes: &crate::forge::NO_NODES,
-        };
+        let ctx = ctx(&options);
         let skipped = json!({"metadata": {"name": "w", "namespace": "shop",
             "annotations": {"liqo.io/skip-reflection": "true"}}, "spec": {}});
         assert!(matches!(

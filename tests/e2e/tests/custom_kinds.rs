@@ -186,6 +186,30 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
         (provider(&p, "widget/small", "{.spec.size}").as_deref() == Some("3")).then_some(())
     })
     .await;
+    // `local-agent preview` shows the same, from the live namespace and the values file.
+    let out = refract_e2e::run_ok(
+        refract_e2e::bin("local-agent"),
+        &[
+            "preview",
+            "--cluster-id",
+            "origin",
+            "--remote-cluster-id",
+            "provider",
+            "--kubeconfig",
+            p.origin.kubeconfig.to_str().unwrap(),
+            "--namespace",
+            "shop",
+            &format!("--reflection-config={}", values.display()),
+        ],
+    );
+    let previewed: serde_json::Value = serde_json::from_str(&out).expect("preview JSON");
+    let widget = previewed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["source"] == "Widget shop/small")
+        .unwrap_or_else(|| panic!("widget small not previewed: {out}"));
+    assert_eq!(widget["object"]["spec"]["size"], 3, "{widget}");
     let labels = provider(&p, "widget/small", "{.metadata.labels}");
     println!("widget small reflected: spec.size=3, labels {labels:?}");
     apply_origin(&p, "Widget", "small", "{size: 4}");
