@@ -25,9 +25,10 @@ pub struct ReflectionFlags {
     /// restart), and `offloading.reflection.skip.labels|annotations`
     /// (older Liqo versions' top-level `reflection.` is accepted too), and
     /// `controllerManager.config.resourceSharingPercentage`; any other key is an error that
-    /// names it. Followed while the agent runs: a change is in force within seconds (turning
-    /// Services, EndpointSlices or claims on or off, from or to 0 workers, at the next start);
-    /// a file that does not parse is refused and the last good one stays in force.
+    /// names it. Followed while the agent runs: a change is in force within seconds (but
+    /// turning on Services, EndpointSlices or claims that were off at start, from 0 workers,
+    /// waits for the next start); a file that does not parse is refused and the last good one
+    /// stays in force.
     #[arg(long, value_name = "FILE")]
     pub reflection_config: Option<PathBuf>,
 

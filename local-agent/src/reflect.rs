@@ -428,6 +428,14 @@ impl<K: Reflectable> Reflector<K> {
             // of it, and every one that was sent, when it is in.
             return;
         }
+        if self.shared.options.current().kind(self.kind).workers == 0 {
+            // The kind was turned off while its reflector runs: its copies are withdrawn, but
+            // a claim's, whose volume holds data, which stays as it is.
+            if self.kind != Kind::PersistentVolumeClaim {
+                self.delete_remote(session, key).await;
+            }
+            return;
+        }
         let obj = self.store.get(&self.store_ref(&key.namespace, &key.name));
         // The change's journey, exported when tracing is on (see `refract_shared::journey`).
         let journey = tracing::trace_span!(

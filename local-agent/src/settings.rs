@@ -4,10 +4,12 @@
 //! policy, and the virtual node offers the new share at once. A file that cannot be read or
 //! parsed is refused whole, and the last good settings stay in force.
 //!
-//! ConfigMaps, Secrets and Ingresses are turned on and off at once (workers from or to 0):
-//! their reflector starts, or stops and its copies are withdrawn. Turning Services,
-//! EndpointSlices or claims on or off waits for a restart (other parts read their watches):
-//! such a change is logged, and the kind keeps running as it did until the agent starts again.
+//! ConfigMaps, Secrets, Ingresses and custom kinds are turned on and off at once (workers from
+//! or to 0): their reflector starts, or stops and its copies are withdrawn. Services,
+//! EndpointSlices and claims, whose watches other parts read, keep their reflector when turned
+//! off: it withdraws their copies (a claim's stays, its volume holds data) and sends them anew
+//! when turned on again. Only turning on one that was off when the agent started (it has no
+//! reflector), or a custom kind added since, waits for a restart: logged, and it stays off.
 
 mod changes;
 
@@ -124,6 +126,8 @@ pub fn follow(
         };
     }
     tokio::spawn(async move {
+        // What the reflectors were started with: a kind off then has none to turn on.
+        let started = initial.options.clone();
         let mut in_force = initial;
         let mut last_seen = sources.fingerprint();
         // Said once per distinct problem, not every poll.
@@ -154,11 +158,11 @@ pub fn follow(
             last_seen = seen;
             last_error.clear();
             metrics.valid.set(1);
-            let (next, held) = held_for_restart(&in_force.options, read);
+            let (next, held) = held_for_restart(&started, &in_force.options, read);
             for kind in held {
                 tracing::warn!(
                     kind = kind.kind(),
-                    "the settings turn this kind's reflection on or off (workers from or to 0): that takes effect when the agent restarts; until then it runs as before"
+                    "the settings turn this kind's reflection on, and it was not reflected when the agent started: that takes effect when the agent restarts; until then it stays off"
                 );
             }
             let changed = describe(&in_force, &next);

@@ -198,10 +198,11 @@ pub fn spawn_all(
     Reflectors { claims }
 }
 
-/// The built-in kinds whose reflection the settings turn on and off while the agent runs:
-/// nothing else reads their reflectors (custom kinds the agent started with are switched the
-/// same way). Services (whose watch EndpointSlices read), EndpointSlices and claims (the
-/// volume intake's) wait for a restart.
+/// The built-in kinds whose reflector is started and stopped as the settings turn them on and
+/// off: nothing else reads their reflectors (custom kinds the agent started with are switched
+/// the same way). Services (whose watch EndpointSlices read), EndpointSlices and claims (the
+/// volume intake's) keep theirs running when turned off (see `reflect::workers`), so turning
+/// one on that was off at start waits for a restart.
 pub const SWITCHABLE: [Kind; 3] = [Kind::ConfigMap, Kind::Secret, Kind::Ingress];
 
 /// Runs the reflector of a kind nothing else reads (ConfigMaps, Secrets, Ingresses, custom

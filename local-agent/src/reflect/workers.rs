@@ -60,8 +60,10 @@ impl<K: Reflectable> Reflector<K> {
         while changes.changed().await.is_ok() {
             let now = changes.borrow_and_update().clone();
             let workers = now.kind(self.kind).workers;
-            // 0 would stop reflecting without withdrawing: turning a kind off waits for a
-            // restart (the settings follower keeps it as it was).
+            // Turned off (0 workers), a kind whose reflector others read keeps its watch and
+            // its workers, which withdraw every copy (see `reconcile`); turned on again, they
+            // send every object anew. Kinds nothing else reads are stopped instead
+            // (`start::switchable`), before this sees their 0.
             if workers > 0 && workers != self.workers.wanted.load(Ordering::SeqCst) {
                 tracing::info!(
                     kind = self.kind.kind(),
@@ -70,7 +72,16 @@ impl<K: Reflectable> Reflector<K> {
                 );
                 self.resize(workers, &shutdown);
             }
-            if crate::settings::forged_differently(&last, &now) {
+            let switched = (workers > 0) != (last.kind(self.kind).workers > 0);
+            if switched {
+                tracing::info!(
+                    kind = self.kind.kind(),
+                    on = workers > 0,
+                    "reflection of the kind turned {}",
+                    if workers > 0 { "on" } else { "off" }
+                );
+            }
+            if switched || crate::settings::forged_differently(&last, &now) {
                 let objects = self.store.state();
                 tracing::info!(
                     kind = self.kind.kind(),

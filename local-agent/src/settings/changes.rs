@@ -9,14 +9,21 @@ use refract_core::options::{Kind, ReflectionOptions};
 use crate::config::Settings;
 use crate::reflect::start::SWITCHABLE;
 
-/// Takes the settings just read, with each kind whose reflection they turn on or off (workers
-/// from or to 0) kept at the workers in force, unless it is one switched while the agent runs
-/// ([`SWITCHABLE`]): the others wait for a restart. Returns them and the kinds so kept.
-pub fn held_for_restart(in_force: &ReflectionOptions, mut read: Settings) -> (Settings, Vec<Kind>) {
+/// Takes the settings just read, with each kind whose reflection they turn on (workers from
+/// 0) kept off, unless it is one switched while the agent runs ([`SWITCHABLE`]) or its
+/// reflector runs already (it was on when the agent started, and was turned off since): the
+/// others wait for a restart. Returns them and the kinds so kept. Turning a kind off always
+/// takes effect.
+pub fn held_for_restart(
+    started: &ReflectionOptions,
+    in_force: &ReflectionOptions,
+    mut read: Settings,
+) -> (Settings, Vec<Kind>) {
     let mut held = Vec::new();
     for kind in Kind::ALL.into_iter().filter(|k| !SWITCHABLE.contains(k)) {
         let (was, is) = (in_force.kind(kind), read.options.kind(kind));
-        if (was.workers == 0) != (is.workers == 0) {
+        let running = started.kind(kind).workers > 0;
+        if was.workers == 0 && is.workers > 0 && !running {
             let mut kept = is;
             kept.workers = was.workers;
             read.options.kinds.insert(kind, kept);
@@ -203,20 +210,22 @@ mod tests {
     }
 
     #[test]
-    fn turning_a_kind_on_or_off_is_held_but_for_switchable_ones_and_other_changes_pass() {
-        let mut in_force = ReflectionOptions::new("origin", "provider");
-        in_force.kinds.insert(
-            Kind::Ingress,
-            KindOptions {
-                policy: Policy::DenyList,
-                workers: 0,
-            },
-        );
+    fn only_turning_on_a_kind_off_since_the_start_is_held_and_other_changes_pass() {
+        let off = |workers| KindOptions {
+            policy: Policy::DenyList,
+            workers,
+        };
+        // Started with EndpointSlices off and Services on; Services turned off since.
+        let mut started = ReflectionOptions::new("origin", "provider");
+        started.kinds.insert(Kind::EndpointSlice, off(0));
+        let mut in_force = started.clone();
+        in_force.kinds.insert(Kind::Service, off(0));
         let mut read = settings();
         read.options = in_force.clone();
         for (kind, workers) in [
             (Kind::Secret, 0),
-            (Kind::Service, 0),
+            (Kind::Service, 2),
+            (Kind::EndpointSlice, 4),
             (Kind::PersistentVolumeClaim, 0),
             (Kind::ConfigMap, 7),
         ] {
@@ -228,15 +237,25 @@ mod tests {
                 },
             );
         }
-        let (next, held) = held_for_restart(&in_force, read);
-        assert_eq!(held, [Kind::Service, Kind::PersistentVolumeClaim]);
-        let service = next.options.kind(Kind::Service);
-        assert_eq!((service.policy, service.workers), (Policy::AllowList, 3));
+        let (next, held) = held_for_restart(&started, &in_force, read);
         assert_eq!(
-            next.options.kind(Kind::Secret).workers,
-            0,
-            "switched at once"
+            held,
+            [Kind::EndpointSlice],
+            "off since the start, turned on"
         );
+        let slices = next.options.kind(Kind::EndpointSlice);
+        assert_eq!(slices.workers, 0);
+        assert_eq!(
+            next.options.kind(Kind::Service).workers,
+            2,
+            "on again: its reflector runs"
+        );
+        assert_eq!(
+            next.options.kind(Kind::PersistentVolumeClaim).workers,
+            0,
+            "turning off takes effect"
+        );
+        assert_eq!(next.options.kind(Kind::Secret).workers, 0);
         assert_eq!(next.options.kind(Kind::ConfigMap).workers, 7);
     }
 }

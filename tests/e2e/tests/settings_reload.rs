@@ -4,8 +4,9 @@
 //! share of the provider, a kind's policy (what it no longer allows is withdrawn), the skip
 //! lists (reflected objects and running pods lose the label), the workers, and the offloading
 //! patch (the ShadowPod of a running pod takes it, the pod keeps running); Secrets turned off
-//! (withdrawn) and on again (sent anew); turning Services off is held for the next start, and
-//! the log says so.
+//! (withdrawn) and on again (sent anew); Services, whose watch EndpointSlices read, turned off
+//! (withdrawn, their watch kept) and on again (sent anew); turning EndpointSlices on, off since
+//! the start, is held for the next start, and the log says so.
 
 #![allow(
     clippy::unwrap_used,
@@ -72,11 +73,12 @@ fn provider_pod(p: &Peering) -> Option<(String, String)> {
     Some((phase.to_string(), uid.to_string()))
 }
 
-/// The values file after the change: 25 %, ConfigMaps AllowList with 4 workers, Services off
-/// (held), events off, label `team` skipped, and Secrets with `secret_workers`.
-fn changed_values(secret_workers: u32) -> String {
+/// The values file after the change: 25 %, ConfigMaps AllowList with 4 workers, EndpointSlices
+/// on (held: off since the start), events off, label `team` skipped, and Secrets and Services
+/// with `workers`.
+fn changed_values(workers: u32) -> String {
     format!(
-        "offloading:\n  reflection:\n    configmap: {{type: AllowList, workers: 4}}\n    secret: {{workers: {secret_workers}}}\n    service: {{workers: 0}}\n    event: {{workers: 0}}\n    skip:\n      labels: [team]\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 25\n"
+        "offloading:\n  reflection:\n    configmap: {{type: AllowList, workers: 4}}\n    secret: {{workers: {workers}}}\n    service: {{workers: {workers}}}\n    endpointslice: {{workers: 10}}\n    event: {{workers: 0}}\n    skip:\n      labels: [team]\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 25\n"
     )
 }
 
@@ -87,7 +89,7 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     let patch = dir.path().join("patch.yaml");
     std::fs::write(
         &values,
-        "offloading:\n  reflection:\n    configmap: {workers: 1}\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 50\n",
+        "offloading:\n  reflection:\n    configmap: {workers: 1}\n    endpointslice: {workers: 0}\ncontrollerManager:\n  config:\n    resourceSharingPercentage: 50\n",
     )
     .unwrap();
     std::fs::write(
@@ -129,8 +131,12 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     kubectl_stdin(
         &p.origin,
         &["apply", "-f", "-"],
-        "apiVersion: v1\nkind: Secret\nmetadata: {name: early, namespace: tuned}\nstringData: {k: v}\n",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: early, namespace: tuned}\nstringData: {k: v}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: tuned}\nspec: {ports: [{port: 80}]}\n",
     );
+    p.eventually(WAIT, "the Service reflected", || {
+        provider_get(&p, &["-n", "tuned-origin", "service", "web", "-o", "name"])
+    })
+    .await;
     p.eventually(WAIT, "the Secret reflected", || {
         provider_get(&p, &["-n", "tuned-origin", "secret", "early", "-o", "name"])
     })
@@ -170,8 +176,8 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     );
     assert_eq!(metric(&p.local_admin, RELOADS).await, 0.0);
 
-    // One change of the values file: share, policy, skip list, workers, events, Secrets
-    // turned off (at once), and Services turned off (held for the next start).
+    // One change of the values file: share, policy, skip list, workers, events, Secrets and
+    // Services turned off (at once), and EndpointSlices turned on (held for the next start).
     std::fs::write(&values, changed_values(0)).unwrap();
     until_virtual_cpu(&p, provider_cpu * 25 / 100).await;
     p.eventually(
@@ -207,28 +213,35 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
         "ConfigMap policy DenyList -> AllowList",
         "ConfigMap workers 1 -> 4",
         "Secret workers 3 -> 0",
+        "Service workers 3 -> 0",
         "Event workers 3 -> 0",
         "skipped labels +team",
     ] {
         assert!(changed.contains(said), "{said:?} missing from {changed}");
     }
     assert!(
-        !changed.contains("Service workers"),
-        "turning Services off was put in force: {changed}"
+        !changed.contains("EndpointSlice workers"),
+        "turning EndpointSlices on was put in force: {changed}"
     );
     let held = log
         .lines()
         .find(|l| l.contains("takes effect when the agent restarts"))
         .expect("the held change is logged");
     println!("local agent: {held}");
-    assert!(held.contains("Service"), "{held}");
+    assert!(held.contains("EndpointSlice"), "{held}");
     assert!(
         log.contains("reflection workers resized"),
         "no resize logged"
     );
-    // Secrets turned off at once: the copy is withdrawn from the provider.
+    // Secrets and Services turned off at once: the copies are withdrawn from the provider.
     p.eventually(WAIT, "the Secret withdrawn", || {
         provider_get(&p, &["-n", "tuned-origin", "secret", "early", "-o", "name"])
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    p.eventually(WAIT, "the Service withdrawn", || {
+        provider_get(&p, &["-n", "tuned-origin", "service", "web", "-o", "name"])
             .is_none()
             .then_some(())
     })
@@ -268,10 +281,14 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     assert_eq!(metric(&p.local_admin, RELOADS).await, 2.0);
     assert!(p.local_log().contains("offloading patch changed"));
 
-    // Secrets on again: the namespace's Secrets are sent anew.
+    // Secrets and Services on again: the namespace's Secrets and Services are sent anew.
     std::fs::write(&values, changed_values(2)).unwrap();
     p.eventually(WAIT, "the Secret reflected again", || {
         provider_get(&p, &["-n", "tuned-origin", "secret", "early", "-o", "name"])
+    })
+    .await;
+    p.eventually(WAIT, "the Service reflected again", || {
+        provider_get(&p, &["-n", "tuned-origin", "service", "web", "-o", "name"])
     })
     .await;
     assert!(p.local_log().contains("reflection of the kind turned on"));
