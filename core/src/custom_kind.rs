@@ -21,6 +21,24 @@ use serde::{Deserialize, Serialize};
 /// How many custom kinds one agent registers at most: a policy naming more is refused.
 pub const MAX_CUSTOM_KINDS: usize = 64;
 
+/// Kind names no custom kind may have: the agents tell reflected objects, their acks and
+/// events apart by kind name, so these stay the built-in kinds' (and the ones the provider
+/// reports about).
+const RESERVED_KINDS: [&str; 12] = [
+    "ConfigMap",
+    "Secret",
+    "Service",
+    "Ingress",
+    "EndpointSlice",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "Pod",
+    "ShadowPod",
+    "Namespace",
+    "Event",
+    "Node",
+];
+
 /// Groups no custom kind may be in: Kubernetes' own APIs (`apps`, `networking.k8s.io`, ...
 /// are reached only through the built-in kinds, whose checks a custom name would skip), and
 /// Refract's own.
@@ -81,6 +99,12 @@ impl CustomKindName {
         {
             return Err(format!(
                 "{shown}: kind {:?} is not a Kubernetes kind (letters and digits, from a capital)",
+                self.kind
+            ));
+        }
+        if RESERVED_KINDS.contains(&self.kind.as_str()) {
+            return Err(format!(
+                "{shown}: kind {:?} is a kind Refract reflects or reports itself; a custom kind needs another name",
                 self.kind
             ));
         }
@@ -153,8 +177,8 @@ pub enum RegisterError {
     /// The name is not a custom kind's.
     #[error("{0}")]
     Invalid(String),
-    /// Another registered kind has the same apiVersion and kind but another plural.
-    #[error("{new} names the same kind as {registered}, with another plural")]
+    /// Another registered kind has the same kind name (the agents tell kinds apart by it).
+    #[error("{new} and {registered} have the same kind name; one custom kind per kind name")]
     Ambiguous {
         /// The kind being registered.
         new: Box<CustomKindName>,
@@ -170,9 +194,7 @@ pub enum RegisterError {
 pub fn register(name: &CustomKindName) -> Result<CustomKind, RegisterError> {
     name.validate().map_err(RegisterError::Invalid)?;
     let mut registry = REGISTRY.write_locked();
-    if let Some(same) = registry.iter().find(|k| {
-        k.name().group == name.group && k.name().version == name.version && k.kind() == name.kind
-    }) {
+    if let Some(same) = registry.iter().find(|k| k.kind() == name.kind) {
         return if same.name() == name {
             Ok(*same)
         } else {
@@ -236,10 +258,15 @@ mod tests {
             Ok(gadget),
             "registering again returns the same handle"
         );
-        assert!(matches!(
-            register(&name("gadgets.test.refract.example", "Gadget", "gizmos")),
-            Err(RegisterError::Ambiguous { .. })
-        ));
+        for other in [
+            name("gadgets.test.refract.example", "Gadget", "gizmos"),
+            name("other.test.refract.example", "Gadget", "gadgets"),
+        ] {
+            assert!(matches!(
+                register(&other),
+                Err(RegisterError::Ambiguous { .. })
+            ));
+        }
         assert_eq!(
             gadget.resource_name(),
             "gadgets.gadgets.test.refract.example"
@@ -272,6 +299,8 @@ mod tests {
                 "widgets",
                 "not a custom resource group",
             ),
+            ("example.com", "Service", "services", "reflects or reports"),
+            ("example.com", "Pod", "pods", "reflects or reports"),
         ] {
             let error = name(group, kind, plural).validate().unwrap_err();
             assert!(error.contains(says), "{group} {kind}: {error}");

@@ -681,7 +681,7 @@ mod tests {
     #[test]
     fn custom_kinds_are_read_from_the_values_with_the_settings_of_a_kind() {
         let values = HelmValues::from_yaml(
-            "offloading:\n  reflection:\n    customKinds:\n    - {group: values.test.refract.example, version: v1, kind: Widget, plural: widgets, type: AllowList}\n    - {group: values.test.refract.example, version: v1, kind: Gadget, plural: gadgets, workers: 0}\n",
+            "offloading:\n  reflection:\n    customKinds:\n    - {group: values.test.refract.example, version: v1, kind: Widget, plural: widgets, type: AllowList}\n    - {group: values.test.refract.example, version: v1, kind: Doohickey, plural: doohickeys, workers: 0}\n",
         )
         .unwrap();
         let mut o = ReflectionOptions::new("a", "b");
@@ -689,7 +689,7 @@ mod tests {
         let widget = Kind::lookup("values.test.refract.example/v1", "Widget").unwrap();
         assert_eq!(o.kind(widget).policy, Policy::AllowList);
         assert_eq!(o.kind(widget).workers, 3);
-        let gadget = Kind::lookup("values.test.refract.example/v1", "Gadget").unwrap();
+        let gadget = Kind::lookup("values.test.refract.example/v1", "Doohickey").unwrap();
         assert_eq!(o.kind(gadget).workers, 0);
         assert_eq!(o.custom_kinds.len(), 2);
 

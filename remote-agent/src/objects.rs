@@ -499,8 +499,8 @@ mod tests {
         let widget = refract_core::custom_kind::register(&crate::kinds::CustomKindName {
             group: "objects.test.refract.example".into(),
             version: "v1".into(),
-            kind: "Widget".into(),
-            plural: "widgets".into(),
+            kind: "Lever".into(),
+            plural: "levers".into(),
         })
         .unwrap();
         let cm = Arc::new(KindStore::default());

@@ -364,16 +364,15 @@ impl Policies {
     }
 }
 
-/// Checks each custom kind's name, and that no two name the same kind with other plurals.
+/// Checks each custom kind's name, and that no two differ but share their kind name (the
+/// agents tell kinds apart by it).
 fn validate_custom_kinds(kinds: &[CustomKindName]) -> Result<(), String> {
     for (i, kind) in kinds.iter().enumerate() {
         kind.validate()?;
-        let same_kind = |other: &&CustomKindName| {
-            other.group == kind.group && other.version == kind.version && other.kind == kind.kind
-        };
+        let same_kind = |other: &&CustomKindName| other.kind == kind.kind;
         if let Some(other) = kinds[..i].iter().find(same_kind).filter(|o| *o != kind) {
             return Err(format!(
-                "{kind} and {other} name the same kind with different plurals"
+                "{kind} and {other} have the same kind name; one custom kind per kind name"
             ));
         }
     }
@@ -583,7 +582,7 @@ mod tests {
 
     #[test]
     fn only_the_tenants_the_policy_names_may_write_a_custom_kind() {
-        let text = "tenants:\n  shop:\n    customKinds:\n    - {group: policy.test.refract.example, version: v1, kind: Widget, plural: widgets}\n  lab: {}\n";
+        let text = "tenants:\n  shop:\n    customKinds:\n    - {group: policy.test.refract.example, version: v1, kind: Gear, plural: gears}\n  lab: {}\n";
         let p = Policies::parse(text, TenantPolicy::default()).unwrap();
         let names = p.custom_kinds();
         assert_eq!(names.len(), 1);
@@ -630,7 +629,7 @@ mod tests {
             TenantPolicy::default(),
         )
         .unwrap_err();
-        assert!(e.contains("different plurals"), "{e}");
+        assert!(e.contains("same kind name"), "{e}");
     }
 
     #[test]

@@ -62,8 +62,8 @@ mod tests {
             register(&CustomKindName {
                 group: "forge.test.refract.example".into(),
                 version: "v1".into(),
-                kind: "Widget".into(),
-                plural: "widgets".into(),
+                kind: "Sprocket".into(),
+                plural: "sprockets".into(),
             })
             .unwrap(),
         )
@@ -99,7 +99,7 @@ mod tests {
         let options = options();
         let ctx = ctx(&options);
         let origin = json!({
-            "apiVersion": "forge.test.refract.example/v1", "kind": "Widget",
+            "apiVersion": "forge.test.refract.example/v1", "kind": "Sprocket",
             "metadata": {"name": "w", "namespace": "shop", "uid": "u-1", "resourceVersion": "7",
                          "labels": {"app": "shop"}, "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "y"}]},
             "spec": {"size": 3, "parts": ["a"]},
@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(desired.namespace, "shop-origin");
         let o = &desired.object;
         assert_eq!(o["apiVersion"], "forge.test.refract.example/v1");
-        assert_eq!(o["kind"], "Widget");
+        assert_eq!(o["kind"], "Sprocket");
         assert_eq!(o["spec"], json!({"size": 3, "parts": ["a"]}));
         assert_eq!(o["data"], json!({"free": "form"}));
         assert!(o.get("status").is_none());
