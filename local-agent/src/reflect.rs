@@ -431,7 +431,7 @@ impl<K: Reflectable> Reflector<K> {
         if self.shared.options.current().kind(self.kind).workers == 0 {
             // The kind was turned off while its reflector runs: its copies are withdrawn, but
             // a claim's, whose volume holds data, which stays as it is.
-            if self.kind != Kind::PersistentVolumeClaim {
+            if !self.keeps_copies_while_off() {
                 self.delete_remote(session, key).await;
             }
             return;

@@ -40,6 +40,13 @@ pub(super) async fn withdraw(kind: Kind, shared: Shared, outbox: Outbox) {
 }
 
 impl<K: Reflectable> Reflector<K> {
+    /// Whether this kind is off now and its copies stay on the provider all the same: claims,
+    /// whose volumes hold data.
+    pub(super) fn keeps_copies_while_off(&self) -> bool {
+        self.kind == Kind::PersistentVolumeClaim
+            && self.shared.options.current().kind(self.kind).workers == 0
+    }
+
     /// Re-sends extended namespaces when the session or the set of namespaces changes.
     pub(super) async fn follow_extension(&self) {
         let mut rx = self.shared.extension.clone();
@@ -103,6 +110,11 @@ impl<K: Reflectable> Reflector<K> {
                     for key in keys {
                         let key = self.queue.claim(key).await;
                         self.reconcile(&key).await;
+                    }
+                    if self.keeps_copies_while_off() {
+                        // Claims turned off send nothing, and no SnapshotComplete either: it
+                        // would have the provider collect every claim, volumes and data.
+                        continue;
                     }
                     self.outbox
                         .snapshot_complete(

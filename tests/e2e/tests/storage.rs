@@ -37,11 +37,21 @@ spec:
     )
 }
 
+/// The reflection values with claims on (the default) and off.
+const CLAIMS_ON: &str = "offloading:\n  reflection:\n    persistentvolumeclaim: {workers: 3}\n";
+const CLAIMS_OFF: &str = "offloading:\n  reflection:\n    persistentvolumeclaim: {workers: 0}\n";
+
 #[tokio::test]
 async fn a_virtual_class_claim_is_provisioned_on_the_provider_and_its_volume_pins_pods() {
-    let p = Peering::start_offloading_with(&["--remote-real-storage-class-name=fast"])
-        .await
-        .expect("peering");
+    // Claims are reflected (the defaults, written out): the file is turned off below.
+    let values = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(values.path(), CLAIMS_ON).unwrap();
+    let mut p = Peering::start_offloading_with(&[
+        "--remote-real-storage-class-name=fast",
+        &format!("--reflection-config={}", values.path().display()),
+    ])
+    .await
+    .expect("peering");
     // A real (fake-kubelet) node at the origin too, so the scheduler has a local choice the
     // volume's node affinity must rule out.
     let origin_nodes = tokio_util::sync::CancellationToken::new();
@@ -303,6 +313,40 @@ spec: {storageClassName: manual, accessModes: [ReadWriteOnce], resources: {reque
 
     // A claim of another class is never reflected.
     assert!(provider_get(&p, &["-n", "apps-origin", "pvc", "scratch", "-o", "name"]).is_none());
+
+    // Claims turned off while the agents run: nothing more is reflected, and the provider
+    // claim stays, with its volume's data, even across a new session (whose snapshot must not
+    // have the provider collect it). Then on again.
+    std::fs::write(values.path(), CLAIMS_OFF).unwrap();
+    p.eventually(WAIT, "claims turned off at the origin", || {
+        p.local_log()
+            .contains("reflection of the kind turned off")
+            .then_some(())
+    })
+    .await;
+    let sessions = |p: &Peering| p.local_log().matches("connected to remote agent").count();
+    let before = sessions(&p);
+    p.remote.take().unwrap().stop().await;
+    p.start_remote();
+    p.eventually(
+        WAIT,
+        "a new session after the remote agent restarted",
+        || (sessions(&p) > before).then_some(()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        provider_get(&p, &["-n", "apps-origin", "pvc", "data", "-o", "name"]).is_some(),
+        "the provider claim was removed while claims were off:\n{}",
+        p.remote_log()
+    );
+    std::fs::write(values.path(), CLAIMS_ON).unwrap();
+    p.eventually(WAIT, "claims turned on again", || {
+        p.local_log()
+            .contains("reflection of the kind turned on")
+            .then_some(())
+    })
+    .await;
 
     // Deleting the claim (after its pods) removes the provider claim and the origin PV.
     p.origin_kubectl(&[
