@@ -21,8 +21,9 @@ pub struct ReflectionFlags {
     /// YAML file in the shape of Liqo's Helm values: `offloading.reflection.<resource>.type`
     /// (DenyList|AllowList), `.workers` (`event` included: provider events recorded at the
     /// origin), `offloading.reflection.customKinds` (custom resource kinds to reflect: group,
-    /// version, kind, plural, and optionally type and workers; added kinds wait for a
-    /// restart), and `offloading.reflection.skip.labels|annotations`
+    /// version, kind, plural, and optionally type, workers and the status fields brought back,
+    /// `status: [ready]` or `["*"]`; added kinds wait for a restart), and
+    /// `offloading.reflection.skip.labels|annotations`
     /// (older Liqo versions' top-level `reflection.` is accepted too), and
     /// `controllerManager.config.resourceSharingPercentage`; any other key is an error that
     /// names it. Followed while the agent runs: a change is in force within seconds (but

@@ -92,7 +92,9 @@ pub struct Args {
     /// YAML file of what tenants may have written: `defaults` for every tenant and `tenants:
     /// {<cluster-id>: ...}` overriding them field by field (pod security level, priority
     /// classes, tolerated taints, Service types and addresses, endpoint ranges, Ingress
-    /// annotations and classes, storage classes, twin namespace names). See the README,
+    /// annotations and classes, storage classes, twin namespace names, quotas, network fences,
+    /// and the custom resource kinds each tenant may write, `customKinds`, which are watched
+    /// from the start: one added later waits for a restart). See the README,
     /// "Provider policy". An invalid file stops the agent at start; afterwards the file is read
     /// again every second, a valid change is in force at once (and objects already written are
     /// judged again), and an invalid one is refused with the last good policy kept
