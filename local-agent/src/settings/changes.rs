@@ -30,9 +30,10 @@ pub fn held_for_restart(
             held.push(kind);
         }
     }
-    // A custom kind's reflector is started with the agent: one the settings add waits.
+    // A custom kind's reflector is started with the agent (and switched off, not stopped, when
+    // the settings drop it): one the settings add waits.
     read.options.custom_kinds.retain(|custom| {
-        let started = in_force.custom_kinds.iter().any(|c| c.kind == custom.kind);
+        let started = started.custom_kinds.iter().any(|c| c.kind == custom.kind);
         if !started {
             held.push(Kind::Custom(custom.kind));
         }
@@ -257,5 +258,34 @@ mod tests {
         );
         assert_eq!(next.options.kind(Kind::Secret).workers, 0);
         assert_eq!(next.options.kind(Kind::ConfigMap).workers, 7);
+    }
+
+    #[test]
+    fn a_custom_kind_started_with_the_agent_comes_back_and_a_new_one_waits() {
+        use refract_core::custom_kind::{register, CustomKindName};
+        use refract_core::options::CustomReflection;
+        let custom = |kind: &str| CustomReflection {
+            kind: register(&CustomKindName {
+                group: "settings.test.refract.example".into(),
+                version: "v1".into(),
+                kind: kind.into(),
+                plural: format!("{}s", kind.to_lowercase()),
+            })
+            .unwrap(),
+            options: KindOptions {
+                policy: Policy::DenyList,
+                workers: 3,
+            },
+            status: Vec::new(),
+        };
+        let mut started = ReflectionOptions::new("origin", "provider");
+        started.custom_kinds.push(custom("Bolt"));
+        // Dropped from the settings since, and added again with one the agent never had.
+        let in_force = ReflectionOptions::new("origin", "provider");
+        let mut read = settings();
+        read.options.custom_kinds = vec![custom("Bolt"), custom("Nut")];
+        let (next, held) = held_for_restart(&started, &in_force, read);
+        assert_eq!(held, [Kind::Custom(custom("Nut").kind)]);
+        assert_eq!(next.options.custom_kinds, [custom("Bolt")]);
     }
 }

@@ -324,6 +324,21 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
         (provider(&p, "widget/painted", "{.spec.size}").as_deref() == Some("2")).then_some(())
     })
     .await;
+    // Dropped from the values while the agent runs, Widgets are withdrawn from the provider;
+    // named again, they are sent anew.
+    std::fs::write(&values, VALUES.replace("    - {group: example.com, version: v1, kind: Widget, plural: widgets, status: [ready]}\n", "")).unwrap();
+    p.eventually(WAIT, "widget painted withdrawn", || {
+        provider(&p, "widget/painted", "{.metadata.name}")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    std::fs::write(&values, VALUES).unwrap();
+    p.eventually(WAIT, "widget painted sent anew", || {
+        (provider(&p, "widget/painted", "{.spec.size}").as_deref() == Some("2")).then_some(())
+    })
+    .await;
+    println!("Widgets dropped from the values were withdrawn, and sent anew when named again");
     p.origin_kubectl(&["-n", "shop", "delete", "widget", "small"]);
     p.eventually(WAIT, "widget small gone from the provider", || {
         provider(&p, "widget/small", "{.metadata.name}")
