@@ -33,7 +33,7 @@ use refract_core::backoff::PerKey;
 use refract_core::forge::{self, Context, Decision};
 use refract_core::json;
 use refract_core::keys::SERVICE_NAME_LABEL;
-use refract_core::options::Kind;
+use refract_core::options::{Kind, ReflectionOptions};
 use refract_shared::journey::TARGET as JOURNEY;
 use refract_wire::proto::{ObjectRef, Upsert};
 use serde::de::DeserializeOwned;
@@ -428,10 +428,12 @@ impl<K: Reflectable> Reflector<K> {
             // of it, and every one that was sent, when it is in.
             return;
         }
-        if self.shared.options.current().kind(self.kind).workers == 0 {
+        // One version of the options for the whole reconcile: the on/off check and the forge.
+        let options = self.shared.options.current();
+        if options.kind(self.kind).workers == 0 {
             // The kind was turned off while its reflector runs: its copies are withdrawn, but
             // a claim's, whose volume holds data, which stays as it is.
-            if !self.keeps_copies_while_off() {
+            if self.kind != Kind::PersistentVolumeClaim {
                 self.delete_remote(session, key).await;
             }
             return;
@@ -450,7 +452,7 @@ impl<K: Reflectable> Reflector<K> {
         let forged = obj.as_ref().map(|obj| {
             let _forging =
                 tracing::trace_span!(target: JOURNEY, parent: &journey, "forge").entered();
-            self.forge(obj, remote_ns)
+            self.forge(obj, remote_ns, &options)
         });
         let decision = match (&obj, forged) {
             (Some(obj), Some(forged)) => match forged {
@@ -526,8 +528,12 @@ impl<K: Reflectable> Reflector<K> {
         self.outbox.delete(session, &self.origin(key), None).await;
     }
 
-    fn forge(&self, obj: &K, remote_ns: &str) -> Result<Decision, forge::ForgeError> {
-        let options = self.shared.options.current();
+    fn forge(
+        &self,
+        obj: &K,
+        remote_ns: &str,
+        options: &ReflectionOptions,
+    ) -> Result<Decision, forge::ForgeError> {
         let nodes = OriginNodes {
             store: &self.shared.nodes,
             remote_cluster_id: &options.remote_cluster_id,
@@ -542,7 +548,7 @@ impl<K: Reflectable> Reflector<K> {
             None
         };
         let ctx = Context {
-            options: &options,
+            options,
             remote_namespace: remote_ns,
             service: service.as_deref(),
             nodes: &nodes,

@@ -87,15 +87,6 @@ impl Allowed {
         }
     }
 
-    /// The Kubernetes apiVersion.
-    pub fn api_version(self) -> &'static str {
-        match self {
-            Allowed::Namespace => "v1",
-            Allowed::ShadowPod => SHADOWPOD_API_VERSION,
-            Allowed::Reflected(k) => k.api_version(),
-        }
-    }
-
     /// Every allowed kind: the built-in ones and the custom kinds registered.
     pub fn all() -> impl Iterator<Item = Allowed> {
         [Allowed::Namespace, Allowed::ShadowPod]

@@ -41,8 +41,8 @@ pub(super) async fn withdraw(kind: Kind, shared: Shared, outbox: Outbox) {
 
 impl<K: Reflectable> Reflector<K> {
     /// Whether this kind is off now and its copies stay on the provider all the same: claims,
-    /// whose volumes hold data.
-    pub(super) fn keeps_copies_while_off(&self) -> bool {
+    /// whose volumes hold data (their reconcile sends nothing while off, see `reconcile`).
+    fn keeps_copies_while_off(&self) -> bool {
         self.kind == Kind::PersistentVolumeClaim
             && self.shared.options.current().kind(self.kind).workers == 0
     }
