@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use refract_core::lock::Locked;
+use refract_core::lock::{Locked, RwLocked};
 use refract_core::options::KindOptions;
 use refract_core::policy::skip_reason;
 use refract_wire::proto;
@@ -70,7 +70,8 @@ pub struct EventCounters {
 
 /// The intake: gates, aggregation and paced writing.
 pub struct EventIntake {
-    kinds: ReflectedKinds,
+    /// Grows when the settings name a custom kind while the agent runs.
+    kinds: std::sync::RwLock<ReflectedKinds>,
     /// The event reflection policy, and workers (0: none is written); the reflection values
     /// file can change it while the agent runs.
     reflection: Mutex<KindOptions>,
@@ -108,7 +109,7 @@ impl EventIntake {
     ) -> Arc<Self> {
         let aggregator = Arc::new(Aggregator::new(MAX_PENDING));
         let intake = Arc::new(Self {
-            kinds,
+            kinds: std::sync::RwLock::new(kinds),
             reflection: Mutex::new(reflection),
             aggregator: aggregator.clone(),
             counters: counters.clone(),
@@ -193,6 +194,13 @@ impl EventIntake {
         .await;
     }
 
+    /// Resolves events about objects of `kind` through `reflected` from now on, unless its
+    /// kind resolves already.
+    pub fn add_kind(&self, kind: &'static str, reflected: Arc<dyn Reflected>) {
+        let mut kinds = self.kinds.write_locked();
+        kinds.entry(kind).or_insert(reflected);
+    }
+
     /// Puts a changed event reflection policy in force for the events that arrive next.
     pub fn set_reflection(&self, reflection: KindOptions) {
         *self.reflection.locked() = reflection;
@@ -206,7 +214,12 @@ impl EventIntake {
         let Some(involved) = message.involved.as_ref() else {
             return Err(Refusal::Invalid("the event names no object".into()));
         };
-        let Some(kind) = self.kinds.get(involved.kind.as_str()) else {
+        let kind = self
+            .kinds
+            .read_locked()
+            .get(involved.kind.as_str())
+            .cloned();
+        let Some(kind) = kind else {
             return Err(Refusal::Invalid(format!(
                 "kind {:?} is not reflected",
                 involved.kind

@@ -7,7 +7,7 @@
 //! per message, so a provider that floods the link costs bounded memory and a paced number of
 //! origin writes.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use refract_wire::proto::{remote_message, Capacity, Outcome, RemoteMessage};
 use tokio::sync::watch;
@@ -26,8 +26,8 @@ pub struct Inbound {
     pub capacity: watch::Sender<Option<Capacity>>,
     /// Pod statuses.
     pub pods: Arc<PodOffloader>,
-    /// Provider volumes of reflected claims (none when claims are not reflected).
-    pub volumes: Option<Arc<VolumeIntake>>,
+    /// Provider volumes of reflected claims (none until claims are reflected).
+    pub volumes: Arc<OnceLock<Arc<VolumeIntake>>>,
     /// Provider events.
     pub events: Arc<EventIntake>,
     /// Custom kinds' statuses.
@@ -55,7 +55,7 @@ impl Inbound {
             Some(remote_message::Kind::Event(event)) => self.events.offer(event),
             Some(remote_message::Kind::PodStatus(status)) => self.pods.offer_status(status),
             Some(remote_message::Kind::CustomStatus(status)) => self.custom_status.offer(status),
-            Some(remote_message::Kind::PersistentVolume(volume)) => match &self.volumes {
+            Some(remote_message::Kind::PersistentVolume(volume)) => match self.volumes.get() {
                 Some(volumes) => volumes.offer(volume),
                 None => {
                     tracing::debug!(claim = %volume.claim_name, "ignoring a volume from the provider: claim reflection is disabled")

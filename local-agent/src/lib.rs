@@ -266,9 +266,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         outbox.clone(),
         token.clone(),
     );
-    let volumes = reflectors.claims.map(|claims| {
-        volumes::VolumeIntake::spawn(origin, options, extension_rx, claims, token.clone())
-    });
+    let volumes = volumes::VolumeIntake::spawn_with_claims(
+        origin,
+        options,
+        extension_rx,
+        reflectors.claims,
+        token.clone(),
+    );
     let inbound = inbound::Inbound {
         outbox,
         capacity: capacity_tx,
@@ -520,10 +524,7 @@ fn spawn_event_intake(
     }
     // Provider events resolve through what the outbox sent: pods by their ShadowPods.
     let mut reflected = events::ReflectedKinds::new();
-    let custom: Vec<Kind> = (options.current().custom_kinds.iter())
-        .map(|c| Kind::Custom(c.kind))
-        .collect();
-    for kind in Kind::ALL.into_iter().chain(custom) {
+    for kind in Kind::ALL {
         let resolver: Arc<dyn events::Reflected> = outbox.resolver(outbox::Producer::Objects(kind));
         reflected.insert(kind.kind(), resolver);
     }
@@ -542,13 +543,27 @@ fn spawn_event_intake(
         metrics.events.clone(),
         token.clone(),
     );
-    // The event reflection policy and workers follow the reflection values file.
+    // The event reflection policy and workers, and the custom kinds, follow the reflection
+    // values file.
     let mut changes = options.changes();
+    let following = intake.clone();
+    let outbox = outbox.clone();
+    let add_custom_kinds = move |options: &refract_core::options::ReflectionOptions| {
+        for custom in &options.custom_kinds {
+            let kind = Kind::Custom(custom.kind);
+            following.add_kind(
+                kind.kind(),
+                outbox.resolver(outbox::Producer::Objects(kind)),
+            );
+        }
+    };
+    add_custom_kinds(&options.current());
     let following = intake.clone();
     tokio::spawn(token.clone().run_until_cancelled_owned(async move {
         while changes.changed().await.is_ok() {
-            let events = changes.borrow_and_update().events;
-            following.set_reflection(events);
+            let options = changes.borrow_and_update().clone();
+            following.set_reflection(options.events);
+            add_custom_kinds(&options);
         }
     }));
     intake

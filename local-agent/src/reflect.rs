@@ -172,9 +172,10 @@ impl Reflectable for DynamicObject {
     }
 }
 
-/// Starts the reflector of `kind`, whose objects the API names as `api` says (nothing when
-/// its workers are 0). Its watch fills `store` (a new one when `None`: pass one that others
-/// read too).
+/// Starts the reflector of `kind`, whose objects the API names as `api` says. Its watch fills
+/// `store` (a new one when `None`: pass one that others read too). Started while the settings
+/// have the kind off (0 workers), it withdraws every copy instead of reflecting (`reconcile`);
+/// `start` decides when a kind gets a reflector at all.
 pub fn spawn<K: Reflectable>(
     client: kube::Client,
     (kind, api): (Kind, K::DynamicType),
@@ -182,18 +183,8 @@ pub fn spawn<K: Reflectable>(
     outbox: &Outbox,
     store: Option<(Store<K>, reflector::store::Writer<K>)>,
     shutdown: CancellationToken,
-) -> Option<Arc<Reflector<K>>> {
+) -> Arc<Reflector<K>> {
     let workers = shared.options.current().kind(kind).workers;
-    if workers == 0 {
-        tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
-        if kind != Kind::PersistentVolumeClaim {
-            tokio::spawn(until(
-                shutdown,
-                snapshot::withdraw(kind, shared, outbox.clone()),
-            ));
-        }
-        return None;
-    }
     let (store, writer) = store.unwrap_or_else(|| {
         let writer = reflector::store::Writer::new(api.clone());
         (writer.as_reader(), writer)
@@ -271,7 +262,7 @@ pub fn spawn<K: Reflectable>(
     r.spawn_until(shutdown.clone(), async move {
         r3.follow_options(shutdown).await
     });
-    Some(r)
+    r
 }
 
 /// `task` until `shutdown` is cancelled: once it is, the task takes no further step (the

@@ -4,12 +4,12 @@
 //! policy, and the virtual node offers the new share at once. A file that cannot be read or
 //! parsed is refused whole, and the last good settings stay in force.
 //!
-//! ConfigMaps, Secrets, Ingresses and custom kinds are turned on and off at once (workers from
-//! or to 0): their reflector starts, or stops and its copies are withdrawn. Services,
-//! EndpointSlices and claims, whose watches other parts read, keep their reflector when turned
-//! off: it withdraws their copies (a claim's stays, its volume holds data) and sends them anew
-//! when turned on again. Only turning on one that was off when the agent started (it has no
-//! reflector), or a custom kind added since, waits for a restart: logged, and it stays off.
+//! Every kind is turned on and off at once (workers from or to 0), custom kinds named or
+//! dropped included: a kind off when the agent started gets its reflector the first time it is
+//! turned on. Turned off, ConfigMaps, Secrets, Ingresses and custom kinds stop their reflector
+//! and their copies are withdrawn; Services, EndpointSlices and claims, whose watches other
+//! parts read, keep theirs, which withdraws their copies (a claim's stays, its volume holds
+//! data) and sends them anew when turned on again (see `reflect::start`).
 
 mod changes;
 
@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ReflectionFlags, Settings};
-pub use changes::{describe, forged_differently, held_for_restart};
+pub use changes::{describe, forged_differently};
 
 /// How often the files are read again.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -126,8 +126,6 @@ pub fn follow(
         };
     }
     tokio::spawn(async move {
-        // What the reflectors were started with: a kind off then has none to turn on.
-        let started = initial.options.clone();
         let mut in_force = initial;
         let mut last_seen = sources.fingerprint();
         // Said once per distinct problem, not every poll.
@@ -158,13 +156,7 @@ pub fn follow(
             last_seen = seen;
             last_error.clear();
             metrics.valid.set(1);
-            let (next, held) = held_for_restart(&started, &in_force.options, read);
-            for kind in held {
-                tracing::warn!(
-                    kind = kind.kind(),
-                    "the settings turn this kind's reflection on, and it was not reflected when the agent started: that takes effect when the agent restarts; until then it stays off"
-                );
-            }
+            let next = read;
             let changed = describe(&in_force, &next);
             if changed.is_empty() {
                 continue;

@@ -9,7 +9,7 @@
 //! provider cannot make the agent write any other PV. When the claim is deleted, its PV is
 //! released and, if its reclaim policy is Delete, removed here (the provider removes its own).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -90,6 +90,40 @@ impl VolumeIntake {
             }
         });
         intake
+    }
+
+    /// Starts the intake once claims are reflected: at once if they are, or the first time the
+    /// settings turn them on. Until then the cell stays empty and volumes are ignored.
+    pub fn spawn_with_claims(
+        client: kube::Client,
+        options: LiveOptions,
+        extension: watch::Receiver<Extension>,
+        mut claims: watch::Receiver<Option<Arc<Reflector<PersistentVolumeClaim>>>>,
+        shutdown: CancellationToken,
+    ) -> Arc<OnceLock<Arc<Self>>> {
+        let cell = Arc::new(OnceLock::new());
+        let start = {
+            let cell = cell.clone();
+            move |claims| {
+                let intake = Self::spawn(client, options, extension, claims, shutdown);
+                let _ = cell.set(intake);
+            }
+        };
+        let reflected = claims.borrow_and_update().clone();
+        match reflected {
+            // Before the first message can come: no volume is ignored for want of the intake.
+            Some(reflector) => start(reflector),
+            None => {
+                tokio::spawn(async move {
+                    if let Ok(reflector) = claims.wait_for(Option::is_some).await {
+                        if let Some(reflector) = reflector.clone() {
+                            start(reflector);
+                        }
+                    }
+                });
+            }
+        }
+        cell
     }
 
     /// Takes a provider volume; never waits. A volume for a claim this agent reflects is kept,

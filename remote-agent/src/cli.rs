@@ -93,8 +93,8 @@ pub struct Args {
     /// {<cluster-id>: ...}` overriding them field by field (pod security level, priority
     /// classes, tolerated taints, Service types and addresses, endpoint ranges, Ingress
     /// annotations and classes, storage classes, twin namespace names, quotas, network fences,
-    /// and the custom resource kinds each tenant may write, `customKinds`, which are watched
-    /// from the start: one added later waits for a restart). See the README,
+    /// and the custom resource kinds each tenant may write, `customKinds`, each watched from
+    /// the moment the policy names it). See the README,
     /// "Provider policy". An invalid file stops the agent at start; afterwards the file is read
     /// again every second, a valid change is in force at once (and objects already written are
     /// judged again), and an invalid one is refused with the last good policy kept

@@ -29,27 +29,41 @@ pub fn spawn(
     shutdown: CancellationToken,
 ) {
     for kind in refract_core::custom_kind::registered() {
-        let api: Api<DynamicObject> = Api::all_with(
+        watch(
             client.clone(),
-            &refract_shared::custom_kind::api_resource(kind),
+            provider,
+            outbox.clone(),
+            kind,
+            shutdown.clone(),
         );
-        let config = watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}"));
-        let (outbox, shutdown) = (outbox.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            let events = watcher(api, config).default_backoff().boxed();
-            let what = format!("the status of the copies of {}", kind.name());
-            let mut watch = crate::watching::Following::new(events, what);
-            while let Some(event) = watch.next(&shutdown).await {
-                match event {
-                    watcher::Event::Apply(copy) | watcher::Event::InitApply(copy) => {
-                        offer(&outbox, kind, &copy)
-                    }
-                    watcher::Event::Delete(copy) => outbox.remove(&subject(kind, &copy)),
-                    watcher::Event::Init | watcher::Event::InitDone => {}
-                }
-            }
-        });
     }
+}
+
+/// Starts the status watch of the copies of `kind`.
+pub fn watch(
+    client: kube::Client,
+    provider: &ClusterId,
+    outbox: Outbox,
+    kind: CustomKind,
+    shutdown: CancellationToken,
+) {
+    let api: Api<DynamicObject> =
+        Api::all_with(client, &refract_shared::custom_kind::api_resource(kind));
+    let config = watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}"));
+    tokio::spawn(async move {
+        let events = watcher(api, config).default_backoff().boxed();
+        let what = format!("the status of the copies of {}", kind.name());
+        let mut watch = crate::watching::Following::new(events, what);
+        while let Some(event) = watch.next(&shutdown).await {
+            match event {
+                watcher::Event::Apply(copy) | watcher::Event::InitApply(copy) => {
+                    offer(&outbox, kind, &copy)
+                }
+                watcher::Event::Delete(copy) => outbox.remove(&subject(kind, &copy)),
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+        }
+    });
 }
 
 fn subject(kind: CustomKind, copy: &DynamicObject) -> Subject {

@@ -16,6 +16,7 @@ pub mod apply;
 pub mod capacity;
 mod cli;
 mod csr_signer;
+mod custom_kinds;
 pub mod custom_status;
 pub mod events;
 pub mod identity;
@@ -292,6 +293,14 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 registry: registry.clone(),
                 client: client.clone(),
                 leading: leading.clone(),
+                custom_kinds: custom_kinds::CustomKindWatches {
+                    client: client.clone(),
+                    provider: args.cluster_id.clone(),
+                    objects: applier.objects().clone(),
+                    outbox: outbox.clone(),
+                    identities: identities.clone(),
+                    shutdown: token.clone(),
+                },
             },
             token.clone(),
         );

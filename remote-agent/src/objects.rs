@@ -60,16 +60,62 @@ impl Default for KindStore {
     }
 }
 
+/// Every watched kind's store.
+type Stores = BTreeMap<Allowed, Arc<KindStore>>;
+
 /// Read access to the watched tenant objects; clones share the stores.
 #[derive(Clone)]
 pub struct TenantObjects {
-    stores: Arc<BTreeMap<Allowed, Arc<KindStore>>>,
+    /// Grows when the followed policy names a custom kind ([`TenantObjects::watch_kind`]).
+    stores: Arc<RwLock<Stores>>,
+    /// What watching one more kind needs (none in tests that watch nothing).
+    watching: Option<Arc<Watching>>,
+}
+
+/// What a kind's watch needs.
+struct Watching {
+    client: kube::Client,
+    /// The label selector's destination: this provider.
+    provider: ClusterId,
+    keeps_managed_fields: fn(Allowed) -> bool,
+    changes: mpsc::Sender<Change>,
+    shutdown: CancellationToken,
 }
 
 impl TenantObjects {
+    /// The store of `kind`, if it is watched.
+    fn store(&self, kind: Allowed) -> Option<Arc<KindStore>> {
+        self.stores.read_locked().get(&kind).cloned()
+    }
+
+    /// Every watched kind's store, as they are now.
+    fn all_stores(&self) -> Vec<(Allowed, Arc<KindStore>)> {
+        let stores = self.stores.read_locked();
+        stores.iter().map(|(k, s)| (*k, s.clone())).collect()
+    }
+
+    /// Starts watching `kind` (a custom kind the followed policy names since the agent
+    /// started); nothing when it is watched already. Its objects are in the store once the
+    /// watch lists them.
+    pub fn watch_kind(&self, kind: Allowed) {
+        let Some(watching) = &self.watching else {
+            return;
+        };
+        let store = {
+            let mut stores = self.stores.write_locked();
+            if stores.contains_key(&kind) {
+                return;
+            }
+            let store = Arc::new(KindStore::default());
+            stores.insert(kind, store.clone());
+            store
+        };
+        watching.spawn(kind, store);
+    }
+
     /// The object `kind` `namespace/name` (namespace empty for namespaces), if the watch has it.
     pub fn get(&self, kind: Allowed, namespace: &str, name: &str) -> Option<Meta> {
-        let store = self.stores.get(&kind)?;
+        let store = self.store(kind)?;
         let objects = store.objects.read_locked();
         let kept = objects.get(namespace)?.get(name)?;
         Some(kept.meta(namespace, name))
@@ -91,7 +137,7 @@ impl TenantObjects {
 
     /// Whether the watch has the namespace `name` and `test` holds for it, read in place.
     fn namespace_is(&self, name: &str, test: impl Fn(&Kept) -> bool) -> bool {
-        let Some(store) = self.stores.get(&Allowed::Namespace) else {
+        let Some(store) = self.store(Allowed::Namespace) else {
             return false;
         };
         let objects = store.objects.read_locked();
@@ -103,7 +149,7 @@ impl TenantObjects {
 
     /// Every live tenant namespace the watch has, with the tenant it is labelled for.
     pub fn tenant_namespaces(&self) -> BTreeMap<String, ClusterId> {
-        let Some(store) = self.stores.get(&Allowed::Namespace) else {
+        let Some(store) = self.store(Allowed::Namespace) else {
             return BTreeMap::new();
         };
         let objects = store.objects.read_locked();
@@ -121,7 +167,7 @@ impl TenantObjects {
 
     /// Returns once the namespaces' watch has listed.
     pub async fn namespaces_listed(&self) {
-        let Some(store) = self.stores.get(&Allowed::Namespace) else {
+        let Some(store) = self.store(Allowed::Namespace) else {
             return;
         };
         let mut changed = store.changed.subscribe();
@@ -134,7 +180,7 @@ impl TenantObjects {
 
     /// Changes whenever the store of `kind` changes.
     pub fn follow(&self, kind: Allowed) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.stores.get(&kind)?.changed.subscribe())
+        Some(self.store(kind)?.changed.subscribe())
     }
 
     /// Every object of `tenant` (by its origin label) in every kind's store, once each has
@@ -148,7 +194,7 @@ impl TenantObjects {
         tenant: &ClusterId,
         within: std::time::Duration,
     ) -> Option<Vec<(Allowed, Meta)>> {
-        let listed = |(kind, store): (&Allowed, &Arc<KindStore>)| {
+        let listed = |(kind, store): &(Allowed, Arc<KindStore>)| {
             store.listed.load(Ordering::Acquire)
                 || matches!(
                     kind,
@@ -156,14 +202,14 @@ impl TenantObjects {
                 )
         };
         let deadline = tokio::time::Instant::now() + within;
-        while !self.stores.iter().all(listed) {
+        while !self.all_stores().iter().all(listed) {
             if tokio::time::Instant::now() >= deadline {
                 return None;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         let mut all = Vec::new();
-        for (kind, store) in self.stores.iter() {
+        for (kind, store) in self.all_stores() {
             if !store.listed.load(Ordering::Acquire) {
                 continue;
             }
@@ -172,7 +218,7 @@ impl TenantObjects {
                 let of_tenant = names
                     .iter()
                     .filter(|(_, kept)| kept.label(ORIGIN_LABEL) == Some(tenant.as_str()));
-                all.extend(of_tenant.map(|(name, kept)| (*kind, kept.meta(namespace, name))));
+                all.extend(of_tenant.map(|(name, kept)| (kind, kept.meta(namespace, name))));
             }
         }
         Some(all)
@@ -181,7 +227,7 @@ impl TenantObjects {
     /// What `tenant`'s objects on the provider count for against its quota, all kinds together.
     pub fn usage(&self, tenant: &ClusterId) -> Footprint {
         let mut total = Footprint::default();
-        for store in self.stores.values() {
+        for (_, store) in self.all_stores() {
             if let Some(fp) = store.usage.read_locked().get(tenant.as_str()) {
                 total.add(fp);
             }
@@ -192,7 +238,7 @@ impl TenantObjects {
     /// Every tenant holding anything, with what it holds counts for.
     pub fn usage_by_tenant(&self) -> BTreeMap<String, Footprint> {
         let mut all: BTreeMap<String, Footprint> = BTreeMap::new();
-        for store in self.stores.values() {
+        for (_, store) in self.all_stores() {
             for (tenant, fp) in store.usage.read_locked().iter() {
                 all.entry(tenant.to_string()).or_default().add(fp);
             }
@@ -202,7 +248,7 @@ impl TenantObjects {
 
     /// What the object `kind` `namespace/name` counts for now, as the watch has it.
     pub fn footprint(&self, kind: Allowed, namespace: &str, name: &str) -> Footprint {
-        let Some(store) = self.stores.get(&kind) else {
+        let Some(store) = self.store(kind) else {
             return Footprint::default();
         };
         let objects = store.objects.read_locked();
@@ -219,6 +265,7 @@ impl TenantObjects {
     pub fn none() -> Self {
         Self {
             stores: Arc::default(),
+            watching: None,
         }
     }
 }
@@ -400,35 +447,61 @@ pub fn spawn(
     shutdown: CancellationToken,
 ) -> (TenantObjects, mpsc::Receiver<Change>, Feeds) {
     let (changes_tx, changes_rx) = mpsc::channel(1024);
-    let mut stores = BTreeMap::new();
+    let watching = Arc::new(Watching {
+        client,
+        provider: provider.clone(),
+        keeps_managed_fields,
+        changes: changes_tx,
+        shutdown,
+    });
+    let mut stores = Stores::new();
     let mut feeds = Feeds::new();
     for kind in Allowed::all() {
-        let resource = kind.resource();
         let store = Arc::new(KindStore::default());
         stores.insert(kind, store.clone());
-        let mut writer = StoreWriter {
-            kind,
-            store,
-            own_fields: keeps_managed_fields(kind),
-            relisting: None,
-        };
         if fed.contains(&kind) {
             let feed = Feed {
                 kind,
-                writer: Arc::new(std::sync::Mutex::new(writer)),
-                changes: changes_tx.clone(),
+                writer: Arc::new(std::sync::Mutex::new(watching.writer(kind, store))),
+                changes: watching.changes.clone(),
             };
             feeds.insert(kind, feed);
             continue;
         }
+        watching.spawn(kind, store);
+    }
+    (
+        TenantObjects {
+            stores: Arc::new(RwLock::new(stores)),
+            watching: Some(watching),
+        },
+        changes_rx,
+        feeds,
+    )
+}
+
+impl Watching {
+    fn writer(&self, kind: Allowed, store: Arc<KindStore>) -> StoreWriter {
+        StoreWriter {
+            kind,
+            store,
+            own_fields: (self.keeps_managed_fields)(kind),
+            relisting: None,
+        }
+    }
+
+    /// Starts the metadata watch of `kind` over this provider's destination label, keeping
+    /// `store` and passing each change on.
+    fn spawn(&self, kind: Allowed, store: Arc<KindStore>) {
+        let mut writer = self.writer(kind, store);
         // An Api of partial objects asks for metadata only.
-        let api: Api<Meta> = Api::all_with(client.clone(), &resource);
-        let selector = std::iter::once(format!("{DESTINATION_LABEL}={provider}"))
+        let api: Api<Meta> = Api::all_with(self.client.clone(), &kind.resource());
+        let selector = std::iter::once(format!("{DESTINATION_LABEL}={}", self.provider))
             .chain(kind.own_labels().iter().map(|(k, v)| format!("{k}={v}")))
             .collect::<Vec<_>>()
             .join(",");
         let config = watcher::Config::default().labels(&selector);
-        let (tx, shutdown) = (changes_tx.clone(), shutdown.clone());
+        let (tx, shutdown) = (self.changes.clone(), self.shutdown.clone());
         tokio::spawn(async move {
             let events = watcher(api, config).default_backoff().boxed();
             let what = format!("tenant objects of kind {}", kind.kind());
@@ -441,13 +514,6 @@ pub fn spawn(
             }
         });
     }
-    (
-        TenantObjects {
-            stores: Arc::new(stores),
-        },
-        changes_rx,
-        feeds,
-    )
 }
 
 #[cfg(test)]
@@ -477,7 +543,8 @@ mod tests {
     fn store_of(kind: Allowed) -> (TenantObjects, StoreWriter) {
         let store = Arc::new(KindStore::default());
         let objects = TenantObjects {
-            stores: Arc::new(BTreeMap::from([(kind, store.clone())])),
+            stores: Arc::new(RwLock::new(BTreeMap::from([(kind, store.clone())]))),
+            watching: None,
         };
         let writer = StoreWriter {
             kind,
@@ -505,10 +572,11 @@ mod tests {
         .unwrap();
         let cm = Arc::new(KindStore::default());
         let objects = TenantObjects {
-            stores: Arc::new(BTreeMap::from([
+            stores: Arc::new(RwLock::new(BTreeMap::from([
                 (CM, cm.clone()),
                 (Allowed::Reflected(Kind::Custom(widget)), Arc::default()),
-            ])),
+            ]))),
+            watching: None,
         };
         let mut writer = StoreWriter {
             kind: CM,

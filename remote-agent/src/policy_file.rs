@@ -40,6 +40,7 @@ pub fn follow(
         registry,
         client,
         leading,
+        custom_kinds,
     } = effects;
     let reporting = Reporting {
         registry,
@@ -98,23 +99,57 @@ pub fn follow(
             last_error.clear();
             metrics.valid.set(1);
             let changed = policies.changes_from(&in_force);
-            let registered = crate::kinds::custom::registered();
-            for name in policies.custom_kinds() {
-                if !registered.iter().any(|k| *k.name() == name) {
-                    tracing::warn!(kind = %name, "custom kind added to the policy: it is watched, and written for tenants, only after the remote agent restarts; until then it is refused");
-                }
-            }
-            in_force = policies.clone();
+            // Before the new policy judges anything: a kind it adds is known by then.
+            custom_kinds.watch_new(&policies.custom_kinds()).await;
+            let was = std::mem::replace(&mut in_force, policies.clone());
             let refused = applier.set_policies(policies);
             tracing::info!(file = %path.display(), changed = %changed.join("; "), refused = refused.len(), "policy file changed; in force from now on, and every object kept whole judged again");
             for (key, error) in refused {
                 act_on_refusal(&applier, &outbox, &metrics, &reporting, key, error).await;
             }
+            ask_for_denied_again(&reporting.registry, &outbox, &was, &in_force);
             if *leading.borrow() {
                 applier.write_all_fences().await;
             }
         }
     });
+}
+
+/// Asks each connected tenant whose policy changed to send again every object the provider
+/// denied it (as Inspect records them), so that the new policy judges them now rather than at
+/// their next change: an object refused for a kind, a class or an address the policy now
+/// allows is written at once. One the policy still refuses is denied again, with the reason.
+fn ask_for_denied_again(registry: &Registry, outbox: &Outbox, was: &Policies, is: &Policies) {
+    for tenant in registry.connected() {
+        if was.of(&tenant) == is.of(&tenant) {
+            continue;
+        }
+        let denied: Vec<_> = registry
+            .objects(&tenant, "", "")
+            .into_iter()
+            .filter(|o| o.outcome == Outcome::Denied as i32)
+            .filter_map(|o| o.object)
+            .collect();
+        if denied.is_empty() {
+            continue;
+        }
+        tracing::info!(%tenant, objects = denied.len(), "asking the tenant to send the objects the provider denied it again, for the changed policy to judge");
+        for object in denied {
+            let subject = Subject::notice(&object.kind, &object.namespace, &object.name);
+            let notice = RemoteMessage {
+                kind: Some(remote_message::Kind::Ack(Ack {
+                    object: Some(object),
+                    revision: String::new(),
+                    outcome: Outcome::Resend as i32,
+                    message: "the provider's policy changed; send it again to be judged by it"
+                        .into(),
+                    awaited: false,
+                    restores: 0,
+                })),
+            };
+            outbox.put(&tenant, subject, String::new(), notice);
+        }
+    }
 }
 
 fn refuse(metrics: &PolicyMetrics, last_error: &mut String, error: String) {
@@ -139,6 +174,8 @@ pub struct Effects {
     pub client: kube::Client,
     /// Whether this replica writes the fences of every twin namespace.
     pub leading: tokio::sync::watch::Receiver<bool>,
+    /// Watches the custom kinds the file adds.
+    pub custom_kinds: crate::custom_kinds::CustomKindWatches,
 }
 
 /// Where a refusal that leaves the object in place is shown.

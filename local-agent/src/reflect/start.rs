@@ -1,31 +1,36 @@
-//! Starting every kind's reflector, and the Node and Service stores EndpointSlices depend on.
+//! Starting every kind's reflector when the settings turn it on, and the Node and Service
+//! stores EndpointSlices depend on.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
 
 use futures::StreamExt;
-use kube::api::Api;
+use k8s_openapi::api::{core::v1, discovery, networking};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::events::Recorder;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::ResourceExt;
 use refract_core::forge::Forgeable;
-use refract_core::options::Kind;
+use refract_core::options::{Kind, ReflectionOptions};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::{Reflectable, Reflector, Shared};
+
 /// The reflectors other parts look objects up in.
 pub struct Reflectors {
-    /// Claims, for the volume intake (none when claims are not reflected).
-    pub claims:
-        Option<Arc<crate::reflect::Reflector<k8s_openapi::api::core::v1::PersistentVolumeClaim>>>,
+    /// Claims, for the volume intake: `None` until claims are reflected (they may be turned
+    /// on while the agent runs).
+    pub claims: watch::Receiver<Option<Arc<Reflector<v1::PersistentVolumeClaim>>>>,
 }
 
 /// What starting a reflector needs; its kind is its object type's.
-#[derive(Clone, Copy)]
-struct Start<'a> {
-    client: &'a kube::Client,
-    shared: &'a crate::reflect::Shared,
-    outbox: &'a crate::outbox::Outbox,
-    token: &'a CancellationToken,
+#[derive(Clone)]
+struct Start {
+    client: kube::Client,
+    shared: Shared,
+    outbox: crate::outbox::Outbox,
+    token: CancellationToken,
 }
 
 /// A built-in kind, as [`crate::reflect::spawn`] names it: by its type.
@@ -33,35 +38,18 @@ fn typed<K: Forgeable + kube::Resource<DynamicType = ()>>() -> (Kind, ()) {
     (K::KIND, ())
 }
 
-impl Start<'_> {
-    /// Starts the reflector of a built-in kind (none when its workers are 0).
-    fn spawn<K>(self) -> Option<Arc<crate::reflect::Reflector<K>>>
-    where
-        K: crate::reflect::Reflectable + Forgeable + kube::Resource<DynamicType = ()>,
-    {
-        self.spawn_into(None)
-    }
-
-    /// Like [`Start::spawn`], the watch filling `store`.
-    fn spawn_into<K>(
-        self,
-        store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
-    ) -> Option<Arc<crate::reflect::Reflector<K>>>
-    where
-        K: crate::reflect::Reflectable + Forgeable + kube::Resource<DynamicType = ()>,
-    {
-        crate::reflect::spawn::<K>(
-            self.client.clone(),
-            typed::<K>(),
-            self.shared.clone(),
-            self.outbox,
-            store,
-            self.token.clone(),
-        )
-    }
+/// What a kind's reflector does while the settings have the kind off (0 workers).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WhenOff {
+    /// It stops: nothing else reads it (ConfigMaps, Secrets, Ingresses, custom kinds).
+    Stops,
+    /// It keeps running, its workers withdrawing every copy (a claim's stays), because others
+    /// read its store or follow its watch (Services, EndpointSlices, claims).
+    KeepsRunning,
 }
 
-/// Starts one reflector per enabled kind, plus the Node and Service stores EndpointSlices need.
+/// Starts the reflector of every kind the settings have on, and of every other one the first
+/// time they turn it on; also the Node and Service stores EndpointSlices need.
 pub fn spawn_all(
     client: kube::Client,
     options: crate::settings::LiveOptions,
@@ -75,12 +63,11 @@ pub fn spawn_all(
     token: CancellationToken,
 ) -> Reflectors {
     use crate::reflect::dependencies::ServicesListed;
-    use k8s_openapi::api::{core::v1, discovery, networking};
     let (nodes, nodes_writer) = reflector::store::<v1::Node>();
     let (nodes_listed_tx, nodes_listed) = watch::channel(false);
     let (services, services_writer) = reflector::store::<v1::Service>();
     let (services_listed_tx, services_listed) = watch::channel(ServicesListed::default());
-    let shared = crate::reflect::Shared {
+    let shared = Shared {
         options,
         extension,
         nodes,
@@ -91,43 +78,46 @@ pub fn spawn_all(
         relists,
     };
     let start = Start {
-        client: &client,
-        shared: &shared,
-        outbox,
-        token: &token,
+        client: client.clone(),
+        shared: shared.clone(),
+        outbox: outbox.clone(),
+        token: token.clone(),
     };
-    switchable::<v1::ConfigMap>(start, typed::<v1::ConfigMap>());
-    switchable::<v1::Secret>(start, typed::<v1::Secret>());
-    // Custom kinds, each watched as JSON; the values file names them, at start.
-    for custom in &shared.options.current().custom_kinds {
-        let kind = custom.kind;
-        let api = refract_shared::custom_kind::api_resource(kind);
-        switchable::<kube::api::DynamicObject>(start, (Kind::Custom(kind), api));
+    for kind in [Kind::ConfigMap, Kind::Secret, Kind::Ingress] {
+        match kind {
+            Kind::ConfigMap => start.reflect_while_on::<v1::ConfigMap>(typed::<v1::ConfigMap>()),
+            Kind::Secret => start.reflect_while_on::<v1::Secret>(typed::<v1::Secret>()),
+            _ => start
+                .reflect_while_on::<networking::v1::Ingress>(typed::<networking::v1::Ingress>()),
+        }
     }
-    // The Service reflector's watch fills the store EndpointSlices read; without Service
-    // reflection, a watch of its own does.
-    let mut services_writer = Some(services_writer);
-    let service_reflector = if shared.options.current().kind(Kind::Service).workers > 0 {
-        let store = services_writer.take().map(|w| (shared.services.clone(), w));
-        start.spawn_into::<v1::Service>(store)
-    } else {
-        None
-    };
-    switchable::<networking::v1::Ingress>(start, typed::<networking::v1::Ingress>());
-    let claims = start.spawn::<v1::PersistentVolumeClaim>();
-    let Some(slices) = start.spawn::<discovery::v1::EndpointSlice>() else {
-        return Reflectors { claims };
-    };
-    // A slice's reflection depends on its Service's annotations and on the nodes.
-    let slices_of_nodes = slices.clone();
-    let requeue_slices = move |svc: &v1::Service| {
-        if let Some(namespace) = &svc.metadata.namespace {
-            slices.enqueue_following(namespace, &svc.name_any());
+    start.clone().follow_custom_kinds();
+
+    // EndpointSlices read the Services of their namespace and the origin nodes. The Service
+    // reflector's watch fills that Service store when Services are reflected at start (it
+    // keeps running if they are turned off); otherwise a watch of its own does, started with
+    // the slices. A Service reflector started later keeps a store of its own.
+    let slices_slot: Arc<OnceLock<Arc<Reflector<discovery::v1::EndpointSlice>>>> = Arc::default();
+    let requeue_slices = {
+        let slot = slices_slot.clone();
+        move |svc: &v1::Service| {
+            if let (Some(slices), Some(namespace)) = (slot.get(), &svc.metadata.namespace) {
+                slices.enqueue_following(namespace, &svc.name_any());
+            }
         }
     };
-    match (service_reflector, services_writer) {
-        (Some(services), _) => {
-            services.follow(requeue_slices);
+    let services_on = shared.options.current().kind(Kind::Service).workers > 0;
+    let mut own_service_watch = None;
+    if services_on {
+        let store = Some((shared.services.clone(), services_writer));
+        let token = token.clone();
+        let mut forward_listed = Some(services_listed_tx);
+        let requeue_slices = requeue_slices.clone();
+        start.keep_reflecting::<v1::Service>(store, move |services| {
+            let Some(services_listed_tx) = forward_listed.take() else {
+                return;
+            };
+            services.follow(requeue_slices.clone());
             // The slices of a namespace wait for its Services, which the Service reflector
             // lists as it extends the namespace.
             let mut listed = services.listed();
@@ -142,126 +132,243 @@ pub fn spawn_all(
                     }
                 }
             });
-        }
-        // The Service reflector returns itself whenever it took the writer: never both.
-        (None, None) => {}
-        (None, Some(writer)) => {
-            let watch_services = watcher(
-                Api::<v1::Service>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .backoff(crate::watch_backoff::watch_backoff())
-            .reflect(writer)
-            .for_each(move |event| {
-                match event {
-                    Ok(watcher::Event::Apply(svc) | watcher::Event::InitApply(svc)) => {
-                        requeue_slices(&svc)
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        services_listed_tx.send_replace(ServicesListed::Everywhere);
-                    }
-                    _ => {}
-                }
-                futures::future::ready(())
-            });
-            let token = token.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = token.cancelled() => {}
-                    _ = watch_services => {}
-                }
-            });
-        }
-    }
-    let mut sites = crate::reflect::origin_nodes::NodeSites::default();
-    let watch_nodes = watcher(Api::<v1::Node>::all(client), watcher::Config::default())
-        .backoff(crate::watch_backoff::watch_backoff())
-        .reflect(nodes_writer)
-        .for_each(move |event| {
-            if let Ok(event) = event {
-                if matches!(event, watcher::Event::InitDone) {
-                    // Before the slices are queued: they are not forged until it is set.
-                    nodes_listed_tx.send_replace(true);
-                }
-                for node in sites.changed(&event) {
-                    slices_of_nodes.enqueue_on_node(&node);
-                }
-            }
-            futures::future::ready(())
         });
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = token.cancelled() => {}
-            _ = watch_nodes => {}
+    } else {
+        own_service_watch = Some((services_writer, services_listed_tx));
+        start.keep_reflecting::<v1::Service>(None, |_| {});
+    }
+    let mut slice_inputs = Some((nodes_writer, nodes_listed_tx, own_service_watch));
+    start.keep_reflecting::<discovery::v1::EndpointSlice>(None, move |slices| {
+        let Some((nodes_writer, nodes_listed_tx, own_service_watch)) = slice_inputs.take() else {
+            return;
+        };
+        let _ = slices_slot.set(slices.clone());
+        if let Some((writer, listed_tx)) = own_service_watch {
+            spawn_service_watch(&client, writer, listed_tx, requeue_slices.clone(), &token);
         }
+        spawn_node_watch(
+            &client,
+            nodes_writer,
+            nodes_listed_tx,
+            slices.clone(),
+            &token,
+        );
+    });
+    let (claims_tx, claims) = watch::channel(None);
+    start.keep_reflecting::<v1::PersistentVolumeClaim>(None, move |claims| {
+        claims_tx.send_replace(Some(claims.clone()));
     });
     Reflectors { claims }
 }
 
-/// The built-in kinds whose reflector is started and stopped as the settings turn them on and
-/// off: nothing else reads their reflectors (custom kinds the agent started with are switched
-/// the same way). Services (whose watch EndpointSlices read), EndpointSlices and claims (the
-/// volume intake's) keep theirs running when turned off (see `reflect::workers`), so turning
-/// one on that was off at start waits for a restart.
-pub const SWITCHABLE: [Kind; 3] = [Kind::ConfigMap, Kind::Secret, Kind::Ingress];
+/// Watches every origin Service into `writer`, for EndpointSlices when Services are not
+/// reflected, requeueing a Service's slices as it changes.
+fn spawn_service_watch(
+    client: &kube::Client,
+    writer: reflector::store::Writer<v1::Service>,
+    listed_tx: watch::Sender<crate::reflect::dependencies::ServicesListed>,
+    requeue_slices: impl Fn(&v1::Service) + Send + 'static,
+    token: &CancellationToken,
+) {
+    use crate::reflect::dependencies::ServicesListed;
+    let watch_services = watcher(
+        Api::<v1::Service>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .backoff(crate::watch_backoff::watch_backoff())
+    .reflect(writer)
+    .for_each(move |event| {
+        match event {
+            Ok(watcher::Event::Apply(svc) | watcher::Event::InitApply(svc)) => requeue_slices(&svc),
+            Ok(watcher::Event::InitDone) => {
+                listed_tx.send_replace(ServicesListed::Everywhere);
+            }
+            _ => {}
+        }
+        futures::future::ready(())
+    });
+    tokio::spawn(token.clone().run_until_cancelled_owned(watch_services));
+}
 
-/// Runs the reflector of a kind nothing else reads (ConfigMaps, Secrets, Ingresses, custom
-/// kinds), turning it on and off as the settings in force say: off, the copies this session
-/// sent are deleted from the provider and every later session withdraws what is left; on
-/// again, the kind's namespaces are listed and sent anew.
-fn switchable<K: crate::reflect::Reflectable>(start: Start<'_>, named: (Kind, K::DynamicType)) {
-    let client = start.client.clone();
-    let shared = start.shared.clone();
-    let outbox = start.outbox.clone();
-    let token = start.token.clone();
-    let kind = named.0;
-    let producer = crate::outbox::Producer::Objects(kind);
-    tokio::spawn(async move {
-        let mut changes = shared.options.changes();
-        let mut on = shared.options.current().kind(kind).workers > 0;
-        loop {
-            // With 0 workers this withdraws instead of reflecting (see `reflect::spawn`).
-            let running = token.child_token();
-            let reflector = crate::reflect::spawn::<K>(
-                client.clone(),
-                named.clone(),
-                shared.clone(),
-                &outbox,
-                None,
-                running.clone(),
-            );
+/// Watches the origin nodes into `writer`, requeueing the slices whose endpoints' site a
+/// node's change may move.
+fn spawn_node_watch(
+    client: &kube::Client,
+    writer: reflector::store::Writer<v1::Node>,
+    listed_tx: watch::Sender<bool>,
+    slices: Arc<Reflector<discovery::v1::EndpointSlice>>,
+    token: &CancellationToken,
+) {
+    let mut sites = crate::reflect::origin_nodes::NodeSites::default();
+    let watch_nodes = watcher(
+        Api::<v1::Node>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .backoff(crate::watch_backoff::watch_backoff())
+    .reflect(writer)
+    .for_each(move |event| {
+        if let Ok(event) = event {
+            if matches!(event, watcher::Event::InitDone) {
+                // Before the slices are queued: they are not forged until it is set.
+                listed_tx.send_replace(true);
+            }
+            for node in sites.changed(&event) {
+                slices.enqueue_on_node(&node);
+            }
+        }
+        futures::future::ready(())
+    });
+    tokio::spawn(token.clone().run_until_cancelled_owned(watch_nodes));
+}
+
+impl Start {
+    /// Reflects a built-in kind whose reflector others read, from the first time the settings
+    /// have it on: then `started` is called with it (once), and it keeps running whatever
+    /// the settings say later. Its watch fills `store` when one is given.
+    fn keep_reflecting<K>(
+        &self,
+        store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
+        started: impl FnMut(&Arc<Reflector<K>>) + Send + 'static,
+    ) where
+        K: Reflectable + Forgeable + kube::Resource<DynamicType = ()>,
+    {
+        self.run(typed::<K>(), WhenOff::KeepsRunning, store, started);
+    }
+
+    /// Reflects a kind nothing else reads whenever the settings have it on, stopping its
+    /// reflector while they have it off.
+    fn reflect_while_on<K: Reflectable>(&self, named: (Kind, K::DynamicType)) {
+        self.run(named, WhenOff::Stops, None, |_: &Arc<Reflector<K>>| {});
+    }
+
+    /// Starts the reflector of each custom kind the settings name, now and whenever they name
+    /// a new one: each is then switched like the built-in kinds nothing else reads.
+    fn follow_custom_kinds(self) {
+        let mut changes = self.shared.options.changes();
+        let mut started = BTreeSet::new();
+        tokio::spawn(async move {
             loop {
+                let current = changes.borrow_and_update().clone();
+                for custom in &current.custom_kinds {
+                    if started.insert(custom.kind) {
+                        let api = refract_shared::custom_kind::api_resource(custom.kind);
+                        self.reflect_while_on::<DynamicObject>((Kind::Custom(custom.kind), api));
+                    }
+                }
                 tokio::select! {
-                    _ = token.cancelled() => return,
+                    _ = self.token.cancelled() => return,
                     changed = changes.changed() => if changed.is_err() { return },
                 }
-                if (shared.options.current().kind(kind).workers > 0) != on {
-                    break;
+            }
+        });
+    }
+
+    /// Runs the reflector of `named` as the settings in force turn the kind on and off. While
+    /// it has no reflector, the kind's copies are withdrawn: on every session, and for every
+    /// namespace extended later, the provider is told nothing of the kind is wanted (claims
+    /// excepted: their volumes hold data). Turned on, the kind's namespaces are listed and
+    /// sent anew. Turned off, a reflector that stops first deletes the copies this session
+    /// was sent; one that keeps running withdraws them itself.
+    fn run<K: Reflectable>(
+        &self,
+        named: (Kind, K::DynamicType),
+        when_off: WhenOff,
+        mut store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
+        mut started: impl FnMut(&Arc<Reflector<K>>) + Send + 'static,
+    ) {
+        let kind = named.0;
+        let is_on = move |o: &ReflectionOptions| o.kind(kind).workers > 0;
+        if when_off == WhenOff::KeepsRunning && is_on(&self.shared.options.current()) {
+            // Here rather than in a task: what reads it has it as soon as the agent starts.
+            let reflector = self.spawn_reflector(named, store, self.token.clone());
+            started(&reflector);
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut changes = this.shared.options.changes();
+            loop {
+                if !is_on(&changes.borrow_and_update()) {
+                    tracing::info!(kind = kind.kind(), "reflection off (0 workers)");
+                    let withdrawing = this.token.child_token();
+                    let withdraw = (kind != Kind::PersistentVolumeClaim).then(|| {
+                        let task = super::snapshot::withdraw(
+                            kind,
+                            this.shared.clone(),
+                            this.outbox.clone(),
+                        );
+                        tokio::spawn(super::until(withdrawing.clone(), task))
+                    });
+                    if !switched(&mut changes, &this.token, |o| is_on(o)).await {
+                        return;
+                    }
+                    withdrawing.cancel();
+                    // No withdrawal may follow what the reflector sends.
+                    if let Some(withdraw) = withdraw {
+                        let _ = withdraw.await;
+                    }
+                    tracing::info!(kind = kind.kind(), "reflection of the kind turned on");
                 }
-            }
-            running.cancel();
-            // A worker that was forging when the kind went off could otherwise send its
-            // Upsert after the Deletes below, and the copy would stay on the provider.
-            if let Some(reflector) = reflector {
+                let running = match when_off {
+                    WhenOff::Stops => this.token.child_token(),
+                    WhenOff::KeepsRunning => this.token.clone(),
+                };
+                let reflector = this.spawn_reflector(named.clone(), store.take(), running.clone());
+                started(&reflector);
+                if when_off == WhenOff::KeepsRunning {
+                    return;
+                }
+                if !switched(&mut changes, &this.token, |o| !is_on(o)).await {
+                    return;
+                }
+                running.cancel();
+                // A worker that was forging when the kind went off could otherwise send its
+                // Upsert after the Deletes below, and the copy would stay on the provider.
                 reflector.stopped().await;
-            }
-            on = !on;
-            tracing::info!(
-                kind = kind.kind(),
-                on,
-                "reflection of the kind turned {}",
-                if on { "on" } else { "off" }
-            );
-            if !on {
+                tracing::info!(kind = kind.kind(), "reflection of the kind turned off");
                 // What this session was sent goes now; later sessions withdraw the rest.
-                let session = shared.extension.borrow().session.clone();
+                let session = this.shared.extension.borrow().session.clone();
                 if let Some(session) = session {
-                    for key in outbox.keys(producer) {
+                    let producer = crate::outbox::Producer::Objects(kind);
+                    for key in this.outbox.keys(producer) {
                         let origin = crate::outbox::Origin::new(producer, key);
-                        outbox.delete(&session, &origin, None).await;
+                        this.outbox.delete(&session, &origin, None).await;
                     }
                 }
             }
+        });
+    }
+
+    fn spawn_reflector<K: Reflectable>(
+        &self,
+        named: (Kind, K::DynamicType),
+        store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
+        running: CancellationToken,
+    ) -> Arc<Reflector<K>> {
+        crate::reflect::spawn::<K>(
+            self.client.clone(),
+            named,
+            self.shared.clone(),
+            &self.outbox,
+            store,
+            running,
+        )
+    }
+}
+
+/// Waits until `now` holds for the settings in force; false when the agent stops first.
+async fn switched(
+    changes: &mut watch::Receiver<Arc<ReflectionOptions>>,
+    token: &CancellationToken,
+    now: impl Fn(&ReflectionOptions) -> bool,
+) -> bool {
+    loop {
+        if now(&changes.borrow_and_update()) {
+            return true;
         }
-    });
+        tokio::select! {
+            _ = token.cancelled() => return false,
+            changed = changes.changed() => if changed.is_err() { return false },
+        }
+    }
 }

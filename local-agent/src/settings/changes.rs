@@ -1,5 +1,4 @@
-//! What a settings change changes, said in the operator's terms, and what of it waits for a
-//! restart.
+//! What a settings change changes, said in the operator's terms.
 
 use std::collections::BTreeSet;
 use std::fmt::Display;
@@ -7,40 +6,6 @@ use std::fmt::Display;
 use refract_core::options::{Kind, ReflectionOptions};
 
 use crate::config::Settings;
-use crate::reflect::start::SWITCHABLE;
-
-/// Takes the settings just read, with each kind whose reflection they turn on (workers from
-/// 0) kept off, unless it is one switched while the agent runs ([`SWITCHABLE`]) or its
-/// reflector runs already (it was on when the agent started, and was turned off since): the
-/// others wait for a restart. Returns them and the kinds so kept. Turning a kind off always
-/// takes effect.
-pub fn held_for_restart(
-    started: &ReflectionOptions,
-    in_force: &ReflectionOptions,
-    mut read: Settings,
-) -> (Settings, Vec<Kind>) {
-    let mut held = Vec::new();
-    for kind in Kind::ALL.into_iter().filter(|k| !SWITCHABLE.contains(k)) {
-        let (was, is) = (in_force.kind(kind), read.options.kind(kind));
-        let running = started.kind(kind).workers > 0;
-        if was.workers == 0 && is.workers > 0 && !running {
-            let mut kept = is;
-            kept.workers = was.workers;
-            read.options.kinds.insert(kind, kept);
-            held.push(kind);
-        }
-    }
-    // A custom kind's reflector is started with the agent (and switched off, not stopped, when
-    // the settings drop it): one the settings add waits.
-    read.options.custom_kinds.retain(|custom| {
-        let started = started.custom_kinds.iter().any(|c| c.kind == custom.kind);
-        if !started {
-            held.push(Kind::Custom(custom.kind));
-        }
-        started
-    });
-    (read, held)
-}
 
 /// Whether an object forged with `old` may come out otherwise with `new`: anything but the
 /// workers differs.
@@ -208,84 +173,5 @@ mod tests {
             describe(&old, &new),
             ["Service policy DenyList -> AllowList"]
         );
-    }
-
-    #[test]
-    fn only_turning_on_a_kind_off_since_the_start_is_held_and_other_changes_pass() {
-        let off = |workers| KindOptions {
-            policy: Policy::DenyList,
-            workers,
-        };
-        // Started with EndpointSlices off and Services on; Services turned off since.
-        let mut started = ReflectionOptions::new("origin", "provider");
-        started.kinds.insert(Kind::EndpointSlice, off(0));
-        let mut in_force = started.clone();
-        in_force.kinds.insert(Kind::Service, off(0));
-        let mut read = settings();
-        read.options = in_force.clone();
-        for (kind, workers) in [
-            (Kind::Secret, 0),
-            (Kind::Service, 2),
-            (Kind::EndpointSlice, 4),
-            (Kind::PersistentVolumeClaim, 0),
-            (Kind::ConfigMap, 7),
-        ] {
-            read.options.kinds.insert(
-                kind,
-                KindOptions {
-                    policy: Policy::AllowList,
-                    workers,
-                },
-            );
-        }
-        let (next, held) = held_for_restart(&started, &in_force, read);
-        assert_eq!(
-            held,
-            [Kind::EndpointSlice],
-            "off since the start, turned on"
-        );
-        let slices = next.options.kind(Kind::EndpointSlice);
-        assert_eq!(slices.workers, 0);
-        assert_eq!(
-            next.options.kind(Kind::Service).workers,
-            2,
-            "on again: its reflector runs"
-        );
-        assert_eq!(
-            next.options.kind(Kind::PersistentVolumeClaim).workers,
-            0,
-            "turning off takes effect"
-        );
-        assert_eq!(next.options.kind(Kind::Secret).workers, 0);
-        assert_eq!(next.options.kind(Kind::ConfigMap).workers, 7);
-    }
-
-    #[test]
-    fn a_custom_kind_started_with_the_agent_comes_back_and_a_new_one_waits() {
-        use refract_core::custom_kind::{register, CustomKindName};
-        use refract_core::options::CustomReflection;
-        let custom = |kind: &str| CustomReflection {
-            kind: register(&CustomKindName {
-                group: "settings.test.refract.example".into(),
-                version: "v1".into(),
-                kind: kind.into(),
-                plural: format!("{}s", kind.to_lowercase()),
-            })
-            .unwrap(),
-            options: KindOptions {
-                policy: Policy::DenyList,
-                workers: 3,
-            },
-            status: Vec::new(),
-        };
-        let mut started = ReflectionOptions::new("origin", "provider");
-        started.custom_kinds.push(custom("Bolt"));
-        // Dropped from the settings since, and added again with one the agent never had.
-        let in_force = ReflectionOptions::new("origin", "provider");
-        let mut read = settings();
-        read.options.custom_kinds = vec![custom("Bolt"), custom("Nut")];
-        let (next, held) = held_for_restart(&started, &in_force, read);
-        assert_eq!(held, [Kind::Custom(custom("Nut").kind)]);
-        assert_eq!(next.options.custom_kinds, [custom("Bolt")]);
     }
 }

@@ -38,9 +38,19 @@ const STRICT: &str = r#"{"type": "object", "properties": {"size": {"type": "inte
 
 /// Writes `status` on the provider's copy of Widget `name`, as a provider controller would.
 async fn provider_status(p: &Peering, name: &str, status: serde_json::Value) {
+    provider_status_of(p, ("Widget", "widgets"), name, status).await
+}
+
+/// Writes `status` on the provider's copy of `name` of `kind` (kind, plural).
+async fn provider_status_of(
+    p: &Peering,
+    (kind, plural): (&str, &str),
+    name: &str,
+    status: serde_json::Value,
+) {
     use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1", "Widget"), "widgets");
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1", kind), plural);
     let api: Api<DynamicObject> =
         Api::namespaced_with(p.provider.client().await.unwrap(), "shop-origin", &resource);
     api.patch_status(
@@ -350,5 +360,118 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
     assert!(
         remote_log.contains("custom kind tenants may write"),
         "the remote agent does not say which custom kinds it watches:\n{remote_log}"
+    );
+
+    // A policy change letting this tenant write Gadgets: the remote agent asks the origin for
+    // the Gadget it denied, and writes it, with no change at the origin.
+    std::fs::write(
+        &policy,
+        POLICY.replace(
+            "  other:",
+            "    - {group: example.com, version: v1, kind: Gadget, plural: gadgets}\n  other:",
+        ),
+    )
+    .unwrap();
+    p.eventually(
+        WAIT,
+        "gadget g1 on the provider once the policy allows it",
+        || (provider(&p, "gadget/g1", "{.spec.size}").as_deref() == Some("1")).then_some(()),
+    )
+    .await;
+    println!("gadget g1 reflected after the policy file let the tenant write Gadgets");
+
+    // A kind neither agent had when it started: its CRD installed in both clusters, named in
+    // the values and the policy while the agents run, reflected with no restart; restored on
+    // the provider (the new kind's watch there), its status brought back.
+    for cluster in [&p.origin, &p.provider] {
+        kubectl_stdin(
+            cluster,
+            &["apply", "-f", "-"],
+            &crd("Doodad", "doodads", LOOSE),
+        );
+        refract_e2e::kubectl(
+            cluster,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/doodads.example.com",
+                "--timeout=30s",
+            ],
+        );
+    }
+    p.provider_kubectl(&[
+        "patch",
+        "clusterrole",
+        "refract-tenant",
+        "--type=json",
+        "-p",
+        &TENANT_RULE.replace(r#""widgets", "gadgets", "gizmos""#, r#""doodads""#),
+    ]);
+    let doodads = "    - {group: example.com, version: v1, kind: Doodad, plural: doodads}\n";
+    // The origin first, bringing the whole status of Doodads back: the provider, which does
+    // not know the kind yet, refuses the object.
+    let doodads_back = doodads.replace("}\n", ", status: [\"*\"]}\n");
+    std::fs::write(&values, format!("{VALUES}{doodads_back}")).unwrap();
+    apply_origin(&p, "Doodad", "d1", "{size: 5}");
+    let said = until_warning(&p, "d1", "Error reflecting object").await;
+    println!("doodad d1 refused before the provider's policy names Doodads: {said}");
+    // Then the provider's policy: the remote agent watches the kind from now on, and asks for
+    // the object it denied.
+    let policy_text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(
+        &policy,
+        policy_text.replace("  other:", &format!("{doodads}  other:")),
+    )
+    .unwrap();
+    p.eventually(WAIT, "doodad d1 on the provider", || {
+        (provider(&p, "doodad/d1", "{.spec.size}").as_deref() == Some("5")).then_some(())
+    })
+    .await;
+    p.provider_kubectl(&[
+        "-n",
+        "shop-origin",
+        "patch",
+        "doodad",
+        "d1",
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"size": 6}}"#,
+    ]);
+    p.eventually(WAIT, "doodad d1 restored on the provider", || {
+        (provider(&p, "doodad/d1", "{.spec.size}").as_deref() == Some("5")).then_some(())
+    })
+    .await;
+    provider_status_of(
+        &p,
+        ("Doodad", "doodads"),
+        "d1",
+        serde_json::json!({"phase": "Done"}),
+    )
+    .await;
+    let status = p
+        .eventually(WAIT, "doodad d1's status at the origin", || {
+            let status = kubectl_get(
+                &p.origin,
+                &[
+                    "-n",
+                    "shop",
+                    "doodad",
+                    "d1",
+                    "-o",
+                    "jsonpath={.status.phase}",
+                ],
+            )?;
+            (status == "Done").then_some(status)
+        })
+        .await;
+    println!("doodad d1, a kind added to both agents' files while they run: reflected, restored after a provider edit, status {status} brought back");
+    let remote_log = p.remote_log();
+    assert!(
+        remote_log.contains("custom kind added to the policy: watched from now on"),
+        "the remote agent does not say it watches the added kind:\n{remote_log}"
+    );
+    assert!(
+        !remote_log.contains("panicked") && !p.local_log().contains("panicked"),
+        "an agent panicked"
     );
 }

@@ -5,8 +5,8 @@
 //! lists (reflected objects and running pods lose the label), the workers, and the offloading
 //! patch (the ShadowPod of a running pod takes it, the pod keeps running); Secrets turned off
 //! (withdrawn) and on again (sent anew); Services, whose watch EndpointSlices read, turned off
-//! (withdrawn, their watch kept) and on again (sent anew); turning EndpointSlices on, off since
-//! the start, is held for the next start, and the log says so.
+//! (withdrawn, their watch kept) and on again (sent anew); EndpointSlices, off since the
+//! start, turned on: their reflector starts and the slice is sent.
 
 #![allow(
     clippy::unwrap_used,
@@ -74,7 +74,7 @@ fn provider_pod(p: &Peering) -> Option<(String, String)> {
 }
 
 /// The values file after the change: 25 %, ConfigMaps AllowList with 4 workers, EndpointSlices
-/// on (held: off since the start), events off, label `team` skipped, and Secrets and Services
+/// on (off since the start), events off, label `team` skipped, and Secrets and Services
 /// with `workers`.
 fn changed_values(workers: u32) -> String {
     format!(
@@ -131,7 +131,7 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     kubectl_stdin(
         &p.origin,
         &["apply", "-f", "-"],
-        "apiVersion: v1\nkind: Secret\nmetadata: {name: early, namespace: tuned}\nstringData: {k: v}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: tuned}\nspec: {ports: [{port: 80}]}\n",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: early, namespace: tuned}\nstringData: {k: v}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: tuned}\nspec: {ports: [{port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: tuned, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [10.0.3.7]}]\nports: [{port: 8080, protocol: TCP}]\n",
     );
     p.eventually(WAIT, "the Service reflected", || {
         provider_get(&p, &["-n", "tuned-origin", "service", "web", "-o", "name"])
@@ -176,8 +176,18 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
     );
     assert_eq!(metric(&p.local_admin, RELOADS).await, 0.0);
 
+    // EndpointSlices are off: the slice is not sent.
+    assert!(
+        provider_get(
+            &p,
+            &["-n", "tuned-origin", "endpointslice", "web-1", "-o", "name"]
+        )
+        .is_none(),
+        "an EndpointSlice was reflected with EndpointSlices off"
+    );
+
     // One change of the values file: share, policy, skip list, workers, events, Secrets and
-    // Services turned off (at once), and EndpointSlices turned on (held for the next start).
+    // Services turned off, and EndpointSlices, off since the start, turned on: all at once.
     std::fs::write(&values, changed_values(0)).unwrap();
     until_virtual_cpu(&p, provider_cpu * 25 / 100).await;
     p.eventually(
@@ -220,15 +230,32 @@ async fn reflection_settings_and_the_offloading_patch_change_while_the_local_age
         assert!(changed.contains(said), "{said:?} missing from {changed}");
     }
     assert!(
-        !changed.contains("EndpointSlice workers"),
-        "turning EndpointSlices on was put in force: {changed}"
+        changed.contains("EndpointSlice workers 0 -> 10"),
+        "{changed}"
     );
-    let held = log
+    let slice = p
+        .eventually(WAIT, "the EndpointSlice reflected once turned on", || {
+            provider_get(
+                &p,
+                &[
+                    "-n",
+                    "tuned-origin",
+                    "endpointslice",
+                    "web-1",
+                    "-o",
+                    "jsonpath={.endpoints[*].addresses[0]}",
+                ],
+            )
+        })
+        .await;
+    println!("EndpointSlice web-1 on the provider after EndpointSlices were turned on: addresses {slice}");
+    let turned_on = p
+        .local_log()
         .lines()
-        .find(|l| l.contains("takes effect when the agent restarts"))
-        .expect("the held change is logged");
-    println!("local agent: {held}");
-    assert!(held.contains("EndpointSlice"), "{held}");
+        .find(|l| l.contains("reflection of the kind turned on") && l.contains("EndpointSlice"))
+        .map(str::to_string)
+        .expect("turning EndpointSlices on is logged");
+    println!("local agent: {turned_on}");
     assert!(
         log.contains("reflection workers resized"),
         "no resize logged"
