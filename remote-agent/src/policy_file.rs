@@ -104,10 +104,16 @@ pub fn follow(
             let was = std::mem::replace(&mut in_force, policies.clone());
             let refused = applier.set_policies(policies);
             tracing::info!(file = %path.display(), changed = %changed.join("; "), refused = refused.len(), "policy file changed; in force from now on, and every object kept whole judged again");
+            let just_refused: Vec<ObjectKey> = refused.iter().map(|(key, _)| key.clone()).collect();
             for (key, error) in refused {
                 act_on_refusal(&applier, &outbox, &metrics, &reporting, key, error).await;
             }
-            ask_for_denied_again(&reporting.registry, &outbox, &was, &in_force);
+            let changed = Changed {
+                was: &was,
+                is: &in_force,
+                refused: &just_refused,
+            };
+            ask_for_denied_again(&applier, &reporting.registry, &outbox, &changed);
             if *leading.borrow() {
                 applier.write_all_fences().await;
             }
@@ -116,19 +122,44 @@ pub fn follow(
 }
 
 /// Asks each connected tenant whose policy changed to send again every object the provider
-/// denied it (as Inspect records them), so that the new policy judges them now rather than at
-/// their next change: an object refused for a kind, a class or an address the policy now
-/// allows is written at once. One the policy still refuses is denied again, with the reason.
-fn ask_for_denied_again(registry: &Registry, outbox: &Outbox, was: &Policies, is: &Policies) {
+/// denied it and does not hold (as Inspect records them), so that the new policy judges them
+/// now rather than at their next change: an object refused for a kind, a class or an address
+/// the policy now allows is written at once; one it still refuses is denied again, with the
+/// reason. Left out: an object the provider holds and a policy refused later, which stays as
+/// it is (see `report`), and one this change refused (the tenant was just told what became of
+/// it): denying either again would tell the origin something else.
+fn ask_for_denied_again(
+    applier: &Applier,
+    registry: &Registry,
+    outbox: &Outbox,
+    changed: &Changed<'_>,
+) {
+    let held = |object: &refract_wire::proto::ObjectRef| {
+        Allowed::lookup(&object.api_version, &object.kind).is_some_and(|kind| {
+            applier
+                .objects()
+                .get(kind, &object.namespace, &object.name)
+                .is_some()
+        })
+    };
     for tenant in registry.connected() {
-        if was.of(&tenant) == is.of(&tenant) {
+        if changed.was.of(&tenant) == changed.is.of(&tenant) {
             continue;
         }
+        let just_refused = |object: &refract_wire::proto::ObjectRef| {
+            changed.refused.iter().any(|key| {
+                key.tenant == tenant
+                    && key.kind.kind() == object.kind
+                    && key.namespace == object.namespace
+                    && key.name == object.name
+            })
+        };
         let denied: Vec<_> = registry
             .objects(&tenant, "", "")
             .into_iter()
             .filter(|o| o.outcome == Outcome::Denied as i32)
             .filter_map(|o| o.object)
+            .filter(|object| !held(object) && !just_refused(object))
             .collect();
         if denied.is_empty() {
             continue;
@@ -150,6 +181,13 @@ fn ask_for_denied_again(registry: &Registry, outbox: &Outbox, was: &Policies, is
             outbox.put(&tenant, subject, String::new(), notice);
         }
     }
+}
+
+/// A policy change: the policies before and after, and the objects the new one refused.
+struct Changed<'a> {
+    was: &'a Policies,
+    is: &'a Policies,
+    refused: &'a [ObjectKey],
 }
 
 fn refuse(metrics: &PolicyMetrics, last_error: &mut String, error: String) {

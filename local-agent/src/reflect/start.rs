@@ -289,7 +289,7 @@ impl Start {
             let mut changes = this.shared.options.changes();
             loop {
                 if !is_on(&changes.borrow_and_update()) {
-                    tracing::info!(kind = kind.kind(), "reflection off (0 workers)");
+                    tracing::info!(kind = kind.kind(), "reflection disabled (0 workers)");
                     let withdrawing = this.token.child_token();
                     let withdraw = (kind != Kind::PersistentVolumeClaim).then(|| {
                         let task = super::snapshot::withdraw(

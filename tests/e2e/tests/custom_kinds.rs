@@ -99,6 +99,29 @@ fn provider(p: &Peering, what: &str, jsonpath: &str) -> Option<String> {
     )
 }
 
+/// Waits until the provider's copy `what` (`kind/name`) has `spec.size` `size`.
+async fn until_size(p: &Peering, what: &str, size: u32, waiting_for: &str) {
+    let size = size.to_string();
+    p.eventually(WAIT, waiting_for, || {
+        (provider(p, what, "{.spec.size}").as_deref() == Some(size.as_str())).then_some(())
+    })
+    .await
+}
+
+/// Sets `spec.size` of the provider's copy `kind` `name`, as a provider controller would.
+fn rewrite_on_provider(p: &Peering, kind: &str, name: &str, size: u32) {
+    p.provider_kubectl(&[
+        "-n",
+        "shop-origin",
+        "patch",
+        kind,
+        name,
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"spec": {{"size": {size}}}}}"#),
+    ]);
+}
+
 /// The messages of the Warning events on origin object `name` in `shop`.
 fn warnings(p: &Peering, name: &str) -> String {
     kubectl_get(
@@ -192,10 +215,7 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
     // A Widget the provider's schema accepts is reflected, spec and labels, and follows the
     // origin's changes.
     apply_origin(&p, "Widget", "small", "{size: 3}");
-    p.eventually(WAIT, "widget small on the provider", || {
-        (provider(&p, "widget/small", "{.spec.size}").as_deref() == Some("3")).then_some(())
-    })
-    .await;
+    until_size(&p, "widget/small", 3, "widget small on the provider").await;
     // `local-agent preview` shows the same, from the live namespace and the values file.
     let out = refract_e2e::run_ok(
         refract_e2e::bin("local-agent"),
@@ -223,25 +243,22 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
     let labels = provider(&p, "widget/small", "{.metadata.labels}");
     println!("widget small reflected: spec.size=3, labels {labels:?}");
     apply_origin(&p, "Widget", "small", "{size: 4}");
-    p.eventually(WAIT, "widget small updated on the provider", || {
-        (provider(&p, "widget/small", "{.spec.size}").as_deref() == Some("4")).then_some(())
-    })
+    until_size(
+        &p,
+        "widget/small",
+        4,
+        "widget small updated on the provider",
+    )
     .await;
 
     // Rewritten on the provider, the copy is restored from the origin.
-    p.provider_kubectl(&[
-        "-n",
-        "shop-origin",
-        "patch",
-        "widget",
-        "small",
-        "--type=merge",
-        "-p",
-        r#"{"spec": {"size": 9}}"#,
-    ]);
-    p.eventually(WAIT, "widget small restored on the provider", || {
-        (provider(&p, "widget/small", "{.spec.size}").as_deref() == Some("4")).then_some(())
-    })
+    rewrite_on_provider(&p, "widget", "small", 9);
+    until_size(
+        &p,
+        "widget/small",
+        4,
+        "widget small restored on the provider",
+    )
     .await;
     println!("widget small rewritten on the provider (size 9) and restored (size 4)");
 
@@ -330,9 +347,12 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
     // Fixed at the origin, the painted Widget goes through; deleted there, the small one goes
     // from the provider.
     apply_origin(&p, "Widget", "painted", "{size: 2}");
-    p.eventually(WAIT, "widget painted on the provider once fixed", || {
-        (provider(&p, "widget/painted", "{.spec.size}").as_deref() == Some("2")).then_some(())
-    })
+    until_size(
+        &p,
+        "widget/painted",
+        2,
+        "widget painted on the provider once fixed",
+    )
     .await;
     // Dropped from the values while the agent runs, Widgets are withdrawn from the provider;
     // named again, they are sent anew.
@@ -344,10 +364,7 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
     })
     .await;
     std::fs::write(&values, VALUES).unwrap();
-    p.eventually(WAIT, "widget painted sent anew", || {
-        (provider(&p, "widget/painted", "{.spec.size}").as_deref() == Some("2")).then_some(())
-    })
-    .await;
+    until_size(&p, "widget/painted", 2, "widget painted sent anew").await;
     println!("Widgets dropped from the values were withdrawn, and sent anew when named again");
     p.origin_kubectl(&["-n", "shop", "delete", "widget", "small"]);
     p.eventually(WAIT, "widget small gone from the provider", || {
@@ -372,10 +389,11 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
         ),
     )
     .unwrap();
-    p.eventually(
-        WAIT,
+    until_size(
+        &p,
+        "gadget/g1",
+        1,
         "gadget g1 on the provider once the policy allows it",
-        || (provider(&p, "gadget/g1", "{.spec.size}").as_deref() == Some("1")).then_some(()),
     )
     .await;
     println!("gadget g1 reflected after the policy file let the tenant write Gadgets");
@@ -423,24 +441,9 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
         policy_text.replace("  other:", &format!("{doodads}  other:")),
     )
     .unwrap();
-    p.eventually(WAIT, "doodad d1 on the provider", || {
-        (provider(&p, "doodad/d1", "{.spec.size}").as_deref() == Some("5")).then_some(())
-    })
-    .await;
-    p.provider_kubectl(&[
-        "-n",
-        "shop-origin",
-        "patch",
-        "doodad",
-        "d1",
-        "--type=merge",
-        "-p",
-        r#"{"spec": {"size": 6}}"#,
-    ]);
-    p.eventually(WAIT, "doodad d1 restored on the provider", || {
-        (provider(&p, "doodad/d1", "{.spec.size}").as_deref() == Some("5")).then_some(())
-    })
-    .await;
+    until_size(&p, "doodad/d1", 5, "doodad d1 on the provider").await;
+    rewrite_on_provider(&p, "doodad", "d1", 6);
+    until_size(&p, "doodad/d1", 5, "doodad d1 restored on the provider").await;
     provider_status_of(
         &p,
         ("Doodad", "doodads"),
