@@ -17,6 +17,11 @@ use refract_testkit::fake_kubelet::{self, FakeNode};
 const WAIT: Duration = Duration::from_secs(90);
 
 fn pod(name: &str, node_selector: &str) -> String {
+    pod_of_claim(name, node_selector, "data")
+}
+
+/// A pod mounting claim `claim`.
+fn pod_of_claim(name: &str, node_selector: &str, claim: &str) -> String {
     let image = busybox();
     format!(
         r#"
@@ -32,7 +37,7 @@ spec:
       image: "{image}"
       command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
       volumeMounts: [{{name: data, mountPath: /var/lib/postgresql}}]
-  volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]
 "#
     )
 }
@@ -368,4 +373,65 @@ spec: {storageClassName: manual, accessModes: [ReadWriteOnce], resources: {reque
         (remote_claim.is_none() && remote_volume.is_none() && local_volume.is_none()).then_some(())
     })
     .await;
+
+    // Claims off when the local agent starts, turned on while it runs: the claim reflector
+    // and the volume intake start then, and a new claim's consumer gets its volume.
+    let said = |p: &Peering, what: &str| p.local_log().matches(what).count();
+    std::fs::write(values.path(), CLAIMS_OFF).unwrap();
+    p.local.take().unwrap().stop().await;
+    p.start_local();
+    p.eventually(WAIT, "the local agent started with claims off", || {
+        (said(&p, "reflection disabled (0 workers)") > 0).then_some(())
+    })
+    .await;
+    let turned_on = said(&p, "reflection of the kind turned on");
+    std::fs::write(values.path(), CLAIMS_ON).unwrap();
+    p.eventually(WAIT, "claims turned on", || {
+        (said(&p, "reflection of the kind turned on") > turned_on).then_some(())
+    })
+    .await;
+    kubectl_stdin(
+        &p.origin,
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: late, namespace: apps}}\nspec: {{storageClassName: liqo, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n---\n{}",
+            pod_of_claim("db-late", "{liqo.io/type: virtual-node}", "late")
+        ),
+    );
+    let late_uid = p
+        .eventually(WAIT, "claim late", || {
+            origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "pvc",
+                    "late",
+                    "-o",
+                    "jsonpath={.metadata.uid}",
+                ],
+            )
+            .filter(|uid| !uid.is_empty())
+        })
+        .await;
+    p.eventually(
+        WAIT,
+        "the late claim Bound at the origin to its origin PV",
+        || {
+            let r = origin_get(
+                &p,
+                &[
+                    "-n",
+                    "apps",
+                    "pvc",
+                    "late",
+                    "-o",
+                    "jsonpath={.spec.volumeName},{.status.phase}",
+                ],
+            )?;
+            (r == format!("pvc-{late_uid},Bound")).then_some(())
+        },
+    )
+    .await;
+    println!("claims off at start, turned on while the agent runs: claim late provisioned on the provider and Bound at the origin to pvc-{late_uid}");
 }
