@@ -83,14 +83,9 @@ pub fn spawn_all(
         outbox: outbox.clone(),
         token: token.clone(),
     };
-    for kind in [Kind::ConfigMap, Kind::Secret, Kind::Ingress] {
-        match kind {
-            Kind::ConfigMap => start.reflect_while_on::<v1::ConfigMap>(typed::<v1::ConfigMap>()),
-            Kind::Secret => start.reflect_while_on::<v1::Secret>(typed::<v1::Secret>()),
-            _ => start
-                .reflect_while_on::<networking::v1::Ingress>(typed::<networking::v1::Ingress>()),
-        }
-    }
+    start.reflect_while_on::<v1::ConfigMap>(typed::<v1::ConfigMap>());
+    start.reflect_while_on::<v1::Secret>(typed::<v1::Secret>());
+    start.reflect_while_on::<networking::v1::Ingress>(typed::<networking::v1::Ingress>());
     start.clone().follow_custom_kinds();
 
     // EndpointSlices read the Services of their namespace and the origin nodes. The Service
