@@ -106,13 +106,9 @@ pub fn spawn_all(
     if services_on {
         let store = Some((shared.services.clone(), services_writer));
         let token = token.clone();
-        let mut forward_listed = Some(services_listed_tx);
         let requeue_slices = requeue_slices.clone();
         start.keep_reflecting::<v1::Service>(store, move |services| {
-            let Some(services_listed_tx) = forward_listed.take() else {
-                return;
-            };
-            services.follow(requeue_slices.clone());
+            services.follow(requeue_slices);
             // The slices of a namespace wait for its Services, which the Service reflector
             // lists as it extends the namespace.
             let mut listed = services.listed();
@@ -132,14 +128,10 @@ pub fn spawn_all(
         own_service_watch = Some((services_writer, services_listed_tx));
         start.keep_reflecting::<v1::Service>(None, |_| {});
     }
-    let mut slice_inputs = Some((nodes_writer, nodes_listed_tx, own_service_watch));
     start.keep_reflecting::<discovery::v1::EndpointSlice>(None, move |slices| {
-        let Some((nodes_writer, nodes_listed_tx, own_service_watch)) = slice_inputs.take() else {
-            return;
-        };
         let _ = slices_slot.set(slices.clone());
         if let Some((writer, listed_tx)) = own_service_watch {
-            spawn_service_watch(&client, writer, listed_tx, requeue_slices.clone(), &token);
+            spawn_service_watch(&client, writer, listed_tx, requeue_slices, &token);
         }
         spawn_node_watch(
             &client,
@@ -218,12 +210,12 @@ fn spawn_node_watch(
 
 impl Start {
     /// Reflects a built-in kind whose reflector others read, from the first time the settings
-    /// have it on: then `started` is called with it (once), and it keeps running whatever
-    /// the settings say later. Its watch fills `store` when one is given.
+    /// have it on: then `started` is called with it, and it keeps running whatever the
+    /// settings say later. Its watch fills `store` when one is given.
     fn keep_reflecting<K>(
         &self,
         store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
-        started: impl FnMut(&Arc<Reflector<K>>) + Send + 'static,
+        started: impl FnOnce(&Arc<Reflector<K>>) + Send + 'static,
     ) where
         K: Reflectable + Forgeable + kube::Resource<DynamicType = ()>,
     {
@@ -269,7 +261,7 @@ impl Start {
         named: (Kind, K::DynamicType),
         when_off: WhenOff,
         mut store: Option<(reflector::Store<K>, reflector::store::Writer<K>)>,
-        mut started: impl FnMut(&Arc<Reflector<K>>) + Send + 'static,
+        started: impl FnOnce(&Arc<Reflector<K>>) + Send + 'static,
     ) {
         let kind = named.0;
         let is_on = move |o: &ReflectionOptions| o.kind(kind).workers > 0;
@@ -280,6 +272,8 @@ impl Start {
             return;
         }
         let this = self.clone();
+        // Called with the first reflector started.
+        let mut started = Some(started);
         tokio::spawn(async move {
             let mut changes = this.shared.options.changes();
             loop {
@@ -309,7 +303,9 @@ impl Start {
                     WhenOff::KeepsRunning => this.token.clone(),
                 };
                 let reflector = this.spawn_reflector(named.clone(), store.take(), running.clone());
-                started(&reflector);
+                if let Some(started) = started.take() {
+                    started(&reflector);
+                }
                 if when_off == WhenOff::KeepsRunning {
                     return;
                 }

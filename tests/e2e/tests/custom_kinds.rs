@@ -83,8 +83,23 @@ const POLICY: &str = "tenants:
     - {group: example.com, version: v1, kind: Gadget, plural: gadgets}
 ";
 
-/// What the provider's operator adds to the tenant role so that tenants may write the kinds.
-const TENANT_RULE: &str = r#"[{"op": "add", "path": "/rules/-", "value": {"apiGroups": ["example.com"], "resources": ["widgets", "gadgets", "gizmos"], "verbs": ["get", "list", "create", "patch", "delete"]}}]"#;
+/// Adds to the tenant role what the provider's operator would, so that tenants may write
+/// `resources` (plurals) of GROUP.
+fn let_tenants_write(p: &Peering, resources: &[&str]) {
+    let rule = serde_json::json!([{"op": "add", "path": "/rules/-", "value": {
+        "apiGroups": [GROUP],
+        "resources": resources,
+        "verbs": ["get", "list", "create", "patch", "delete"],
+    }}]);
+    p.provider_kubectl(&[
+        "patch",
+        "clusterrole",
+        "refract-tenant",
+        "--type=json",
+        "-p",
+        &rule.to_string(),
+    ]);
+}
 
 fn provider(p: &Peering, what: &str, jsonpath: &str) -> Option<String> {
     kubectl_get(
@@ -190,14 +205,7 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
             ],
         );
     }
-    p.provider_kubectl(&[
-        "patch",
-        "clusterrole",
-        "refract-tenant",
-        "--type=json",
-        "-p",
-        TENANT_RULE,
-    ]);
+    let_tenants_write(&p, &["widgets", "gadgets", "gizmos"]);
     let values = p.dir.path().join("reflection.yaml");
     std::fs::write(&values, VALUES).unwrap();
     let policy = p.dir.path().join("policy.yaml");
@@ -417,14 +425,7 @@ async fn custom_kinds_are_reflected_through_the_providers_schema_and_policy() {
             ],
         );
     }
-    p.provider_kubectl(&[
-        "patch",
-        "clusterrole",
-        "refract-tenant",
-        "--type=json",
-        "-p",
-        &TENANT_RULE.replace(r#""widgets", "gadgets", "gizmos""#, r#""doodads""#),
-    ]);
+    let_tenants_write(&p, &["doodads"]);
     let doodads = "    - {group: example.com, version: v1, kind: Doodad, plural: doodads}\n";
     // The origin first, bringing the whole status of Doodads back: the provider, which does
     // not know the kind yet, refuses the object.

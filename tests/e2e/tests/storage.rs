@@ -42,6 +42,26 @@ spec:
     )
 }
 
+/// Waits until origin claim `claim` of `apps` is Bound to origin PV `volume`.
+async fn until_bound_at_origin(p: &Peering, claim: &str, volume: &str) {
+    let what = format!("claim {claim} Bound at the origin to {volume}");
+    p.eventually(WAIT, &what, || {
+        let r = origin_get(
+            p,
+            &[
+                "-n",
+                "apps",
+                "pvc",
+                claim,
+                "-o",
+                "jsonpath={.spec.volumeName},{.status.phase}",
+            ],
+        )?;
+        (r == format!("{volume},Bound")).then_some(())
+    })
+    .await;
+}
+
 /// The reflection values with claims on (the default) and off.
 const CLAIMS_ON: &str = "offloading:\n  reflection:\n    persistentvolumeclaim: {workers: 3}\n";
 const CLAIMS_OFF: &str = "offloading:\n  reflection:\n    persistentvolumeclaim: {workers: 0}\n";
@@ -148,21 +168,7 @@ spec: {storageClassName: manual, accessModes: [ReadWriteOnce], resources: {reque
         (r == "fast,Bound").then_some(())
     })
     .await;
-    p.eventually(WAIT, "the origin claim Bound to the origin PV", || {
-        let r = origin_get(
-            &p,
-            &[
-                "-n",
-                "apps",
-                "pvc",
-                "data",
-                "-o",
-                "jsonpath={.spec.volumeName},{.status.phase}",
-            ],
-        )?;
-        (r == format!("{origin_pv},Bound")).then_some(())
-    })
-    .await;
+    until_bound_at_origin(&p, "data", &origin_pv).await;
     let affinity = origin_get(
         &p,
         &[
@@ -414,24 +420,6 @@ spec: {storageClassName: manual, accessModes: [ReadWriteOnce], resources: {reque
             .filter(|uid| !uid.is_empty())
         })
         .await;
-    p.eventually(
-        WAIT,
-        "the late claim Bound at the origin to its origin PV",
-        || {
-            let r = origin_get(
-                &p,
-                &[
-                    "-n",
-                    "apps",
-                    "pvc",
-                    "late",
-                    "-o",
-                    "jsonpath={.spec.volumeName},{.status.phase}",
-                ],
-            )?;
-            (r == format!("pvc-{late_uid},Bound")).then_some(())
-        },
-    )
-    .await;
+    until_bound_at_origin(&p, "late", &format!("pvc-{late_uid}")).await;
     println!("claims off at start, turned on while the agent runs: claim late provisioned on the provider and Bound at the origin to pvc-{late_uid}");
 }
