@@ -15,12 +15,12 @@ use refract_wire::proto::{remote_message, PodStatus, RemoteMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::outbox::{Outbox, Subject};
-use crate::shadowpod::{ShadowPod, FAILED_CREATE};
-use crate::shadowpod_controller::{of_shadowpod, Stores};
+use crate::shadowpod::FAILED_CREATE;
+use crate::shadowpod_controller::{of_shadowpod, KeptShadowPod, Stores};
 
 /// The status the origin pod shows while the provider cannot create its pod: Pending, not
 /// scheduled, with the provider's reason.
-fn failed_create(shadow: &ShadowPod) -> Option<serde_json::Value> {
+fn failed_create(shadow: &KeptShadowPod) -> Option<serde_json::Value> {
     let status = shadow.status.as_ref()?;
     if status.reason.as_deref() != Some(FAILED_CREATE) {
         return None;
@@ -144,7 +144,7 @@ mod tests {
     use tokio::sync::Notify;
 
     use super::*;
-    use crate::shadowpod::{ShadowPodSpec, ShadowPodStatus};
+    use crate::shadowpod::{ShadowPod, ShadowPodSpec, ShadowPodStatus};
     use crate::shadowpod_controller::{ChangedKeys, ProviderPod, MANAGED_BY_SHADOWPOD};
 
     fn mk_labels(managed: bool) -> BTreeMap<String, String> {
@@ -183,9 +183,9 @@ mod tests {
         for pod in pods {
             pod_writer.apply_watcher_event(&watcher::Event::Apply(ProviderPod::new(pod)));
         }
-        let (shadow_store, mut shadow_writer): (_, Writer<ShadowPod>) = reflector::store();
+        let (shadow_store, mut shadow_writer): (_, Writer<KeptShadowPod>) = reflector::store();
         for shadow in shadows {
-            shadow_writer.apply_watcher_event(&watcher::Event::Apply(shadow));
+            shadow_writer.apply_watcher_event(&watcher::Event::Apply(KeptShadowPod::new(shadow)));
         }
         Stores {
             shadows: shadow_store,

@@ -24,7 +24,6 @@ use refract_core::keys::{
     REMOTE_STATUS_FIELD_MANAGER, SHADOWPOD_FIELD_MANAGER,
 };
 use refract_core::lock::Locked;
-use refract_shared::stored::without_managed_fields;
 use refract_shared::tls::ClusterId;
 use refract_shared::work_queue::WorkQueue;
 use tokio::sync::{mpsc, watch, Notify};
@@ -34,11 +33,13 @@ use crate::identity::Identities;
 use crate::objects::Feed;
 use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
 
+pub mod kept_shadow;
 pub mod metadata;
 pub mod provider_pod;
 #[cfg(test)]
 mod tests;
 
+pub use kept_shadow::KeptShadowPod;
 pub use provider_pod::ProviderPod;
 
 /// The value of [`MANAGED_BY_LABEL`] on the pods the controller created.
@@ -48,8 +49,8 @@ pub const MANAGED_BY_SHADOWPOD: &str = "shadowpod";
 /// calls: the provider's one watch of ShadowPods and its one watch of pods.
 #[derive(Clone)]
 pub struct Stores {
-    /// ShadowPods destined to this provider.
-    pub shadows: Store<ShadowPod>,
+    /// ShadowPods destined to this provider, as much of each as is read ([`KeptShadowPod`]).
+    pub shadows: Store<KeptShadowPod>,
     /// Every pod of the provider, as much of it as is read ([`ProviderPod`]): capacity
     /// subtracts every pod's requests, so the pods of ShadowPods (labelled
     /// [`MANAGED_BY_LABEL`] = [`MANAGED_BY_SHADOWPOD`], owned by their ShadowPod) are read from
@@ -124,7 +125,7 @@ pub fn spawn(
     mut leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> Stores {
-    let (shadows, shadows_writer) = reflector::store::<ShadowPod>();
+    let (shadows, shadows_writer) = reflector::store::<KeptShadowPod>();
     let (pods, pods_writer) = reflector::store::<ProviderPod>();
     let (key_tx, mut key_rx) = mpsc::channel::<(String, String)>(1024);
     let client = identities.own().clone();
@@ -137,8 +138,8 @@ pub fn spawn(
             )
             .default_backoff()
             // Every pod is kept twice, as its ShadowPod and as itself: only what is read of
-            // their managedFields stays (memory per pod).
-            .modify(without_managed_fields::<ShadowPod>),
+            // each stays (memory per pod).
+            .map_ok(kept_shadow::kept),
         )
         .reflect(shadows_writer)
         .touched_objects();
@@ -166,7 +167,7 @@ pub fn spawn(
         }
     };
     let shadow_feed = shadow_events
-        .map(|r| r.map(|o: ShadowPod| (o.namespace().unwrap_or_default(), o.name_any())))
+        .map(|r| r.map(|o: KeptShadowPod| (o.namespace().unwrap_or_default(), o.name_any())))
         .for_each(feed(key_tx.clone()));
     // Every pod change wakes capacity; only those of ShadowPods go on to the controller.
     let pod_feed = {
@@ -397,7 +398,7 @@ async fn reconcile(
     }
     match pod.as_deref() {
         Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
-            if let Some(patch) = metadata::metadata_patch(pod, &pod_for(&shadow)) {
+            if let Some(patch) = metadata::metadata_patch(pod, &pod_metadata_for(&shadow)) {
                 tracing::debug!(namespace = %ns, %name, "pod labels or annotations follow the ShadowPod");
                 pods.patch(name, &shadowpod_params(), &Patch::Merge(patch))
                     .await?;
@@ -447,7 +448,7 @@ async fn reconcile(
                 field_manager: Some(SHADOWPOD_FIELD_MANAGER.into()),
                 ..Default::default()
             };
-            let created = match pods.create(&create, &pod_for(&shadow)).await {
+            let created = match pods.create(&create, &pod_for(&shadow)?).await {
                 Ok(p) => p,
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // Someone else's pod of that name, or ours the store has not seen: the
@@ -521,26 +522,31 @@ fn shadowpod_params() -> PatchParams {
     }
 }
 
-/// The pod a ShadowPod stands for: its spec, its labels plus the managed-by label, its
+/// The pod a ShadowPod stands for: its spec, and [`pod_metadata_for`].
+pub fn pod_for(shadow: &KeptShadowPod) -> Result<Pod, kube::Error> {
+    Ok(Pod {
+        metadata: pod_metadata_for(shadow),
+        spec: Some(shadow.pod_spec().map_err(kube::Error::SerdeError)?),
+        status: None,
+    })
+}
+
+/// The metadata of the pod a ShadowPod stands for: its labels plus the managed-by label, its
 /// annotations, owned by the ShadowPod.
-pub fn pod_for(shadow: &ShadowPod) -> Pod {
+pub fn pod_metadata_for(shadow: &KeptShadowPod) -> kube::api::ObjectMeta {
     let mut labels: BTreeMap<String, String> = shadow.labels().clone();
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_SHADOWPOD.into());
     let mut annotations = shadow.annotations().clone();
     // The ShadowPod's write bookkeeping, which changes with every write of it.
     annotations.remove(refract_core::keys::DESIRED_HASH_ANNOTATION);
     annotations.remove(refract_core::keys::ORIGIN_HASH_ANNOTATION);
-    Pod {
-        metadata: kube::api::ObjectMeta {
-            name: shadow.metadata.name.clone(),
-            namespace: shadow.metadata.namespace.clone(),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        spec: Some(shadow.spec.pod.clone()),
-        status: None,
+    kube::api::ObjectMeta {
+        name: shadow.metadata.name.clone(),
+        namespace: shadow.metadata.namespace.clone(),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
     }
 }
 

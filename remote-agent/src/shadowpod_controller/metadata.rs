@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use refract_core::keys::SHADOWPOD_FIELD_MANAGER;
 
@@ -16,16 +15,16 @@ use super::provider_pod::ProviderPod;
 
 /// The merge patch that brings `pod`'s labels and annotations to `desired`'s, or `None` when
 /// they agree already.
-pub fn metadata_patch(pod: &ProviderPod, desired: &Pod) -> Option<serde_json::Value> {
+pub fn metadata_patch(pod: &ProviderPod, desired: &ObjectMeta) -> Option<serde_json::Value> {
     let ours = &pod.owned;
     let labels = map_patch(
         pod.metadata.labels.as_ref(),
-        desired.metadata.labels.as_ref(),
+        desired.labels.as_ref(),
         &ours.labels,
     );
     let annotations = map_patch(
         pod.metadata.annotations.as_ref(),
-        desired.metadata.annotations.as_ref(),
+        desired.annotations.as_ref(),
         &ours.annotations,
     );
     if labels.is_empty() && annotations.is_empty() {
@@ -132,11 +131,16 @@ mod tests {
         .unwrap()
     }
 
-    fn mk_desired(labels: &[(&str, &str)]) -> Pod {
-        serde_json::from_value(serde_json::json!({"metadata": {
-            "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
-        }}))
-        .unwrap()
+    fn mk_desired(labels: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::{
-    reconcile, ChangedKeys, ProviderPod, Retries, Stores, MANAGED_BY_SHADOWPOD, RETRY_MAX,
-    RETRY_MIN,
+    reconcile, ChangedKeys, KeptShadowPod, ProviderPod, Retries, Stores, MANAGED_BY_SHADOWPOD,
+    RETRY_MAX, RETRY_MIN,
 };
 use crate::mock_api::{bodies, conflict, forbidden, provider, writes, Log};
 use crate::shadowpod::{ShadowPod, ShadowPodSpec, ShadowPodStatus, FAILED_CREATE};
@@ -66,8 +66,8 @@ fn mk_pod_json(uid: &str, phase: &str) -> Value {
 
 /// Stores holding `shadow` and `pod`, as the controller's watches would have them.
 fn mk_stores(shadow: ShadowPod, pod: Option<Value>) -> Stores {
-    let (shadows, mut writer): (_, Writer<ShadowPod>) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Apply(shadow));
+    let (shadows, mut writer): (_, Writer<KeptShadowPod>) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Apply(KeptShadowPod::new(shadow)));
     let (pods, mut pods_writer): (_, Writer<ProviderPod>) = reflector::store();
     if let Some(pod) = pod {
         let pod: Pod = serde_json::from_value(pod).unwrap();

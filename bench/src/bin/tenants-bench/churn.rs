@@ -27,6 +27,9 @@ pub struct Sample {
     pub remote_agent: u64,
     /// All local agents' resident memory together, bytes.
     pub local_agents: u64,
+    /// Each local agent's resident memory, bytes, in tenant order: whether growth is every
+    /// agent's or one agent's.
+    pub local_agent_each: Vec<u64>,
 }
 
 /// The name of the object a tenant's `k`th replacement deletes: the burst's objects first
@@ -54,11 +57,15 @@ pub async fn run(
     let n = tenants.len();
     let count = (rate * duration.as_secs_f64()).ceil().max(1.0) as usize;
     let local_pids: Vec<u32> = tenants.iter().filter_map(|t| t.agent.pid()).collect();
-    let sample = |start: Instant, changes: u64| Sample {
-        seconds: start.elapsed().as_secs_f64(),
-        changes,
-        remote_agent: rss_bytes(remote_pid),
-        local_agents: local_pids.iter().map(|p| rss_bytes(*p)).sum(),
+    let sample = |start: Instant, changes: u64| {
+        let local_agent_each: Vec<u64> = local_pids.iter().map(|p| rss_bytes(*p)).collect();
+        Sample {
+            seconds: start.elapsed().as_secs_f64(),
+            changes,
+            remote_agent: rss_bytes(remote_pid),
+            local_agents: local_agent_each.iter().sum(),
+            local_agent_each,
+        }
     };
     let start = Instant::now();
     let tick_start = tokio::time::Instant::now();
@@ -145,7 +152,7 @@ async fn until_converged(
 }
 
 /// Least-squares slope of `value` against changes over `samples`, bytes per change.
-pub fn growth_per_change(samples: &[Sample], value: fn(&Sample) -> u64) -> f64 {
+pub fn growth_per_change(samples: &[Sample], value: impl Fn(&Sample) -> u64) -> f64 {
     let n = samples.len() as f64;
     if n < 2.0 {
         return 0.0;
@@ -175,6 +182,7 @@ mod tests {
             changes,
             remote_agent: remote,
             local_agents: 0,
+            local_agent_each: Vec::new(),
         }
     }
 

@@ -390,17 +390,27 @@ struct Churn {
     /// bytes per 10,000 changes.
     remote_agent_growth_per_10k_changes: f64,
     local_agents_growth_per_10k_changes: f64,
+    /// Each local agent's growth over the second half, bytes per 10,000 of its own changes
+    /// (a tenant's agent sees one change in every `tenants`), in tenant order.
+    local_agent_growth_each_per_10k_own_changes: Vec<f64>,
 }
 
 impl Churn {
     fn of(samples: Vec<churn::Sample>, rate: f64, replaced_per_tenant: usize) -> Self {
         let second_half = &samples[samples.len() / 2..];
-        let growth = |value| churn::growth_per_change(second_half, value) * 10_000.0;
+        let growth = |value: &dyn Fn(&churn::Sample) -> u64| {
+            churn::growth_per_change(second_half, value) * 10_000.0
+        };
+        let agents = samples[0].local_agent_each.len();
+        let local_agent_growth_each_per_10k_own_changes = (0..agents)
+            .map(|i| growth(&|s: &churn::Sample| s.local_agent_each[i]) * agents as f64)
+            .collect();
         Self {
             rate,
             replaced_per_tenant,
-            remote_agent_growth_per_10k_changes: growth(|s| s.remote_agent),
-            local_agents_growth_per_10k_changes: growth(|s| s.local_agents),
+            remote_agent_growth_per_10k_changes: growth(&|s| s.remote_agent),
+            local_agents_growth_per_10k_changes: growth(&|s| s.local_agents),
+            local_agent_growth_each_per_10k_own_changes,
             samples,
         }
     }
@@ -425,6 +435,16 @@ impl Churn {
             mib(last.local_agents),
             self.local_agents_growth_per_10k_changes / 1024.0
         );
+        let mut each = self.local_agent_growth_each_per_10k_own_changes.clone();
+        each.sort_by(f64::total_cmp);
+        if let (Some(least), Some(most)) = (each.first(), each.last()) {
+            println!(
+                "| churn: each local agent's growth per 10,000 of its own changes (second half), least / median / most | {:.0} / {:.0} / {:.0} KiB |",
+                least / 1024.0,
+                each[each.len() / 2] / 1024.0,
+                most / 1024.0
+            );
+        }
     }
 }
 

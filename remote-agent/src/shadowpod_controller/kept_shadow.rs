@@ -1,0 +1,137 @@
+//! A ShadowPod as the remote agent keeps it in memory.
+//!
+//! Every offloaded pod is kept twice, as its provider pod ([`super::ProviderPod`]) and as its
+//! ShadowPod. The ShadowPod's pod spec is read only when its pod is created, yet k8s-openapi's
+//! `PodSpec` is wide (one `Container` is about 2 KB before any of its strings), so deserialized
+//! it was the largest part of the ShadowPod store. A [`KeptShadowPod`] keeps the spec as the JSON
+//! the API server sent, a fraction of that, and reads it again for the rare create.
+
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::watcher;
+use kube::Resource;
+
+use crate::shadowpod::{ShadowPod, ShadowPodStatus};
+
+/// What the remote agent keeps of a ShadowPod.
+#[derive(Debug, Clone, Default)]
+pub struct KeptShadowPod {
+    /// The ShadowPod's metadata, without its managedFields (no reader uses them).
+    pub metadata: ObjectMeta,
+    /// The controller's own status.
+    pub status: Option<ShadowPodStatus>,
+    /// `spec.pod` as JSON: read only to create the pod ([`KeptShadowPod::pod_spec`]).
+    pod_spec_json: Box<[u8]>,
+}
+
+impl KeptShadowPod {
+    /// What is kept of `shadow`.
+    pub fn new(shadow: ShadowPod) -> Self {
+        let ShadowPod {
+            mut metadata,
+            spec,
+            status,
+        } = shadow;
+        metadata.managed_fields = None;
+        Self {
+            metadata,
+            status,
+            // A PodSpec always serializes: it was deserialized from JSON a moment ago.
+            pod_spec_json: serde_json::to_vec(&spec.pod).unwrap_or_default().into(),
+        }
+    }
+
+    /// The pod spec, read again from its JSON.
+    pub fn pod_spec(&self) -> Result<PodSpec, serde_json::Error> {
+        serde_json::from_slice(&self.pod_spec_json)
+    }
+}
+
+/// The watch's event of a ShadowPod, with the ShadowPod as the store keeps it.
+pub fn kept(event: watcher::Event<ShadowPod>) -> watcher::Event<KeptShadowPod> {
+    match event {
+        watcher::Event::Apply(s) => watcher::Event::Apply(KeptShadowPod::new(s)),
+        watcher::Event::Delete(s) => watcher::Event::Delete(KeptShadowPod::new(s)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(KeptShadowPod::new(s)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// A `KeptShadowPod` is a ShadowPod to the watch machinery and to owner references: its
+/// identity is the ShadowPod's.
+impl Resource for KeptShadowPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        ShadowPod::kind(&())
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        ShadowPod::group(&())
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        ShadowPod::version(&())
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        ShadowPod::plural(&())
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shadowpod::ShadowPodSpec;
+    use k8s_openapi::api::core::v1::Container;
+
+    fn shadow() -> ShadowPod {
+        let mut shadow = ShadowPod::new(
+            "web",
+            ShadowPodSpec {
+                pod: PodSpec {
+                    containers: vec![Container {
+                        name: "c".into(),
+                        image: Some("nginx".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            },
+        );
+        shadow.metadata.namespace = Some("ns".into());
+        shadow.metadata.uid = Some("u-1".into());
+        shadow.metadata.managed_fields = Some(vec![Default::default()]);
+        shadow.status = Some(ShadowPodStatus {
+            recreations: 2,
+            ..Default::default()
+        });
+        shadow
+    }
+
+    #[test]
+    fn the_spec_comes_back_whole_and_the_identity_stays() {
+        let original = shadow();
+        let kept = KeptShadowPod::new(original.clone());
+        assert_eq!(kept.pod_spec().unwrap(), original.spec.pod);
+        assert_eq!(kept.status, original.status);
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(
+            kept.controller_owner_ref(&()),
+            original.controller_owner_ref(&())
+        );
+        assert_eq!(kept.object_ref(&()), original.object_ref(&()));
+    }
+}
