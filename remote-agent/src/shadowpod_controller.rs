@@ -35,6 +35,7 @@ use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
 
 pub mod kept_shadow;
 pub mod metadata;
+mod projection;
 pub mod provider_pod;
 #[cfg(test)]
 mod tests;

@@ -6,13 +6,11 @@
 //! it was the largest part of the ShadowPod store. A [`KeptShadowPod`] keeps the spec as the JSON
 //! the API server sent, a fraction of that, and reads it again for the rare create.
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
-use kube::Resource;
 
+use super::projection::{event_of, resource_as};
 use crate::shadowpod::{ShadowPod, ShadowPodStatus};
 
 /// What the remote agent keeps of a ShadowPod.
@@ -51,51 +49,19 @@ impl KeptShadowPod {
 
 /// The watch's event of a ShadowPod, with the ShadowPod as the store keeps it.
 pub fn kept(event: watcher::Event<ShadowPod>) -> watcher::Event<KeptShadowPod> {
-    match event {
-        watcher::Event::Apply(s) => watcher::Event::Apply(KeptShadowPod::new(s)),
-        watcher::Event::Delete(s) => watcher::Event::Delete(KeptShadowPod::new(s)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(s) => watcher::Event::InitApply(KeptShadowPod::new(s)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
+    event_of(event, KeptShadowPod::new)
 }
 
-/// A `KeptShadowPod` is a ShadowPod to the watch machinery and to owner references: its
-/// identity is the ShadowPod's.
-impl Resource for KeptShadowPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        ShadowPod::kind(&())
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        ShadowPod::group(&())
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        ShadowPod::version(&())
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        ShadowPod::plural(&())
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+// A `KeptShadowPod` is a ShadowPod to the watch machinery and to owner references: its
+// identity is the ShadowPod's.
+resource_as!(KeptShadowPod, ShadowPod);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::shadowpod::ShadowPodSpec;
     use k8s_openapi::api::core::v1::Container;
+    use kube::Resource;
 
     fn shadow() -> ShadowPod {
         let mut shadow = ShadowPod::new(

@@ -7,15 +7,13 @@
 //! only what the store's readers use (the ShadowPod controller, the status stream, capacity,
 //! pod statistics), each taken out once as the watch hands the pod over.
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
-use kube::Resource;
 
 use super::metadata::{owned_keys, Owned};
 use super::of_shadowpod;
+use super::projection::{event_of, resource_as};
 use crate::capacity::requests;
 
 /// What the remote agent keeps of a provider pod.
@@ -80,45 +78,12 @@ impl ProviderPod {
 
 /// The watch's event of a pod, with the pod as the store keeps it.
 pub fn kept(event: watcher::Event<Pod>) -> watcher::Event<ProviderPod> {
-    match event {
-        watcher::Event::Apply(pod) => watcher::Event::Apply(ProviderPod::new(pod)),
-        watcher::Event::Delete(pod) => watcher::Event::Delete(ProviderPod::new(pod)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(pod) => watcher::Event::InitApply(ProviderPod::new(pod)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
+    event_of(event, ProviderPod::new)
 }
 
-/// A `ProviderPod` is a Pod to the watch machinery (stores, object references): its identity
-/// is the pod's.
-impl Resource for ProviderPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Pod::kind(&())
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        Pod::group(&())
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        Pod::version(&())
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        Pod::plural(&())
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+// A `ProviderPod` is a Pod to the watch machinery (stores, object references): its identity
+// is the pod's.
+resource_as!(ProviderPod, Pod);
 
 #[cfg(test)]
 mod tests {
