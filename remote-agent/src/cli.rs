@@ -224,6 +224,16 @@ pub struct Args {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub apply_concurrency_total: u16,
 
+    /// Writes a second one tenant may start while other tenants are writing too (a write
+    /// started in the last 2s). Seats bound what a tenant holds in flight, not how fast it
+    /// goes: one seat kept busy still loads the provider API server and etcd, and near their
+    /// capacity every other tenant's write queues behind it. A tenant writing now and then
+    /// never meets the limit (a quarter second of it may start at once); a tenant writing
+    /// alone is held by --apply-concurrency only. Raise it with the provider API server's
+    /// capacity; 0 turns the limit off.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub tenant_write_rate: u32,
+
     /// ShadowPods the controller reconciles at the same time, across all tenants (each one's
     /// changes in order), so that one tenant's slow pod creates (a provider admission webhook
     /// timing out, say) do not hold up every other tenant's pods. A new pod takes four

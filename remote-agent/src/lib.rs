@@ -315,6 +315,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         write_share: sync::share::WriteShare::new(
             usize::from(args.apply_concurrency_total),
             usize::from(args.apply_concurrency),
+            args.tenant_write_rate,
         ),
         started: std::time::Instant::now(),
         client,

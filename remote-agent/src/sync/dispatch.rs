@@ -207,7 +207,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_object_in_order_others_alongside_newest_upsert_wins() {
-        let d = Dispatcher::new(super::super::share::WriteShare::new(4, 4).session());
+        let d = Dispatcher::new(super::super::share::WriteShare::new(4, 4, 0).session());
         let seen = Arc::new(Mutex::new(Vec::new()));
         let handle = |seen: Arc<Mutex<Vec<String>>>| {
             move |m: LocalMessage| {

@@ -10,6 +10,14 @@
 //! [`ACTIVE_WINDOW`], at least one. A tenant writing now and then is not held back (one seat
 //! is all it uses); one with a backlog gets its share, and more as the others go quiet.
 //!
+//! Seats bound what a tenant holds in flight, not how fast it writes: one seat held without a
+//! pause still keeps the provider's API server and etcd busy, and on a provider near its
+//! capacity every other tenant's write queues behind that backlog (BENCHMARKS.md, "Four times
+//! the samples per tenant": one seat at 284 writes/s for 240 s moved the quiet tenants' p99
+//! 7.5-fold). So while others write, a tenant also starts at most `--tenant-write-rate`
+//! writes a second ([`Bucket`]); a tenant writing now and then never meets that limit, and
+//! one writing alone is held by its seats only.
+//!
 //! The count of active tenants is refreshed at most every [`RECOUNT_EVERY`], by whichever
 //! tenant asks first, so a seat costs two atomic loads, not a walk over every tenant.
 
@@ -28,10 +36,51 @@ const RECOUNT_EVERY: Duration = Duration::from_millis(250);
 /// when none of its own writes ended meanwhile.
 const RECHECK_EVERY: Duration = Duration::from_millis(100);
 
+/// How many writes a tenant may start at once, in seconds of its rate, once it has been
+/// held: a quarter second, so a tenant held at 100/s starts 25 in a row at most.
+const BURST_SECONDS: f64 = 0.25;
+
 /// Seats a tenant may hold: an even share of `total` among `writing` tenants, at least one,
 /// at most `per_tenant`.
 pub fn seats(total: usize, per_tenant: usize, writing: usize) -> usize {
     (total / writing.max(1)).clamp(1, per_tenant.max(1))
+}
+
+/// A token bucket: `rate` writes a second, up to [`BURST_SECONDS`] of them saved up.
+#[derive(Debug)]
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    filled_at: Instant,
+}
+
+impl Bucket {
+    fn new(rate: f64, now: Instant) -> Self {
+        let mut bucket = Self {
+            rate,
+            tokens: 0.0,
+            filled_at: now,
+        };
+        bucket.tokens = bucket.capacity();
+        bucket
+    }
+
+    fn capacity(&self) -> f64 {
+        (self.rate * BURST_SECONDS).max(1.0)
+    }
+
+    /// Takes one write if the bucket has it; otherwise how long until it will.
+    fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let earned = now.saturating_duration_since(self.filled_at).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + earned).min(self.capacity());
+        self.filled_at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+        }
+    }
 }
 
 /// The provider-wide share, one per agent.
@@ -43,6 +92,8 @@ pub struct WriteShare {
 struct Shared {
     total: usize,
     per_tenant: usize,
+    /// Writes a second one tenant may start while others write; `None`: no limit.
+    rate_while_shared: Option<f64>,
     epoch: Instant,
     /// Every open session's activity; dead ones are pruned at a recount.
     sessions: Mutex<Vec<Weak<Activity>>>,
@@ -59,12 +110,14 @@ struct Activity {
 }
 
 impl WriteShare {
-    /// `total` seats shared among writing tenants, each holding at most `per_tenant`.
-    pub fn new(total: usize, per_tenant: usize) -> Self {
+    /// `total` seats shared among writing tenants, each holding at most `per_tenant` and,
+    /// while others write, starting at most `rate_while_shared` writes a second (0: no limit).
+    pub fn new(total: usize, per_tenant: usize, rate_while_shared: u32) -> Self {
         Self {
             inner: Arc::new(Shared {
                 total: total.max(1),
                 per_tenant: per_tenant.max(1),
+                rate_while_shared: (rate_while_shared > 0).then_some(f64::from(rate_while_shared)),
                 epoch: Instant::now(),
                 sessions: Mutex::default(),
                 writing: AtomicUsize::new(0),
@@ -78,6 +131,10 @@ impl WriteShare {
         let activity = Arc::new(Activity::default());
         self.inner.sessions.locked().push(Arc::downgrade(&activity));
         Seats {
+            bucket: self
+                .inner
+                .rate_while_shared
+                .map(|rate| Mutex::new(Bucket::new(rate, Instant::now()))),
             shared: self.inner.clone(),
             activity,
             taken: Mutex::new(0),
@@ -133,6 +190,8 @@ pub struct Seats {
     activity: Arc<Activity>,
     taken: Mutex<usize>,
     freed: Notify,
+    /// The session's rate while others write, if the share has one.
+    bucket: Option<Mutex<Bucket>>,
 }
 
 /// A seat held; given back when dropped.
@@ -148,12 +207,24 @@ impl Drop for Seat {
 }
 
 impl Seats {
+    /// Tenants writing now, this session's among them even before the recount sees it.
+    fn writing(&self) -> usize {
+        self.shared.recount_if_stale();
+        self.shared.writing.load(Ordering::Relaxed).max(1)
+    }
+
     /// What this session may hold now.
     pub fn allowed(&self) -> usize {
-        self.shared.recount_if_stale();
-        // This session counts as writing even before the recount sees it.
-        let writing = self.shared.writing.load(Ordering::Relaxed).max(1);
-        seats(self.shared.total, self.shared.per_tenant, writing)
+        seats(self.shared.total, self.shared.per_tenant, self.writing())
+    }
+
+    /// Whether the session may start a write now as far as its rate goes; if not, how long
+    /// until it may. Only while others write: alone, a tenant is held by its seats only.
+    fn paced(&self) -> Result<(), Duration> {
+        match &self.bucket {
+            Some(bucket) if self.writing() > 1 => bucket.locked().take(Instant::now()),
+            _ => Ok(()),
+        }
     }
 
     /// Waits for a seat within the session's share, and marks the tenant as writing.
@@ -166,18 +237,30 @@ impl Seats {
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            {
+            let wait = {
                 let mut taken = self.taken.locked();
                 if *taken < self.allowed() {
-                    *taken += 1;
-                    return Seat {
-                        seats: self.clone(),
-                    };
+                    match self.paced() {
+                        Ok(()) => {
+                            *taken += 1;
+                            return Seat {
+                                seats: self.clone(),
+                            };
+                        }
+                        // A seat is free; the rate is what holds it. Ending writes change
+                        // nothing there, so only the time is waited for.
+                        Err(until_paced) => Some(until_paced.min(RECHECK_EVERY)),
+                    }
+                } else {
+                    None
                 }
-            }
-            tokio::select! {
-                () = freed => {}
-                () = tokio::time::sleep(RECHECK_EVERY) => {}
+            };
+            match wait {
+                Some(until_paced) => tokio::time::sleep(until_paced).await,
+                None => tokio::select! {
+                    () = freed => {}
+                    () = tokio::time::sleep(RECHECK_EVERY) => {}
+                },
             }
         }
     }
@@ -203,7 +286,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_tenant_gets_fewer_seats_while_another_writes_and_more_once_it_stops() {
-        let share = WriteShare::new(4, 4);
+        let share = WriteShare::new(4, 4, 0);
         let noisy = Arc::new(share.session());
         let mut held = Vec::new();
         for _ in 0..4 {
@@ -230,7 +313,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_share_grows_back_when_the_other_tenant_has_been_quiet_a_while() {
-        let share = WriteShare::new(2, 2);
+        let share = WriteShare::new(2, 2, 0);
         let busy = Arc::new(share.session());
         let other = Arc::new(share.session());
         drop(other.take().await);
@@ -251,8 +334,62 @@ mod tests {
     }
 
     #[test]
+    fn the_bucket_lets_a_quarter_second_through_then_paces_at_the_rate() {
+        let start = Instant::now();
+        let mut bucket = Bucket::new(100.0, start);
+        for _ in 0..25 {
+            assert_eq!(bucket.take(start), Ok(()));
+        }
+        let wait = bucket.take(start).expect_err("the burst is spent");
+        assert!(wait > Duration::from_millis(9) && wait <= Duration::from_millis(10));
+        assert_eq!(bucket.take(start + Duration::from_millis(10)), Ok(()));
+        assert!(bucket.take(start + Duration::from_millis(10)).is_err());
+        assert_eq!(
+            Bucket::new(2.0, start).capacity(),
+            1.0,
+            "a slow rate still lets one write through"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tenant_is_paced_only_while_another_writes() {
+        let share = WriteShare::new(16, 16, 20);
+        let busy = Arc::new(share.session());
+        let started = Instant::now();
+        for _ in 0..40 {
+            drop(busy.take().await);
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "alone: seats only, no rate ({:?})",
+            started.elapsed()
+        );
+
+        let quiet = Arc::new(share.session());
+        drop(quiet.take().await);
+        tokio::time::sleep(RECOUNT_EVERY + Duration::from_millis(50)).await;
+        assert_eq!(share.writing(), 2);
+        let started = Instant::now();
+        // The bucket holds five (a quarter second at 20/s); ten more take half a second.
+        for _ in 0..15 {
+            drop(busy.take().await);
+        }
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(450) && took < Duration::from_millis(900),
+            "while another writes: 20 a second after the burst ({took:?})"
+        );
+        let quiet_started = Instant::now();
+        drop(quiet.take().await);
+        assert!(
+            quiet_started.elapsed() < Duration::from_millis(20),
+            "the quiet tenant's own bucket is full"
+        );
+    }
+
+    #[test]
     fn a_closed_session_no_longer_counts() {
-        let share = WriteShare::new(8, 8);
+        let share = WriteShare::new(8, 8, 0);
         let gone = share.session();
         gone.activity.last_write_ms.store(1, Ordering::Relaxed);
         drop(gone);

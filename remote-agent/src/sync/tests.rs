@@ -84,7 +84,7 @@ fn mk_session(
         applier: applier(client.clone()),
         metrics: metrics.clone(),
         shutdown: CancellationToken::new(),
-        write_share: super::share::WriteShare::new(4, 4),
+        write_share: super::share::WriteShare::new(4, 4, 0),
         started: std::time::Instant::now(),
         client,
         tenant_expiry: None,
