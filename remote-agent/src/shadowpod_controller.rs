@@ -133,14 +133,13 @@ pub fn spawn(
 
     let shadow_events = feed
         .feeding(
+            // Every pod is kept twice, as its ShadowPod and as itself: only what is read of
+            // each stays (memory per pod), and the ShadowPod is decoded as that directly.
             watcher(
-                Api::<ShadowPod>::all(client.clone()),
+                Api::<KeptShadowPod>::all(client.clone()),
                 watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
             )
-            .default_backoff()
-            // Every pod is kept twice, as its ShadowPod and as itself: only what is read of
-            // each stays (memory per pod).
-            .map_ok(kept_shadow::kept),
+            .default_backoff(),
         )
         .reflect(shadows_writer)
         .touched_objects();
