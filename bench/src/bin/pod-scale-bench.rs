@@ -13,7 +13,7 @@
 //!   from the provider's answer to the origin's watch first seeing it. Goal: p99 at most 1 s
 //!   at 50 changes a second.
 //! - **Memory**: each agent's resident memory before the pods and after, per pod (goal: at
-//!   most 10 KB each).
+//!   most 10 KB each), and again after the agents have been idle a while (`--idle-seconds`).
 //!
 //! It starts and stops everything itself.
 
@@ -54,6 +54,11 @@ struct Args {
     /// Length of the steady phase, seconds.
     #[arg(long, default_value_t = 60)]
     status_seconds: u64,
+    /// After the steady phase, how long both agents are left idle before their memory is
+    /// read again: what stays resident then is what they hold, not what the burst left in
+    /// the allocator. 0 skips that reading.
+    #[arg(long, default_value_t = 120)]
+    idle_seconds: u64,
     /// How long offloading every pod may take, seconds.
     #[arg(long, default_value_t = 1800)]
     timeout_seconds: u64,
@@ -295,6 +300,16 @@ async fn main() -> anyhow::Result<()> {
         back_steady.push(seen.saturating_duration_since(*at));
     }
     let (steady_p50, steady_p99) = p50_p99(&mut back_steady);
+    let rss_idle = if args.idle_seconds > 0 {
+        say(
+            started,
+            &format!("idle {} s before reading memory again", args.idle_seconds),
+        );
+        tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+        Some(pids.map(|(_, pid)| rss_bytes(pid)))
+    } else {
+        None
+    };
 
     let per_pod = |i: usize| rss_after[i].saturating_sub(rss_before[i]) as f64 / args.pods as f64;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
@@ -331,6 +346,14 @@ async fn main() -> anyhow::Result<()> {
             mib(rss_after[i]),
             per_pod(i)
         );
+        if let Some(idle) = &rss_idle {
+            println!(
+                "| {name} memory after {} s idle: resident / per pod | {:.1} MiB / **{:.0} bytes** |",
+                args.idle_seconds,
+                mib(idle[i]),
+                idle[i].saturating_sub(rss_before[i]) as f64 / args.pods as f64
+            );
+        }
     }
     let report = json!({
         "args": {"pods": args.pods, "parallel": args.parallel, "status_rate": args.status_rate,
@@ -344,6 +367,8 @@ async fn main() -> anyhow::Result<()> {
         "rss_bytes": {"local_agent": [rss_before[0], rss_after[0]],
             "remote_agent": [rss_before[1], rss_after[1]]},
         "bytes_per_pod": {"local_agent": per_pod(0), "remote_agent": per_pod(1)},
+        "rss_bytes_after_idle": rss_idle.map(|idle| json!({"idle_seconds": args.idle_seconds,
+            "local_agent": idle[0], "remote_agent": idle[1]})),
     });
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;

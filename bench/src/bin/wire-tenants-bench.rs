@@ -16,8 +16,9 @@
 //!   against the median tenant's (goal: at most 1.5).
 //! - **A noisy neighbour**: the same steady load again while one more tenant pipelines a
 //!   burst of its own (every request sent without waiting, answers read as they come), over
-//!   and over until the phase ends. Each quiet tenant's p99 against its own quiet-phase p99
-//!   (goal: no tenant above 2x).
+//!   and over until the window ends. Each quiet tenant's p99 against its own quiet p99 (goal:
+//!   no tenant above 2x). The quiet and the noisy windows alternate over `--rounds` rounds, so
+//!   that what drifts over a run weighs on both alike; `--noisy-idle` is the control.
 //! - The remote agent's resident memory with no tenant, every tenant connected, and every
 //!   tenant's objects written: per connected tenant and per object.
 //!
@@ -68,6 +69,14 @@ struct Args {
     /// until it ends (0 skips it).
     #[arg(long, default_value_t = 10_000)]
     noisy_objects: usize,
+    /// The steady phases are taken in this many rounds, each a quiet window and a window with
+    /// the noisy tenant (order alternating), so that what drifts over the run weighs on both.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
+    /// A control run: the noisy tenant connects for its windows but writes nothing, so the
+    /// ratios show what the windows move by themselves, without a noisy neighbour.
+    #[arg(long)]
+    noisy_idle: bool,
     /// An extra flag for the remote agent (repeatable), e.g. `--remote-arg=--apply-concurrency=4`
     /// to compare settings in runs of one build.
     #[arg(long = "remote-arg", allow_hyphen_values = true)]
@@ -218,17 +227,19 @@ struct Noise {
     took: Duration,
 }
 
-/// The noisy tenant: pipelines its `objects` ConfigMaps, every request sent without waiting
-/// and the answers read as they come, and once all are written starts over with each one
-/// changed, until `stop` (so every quiet sample of the phase is taken under the burst, not
-/// only those of its first seconds). Each pass writes `objects` at least once.
+/// The noisy tenant during one window: pipelines its `objects` ConfigMaps, every request sent
+/// without waiting and the answers read as they come, and once all are written starts over
+/// with each one changed, until `stop` (so every quiet sample of the window is taken under the
+/// burst, not only those of its first seconds); then waits for the answers of what it sent,
+/// and gives its stream back for the next window. With no objects it writes nothing (the
+/// control run).
 async fn noisy_burst(
-    mut wire: Wire,
-    namespace: String,
+    (mut wire, namespace): (Wire, String),
     objects: usize,
     data_bytes: usize,
+    window: u64,
     stop: tokio_util::sync::CancellationToken,
-) -> anyhow::Result<Noise> {
+) -> anyhow::Result<(Noise, (Wire, String))> {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     let start = Instant::now();
@@ -237,21 +248,27 @@ async fn noisy_burst(
     let done = Arc::new(AtomicBool::new(false));
     let sending = tokio::spawn({
         let (sent, done) = (sent.clone(), done.clone());
+        let namespace = namespace.clone();
         async move {
-            let mut revision = 0u64;
+            // Revisions go on from window to window on the one stream.
+            let mut revision = window << 32;
             'passes: for pass in 0.. {
+                if objects == 0 {
+                    stop.cancelled().await;
+                    break;
+                }
                 for i in 0..objects {
+                    if stop.is_cancelled() {
+                        break 'passes;
+                    }
                     // A pass's payload differs from the last one's, so each is a real write.
                     let mut cm = config_map(&namespace, &format!("n-{i:05}"), "noisy", data_bytes);
-                    cm["data"]["pass"] = json!(pass.to_string());
+                    cm["data"]["pass"] = json!(format!("{window}-{pass}"));
                     revision += 1;
                     if sender.send(upsert_message(&cm, revision)).await.is_err() {
                         break 'passes;
                     }
                     sent.fetch_add(1, Ordering::SeqCst);
-                }
-                if stop.is_cancelled() {
-                    break;
                 }
             }
             done.store(true, Ordering::SeqCst);
@@ -277,10 +294,13 @@ async fn noisy_burst(
         }
     }
     sending.await?;
-    Ok(Noise {
-        writes: answered,
-        took: start.elapsed(),
-    })
+    Ok((
+        Noise {
+            writes: answered,
+            took: start.elapsed(),
+        },
+        (wire, namespace),
+    ))
 }
 
 #[tokio::main]
@@ -338,13 +358,85 @@ async fn main() -> anyhow::Result<()> {
     let per_tenant_rate = args.steady_rate / args.tenants as f64;
     let steady_n = (per_tenant_rate * args.steady_seconds as f64).ceil() as usize;
     let pace = Duration::from_secs_f64(1.0 / per_tenant_rate);
+    // The quiet and the noisy windows alternate (quiet then noisy, then noisy then quiet, ...),
+    // so that what drifts over the run (the provider's objects growing, its compactions)
+    // weighs on both alike: in one quiet phase followed by one noisy phase of 240 s, a
+    // control run with the noisy tenant writing nothing moved the second phase's p99 7.6x.
+    let noisy = args.noisy_objects > 0;
+    let rounds = if noisy { args.rounds.max(1) } else { 1 };
+    let window_n = steady_n.div_ceil(rounds);
     say(&format!(
-        "steady: {:.0} new ConfigMaps/s over all tenants for {} s",
-        args.steady_rate, args.steady_seconds
+        "steady: {:.0} new ConfigMaps/s over all tenants, {} s{}",
+        args.steady_rate,
+        args.steady_seconds,
+        if noisy {
+            format!(
+                " quiet and {} s while one more tenant pipelines its {} ConfigMaps{}, in {rounds} rounds of alternating windows",
+                args.steady_seconds,
+                args.noisy_objects,
+                if args.noisy_idle { " (control: it writes nothing)" } else { "" }
+            )
+        } else {
+            String::new()
+        }
     ));
-    let cpu1 = cpu_seconds(remote);
-    let quiet = steady(&mut tenants, &seen, steady_n, args.data_bytes, 1, pace).await?;
-    let steady_cpu = cpu_seconds(remote) - cpu1;
+    let mut noisy_wire = if noisy {
+        Some(open(&peering, args.tenants + 1).await?)
+    } else {
+        None
+    };
+    let mut quiet: Vec<Vec<Duration>> = vec![Vec::new(); tenants.len()];
+    let mut loud: Vec<Vec<Duration>> = vec![Vec::new(); tenants.len()];
+    let mut noise_total = Noise {
+        writes: 0,
+        took: Duration::ZERO,
+    };
+    let mut steady_cpu = 0.0;
+    let mut window = 0u64;
+    for round in 0..rounds {
+        let noisy_first = round % 2 == 1;
+        for noisy_now in [noisy_first, !noisy_first] {
+            if noisy_now && !noisy {
+                continue;
+            }
+            window += 1;
+            let samples = if noisy_now {
+                let stream = noisy_wire.take().context("the noisy tenant's stream")?;
+                let stop = tokio_util::sync::CancellationToken::new();
+                let writer = tokio::spawn(noisy_burst(
+                    stream,
+                    if args.noisy_idle {
+                        0
+                    } else {
+                        args.noisy_objects
+                    },
+                    args.data_bytes,
+                    window,
+                    stop.clone(),
+                ));
+                let samples =
+                    steady(&mut tenants, &seen, window_n, args.data_bytes, window, pace).await;
+                stop.cancel();
+                let (noise, wire) = writer.await??;
+                noise_total.writes += noise.writes;
+                noise_total.took += noise.took;
+                noisy_wire = Some(wire);
+                samples?
+            } else {
+                let cpu = cpu_seconds(remote);
+                let samples =
+                    steady(&mut tenants, &seen, window_n, args.data_bytes, window, pace).await?;
+                steady_cpu += cpu_seconds(remote) - cpu;
+                samples
+            };
+            let pool = if noisy_now { &mut loud } else { &mut quiet };
+            for (pooled, tenant) in pool.iter_mut().zip(samples) {
+                pooled.extend(tenant);
+                pooled.sort();
+            }
+        }
+    }
+    let steady_n = window_n * rounds;
     let quiet_figures = per_tenant(&quiet);
     let quiet_p99: Vec<f64> = quiet_figures.iter().map(|f| f.1).collect();
     let all_quiet: Vec<Duration> = {
@@ -352,34 +444,15 @@ async fn main() -> anyhow::Result<()> {
         all.sort();
         all
     };
-
-    let mut noisy_result = None;
-    if args.noisy_objects > 0 {
-        say(&format!(
-            "the same steady load while one more tenant pipelines its {} ConfigMaps, again and again",
-            args.noisy_objects
-        ));
-        let (noisy_wire, noisy_ns) = open(&peering, args.tenants + 1).await?;
-        let stop = tokio_util::sync::CancellationToken::new();
-        let noisy = tokio::spawn(noisy_burst(
-            noisy_wire,
-            noisy_ns,
-            args.noisy_objects,
-            args.data_bytes,
-            stop.clone(),
-        ));
-        let loud = steady(&mut tenants, &seen, steady_n, args.data_bytes, 2, pace).await;
-        stop.cancel();
-        let noisy_took = noisy.await??;
-        let loud = loud?;
+    let noisy_result = noisy.then(|| {
         let loud_figures = per_tenant(&loud);
         let ratios: Vec<f64> = loud_figures
             .iter()
             .zip(&quiet_figures)
             .map(|(l, q)| l.1 / q.1)
             .collect();
-        noisy_result = Some((noisy_took, loud_figures, ratios));
-    }
+        (noise_total, loud_figures, ratios)
+    });
 
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let per_tenant_kib =
@@ -426,21 +499,22 @@ async fn main() -> anyhow::Result<()> {
         let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
         let loud_p99: Vec<f64> = loud.iter().map(|f| f.1).collect();
         println!(
-            "| a noisy tenant pipelining its {} ConfigMaps over and over | {} writes in {:.1} s ({:.0}/s) |",
+            "| a noisy tenant pipelining its {} ConfigMaps over and over{} | {} writes in {:.1} s ({:.0}/s) |",
             args.noisy_objects,
+            if args.noisy_idle { " (control: connected, writing nothing)" } else { "" },
             noise.writes,
             noise.took.as_secs_f64(),
             noise.writes as f64 / noise.took.as_secs_f64()
         );
         println!("| meanwhile, p99 per tenant, median / worst | {:.1} / {:.1} ms (median {:.2}x the quiet phase's) |", median(&loud_p99), loud_p99.iter().copied().fold(0.0, f64::max), median(&loud_p99) / median(&quiet_p99));
         println!("| each quiet tenant's p99 against its own quiet p99: median / 90th percentile / worst | {:.2}x / {:.2}x / **{:.2}x** (goal ≤ 2) |", at(0.5), at(0.9), at(1.0));
-        noisy_json = json!({"objects": args.noisy_objects, "writes": noise.writes,
+        noisy_json = json!({"objects": args.noisy_objects, "idle": args.noisy_idle, "writes": noise.writes,
             "seconds": noise.took.as_secs_f64(),
             "p99_ms_per_tenant": loud_p99, "ratio_to_quiet": ratios});
     }
     let report = json!({
         "args": {"tenants": args.tenants, "objects": args.objects, "data_bytes": args.data_bytes,
-            "steady_rate": args.steady_rate, "steady_seconds": args.steady_seconds,
+            "steady_rate": args.steady_rate, "steady_seconds": args.steady_seconds, "rounds": args.rounds, "noisy_idle": args.noisy_idle,
             "remote_args": args.remote_args},
         "burst": {"seconds": burst_secs, "objects_per_second": total as f64 / burst_secs,
             "tenant_done_seconds": done, "remote_cpu_seconds": burst_cpu},

@@ -5,6 +5,7 @@
 //! refused a pod past its pod quota; objects over the per-kind count or the byte quota
 //! are refused with a Warning event on the origin object; the twin namespace carries the quota
 //! as a ResourceQuota; the usage shows in the metrics and in the virtual node's capacity.
+//! And a tenant pipelining writes beside another is held to its write rate.
 
 #![allow(
     clippy::unwrap_used,
@@ -318,5 +319,92 @@ async fn a_tenant_at_its_quota_waits_with_the_reason_while_another_tenant_runs()
     println!(
         "quota changed to 400m: the virtual node and the ResourceQuota followed within {:.1?}",
         changed.elapsed()
+    );
+}
+
+/// While another tenant writes, a tenant pipelining ConfigMaps starts at most
+/// `--tenant-write-rate` of them a second (100 by default, after a quarter second's worth at
+/// once), however many seats the provider has free; the other tenant, writing ten a second, is
+/// never held by it. The remote agent runs with the flags `deploy/` ships.
+#[tokio::test]
+async fn a_tenant_pipelining_beside_another_is_held_to_its_write_rate() {
+    use refract_e2e::wire::upsert_message;
+    use refract_wire::proto::remote_message;
+
+    const PIPELINED: usize = 600;
+    let p = Peering::start(false).await.expect("peering");
+    let mut noisy = p.bystander("noisy").await;
+    let mut quiet = p.bystander("quiet").await;
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let quiet_writes = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut took = Vec::new();
+            for i in 0.. {
+                if stop.is_cancelled() {
+                    break;
+                }
+                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("q{}", i % 5), "namespace": "shop-quiet"},
+                    "data": {"i": i.to_string()}});
+                let started = std::time::Instant::now();
+                let answer = quiet.upsert(&cm).await.expect("the quiet tenant's answer");
+                assert_eq!(answer.outcome, Outcome::Applied, "{answer:?}");
+                took.push(started.elapsed());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            took
+        }
+    });
+    // The remote agent recounts the tenants writing every 250 ms.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let sender = noisy.sender();
+    let started = std::time::Instant::now();
+    let sending = tokio::spawn(async move {
+        for i in 0..PIPELINED {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("n-{i:04}"), "namespace": "shop-noisy"},
+                "data": {"i": i.to_string()}});
+            sender
+                .send(upsert_message(&cm, i as u64 + 1))
+                .await
+                .expect("the noisy tenant's stream is open");
+        }
+    });
+    let mut answered = 0;
+    while answered < PIPELINED {
+        let message = tokio::time::timeout(Duration::from_secs(60), noisy.next_message())
+            .await
+            .expect("the noisy tenant's answers keep coming")
+            .expect("the noisy tenant's stream")
+            .expect("the remote agent keeps the noisy tenant's stream open");
+        if let Some(remote_message::Kind::Ack(ack)) = message.kind {
+            assert_eq!(ack.outcome, Outcome::Applied as i32, "{ack:?}");
+            answered += 1;
+        }
+    }
+    let took = started.elapsed();
+    sending.await.unwrap();
+    stop.cancel();
+    let mut quiet_took = quiet_writes.await.unwrap();
+    quiet_took.sort();
+    let quiet_p99 = quiet_took[(quiet_took.len() * 99).div_ceil(100) - 1];
+    println!(
+        "{PIPELINED} ConfigMaps pipelined beside another tenant: {:.1} s ({:.0} a second); \
+         the other tenant's {} writes meanwhile: p99 {quiet_p99:?}",
+        took.as_secs_f64(),
+        PIPELINED as f64 / took.as_secs_f64(),
+        quiet_took.len()
+    );
+    // 25 at once, then 100 a second: at least 5.75 s for 600.
+    assert!(
+        took >= Duration::from_millis(5_500),
+        "{PIPELINED} writes beside another tenant in {took:?}: not held to 100 a second"
+    );
+    assert!(
+        quiet_p99 < Duration::from_secs(2),
+        "the quiet tenant's writes waited: p99 {quiet_p99:?}"
     );
 }
