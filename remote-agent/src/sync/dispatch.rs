@@ -2,7 +2,8 @@
 //!
 //! A request starts as soon as the session holds fewer writes than its share of the provider
 //! ([`share`](super::share)), unless a request for the same object is under way: then it
-//! waits behind it, without holding a seat. What waits is
+//! waits behind it, without holding a seat, and then runs on that request's seat once the
+//! tenant's rate allows (see [`Seat::pace`](super::share::Seat::pace)). What waits is
 //! coalesced per object (see [`coalesce`]): at most two requests per object under way. The reader waits for
 //! a seat, so a busy provider slows the tenant's stream down instead of queueing without
 //! bound.
@@ -91,6 +92,10 @@ impl Dispatcher {
                 let mut next = Some(message);
                 while let Some(m) = next.take() {
                     handle(m).await;
+                    let more = waiting.locked().get(&key).is_some_and(|q| !q.is_empty());
+                    if more {
+                        seat.pace().await;
+                    }
                     let mut w = waiting.locked();
                     next = w.get_mut(&key).and_then(VecDeque::pop_front);
                     if next.is_none() {

@@ -199,6 +199,21 @@ pub struct Seat {
     seats: Arc<Seats>,
 }
 
+impl Seat {
+    /// Waits until the tenant's rate lets it start one more write on this seat: a further
+    /// write of the same object, which rides the seat of the one before it, meets the rate
+    /// like any other (or a tenant rewriting one object would outrun it).
+    pub async fn pace(&self) {
+        loop {
+            self.seats.mark_writing();
+            match self.seats.paced() {
+                Ok(()) => return,
+                Err(until_paced) => tokio::time::sleep(until_paced.min(RECHECK_EVERY)).await,
+            }
+        }
+    }
+}
+
 impl Drop for Seat {
     fn drop(&mut self) {
         *self.seats.taken.locked() -= 1;
@@ -211,6 +226,13 @@ impl Seats {
     fn writing(&self) -> usize {
         self.shared.recount_if_stale();
         self.shared.writing.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Marks the tenant as writing, for the others' shares.
+    fn mark_writing(&self) {
+        self.activity
+            .last_write_ms
+            .store(self.shared.now_ms() + 1, Ordering::Relaxed);
     }
 
     /// What this session may hold now.
@@ -231,9 +253,7 @@ impl Seats {
     pub async fn take(self: &Arc<Self>) -> Seat {
         loop {
             // Waiting to write is writing, for the others' shares.
-            self.activity
-                .last_write_ms
-                .store(self.shared.now_ms() + 1, Ordering::Relaxed);
+            self.mark_writing();
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
@@ -384,6 +404,27 @@ mod tests {
         assert!(
             quiet_started.elapsed() < Duration::from_millis(20),
             "the quiet tenant's own bucket is full"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_write_riding_an_earlier_write_s_seat_meets_the_rate_too() {
+        let share = WriteShare::new(16, 16, 20);
+        let busy = Arc::new(share.session());
+        let quiet = Arc::new(share.session());
+        let seat = busy.take().await;
+        drop(quiet.take().await);
+        tokio::time::sleep(RECOUNT_EVERY + Duration::from_millis(50)).await;
+        assert_eq!(share.writing(), 2);
+        let started = Instant::now();
+        // The quarter second's five (the seat was taken alone, unpaced), then ten at 20/s.
+        for _ in 0..15 {
+            seat.pace().await;
+        }
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(450) && took < Duration::from_millis(900),
+            "the same seat's further writes: 20 a second after the burst ({took:?})"
         );
     }
 
