@@ -252,21 +252,18 @@ async fn noisy_burst(
         async move {
             // Revisions go on from window to window on the one stream.
             let mut revision = window << 32;
-            'passes: for pass in 0.. {
-                if objects == 0 {
-                    stop.cancelled().await;
-                    break;
-                }
-                for i in 0..objects {
-                    if stop.is_cancelled() {
-                        break 'passes;
-                    }
+            if objects == 0 {
+                // The control: connected, writing nothing.
+                stop.cancelled().await;
+            } else {
+                let writes = (0..).flat_map(|pass| (0..objects).map(move |i| (pass, i)));
+                for (pass, i) in writes.take_while(|_| !stop.is_cancelled()) {
                     // A pass's payload differs from the last one's, so each is a real write.
                     let mut cm = config_map(&namespace, &format!("n-{i:05}"), "noisy", data_bytes);
                     cm["data"]["pass"] = json!(format!("{window}-{pass}"));
                     revision += 1;
                     if sender.send(upsert_message(&cm, revision)).await.is_err() {
-                        break 'passes;
+                        break;
                     }
                     sent.fetch_add(1, Ordering::SeqCst);
                 }
@@ -432,9 +429,11 @@ async fn main() -> anyhow::Result<()> {
             let pool = if noisy_now { &mut loud } else { &mut quiet };
             for (pooled, tenant) in pool.iter_mut().zip(samples) {
                 pooled.extend(tenant);
-                pooled.sort();
             }
         }
+    }
+    for pooled in quiet.iter_mut().chain(loud.iter_mut()) {
+        pooled.sort();
     }
     let steady_n = window_n * rounds;
     let quiet_figures = per_tenant(&quiet);

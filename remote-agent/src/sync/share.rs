@@ -55,18 +55,21 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// A full bucket.
     fn new(rate: f64, now: Instant) -> Self {
-        let mut bucket = Self {
+        Self {
             rate,
-            tokens: 0.0,
+            tokens: Self::capacity_at(rate),
             filled_at: now,
-        };
-        bucket.tokens = bucket.capacity();
-        bucket
+        }
+    }
+
+    fn capacity_at(rate: f64) -> f64 {
+        (rate * BURST_SECONDS).max(1.0)
     }
 
     fn capacity(&self) -> f64 {
-        (self.rate * BURST_SECONDS).max(1.0)
+        Self::capacity_at(self.rate)
     }
 
     /// Takes one write if the bucket has it; otherwise how long until it will.
@@ -206,7 +209,7 @@ impl Seat {
     pub async fn pace(&self) {
         loop {
             self.seats.mark_writing();
-            match self.seats.paced() {
+            match self.seats.paced_among(self.seats.writing()) {
                 Ok(()) => return,
                 Err(until_paced) => tokio::time::sleep(until_paced.min(RECHECK_EVERY)).await,
             }
@@ -235,16 +238,23 @@ impl Seats {
             .store(self.shared.now_ms() + 1, Ordering::Relaxed);
     }
 
-    /// What this session may hold now.
-    pub fn allowed(&self) -> usize {
-        seats(self.shared.total, self.shared.per_tenant, self.writing())
+    /// What this session may hold while `writing` tenants write.
+    fn allowed_among(&self, writing: usize) -> usize {
+        seats(self.shared.total, self.shared.per_tenant, writing)
     }
 
-    /// Whether the session may start a write now as far as its rate goes; if not, how long
-    /// until it may. Only while others write: alone, a tenant is held by its seats only.
-    fn paced(&self) -> Result<(), Duration> {
+    /// What this session may hold now.
+    #[cfg(test)]
+    fn allowed(&self) -> usize {
+        self.allowed_among(self.writing())
+    }
+
+    /// Whether the session may start a write now as far as its rate goes, with `writing`
+    /// tenants writing; if not, how long until it may. Only while others write: alone, a
+    /// tenant is held by its seats only.
+    fn paced_among(&self, writing: usize) -> Result<(), Duration> {
         match &self.bucket {
-            Some(bucket) if self.writing() > 1 => bucket.locked().take(Instant::now()),
+            Some(bucket) if writing > 1 => bucket.locked().take(Instant::now()),
             _ => Ok(()),
         }
     }
@@ -259,8 +269,10 @@ impl Seats {
             freed.as_mut().enable();
             let wait = {
                 let mut taken = self.taken.locked();
-                if *taken < self.allowed() {
-                    match self.paced() {
+                // One count of the writing tenants for both the share and the rate.
+                let writing = self.writing();
+                if *taken < self.allowed_among(writing) {
+                    match self.paced_among(writing) {
                         Ok(()) => {
                             *taken += 1;
                             return Seat {
@@ -371,6 +383,16 @@ mod tests {
         );
     }
 
+    /// Another tenant of `share` that has just written, once the recount counts it beside
+    /// one that already wrote.
+    async fn writing_beside(share: &WriteShare) -> Arc<Seats> {
+        let other = Arc::new(share.session());
+        drop(other.take().await);
+        tokio::time::sleep(RECOUNT_EVERY + Duration::from_millis(50)).await;
+        assert_eq!(share.writing(), 2);
+        other
+    }
+
     #[tokio::test]
     async fn a_tenant_is_paced_only_while_another_writes() {
         let share = WriteShare::new(16, 16, 20);
@@ -385,10 +407,7 @@ mod tests {
             started.elapsed()
         );
 
-        let quiet = Arc::new(share.session());
-        drop(quiet.take().await);
-        tokio::time::sleep(RECOUNT_EVERY + Duration::from_millis(50)).await;
-        assert_eq!(share.writing(), 2);
+        let quiet = writing_beside(&share).await;
         let started = Instant::now();
         // The bucket holds five (a quarter second at 20/s); ten more take half a second.
         for _ in 0..15 {
@@ -411,11 +430,8 @@ mod tests {
     async fn a_write_riding_an_earlier_write_s_seat_meets_the_rate_too() {
         let share = WriteShare::new(16, 16, 20);
         let busy = Arc::new(share.session());
-        let quiet = Arc::new(share.session());
         let seat = busy.take().await;
-        drop(quiet.take().await);
-        tokio::time::sleep(RECOUNT_EVERY + Duration::from_millis(50)).await;
-        assert_eq!(share.writing(), 2);
+        let _quiet = writing_beside(&share).await;
         let started = Instant::now();
         // The quarter second's five (the seat was taken alone, unpaced), then ten at 20/s.
         for _ in 0..15 {
