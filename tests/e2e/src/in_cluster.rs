@@ -255,6 +255,28 @@ pub async fn deploy() -> InCluster {
         agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent")
     })
     .await;
+    // Connected is not yet schedulable: the virtual node turns Ready when the remote agent's
+    // first capacity report arrives, a moment after the link comes up. A user waits for it.
+    let wait = kubectl_stdin_output(
+        &origin,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "node/refract-provider",
+            &format!("--timeout={}s", WAIT.as_secs()),
+        ],
+        "",
+    );
+    println!(
+        "$ kubectl wait --for=condition=Ready node/refract-provider\n{}",
+        String::from_utf8_lossy(&wait.stdout)
+    );
+    assert!(
+        wait.status.success(),
+        "the virtual node did not turn Ready: {}\n{}",
+        String::from_utf8_lossy(&wait.stderr),
+        agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent")
+    );
     InCluster {
         origin,
         provider,
