@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
@@ -170,9 +170,69 @@ fn record(outbox: &Outbox, tenant: &ClusterId, ns: &str, event: Event) -> bool {
                 name: involved.name.clone().unwrap_or_default(),
             }),
             origin_uid: String::new(),
-            event_json: serde_json::to_vec(&event).unwrap_or_default(),
+            event_json: serde_json::to_vec(&as_sent(event)).unwrap_or_default(),
         })),
     };
     outbox.put(tenant, subject, count, message);
     true
 }
+
+/// The part of a provider event the origin reads: its name (repeats of one event fold by
+/// name), annotations (a skip-reflection annotation), what it is about, what it says, its
+/// count, timestamps and reporter. The rest stays on the provider: managed fields, UIDs and
+/// resource versions mean nothing at the origin, and the provider's node names (`source.host`,
+/// `reportingInstance`) are not the tenant's to see. The outbox keeps each tenant's events
+/// until they expire, one per provider pod at least (the scheduler's), so what is not sent is
+/// not held either.
+fn as_sent(event: Event) -> Event {
+    let Event {
+        metadata,
+        involved_object,
+        reason,
+        message,
+        type_,
+        count,
+        first_timestamp,
+        last_timestamp,
+        event_time,
+        source,
+        action,
+        reporting_component,
+        series,
+        ..
+    } = event;
+    Event {
+        metadata: kube::api::ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            annotations: metadata.annotations,
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: involved_object.api_version,
+            kind: involved_object.kind,
+            name: involved_object.name,
+            namespace: involved_object.namespace,
+            field_path: involved_object.field_path,
+            ..Default::default()
+        },
+        reason,
+        message,
+        type_,
+        count,
+        first_timestamp,
+        last_timestamp,
+        event_time,
+        source: source.map(|s| EventSource {
+            component: s.component,
+            host: None,
+        }),
+        action,
+        reporting_component,
+        series,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

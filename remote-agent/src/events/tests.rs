@@ -1,0 +1,80 @@
+use super::*;
+
+/// The scheduler's event for a pod, as the provider's API server lists it.
+fn scheduled() -> Event {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": "pod-1.18a2b3c4d5e6f708",
+            "namespace": "scale-origin",
+            "uid": "0b5a2c1e-0000-4000-8000-000000000001",
+            "resourceVersion": "4711",
+            "creationTimestamp": "2026-12-01T19:00:00Z",
+            "annotations": {"liqo.io/skip-reflection": "true"},
+            "managedFields": [{
+                "manager": "kube-scheduler",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:count": {}, "f:message": {}, "f:reason": {}, "f:source": {"f:component": {}}}
+            }]
+        },
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "pod-1",
+            "namespace": "scale-origin",
+            "uid": "0b5a2c1e-0000-4000-8000-000000000002",
+            "resourceVersion": "4700",
+            "fieldPath": "spec.containers{app}"
+        },
+        "reason": "Scheduled",
+        "message": "Successfully assigned scale-origin/pod-1 to worker-3",
+        "type": "Normal",
+        "count": 2,
+        "firstTimestamp": "2026-12-01T19:00:00Z",
+        "lastTimestamp": "2026-12-01T19:00:05Z",
+        "source": {"component": "default-scheduler", "host": "worker-3"},
+        "reportingComponent": "default-scheduler",
+        "reportingInstance": "default-scheduler-worker-3",
+        "action": "Binding"
+    }))
+    .unwrap()
+}
+
+#[test]
+fn an_event_is_sent_with_what_the_origin_reads_and_nothing_of_the_provider_s_bookkeeping() {
+    let sent = serde_json::to_value(as_sent(scheduled())).unwrap();
+    assert_eq!(
+        sent,
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": "pod-1.18a2b3c4d5e6f708",
+                "namespace": "scale-origin",
+                "annotations": {"liqo.io/skip-reflection": "true"}
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": "pod-1",
+                "namespace": "scale-origin",
+                "fieldPath": "spec.containers{app}"
+            },
+            "reason": "Scheduled",
+            "message": "Successfully assigned scale-origin/pod-1 to worker-3",
+            "type": "Normal",
+            "count": 2,
+            "firstTimestamp": "2026-12-01T19:00:00Z",
+            "lastTimestamp": "2026-12-01T19:00:05Z",
+            "source": {"component": "default-scheduler"},
+            "reportingComponent": "default-scheduler",
+            "action": "Binding"
+        })
+    );
+    let full = serde_json::to_vec(&scheduled()).unwrap().len();
+    let slim = serde_json::to_vec(&as_sent(scheduled())).unwrap().len();
+    assert!(slim * 3 < full * 2, "{slim} bytes sent of {full}");
+}
