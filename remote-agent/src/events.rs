@@ -185,51 +185,38 @@ fn record(outbox: &Outbox, tenant: &ClusterId, ns: &str, event: Event) -> bool {
 /// until they expire, one per provider pod at least (the scheduler's), so what is not sent is
 /// not held either.
 fn as_sent(event: Event) -> Event {
-    let Event {
-        metadata,
-        involved_object,
-        reason,
-        message,
-        type_,
-        count,
-        first_timestamp,
-        last_timestamp,
-        event_time,
-        source,
-        action,
-        reporting_component,
-        series,
-        ..
-    } = event;
+    // Field by field, so a field a later Kubernetes adds to events stays here until it is
+    // named.
+    let (meta, involved) = (event.metadata, event.involved_object);
     Event {
         metadata: kube::api::ObjectMeta {
-            name: metadata.name,
-            namespace: metadata.namespace,
-            annotations: metadata.annotations,
+            name: meta.name,
+            namespace: meta.namespace,
+            annotations: meta.annotations,
             ..Default::default()
         },
         involved_object: ObjectReference {
-            api_version: involved_object.api_version,
-            kind: involved_object.kind,
-            name: involved_object.name,
-            namespace: involved_object.namespace,
-            field_path: involved_object.field_path,
+            api_version: involved.api_version,
+            kind: involved.kind,
+            name: involved.name,
+            namespace: involved.namespace,
+            field_path: involved.field_path,
             ..Default::default()
         },
-        reason,
-        message,
-        type_,
-        count,
-        first_timestamp,
-        last_timestamp,
-        event_time,
-        source: source.map(|s| EventSource {
+        reason: event.reason,
+        message: event.message,
+        type_: event.type_,
+        count: event.count,
+        first_timestamp: event.first_timestamp,
+        last_timestamp: event.last_timestamp,
+        event_time: event.event_time,
+        source: event.source.map(|s| EventSource {
             component: s.component,
             host: None,
         }),
-        action,
-        reporting_component,
-        series,
+        action: event.action,
+        reporting_component: event.reporting_component,
+        series: event.series,
         ..Default::default()
     }
 }
