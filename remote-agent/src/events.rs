@@ -180,8 +180,9 @@ fn record(outbox: &Outbox, tenant: &ClusterId, ns: &str, event: Event) -> bool {
 /// The part of a provider event the origin reads: its name (repeats of one event fold by
 /// name), annotations (a skip-reflection annotation), what it is about, what it says, its
 /// count, timestamps and reporter. The rest stays on the provider: managed fields, UIDs and
-/// resource versions mean nothing at the origin, and the provider's node names (`source.host`,
-/// `reportingInstance`) are not the tenant's to see. The outbox keeps each tenant's events
+/// resource versions mean nothing at the origin, and `source.host` and `reportingInstance`
+/// name the provider's nodes (a message may still name one: the scheduler's says where it put
+/// the pod, and it is the tenant's own pod's). The outbox keeps each tenant's events
 /// until they expire, one per provider pod at least (the scheduler's), so what is not sent is
 /// not held either.
 fn as_sent(event: Event) -> Event {
