@@ -105,8 +105,8 @@ pub async fn run(
     let mut sharing = config.sharing_percentage.clone();
     let mut last_refused: (Vec<String>, Vec<String>) = Default::default();
     loop {
-        // A tick is a health check; a new session or capacity report between ticks is news
-        // (see below for which news is shown before the next check).
+        // A tick is a health check; a new session or capacity report between ticks is news,
+        // shown before the next check only if `Health::shown_between_checks` says so.
         let is_check = tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => true,
@@ -123,12 +123,7 @@ pub async fn run(
             (Some(c), true) if !c.api_server_ready => health::Check::ProviderApiServerDown,
             (Some(_), true) => health::Check::Healthy,
         };
-        // Between checks, good news is shown at once, and so is a link that came up on a node
-        // not Ready yet (waiting for the provider's first report, which counts no failure):
-        // the node never goes on naming a link down that is up.
-        let waiting_at_first =
-            check == health::Check::WaitingForProvider && last_ready != Some(true);
-        if !is_check && check != health::Check::Healthy && !waiting_at_first {
+        if !is_check && !health.shown_between_checks(check) {
             continue;
         }
         let health::Readiness {

@@ -61,6 +61,14 @@ impl Health {
         }
     }
 
+    /// Whether `check`, seen between two periodic checks, is shown at once: good news is,
+    /// and so is a link that came up on a node not Ready yet (waiting for the provider's first
+    /// report counts no failure then), so the node never goes on naming a link down that is
+    /// up. Anything that would count as a failure waits for the next periodic check.
+    pub fn shown_between_checks(&self, check: Check) -> bool {
+        check == Check::Healthy || (check == Check::WaitingForProvider && !self.ready)
+    }
+
     /// Takes one check's result; returns the readiness to show.
     pub fn observe(&mut self, check: Check) -> Readiness {
         let (reason, what) = match check {
@@ -132,6 +140,18 @@ mod tests {
         assert!(r.message.contains("3 failed checks"), "{}", r.message);
         assert!(!h.observe(Check::LinkDown).ready);
         assert!(h.observe(Check::Healthy).ready);
+    }
+
+    #[test]
+    fn between_checks_only_news_that_counts_no_failure_is_shown() {
+        let mut h = Health::new(3);
+        assert!(h.shown_between_checks(Check::WaitingForProvider));
+        assert!(!h.shown_between_checks(Check::LinkDown));
+        assert!(h.shown_between_checks(Check::Healthy));
+        h.observe(Check::Healthy);
+        assert!(!h.shown_between_checks(Check::WaitingForProvider));
+        assert!(!h.shown_between_checks(Check::ProviderApiServerDown));
+        assert!(!Health::resumed(3, 0).shown_between_checks(Check::WaitingForProvider));
     }
 
     #[test]

@@ -12,7 +12,8 @@ use std::time::Duration;
 use refract_testkit::{ControlPlane, Options};
 
 use crate::{
-    eventually, grpcurl, kubectl, kubectl_get, kubectl_stdin, kubectl_stdin_output, run, Certs,
+    eventually, grpcurl, kubectl, kubectl_get, kubectl_stdin, kubectl_stdin_output, run,
+    until_node_ready, Certs,
 };
 
 /// Two clusters with both agents running in them, connected.
@@ -257,26 +258,10 @@ pub async fn deploy() -> InCluster {
     .await;
     // Connected is not yet schedulable: the virtual node turns Ready when the remote agent's
     // first capacity report arrives, a moment after the link comes up. A user waits for it.
-    let wait = kubectl_stdin_output(
-        &origin,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            "node/refract-provider",
-            &format!("--timeout={}s", WAIT.as_secs()),
-        ],
-        "",
-    );
-    println!(
-        "$ kubectl wait --for=condition=Ready node/refract-provider\n{}",
-        String::from_utf8_lossy(&wait.stdout)
-    );
-    assert!(
-        wait.status.success(),
-        "the virtual node did not turn Ready: {}\n{}",
-        String::from_utf8_lossy(&wait.stderr),
+    until_node_ready(&origin, WAIT, || {
         agent_state(&origin, "local-agent") + &agent_state(&provider, "remote-agent")
-    );
+    })
+    .await;
     InCluster {
         origin,
         provider,

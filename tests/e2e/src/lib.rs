@@ -727,19 +727,7 @@ impl Peering {
 
     /// Waits until the virtual node is Ready at the origin.
     pub async fn until_node_ready(&self, within: Duration) {
-        self.eventually(within, "virtual node Ready", || {
-            let s = kubectl_get(
-                &self.origin,
-                &[
-                    "node",
-                    "refract-provider",
-                    "-o",
-                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-                ],
-            )?;
-            (s == "True").then_some(())
-        })
-        .await;
+        until_node_ready(&self.origin, within, || self.failure_context()).await
     }
 
     /// Waits until the NamespaceOffloading of `namespace` reports phase Ready.
@@ -1035,6 +1023,28 @@ pub async fn eventually<T>(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Waits until the virtual node `refract-provider` is Ready in `origin`; after `within`, fails
+/// with what `context` tells.
+pub async fn until_node_ready(
+    origin: &ControlPlane,
+    within: Duration,
+    context: impl FnOnce() -> String,
+) {
+    let ready = || {
+        let s = kubectl_get(
+            origin,
+            &[
+                "node",
+                "refract-provider",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+        )?;
+        (s == "True").then_some(())
+    };
+    eventually(within, "virtual node Ready", ready, context).await
 }
 
 /// Waits until the NamespaceOffloading of `namespace` in `origin` reports phase Ready; after
