@@ -23,7 +23,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use refract_core::backoff::PerKey;
 use refract_core::forge::pod::{shadow_pod, SHADOWPOD_API_VERSION};
-use refract_core::forge::Context;
+use refract_core::forge::{Context, ForgeError};
 use refract_core::inbound::address::PodAddresses;
 use refract_core::json;
 use refract_core::keys::LOCAL_STATUS_FIELD_MANAGER;
@@ -85,7 +85,7 @@ pub struct PodOffloader {
     options: LiveOptions,
     extension: watch::Receiver<Extension>,
     recorder: Recorder,
-    store: Store<Pod>,
+    store: Store<OriginPod>,
     queue: WorkQueue<Key>,
     /// What the current session was sent, shared with every producer.
     outbox: Outbox,
@@ -100,13 +100,16 @@ pub struct PodOffloader {
     /// Statuses for pods the session has not sent yet.
     early: Mutex<Early<String, PodStatus>>,
     /// Told of every pod the watch sees change: the token reflector, so pods are watched once.
-    followers: Followers<Pod>,
+    followers: Followers<OriginPod>,
     log: Throttle,
 }
 
+mod origin_pod;
 pub mod readiness;
 mod status;
 pub mod stray;
+
+pub use origin_pod::OriginPod;
 
 use status::{EARLY_STATUSES, EARLY_STATUS_BYTES};
 
@@ -142,14 +145,15 @@ pub fn spawn(
         followers: Followers::default(),
     });
     outbox.register(Producer::Pods, o.clone());
-    let api: Api<Pod> = Api::all(client);
+    // Decoded straight into what the store keeps (`OriginPod`): the wide `Pod` is built only
+    // when a reader needs its spec.
+    let api: Api<OriginPod> = Api::all(client);
     let watch_config =
         watcher::Config::default().fields(&format!("spec.nodeName={}", config.node_name));
     let w = o.clone();
     let watch_task = async move {
         let mut events = watcher(api, watch_config)
             .backoff(crate::watch_backoff::watch_backoff())
-            .modify(refract_shared::stored::without_managed_fields::<Pod>)
             .reflect(writer)
             .touched_objects()
             .boxed();
@@ -210,7 +214,7 @@ fn origin(key: &Key) -> Origin {
     Origin::new(Producer::Pods, key.clone())
 }
 
-fn key_of(pod: &Pod) -> Key {
+fn key_of(pod: &OriginPod) -> Key {
     Key {
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),
@@ -219,12 +223,12 @@ fn key_of(pod: &Pod) -> Key {
 
 impl PodOffloader {
     /// The pods bound to the virtual node, as the watch sees them.
-    pub fn pods(&self) -> Store<Pod> {
+    pub fn pods(&self) -> Store<OriginPod> {
         self.store.clone()
     }
 
     /// Calls `follower` with every pod the watch sees change (or go) from now on.
-    pub fn follow(&self, follower: impl Fn(&Pod) + Send + Sync + 'static) {
+    pub fn follow(&self, follower: impl Fn(&OriginPod) + Send + Sync + 'static) {
         self.followers.add(follower);
     }
 
@@ -324,7 +328,7 @@ impl PodOffloader {
             }
             return;
         };
-        if pod.metadata.deletion_timestamp.is_none() && stray::aborted(pod.status.as_ref()) {
+        if pod.metadata.deletion_timestamp.is_none() && stray::aborted(pod.status().as_ref()) {
             // Aborted while its namespace was not extended: never offloaded again. Not sent,
             // so the namespace's orphan collection removes a ShadowPod left from before.
             self.outbox.delete(session, &origin(key), None).await;
@@ -362,7 +366,12 @@ impl PodOffloader {
             let _forging =
                 tracing::trace_span!(target: refract_shared::journey::TARGET, parent: &journey, "forge")
                     .entered();
-            shadow_pod(&pod, &self.config.node_name, &ctx)
+            pod.pod()
+                .map_err(|source| ForgeError::Malformed {
+                    kind: "Pod",
+                    source,
+                })
+                .and_then(|whole| shadow_pod(&whole, &self.config.node_name, &ctx))
         };
         let shadow = match forged {
             Ok(s) => s,
@@ -410,10 +419,11 @@ impl PodOffloader {
     }
 
     /// Marks a pod bound to the virtual node outside an extended namespace ([`stray`]).
-    async fn back_off(&self, key: &Key, pod: &Pod) {
+    async fn back_off(&self, key: &Key, pod: &OriginPod) {
         let node = &self.config.node_name;
         let ns = pod.namespace().unwrap_or_default();
-        let (reason, status, message) = match stray::judge(pod.status.as_ref()) {
+        let current = pod.status();
+        let (reason, status, message) = match stray::judge(current.as_ref()) {
             stray::Stray::Leave => return,
             stray::Stray::BackOff => {
                 let message = format!(
@@ -429,7 +439,7 @@ impl PodOffloader {
                 // Not ready either, so that no Service keeps sending to it. A merge patch
                 // replaces the list: the pod's other conditions are written back as they are.
                 let conditions = stray::aborted_conditions(
-                    pod.status
+                    current
                         .as_ref()
                         .and_then(|s| s.conditions.as_deref())
                         .unwrap_or_default(),
@@ -460,7 +470,7 @@ impl PodOffloader {
         }
     }
 
-    async fn write_status(&self, pod: &Pod, status: serde_json::Value) {
+    async fn write_status(&self, pod: &OriginPod, status: serde_json::Value) {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         if let Err(error) = api

@@ -34,6 +34,7 @@ use crate::extension::Extension;
 use crate::key::Key;
 use crate::link::SessionTx;
 use crate::outbox::{Answer, Origin, Outbox, Producer, Recipient, Request};
+use crate::pods::OriginPod;
 use crate::recorder::publish_event;
 use crate::reflect::queue::{Claimed, WorkQueue};
 use crate::settings::LiveOptions;
@@ -46,7 +47,7 @@ const MAX_RETRY: Duration = Duration::from_secs(60);
 pub struct TokenConfig {
     /// The pods bound to the virtual node, as the pod offloader's watch sees them; the
     /// offloader tells the token reflector of each change ([`TokenReflector::pod_changed`]).
-    pub pods: Store<Pod>,
+    pub pods: Store<OriginPod>,
     /// Renew a token once this share (percent) of its lifetime has passed.
     pub refresh_percentage: u32,
 }
@@ -86,7 +87,7 @@ pub struct TokenReflector {
     options: LiveOptions,
     extension: watch::Receiver<Extension>,
     recorder: Recorder,
-    pods: Store<Pod>,
+    pods: Store<OriginPod>,
     queue: WorkQueue<Key>,
     /// What the current session was sent, shared with every producer.
     outbox: Outbox,
@@ -148,7 +149,7 @@ fn origin(key: &Key) -> Origin {
     Origin::new(Producer::Tokens, key.clone())
 }
 
-fn key_of(pod: &Pod) -> Key {
+fn key_of(pod: &OriginPod) -> Key {
     Key {
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),
@@ -157,7 +158,7 @@ fn key_of(pod: &Pod) -> Key {
 
 impl TokenReflector {
     /// A pod on the virtual node changed (or went): its token Secret is checked.
-    pub fn pod_changed(&self, pod: &Pod) {
+    pub fn pod_changed(&self, pod: &OriginPod) {
         self.queue.add(key_of(pod));
     }
 
@@ -185,9 +186,17 @@ impl TokenReflector {
         let Some(session) = extension.session.as_ref() else {
             return;
         };
-        let pod = self
+        let kept = self
             .pods
             .get(&StoreRef::new(&key.name).within(&key.namespace));
+        // Not expected (the API server sent it); the Secret stays as it is rather than go.
+        let pod = match kept.map(|kept| kept.pod()).transpose() {
+            Ok(pod) => pod,
+            Err(error) => {
+                tracing::warn!(namespace = %key.namespace, pod = %key.name, %error, "cannot check the pod's ServiceAccount tokens");
+                return;
+            }
+        };
         let remote_ns = extension.namespaces.get(&key.namespace);
         let wanted = match (&pod, remote_ns) {
             (Some(pod), Some(remote_ns)) if pod.metadata.deletion_timestamp.is_none() => {

@@ -8,6 +8,58 @@ pub fn without_managed_fields<K: kube::Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
+/// Reads an object's metadata without its managedFields, for a projection decoded straight
+/// from the watch (`#[serde(deserialize_with = ...)]`): the entries are dropped as they are
+/// read, never held beside the rest.
+pub fn metadata_without_managed_fields<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, D::Error> {
+    let mut metadata =
+        <k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta as serde::Deserialize>::deserialize(d)?;
+    metadata.managed_fields = None;
+    Ok(metadata)
+}
+
+/// Implements `kube::Resource` for `$projection`, a struct with a `metadata: ObjectMeta` field
+/// that a watch store keeps instead of the whole `$kind` (less than the object, for memory):
+/// its kind, group, version and plural are `$kind`'s, so stores, object references and owner
+/// references treat the projection as the object itself. `$kind` must be namespaced.
+#[macro_export]
+macro_rules! resource_as {
+    ($projection:ty, $kind:ty) => {
+        impl kube::Resource for $projection {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::kind(&())
+            }
+
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::group(&())
+            }
+
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::version(&())
+            }
+
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::plural(&())
+            }
+
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;

@@ -171,7 +171,8 @@ impl PodOffloader {
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_deref());
+            let status = pod.status();
+            let conditions = status.as_ref().and_then(|s| s.conditions.as_deref());
             let Some(conditions) = readiness::unreachable_conditions(
                 conditions.unwrap_or_default(),
                 &self.config.node_name,
@@ -241,17 +242,24 @@ impl PodOffloader {
         self.written
             .locked()
             .insert(message.origin_uid.clone(), message.clone());
-        let Some(pod) = self
+        let Some(kept) = self
             .store
             .get(&StoreRef::new(&key.name).within(&key.namespace))
         else {
             return;
         };
-        if pod.uid().as_deref() != Some(message.origin_uid.as_str())
-            || pod.metadata.deletion_timestamp.is_some()
+        if kept.uid().as_deref() != Some(message.origin_uid.as_str())
+            || kept.metadata.deletion_timestamp.is_some()
         {
             return;
         }
+        let pod = match kept.pod() {
+            Ok(pod) => pod,
+            Err(error) => {
+                tracing::warn!(namespace = %key.namespace, pod = %key.name, %error, "cannot write the provider's status");
+                return;
+            }
+        };
         let remote: k8s_openapi::api::core::v1::PodStatus = match serde_json::from_slice(
             &message.status_json,
         ) {
@@ -304,6 +312,6 @@ impl PodOffloader {
                 fields.entry(k).or_insert(serde_json::Value::Null);
             }
         }
-        self.write_status(&pod, value).await;
+        self.write_status(&kept, value).await;
     }
 }

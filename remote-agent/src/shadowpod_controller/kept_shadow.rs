@@ -9,17 +9,16 @@
 
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::projection::resource_as;
 use crate::shadowpod::{ShadowPod, ShadowPodStatus};
 
 /// What the remote agent keeps of a ShadowPod, decoded from the ShadowPod's JSON.
 #[derive(Debug, Clone, Deserialize)]
 pub struct KeptShadowPod {
     /// The ShadowPod's metadata, without its managedFields (no reader uses them).
-    #[serde(deserialize_with = "without_managed_fields")]
+    #[serde(deserialize_with = "refract_shared::stored::metadata_without_managed_fields")]
     pub metadata: ObjectMeta,
     /// The controller's own status.
     #[serde(default)]
@@ -32,12 +31,6 @@ pub struct KeptShadowPod {
 #[derive(Debug, Clone, Deserialize)]
 struct KeptSpec {
     pod: Box<RawValue>,
-}
-
-fn without_managed_fields<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    let mut metadata = ObjectMeta::deserialize(d)?;
-    metadata.managed_fields = None;
-    Ok(metadata)
 }
 
 impl KeptShadowPod {
@@ -56,7 +49,7 @@ impl KeptShadowPod {
 
 // A `KeptShadowPod` is a ShadowPod to the watch machinery and to owner references: its
 // identity is the ShadowPod's.
-resource_as!(KeptShadowPod, ShadowPod);
+refract_shared::resource_as!(KeptShadowPod, ShadowPod);
 
 #[cfg(test)]
 mod tests {

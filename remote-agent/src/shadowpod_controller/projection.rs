@@ -1,6 +1,6 @@
 //! What the controller's two stores have in common: each keeps a projection of a watched kind
-//! (less than the whole object, for memory), under that kind's identity, so that stores,
-//! object references and owner references treat the projection as the object itself.
+//! (less than the whole object, for memory), under that kind's identity
+//! ([`refract_shared::resource_as`]).
 
 use kube::runtime::watcher;
 
@@ -14,41 +14,3 @@ pub fn event_of<K, P>(event: watcher::Event<K>, keep: impl Fn(K) -> P) -> watche
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
-
-/// Implements `kube::Resource` for `$projection`, a struct with a `metadata: ObjectMeta`
-/// field, as the namespaced kind `$kind`: its kind, group, version and plural are `$kind`'s.
-macro_rules! resource_as {
-    ($projection:ty, $kind:ty) => {
-        impl kube::Resource for $projection {
-            type DynamicType = ();
-            type Scope = k8s_openapi::NamespaceResourceScope;
-
-            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::kind(&())
-            }
-
-            fn group(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::group(&())
-            }
-
-            fn version(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::version(&())
-            }
-
-            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::plural(&())
-            }
-
-            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &self.metadata
-            }
-
-            fn meta_mut(
-                &mut self,
-            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-pub(crate) use resource_as;

@@ -7,13 +7,14 @@
 //! only what the store's readers use (the ShadowPod controller, the status stream, capacity,
 //! pod statistics), each taken out once as the watch hands the pod over.
 
+use bytes::Bytes;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
 
 use super::metadata::{owned_keys, Owned};
 use super::of_shadowpod;
-use super::projection::{event_of, resource_as};
+use super::projection::event_of;
 use crate::capacity::requests;
 
 /// What the remote agent keeps of a provider pod.
@@ -30,9 +31,10 @@ pub struct ProviderPod {
     pub phase: Option<String>,
     /// The pod's effective requests in milli-units, per resource (see [`requests`]).
     pub requests: Box<[(String, i128)]>,
-    /// For a pod of a ShadowPod, its status as JSON, as it goes to the origin; empty for the
-    /// provider's other pods, whose status no reader uses.
-    status_json: Box<[u8]>,
+    /// For a pod of a ShadowPod, its status as JSON, as it goes to the origin (the outbox
+    /// shares these bytes rather than copy them); empty for the provider's other pods, whose
+    /// status no reader uses.
+    status_json: Bytes,
 }
 
 impl ProviderPod {
@@ -55,17 +57,20 @@ impl ProviderPod {
             node_name: spec.and_then(|s| s.node_name),
             phase: status.as_ref().and_then(|s| s.phase.clone()),
             requests,
-            status_json: Box::default(),
+            status_json: Bytes::new(),
         };
         if of_shadowpod(&kept) {
-            kept.status_json = serde_json::to_vec(&status).unwrap_or_default().into();
+            // Through a boxed slice: that drops the capacity the serializer grew beyond the
+            // text, which a `Bytes` made straight from the `Vec` would keep.
+            let json = serde_json::to_vec(&status).unwrap_or_default();
+            kept.status_json = Bytes::from(json.into_boxed_slice());
         }
         kept
     }
 
     /// The status as JSON (`null` when the pod has none); empty when the pod is not a
     /// ShadowPod's.
-    pub fn status_json(&self) -> &[u8] {
+    pub fn status_json(&self) -> &Bytes {
         &self.status_json
     }
 
@@ -83,7 +88,7 @@ pub fn kept(event: watcher::Event<Pod>) -> watcher::Event<ProviderPod> {
 
 // A `ProviderPod` is a Pod to the watch machinery (stores, object references): its identity
 // is the pod's.
-resource_as!(ProviderPod, Pod);
+refract_shared::resource_as!(ProviderPod, Pod);
 
 #[cfg(test)]
 mod tests {
