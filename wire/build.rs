@@ -21,6 +21,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     tonic_prost_build::configure()
         .btree_map(".")
+        // Shared, not copied, between the remote agent's pod store and its outbox, which keeps
+        // every pod's last status to send (see `remote-agent/src/pod_status.rs`).
+        .bytes(".refract.v1.PodStatus.status_json")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -27,7 +27,7 @@ fn valid_messages() -> Vec<Vec<u8>> {
             origin_uid: "u".into(),
             namespace: "apps-origin".into(),
             name: "web".into(),
-            status_json: serde_json::to_vec(&status).unwrap(),
+            status_json: serde_json::to_vec(&status).unwrap().into(),
             recreations: 1,
             sent_unix_millis: i64::MAX,
         }),

@@ -59,12 +59,15 @@ fn report(
         .pods
         .get(&ObjectRef::new(name).within(namespace))
         .filter(|p| of_shadowpod(p.as_ref()));
-    // The pod's status as the store keeps it, serialized once; a ShadowPod's made up here.
+    // The pod's status as the store keeps it, serialized once and shared with the outbox (a
+    // clone of `Bytes` copies no byte); a ShadowPod's made up here.
     let (labels, status_json) = match (&pod, &shadow) {
-        (Some(pod), _) => (pod.labels(), pod.status_json().to_vec()),
+        (Some(pod), _) => (pod.labels(), pod.status_json().clone()),
         (None, Some(shadow)) => (
             shadow.labels(),
-            serde_json::to_vec(&failed_create(shadow)?).unwrap_or_default(),
+            serde_json::to_vec(&failed_create(shadow)?)
+                .unwrap_or_default()
+                .into(),
         ),
         (None, None) => return None,
     };

@@ -53,7 +53,10 @@ impl PodOffloader {
     /// on the current session (matched by origin UID, and by the provider namespace and name it
     /// was sent as) is kept, the latest per pod, for the status writers. A status for a pod the
     /// session has not sent yet waits for it ([`early`]).
-    pub fn offer_status(&self, message: PodStatus) {
+    pub fn offer_status(&self, mut message: PodStatus) {
+        // Decoded as a slice of the stream's receive buffer: a status kept (the last one
+        // written, one held early) must not keep that whole buffer alive.
+        message.status_json = bytes::Bytes::copy_from_slice(&message.status_json);
         if let Some(message) = self.settle_status(message) {
             tracing::debug!(origin_uid = %refract_core::inbound::excerpt(&message.origin_uid), "a pod status before its pod was sent on this session; held");
             let dropped =

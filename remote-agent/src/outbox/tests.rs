@@ -15,7 +15,7 @@ fn mk_status(name: &str, phase: &str) -> RemoteMessage {
             origin_uid: format!("uid-{name}"),
             namespace: "apps".into(),
             name: name.into(),
-            status_json: format!(r#"{{"phase":"{phase}"}}"#).into_bytes(),
+            status_json: format!(r#"{{"phase":"{phase}"}}"#).into_bytes().into(),
             recreations: 0,
             sent_unix_millis: 0,
         })),

@@ -201,7 +201,7 @@ fn status(origin_uid: &str, pod_ip: &str, containers: &[&str]) -> remote_message
         origin_uid: origin_uid.into(),
         namespace: "apps-origin".into(),
         name: "web".into(),
-        status_json: serde_json::to_vec(&json).unwrap(),
+        status_json: serde_json::to_vec(&json).unwrap().into(),
         recreations: u32::MAX,
         sent_unix_millis: i64::MIN,
     })
