@@ -53,6 +53,7 @@ mod fences;
 pub mod judge;
 pub(crate) mod merge;
 mod ownership;
+mod packed;
 mod references;
 mod reservations;
 mod rules;

@@ -18,6 +18,7 @@ use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
 
 use super::merge::OwnedKeys;
+use super::packed::Packed;
 use crate::kinds::Allowed;
 
 /// What the remote agent wants each tenant object to be, for restoring copies edited or
@@ -78,10 +79,11 @@ pub(crate) enum Keep {
 
 #[derive(Clone)]
 struct Remembered {
-    /// The desired object as compact JSON text, for the kinds restored without the origin:
-    /// as a `serde_json::Value` tree, a ConfigMap of 1 KiB took about three times the memory
-    /// of its text (every map is a B-tree of its own).
-    object: Option<Box<str>>,
+    /// The desired object as compact JSON text, deflated ([`Packed`]), for the kinds restored
+    /// without the origin: as a `serde_json::Value` tree, a ConfigMap of 1 KiB took about
+    /// three times the memory of its text (every map is a B-tree of its own), and the text is
+    /// read back only to restore.
+    object: Option<Packed>,
     /// For an object of a kind written with merge patches and not kept whole: the keys its
     /// desired state sets ([`OwnedKeys::to_text`]), which the next patch removes if the
     /// origin dropped them.
@@ -114,7 +116,9 @@ impl Remembered {
         Self {
             // Straight into a buffer: `Display` would go through `core::fmt`, which showed in
             // a profile of the agent under steady load.
-            object: (keep == Keep::Whole).then(|| json::to_string(object).into_boxed_str()),
+            object: (keep == Keep::Whole)
+                .then(|| Packed::of(&json::to_string(object)))
+                .flatten(),
             keys: (keep == Keep::HashAndKeys).then(|| OwnedKeys::of_object(object).to_text()),
             hash: object["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]
                 .as_str()
@@ -132,10 +136,11 @@ impl Remembered {
     }
 
     /// The object again. Its text was written by `serde_json` from a valid tree, so it
-    /// parses, unless the tree was nested past the parser's depth limit; then the store acts
-    /// as if it had kept only the hash (the origin sends the object again).
-    fn object(text: &str) -> Option<serde_json::Value> {
-        serde_json::from_str(text).ok()
+    /// parses, unless the tree was nested past the parser's depth limit; then (or if it does
+    /// not inflate) the store acts as if it had kept only the hash (the origin sends the
+    /// object again).
+    fn object(packed: &Packed) -> Option<serde_json::Value> {
+        serde_json::from_str(&packed.text()?).ok()
     }
 }
 
@@ -183,14 +188,14 @@ impl DesiredStore {
 
     /// The keys the desired state last remembered for `key` sets (see [`OwnedKeys`]).
     pub(crate) fn keys_of(&self, key: &ObjectKey) -> Option<OwnedKeys> {
-        // Only the text is copied under the lock; it is parsed after.
+        // Only the packed text is copied under the lock; it is read after.
         let (object, keys) = {
             let map = self.inner.locked();
             let r = map.get(key)?;
             (r.object.clone(), r.keys.clone())
         };
         match (object, keys) {
-            (Some(text), _) => Remembered::object(&text).map(|o| OwnedKeys::of_object(&o)),
+            (Some(packed), _) => Remembered::object(&packed).map(|o| OwnedKeys::of_object(&o)),
             (None, Some(keys)) => Some(OwnedKeys::from_text(&keys)),
             (None, None) => None,
         }
@@ -240,7 +245,7 @@ impl DesiredStore {
             (Some(seen), Some(written)) if seen == written => None,
             // The event of the agent's write before the last, shown late.
             (Some(seen), _) if r.earlier.as_deref() == Some(seen) => None,
-            _ => match r.object.as_deref().and_then(Remembered::object) {
+            _ => match r.object.as_ref().and_then(Remembered::object) {
                 Some(object) => Some(Restore::Here(object)),
                 None => Some(Restore::FromOrigin),
             },
@@ -272,14 +277,14 @@ impl DesiredStore {
 
     /// Every object kept whole, with its desired state.
     pub fn whole(&self) -> Vec<(ObjectKey, serde_json::Value)> {
-        let kept: Vec<(ObjectKey, Box<str>)> = self
+        let kept: Vec<(ObjectKey, Packed)> = self
             .inner
             .locked()
             .iter()
             .filter_map(|(key, r)| Some((key.clone(), r.object.clone()?)))
             .collect();
         kept.into_iter()
-            .filter_map(|(key, text)| Some((key, Remembered::object(&text)?)))
+            .filter_map(|(key, packed)| Some((key, Remembered::object(&packed)?)))
             .collect()
     }
 
@@ -297,7 +302,7 @@ impl DesiredStore {
                     && key.kind != Allowed::Namespace
             })
             .map(|(key, r)| {
-                let restore = match r.object.as_deref().and_then(Remembered::object) {
+                let restore = match r.object.as_ref().and_then(Remembered::object) {
                     Some(object) => Restore::Here(object),
                     None => {
                         r.drifted = true;
