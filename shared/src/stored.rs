@@ -1,5 +1,8 @@
 //! What the agents' watch stores keep of each object.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Deserializer};
+
 /// Drops an object's managedFields before a watch store keeps it. No reader of the stores that
 /// use it looks at them, and they are the largest part of a Pod in memory: each field
 /// manager's FieldsV1 is a tree of JSON maps, and a running pod has several managers (its
@@ -11,11 +14,10 @@ pub fn without_managed_fields<K: kube::Resource>(obj: &mut K) {
 /// Reads an object's metadata without its managedFields, for a projection decoded straight
 /// from the watch (`#[serde(deserialize_with = ...)]`): the entries are dropped as they are
 /// read, never held beside the rest.
-pub fn metadata_without_managed_fields<'de, D: serde::Deserializer<'de>>(
+pub fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, D::Error> {
-    let mut metadata =
-        <k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta as serde::Deserialize>::deserialize(d)?;
+) -> Result<ObjectMeta, D::Error> {
+    let mut metadata = ObjectMeta::deserialize(d)?;
     metadata.managed_fields = None;
     Ok(metadata)
 }
@@ -23,7 +25,8 @@ pub fn metadata_without_managed_fields<'de, D: serde::Deserializer<'de>>(
 /// Implements `kube::Resource` for `$projection`, a struct with a `metadata: ObjectMeta` field
 /// that a watch store keeps instead of the whole `$kind` (less than the object, for memory):
 /// its kind, group, version and plural are `$kind`'s, so stores, object references and owner
-/// references treat the projection as the object itself. `$kind` must be namespaced.
+/// references treat the projection as the object itself. `$kind` must be namespaced, and the
+/// calling crate must depend on `kube` and `k8s_openapi` (the expansion names both).
 #[macro_export]
 macro_rules! resource_as {
     ($projection:ty, $kind:ty) => {
