@@ -4,7 +4,8 @@
 //! namespaces, ShadowPods, pods' token Secrets; see [`super::desired`]), one per offloaded pod
 //! at least, and reads one back only to restore a copy someone changed or deleted on the
 //! provider. So each is deflated once as it is written and inflated on that rare path: a
-//! ShadowPod's JSON text shrinks to about a third.
+//! small ShadowPod's JSON text shrinks to a little over half (540 bytes to 298 for the one in
+//! the tests below), a larger one, with more repeated keys, further.
 
 use std::io::{Read, Write};
 
