@@ -31,13 +31,6 @@ fn read<T: serde::de::DeserializeOwned>(text: Option<&RawValue>) -> serde_json::
 }
 
 impl OriginPod {
-    /// What is kept of `pod`, as the watch would decode it.
-    #[cfg(test)]
-    pub fn new(pod: &Pod) -> Self {
-        let json = serde_json::to_vec(pod).expect("a Pod serializes");
-        serde_json::from_slice(&json).expect("and reads back as what is kept of it")
-    }
-
     /// The whole pod again (without managedFields), for the forge. An error is not expected:
     /// the text is what the API server sent for a Pod.
     pub fn pod(&self) -> serde_json::Result<Pod> {
