@@ -328,12 +328,6 @@ impl PodOffloader {
             }
             return;
         };
-        if pod.metadata.deletion_timestamp.is_none() && stray::aborted(pod.status().as_ref()) {
-            // Aborted while its namespace was not extended: never offloaded again. Not sent,
-            // so the namespace's orphan collection removes a ShadowPod left from before.
-            self.outbox.delete(session, &origin(key), None).await;
-            return;
-        }
         if pod.metadata.deletion_timestamp.is_some() {
             // Whether or not this session sent it, the provider may hold it from an earlier
             // one: the Delete goes out, and its confirmation finalizes the local pod.
@@ -343,6 +337,24 @@ impl PodOffloader {
             self.outbox
                 .delete_remote(session, origin(key), remote, uid, grace)
                 .await;
+            return;
+        }
+        // Read from the kept text once: the stray rule reads its status, the forge all of it.
+        let whole = match pod.pod() {
+            Ok(whole) => whole,
+            Err(source) => {
+                let error = ForgeError::Malformed {
+                    kind: "Pod",
+                    source,
+                };
+                tracing::warn!(namespace = %key.namespace, name = %key.name, %error, "cannot offload pod");
+                return;
+            }
+        };
+        if stray::aborted(whole.status.as_ref()) {
+            // Aborted while its namespace was not extended: never offloaded again. Not sent,
+            // so the namespace's orphan collection removes a ShadowPod left from before.
+            self.outbox.delete(session, &origin(key), None).await;
             return;
         }
         // The pod's journey, exported when tracing is on (see `refract_shared::journey`).
@@ -366,12 +378,7 @@ impl PodOffloader {
             let _forging =
                 tracing::trace_span!(target: refract_shared::journey::TARGET, parent: &journey, "forge")
                     .entered();
-            pod.pod()
-                .map_err(|source| ForgeError::Malformed {
-                    kind: "Pod",
-                    source,
-                })
-                .and_then(|whole| shadow_pod(&whole, &self.config.node_name, &ctx))
+            shadow_pod(&whole, &self.config.node_name, &ctx)
         };
         let shadow = match forged {
             Ok(s) => s,
