@@ -223,6 +223,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         &args.cluster_id,
         usize::from(args.pod_workers),
         shadow_feed,
+        applier.desired.clone(),
         leading.clone(),
         token.clone(),
     );

@@ -29,7 +29,10 @@ use refract_shared::work_queue::WorkQueue;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::apply::desired::DesiredStore;
+use crate::apply::ObjectKey;
 use crate::identity::Identities;
+use crate::kinds::Allowed;
 use crate::objects::Feed;
 use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
 
@@ -115,7 +118,8 @@ impl ChangedKeys {
 }
 
 /// Starts the controller; returns its stores. Its watch of ShadowPods also feeds the tenant
-/// objects' store of them (`feed`). The stores are kept on every replica; pods are created and
+/// objects' store of them (`feed`), and its status writes are recorded in `desired` as the
+/// agent's own (see [`StatusWriter`]). The stores are kept on every replica; pods are created and
 /// ShadowPods' status written only while `leading` (one replica runs the work that spans
 /// tenants), and everything is checked again when it starts leading.
 pub fn spawn(
@@ -123,6 +127,7 @@ pub fn spawn(
     provider: &ClusterId,
     workers: usize,
     feed: Feed,
+    desired: DesiredStore,
     mut leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> Stores {
@@ -228,6 +233,7 @@ pub fn spawn(
                 identities: identities.clone(),
                 recorder: recorder.clone(),
                 stores: stores.clone(),
+                desired: desired.clone(),
             });
             let workers = futures::future::join_all(workers.map(Worker::run));
             let intake = async move {
@@ -289,6 +295,7 @@ struct Worker {
     identities: Identities,
     recorder: Recorder,
     stores: Stores,
+    desired: DesiredStore,
 }
 
 impl Worker {
@@ -300,7 +307,15 @@ impl Worker {
                 continue;
             }
             let (ns, name) = &*key;
-            match reconcile(&self.identities, &self.recorder, &self.stores, ns, name).await {
+            let reconciled = reconcile(
+                &self.identities,
+                &self.recorder,
+                &self.stores,
+                &self.desired,
+                ns,
+                name,
+            );
+            match reconciled.await {
                 Ok(()) => self.retries.locked().succeeded(&key),
                 Err(error) => {
                     let Some(delay) = self.retries.locked().failed(&key) else {
@@ -360,6 +375,7 @@ async fn reconcile(
     identities: &Identities,
     recorder: &Recorder,
     stores: &Stores,
+    desired: &DesiredStore,
     ns: &str,
     name: &str,
 ) -> Result<(), kube::Error> {
@@ -384,7 +400,16 @@ async fn reconcile(
         return Ok(());
     };
     let pods: Api<Pod> = Api::namespaced(identities.client(&tenant)?, ns);
-    let shadows: Api<ShadowPod> = Api::namespaced(identities.own().clone(), ns);
+    let shadows = StatusWriter {
+        api: Api::namespaced(identities.own().clone(), ns),
+        desired,
+        key: ObjectKey {
+            tenant: tenant.clone(),
+            kind: Allowed::ShadowPod,
+            namespace: ns.into(),
+            name: name.into(),
+        },
+    };
     // The pod as the watch has it: every change of it (its deletion too) reconciles its
     // ShadowPod again, so a resync of every ShadowPod costs the API server nothing. Only a pod
     // the ShadowPod's status names and the store lacks is read: one created a moment ago may
@@ -410,7 +435,7 @@ async fn reconcile(
                 ..Default::default()
             };
             if next != status {
-                write_status(&shadows, name, &next).await?;
+                shadows.write(&next).await?;
             }
         }
         Some(_) => {} // terminating: re-created once it is gone
@@ -454,7 +479,7 @@ async fn reconcile(
                     // Someone else's pod of that name, or ours the store has not seen: the
                     // next reconcile takes it. The count must not wait for that.
                     if pending != status {
-                        write_status(&shadows, name, &pending).await?;
+                        shadows.write(&pending).await?;
                     }
                     return Ok(());
                 }
@@ -468,7 +493,7 @@ async fn reconcile(
                             message: Some(message.clone()),
                             ..pending
                         };
-                        write_status(&shadows, name, &failed).await?;
+                        shadows.write(&failed).await?;
                         let reference = shadow.object_ref(&());
                         let event = Event {
                             type_: EventType::Warning,
@@ -484,17 +509,14 @@ async fn reconcile(
                     return Err(e);
                 }
             };
-            write_status(
-                &shadows,
-                name,
-                &ShadowPodStatus {
+            shadows
+                .write(&ShadowPodStatus {
                     phase: Some("Pending".into()),
                     recreations,
                     pod_uid: created.uid(),
                     ..Default::default()
-                },
-            )
-            .await?;
+                })
+                .await?;
         }
     }
     Ok(())
@@ -550,21 +572,36 @@ pub fn pod_metadata_for(shadow: &KeptShadowPod) -> kube::api::ObjectMeta {
     }
 }
 
-async fn write_status(
-    api: &Api<ShadowPod>,
-    name: &str,
-    status: &ShadowPodStatus,
-) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({
-        "apiVersion": SHADOWPOD_API_VERSION,
-        "kind": "ShadowPod",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(REMOTE_STATUS_FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+/// Writes one ShadowPod's status, and records the write in the desired store as the agent's
+/// own. The watch shows the ShadowPod changed at a resourceVersion the applier never wrote;
+/// without the record the restorer took each status write for someone else's edit and
+/// applied the whole desired state over it: one more request per status write, or a
+/// conflict (logged as a failed restore) when the next status write came first. At 10,000
+/// pods those restores fell minutes behind the ShadowPods' watch, which feeds the restorer.
+struct StatusWriter<'a> {
+    api: Api<ShadowPod>,
+    desired: &'a DesiredStore,
+    key: ObjectKey,
+}
+
+impl StatusWriter<'_> {
+    async fn write(&self, status: &ShadowPodStatus) -> Result<(), kube::Error> {
+        let patch = serde_json::json!({
+            "apiVersion": SHADOWPOD_API_VERSION,
+            "kind": "ShadowPod",
+            "status": status,
+        });
+        let written = self
+            .api
+            .patch_status(
+                &self.key.name,
+                &PatchParams::apply(REMOTE_STATUS_FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        if let Some(version) = written.resource_version() {
+            self.desired.set_status_written(&self.key, &version);
+        }
+        Ok(())
+    }
 }

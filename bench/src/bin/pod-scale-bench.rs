@@ -12,8 +12,9 @@
 //!   status every `1 / --status-rate` s (its container's restart count), and times each change
 //!   from the provider's answer to the origin's watch first seeing it. Goal: p99 at most 1 s
 //!   at 50 changes a second.
-//! - **Memory**: each agent's resident memory before the pods and after, per pod (goal: at
-//!   most 10 KB each), and again after the agents have been idle a while (`--idle-seconds`).
+//! - **Memory**: each agent's resident memory before the pods and after (20 s after the last
+//!   is Running), per pod (goal: at most 10 KB each); again once the steady phase's changes
+//!   are back, and after the agents have been idle a while (`--idle-seconds`).
 //!
 //! It starts and stops everything itself.
 
@@ -300,6 +301,9 @@ async fn main() -> anyhow::Result<()> {
         back_steady.push(seen.saturating_duration_since(*at));
     }
     let (steady_p50, steady_p99) = p50_p99(&mut back_steady);
+    // Read again once every change is back: what the changes added shows apart from what
+    // idling adds (or gives back).
+    let rss_steady = pids.map(|(_, pid)| rss_bytes(pid));
     let rss_idle = if args.idle_seconds > 0 {
         say(
             started,
@@ -346,6 +350,11 @@ async fn main() -> anyhow::Result<()> {
             mib(rss_after[i]),
             per_pod(i)
         );
+        println!(
+            "| {name} memory after the status changes: resident / per pod | {:.1} MiB / **{:.0} bytes** |",
+            mib(rss_steady[i]),
+            rss_steady[i].saturating_sub(rss_before[i]) as f64 / args.pods as f64
+        );
         if let Some(idle) = &rss_idle {
             println!(
                 "| {name} memory after {} s idle: resident / per pod | {:.1} MiB / **{:.0} bytes** |",
@@ -367,6 +376,8 @@ async fn main() -> anyhow::Result<()> {
         "rss_bytes": {"local_agent": [rss_before[0], rss_after[0]],
             "remote_agent": [rss_before[1], rss_after[1]]},
         "bytes_per_pod": {"local_agent": per_pod(0), "remote_agent": per_pod(1)},
+        "rss_bytes_after_status_changes": {"local_agent": rss_steady[0],
+            "remote_agent": rss_steady[1]},
         "rss_bytes_after_idle": rss_idle.map(|idle| json!({"idle_seconds": args.idle_seconds,
             "local_agent": idle[0], "remote_agent": idle[1]})),
     });

@@ -320,6 +320,24 @@ impl DesiredStore {
         self.finish_write(key, resource_version, false);
     }
 
+    /// The agent itself wrote `key`'s status (the ShadowPod controller), which the API server
+    /// stored at `resource_version`: the watch event of that write is the agent's own, not an
+    /// edit to restore. Left alone while a write of the desired state is under way or after
+    /// one whose answer was lost: those settle from their own events.
+    pub fn set_status_written(&self, key: &ObjectKey, resource_version: &str) {
+        let mut map = self.inner.locked();
+        let Some(r) = map.get_mut(key) else {
+            return;
+        };
+        if r.in_flight || r.uncertain {
+            return;
+        }
+        // The write before this one may still be shown late.
+        if let Some(before) = r.resource_version.replace(resource_version.to_string()) {
+            r.earlier = Some(before.into());
+        }
+    }
+
     /// The write of `key` failed without an answer: it may or may not have been stored.
     pub(crate) fn set_uncertain(&self, key: &ObjectKey) {
         self.finish_write(key, None, true);
@@ -420,6 +438,42 @@ mod tests {
             Some(Restore::FromOrigin),
             "someone else's write between the two"
         );
+    }
+
+    #[test]
+    fn the_agents_own_status_writes_are_not_edits_to_restore() {
+        let store = DesiredStore::default();
+        let key = key(Allowed::ShadowPod);
+        store.begin_write(key.clone(), &desired("pod"), Keep::Whole);
+        // While the desired state is in flight, its own answer says where it landed.
+        store.set_status_written(&key, "6");
+        store.set_written(&key, Some("7".into()));
+        assert_eq!(store.needs_restore(&key, Some("7"), Some("pod")), None);
+        store.set_status_written(&key, "8");
+        store.set_status_written(&key, "9");
+        for (seen, why) in [("9", "the status write"), ("8", "the one before, late")] {
+            assert_eq!(
+                store.needs_restore(&key, Some(seen), Some("pod")),
+                None,
+                "{why}"
+            );
+        }
+        assert_eq!(
+            store.needs_restore(&key, Some("10"), Some("pod")),
+            Some(Restore::Here(desired("pod"))),
+            "someone else's edit after it is restored"
+        );
+        assert_eq!(
+            store.needs_restore(&key, None, None),
+            Some(Restore::Here(desired("pod"))),
+            "and so is a deletion"
+        );
+        let unknown = ObjectKey {
+            name: "never-written".into(),
+            ..key.clone()
+        };
+        store.set_status_written(&unknown, "3");
+        assert_eq!(store.needs_restore(&unknown, Some("3"), None), None);
     }
 
     #[test]

@@ -106,7 +106,8 @@ async fn run_with_pod(
     );
     let stores = mk_stores(shadow, pod);
     let identities = crate::identity::Identities::shared(client);
-    let result = reconcile(&identities, &recorder, &stores, NS, "web").await;
+    let desired = crate::apply::desired::DesiredStore::default();
+    let result = reconcile(&identities, &recorder, &stores, &desired, NS, "web").await;
     (result, log)
 }
 
