@@ -119,9 +119,11 @@ impl ChangedKeys {
 
 /// Starts the controller; returns its stores. Its watch of ShadowPods also feeds the tenant
 /// objects' store of them (`feed`), and its status writes are recorded in `desired` as the
-/// agent's own (see [`StatusWriter`]). The stores are kept on every replica; pods are created and
-/// ShadowPods' status written only while `leading` (one replica runs the work that spans
-/// tenants), and everything is checked again when it starts leading.
+/// agent's own (see [`StatusWriter`]). The stores are kept on every replica; pods are created
+/// and ShadowPods' status written only while `leading` (one replica runs the work that spans
+/// tenants), and everything is checked again when it starts leading. A tenant served by
+/// another replica has its desired store there, which this record does not reach: that
+/// replica's restorer still answers these status writes with a no-op apply.
 pub fn spawn(
     identities: Identities,
     provider: &ClusterId,
