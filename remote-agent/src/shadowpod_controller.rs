@@ -405,12 +405,9 @@ async fn reconcile(
     let shadows = StatusWriter {
         api: Api::namespaced(identities.own().clone(), ns),
         desired,
-        key: ObjectKey {
-            tenant: tenant.clone(),
-            kind: Allowed::ShadowPod,
-            namespace: ns.into(),
-            name: name.into(),
-        },
+        tenant: &tenant,
+        namespace: ns,
+        name,
     };
     // The pod as the watch has it: every change of it (its deletion too) reconciles its
     // ShadowPod again, so a resync of every ShadowPod costs the API server nothing. Only a pod
@@ -581,9 +578,14 @@ pub fn pod_metadata_for(shadow: &KeptShadowPod) -> kube::api::ObjectMeta {
 /// conflict (logged as a failed restore) when the next status write came first. At 10,000
 /// pods those restores fell minutes behind the ShadowPods' watch, which feeds the restorer.
 struct StatusWriter<'a> {
+    /// The ShadowPods of its namespace.
     api: Api<ShadowPod>,
     desired: &'a DesiredStore,
-    key: ObjectKey,
+    /// The ShadowPod's tenant, namespace and name: its desired record's key is built only when
+    /// a status is written, not on every reconcile (a resync reconciles every ShadowPod).
+    tenant: &'a ClusterId,
+    namespace: &'a str,
+    name: &'a str,
 }
 
 impl StatusWriter<'_> {
@@ -596,13 +598,19 @@ impl StatusWriter<'_> {
         let written = self
             .api
             .patch_status(
-                &self.key.name,
+                self.name,
                 &PatchParams::apply(REMOTE_STATUS_FIELD_MANAGER).force(),
                 &Patch::Apply(&patch),
             )
             .await?;
         if let Some(version) = written.resource_version() {
-            self.desired.set_status_written(&self.key, &version);
+            let key = ObjectKey {
+                tenant: self.tenant.clone(),
+                kind: Allowed::ShadowPod,
+                namespace: self.namespace.into(),
+                name: self.name.into(),
+            };
+            self.desired.set_status_written(&key, &version);
         }
         Ok(())
     }

@@ -315,7 +315,11 @@ async fn main() -> anyhow::Result<()> {
         None
     };
 
-    let per_pod = |i: usize| rss_after[i].saturating_sub(rss_before[i]) as f64 / args.pods as f64;
+    // What agent `i` held a pod at `reading`, beyond what it held before the pods.
+    let per_pod_at = |reading: &[u64; 2], i: usize| {
+        reading[i].saturating_sub(rss_before[i]) as f64 / args.pods as f64
+    };
+    let per_pod = |i: usize| per_pod_at(&rss_after, i);
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!(
         "pod-scale-bench: {} pods offloaded through one peering (fake kubelets on the provider)",
@@ -353,14 +357,14 @@ async fn main() -> anyhow::Result<()> {
         println!(
             "| {name} memory after the status changes: resident / per pod | {:.1} MiB / **{:.0} bytes** |",
             mib(rss_steady[i]),
-            rss_steady[i].saturating_sub(rss_before[i]) as f64 / args.pods as f64
+            per_pod_at(&rss_steady, i)
         );
         if let Some(idle) = &rss_idle {
             println!(
                 "| {name} memory after {} s idle: resident / per pod | {:.1} MiB / **{:.0} bytes** |",
                 args.idle_seconds,
                 mib(idle[i]),
-                idle[i].saturating_sub(rss_before[i]) as f64 / args.pods as f64
+                per_pod_at(idle, i)
             );
         }
     }

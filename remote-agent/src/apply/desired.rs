@@ -131,6 +131,16 @@ impl Remembered {
         }
     }
 
+    /// What `earlier` becomes once the agent writes the object again: the resourceVersion of
+    /// its last write, whose event may still be shown late, or the one before if that write's
+    /// answer never came.
+    fn version_before_next(&self) -> Option<Box<str>> {
+        match &self.resource_version {
+            Some(version) => Some(version.as_str().into()),
+            None => self.earlier.clone(),
+        }
+    }
+
     fn hash(&self) -> Option<&str> {
         self.hash.as_deref()
     }
@@ -165,10 +175,7 @@ impl DesiredStore {
         // is followed by a write over it.
         if let Some(before) = map.get(&key) {
             remembered.drifted = before.drifted;
-            remembered.earlier = match &before.resource_version {
-                Some(version) => Some(version.as_str().into()),
-                None => before.earlier.clone(),
-            };
+            remembered.earlier = before.version_before_next();
         }
         map.insert(key, remembered);
     }
@@ -332,10 +339,8 @@ impl DesiredStore {
         if r.in_flight || r.uncertain {
             return;
         }
-        // The write before this one may still be shown late.
-        if let Some(before) = r.resource_version.replace(resource_version.to_string()) {
-            r.earlier = Some(before.into());
-        }
+        r.earlier = r.version_before_next();
+        r.resource_version = Some(resource_version.to_string());
     }
 
     /// The write of `key` failed without an answer: it may or may not have been stored.
