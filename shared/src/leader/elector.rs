@@ -340,6 +340,26 @@ impl Leadership {
     }
 }
 
+/// How long the last look before stepping down waits between tries.
+const LAST_LOOK_RETRY: Duration = Duration::from_millis(200);
+
+/// One renewal attempt; `last` (past the renew deadline, the look that decides whether to step
+/// down): tried again within its window while it fails or races, since a resumed process's
+/// first request often meets a connection the API server closed while it was paused, which
+/// says nothing about who holds the Lease.
+async fn look(elector: &mut Elector, last: bool) -> Result<Attempt, kube::Error> {
+    loop {
+        match elector.attempt(false).await {
+            Err(error) if last => {
+                tracing::warn!(lease = %elector.lease_ref(), %error, "failed to renew the Lease past the renew deadline; trying again before stepping down");
+            }
+            Ok(Attempt::Raced) if last => {}
+            decided => return decided,
+        }
+        tokio::time::sleep(LAST_LOOK_RETRY).await;
+    }
+}
+
 /// How a renewal loop ends, and tells.
 struct Ends {
     lost: CancellationToken,
@@ -367,10 +387,11 @@ async fn renew(mut elector: Elector, mut renewed_at: Instant, ends: Ends) -> Ele
         // Past the deadline (a process paused by SIGSTOP or the node, a slow API server) one
         // more look of at most a retry period decides: a renewal that succeeds is a
         // compare-and-swap on a Lease still naming this replica, so nobody took it meanwhile.
+        let past_deadline = started - renewed_at >= renew_deadline;
         let left = renew_deadline
             .saturating_sub(started - renewed_at)
             .max(retry_period);
-        match tokio::time::timeout(left, elector.attempt(false)).await {
+        match tokio::time::timeout(left, look(&mut elector, past_deadline)).await {
             Ok(Ok(Attempt::Holding)) => renewed_at = started,
             // A write between our read and ours (another replica's takeover shows at the next
             // read): not renewed, so the deadline keeps counting.

@@ -159,17 +159,8 @@ pub async fn converged(
     wait: Duration,
 ) -> Duration {
     let started = Instant::now();
-    let want = round.to_string();
     loop {
-        let list = provider.list(&ListParams::default()).await;
-        let behind = list.map_or(objects, |l| {
-            objects.saturating_sub(
-                l.items
-                    .iter()
-                    .filter(|cm| cm.data.as_ref().and_then(|d| d.get("round")) == Some(&want))
-                    .count(),
-            )
-        });
+        let behind = behind(provider, objects, round).await;
         if behind == 0 {
             return started.elapsed();
         }
@@ -179,6 +170,23 @@ pub async fn converged(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// How many of `objects` provider copies do not hold `round` yet (all of them while the
+/// provider cannot be listed).
+pub async fn behind(provider: &Api<ConfigMap>, objects: usize, round: u32) -> usize {
+    let want = round.to_string();
+    provider
+        .list(&ListParams::default())
+        .await
+        .map_or(objects, |l| {
+            objects.saturating_sub(
+                l.items
+                    .iter()
+                    .filter(|cm| cm.data.as_ref().and_then(|d| d.get("round")) == Some(&want))
+                    .count(),
+            )
+        })
 }
 
 /// The provider pods' identity in `namespace`: pod UID, container ID, restart count and phase

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use refract_e2e::churn::{self, ProviderWrites};
-use refract_e2e::{busybox, kubectl_get, kubectl_stdin, Peering, PROVIDER_POD_RANGE};
+use refract_e2e::{busybox, kubectl_get, kubectl_stdin, Agent, Peering, PROVIDER_POD_RANGE};
 use refract_testkit::netns::{Delay, Gate, NetNs};
 use refract_testkit::Options;
 
@@ -63,6 +63,12 @@ fn configmap_relists(log: &str) -> usize {
     log.lines()
         .filter(|l| l.contains("origin watch relisted") && l.contains("ConfigMap"))
         .count()
+}
+
+/// The last 60 lines of an agent's log above debug level: what a failure shows of it.
+fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.contains("DEBUG")).collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
 }
 
 /// How many `doomed-*` ConfigMaps the provider holds.
@@ -225,7 +231,7 @@ impl Faults {
         }
         let during = self.writes.count() - writes_before;
         let (took, since) = if s.converge_under_fault {
-            let took = churn::converged(&self.provider, OBJECTS, round, WAIT).await;
+            let took = self.until_converged(s.name, round, false).await;
             self.heal().await;
             (took, "the churn ended, under the fault")
         } else {
@@ -233,8 +239,9 @@ impl Faults {
             if let Fault::OriginOutage = s.fault {
                 self.start_again_after_stepping_down(s.name).await;
             }
+            let paused_past_lease = matches!(s.fault, Fault::FreezeLocalAgent);
             (
-                churn::converged(&self.provider, OBJECTS, round, WAIT).await,
+                self.until_converged(s.name, round, paused_past_lease).await,
                 "healing",
             )
         };
@@ -306,6 +313,44 @@ impl Faults {
             }
             Fault::OriginOutage => self.deleted_while_away(s.name).await,
             _ => {}
+        }
+    }
+
+    /// Waits until every provider copy holds `round`; after `WAIT`, fails with the end of
+    /// both agents' logs. `paused_past_lease`: the local agent was paused longer than its
+    /// Lease lasts, so it either renews the Lease (nobody took it) and goes on, or, when its
+    /// last look cannot tell in time, steps down and exits, as a paused leader must; then it is
+    /// started again, as its Deployment's kubelet would.
+    async fn until_converged(
+        &mut self,
+        name: &str,
+        round: u32,
+        paused_past_lease: bool,
+    ) -> Duration {
+        let started = Instant::now();
+        let mut stepped_down = false;
+        loop {
+            let behind = churn::behind(&self.provider, OBJECTS, round).await;
+            if behind == 0 {
+                if paused_past_lease && !stepped_down {
+                    println!(
+                        "{name}: the local agent renewed its Lease after the pause and went on"
+                    );
+                }
+                return started.elapsed();
+            }
+            let exited = self.p.local.as_mut().and_then(Agent::exited).is_some();
+            if paused_past_lease && exited && !stepped_down {
+                stepped_down = true;
+                self.start_again_after_stepping_down(name).await;
+            }
+            assert!(
+                started.elapsed() < WAIT,
+                "{name}: {behind} provider copies still lack round {round} after {WAIT:?}\n--- remote agent ---\n{}\n--- local agent ---\n{}",
+                log_tail(&self.p.remote_log()),
+                log_tail(&self.p.local_log()),
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 
