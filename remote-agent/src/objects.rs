@@ -49,6 +49,15 @@ struct KindStore {
     changed: tokio::sync::watch::Sender<u64>,
 }
 
+impl KindStore {
+    /// The object `namespace/name`, if the watch has it.
+    fn get(&self, namespace: &str, name: &str) -> Option<Meta> {
+        let objects = self.objects.read_locked();
+        let kept = objects.get(namespace)?.get(name)?;
+        Some(kept.meta(namespace, name))
+    }
+}
+
 impl Default for KindStore {
     fn default() -> Self {
         Self {
@@ -115,10 +124,7 @@ impl TenantObjects {
 
     /// The object `kind` `namespace/name` (namespace empty for namespaces), if the watch has it.
     pub fn get(&self, kind: Allowed, namespace: &str, name: &str) -> Option<Meta> {
-        let store = self.store(kind)?;
-        let objects = store.objects.read_locked();
-        let kept = objects.get(namespace)?.get(name)?;
-        Some(kept.meta(namespace, name))
+        self.store(kind)?.get(namespace, name)
     }
 
     /// Whether the watch has the namespace `name`, labelled `key` = `value` and not being
@@ -388,6 +394,36 @@ impl Feed {
         let event = meta_event(event);
         self.writer.locked().apply(&event);
         let _ = self.changes.send((self.kind, event)).await;
+    }
+
+    /// Tells the restorer alone to judge `namespace/name` again as the store holds it now: for
+    /// an object whose judgement was held and turned out to have been written by someone else.
+    /// Nothing for one the store no longer has: its deletion was judged as it came.
+    pub async fn recheck(&self, namespace: &str, name: &str) {
+        let store = self.writer.locked().store.clone();
+        if let Some(meta) = store.get(namespace, name) {
+            let _ = self
+                .changes
+                .send((self.kind, watcher::Event::Apply(meta)))
+                .await;
+        }
+    }
+
+    /// A feed of `kind` into a store of its own whose changes go nowhere (tests of a part
+    /// that holds a feed).
+    #[cfg(test)]
+    pub fn detached(kind: Allowed) -> Self {
+        let writer = StoreWriter {
+            kind,
+            store: Arc::default(),
+            own_fields: false,
+            relisting: None,
+        };
+        Self {
+            kind,
+            writer: Arc::new(std::sync::Mutex::new(writer)),
+            changes: mpsc::channel(1).0,
+        }
     }
 
     /// `events` (a watch of the kind), each applied to the store on its way.

@@ -18,10 +18,9 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use refract_core::backoff::PerKey;
-use refract_core::forge::pod::SHADOWPOD_API_VERSION;
 use refract_core::keys::{
     DESTINATION_LABEL, MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION, ORIGIN_LABEL,
-    REMOTE_STATUS_FIELD_MANAGER, SHADOWPOD_FIELD_MANAGER,
+    SHADOWPOD_FIELD_MANAGER,
 };
 use refract_core::lock::Locked;
 use refract_shared::tls::ClusterId;
@@ -30,16 +29,16 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::desired::DesiredStore;
-use crate::apply::ObjectKey;
 use crate::identity::Identities;
-use crate::kinds::Allowed;
 use crate::objects::Feed;
-use crate::shadowpod::{ShadowPod, ShadowPodStatus, FAILED_CREATE};
+use crate::shadowpod::{ShadowPodStatus, FAILED_CREATE};
+use status_writer::{OwnWrites, StatusWriter};
 
 pub mod kept_shadow;
 pub mod metadata;
 mod projection;
 pub mod provider_pod;
+mod status_writer;
 #[cfg(test)]
 mod tests;
 
@@ -119,7 +118,7 @@ impl ChangedKeys {
 
 /// Starts the controller; returns its stores. Its watch of ShadowPods also feeds the tenant
 /// objects' store of them (`feed`), and its status writes are recorded in `desired` as the
-/// agent's own (see [`StatusWriter`]). The stores are kept on every replica; pods are created
+/// agent's own (see `status_writer`). The stores are kept on every replica; pods are created
 /// and ShadowPods' status written only while `leading` (one replica runs the work that spans
 /// tenants), and everything is checked again when it starts leading. A tenant served by
 /// another replica has its desired store there, which this record does not reach: that
@@ -138,6 +137,10 @@ pub fn spawn(
     let (key_tx, mut key_rx) = mpsc::channel::<(String, String)>(1024);
     let client = identities.own().clone();
 
+    let own_writes = OwnWrites {
+        desired,
+        restorer: feed.clone(),
+    };
     let shadow_events = feed
         .feeding(
             // Every pod is kept twice, as its ShadowPod and as itself: only what is read of
@@ -235,7 +238,7 @@ pub fn spawn(
                 identities: identities.clone(),
                 recorder: recorder.clone(),
                 stores: stores.clone(),
-                desired: desired.clone(),
+                own_writes: own_writes.clone(),
             });
             let workers = futures::future::join_all(workers.map(Worker::run));
             let intake = async move {
@@ -297,7 +300,7 @@ struct Worker {
     identities: Identities,
     recorder: Recorder,
     stores: Stores,
-    desired: DesiredStore,
+    own_writes: OwnWrites,
 }
 
 impl Worker {
@@ -313,7 +316,7 @@ impl Worker {
                 &self.identities,
                 &self.recorder,
                 &self.stores,
-                &self.desired,
+                &self.own_writes,
                 ns,
                 name,
             );
@@ -377,7 +380,7 @@ async fn reconcile(
     identities: &Identities,
     recorder: &Recorder,
     stores: &Stores,
-    desired: &DesiredStore,
+    own_writes: &OwnWrites,
     ns: &str,
     name: &str,
 ) -> Result<(), kube::Error> {
@@ -404,7 +407,7 @@ async fn reconcile(
     let pods: Api<Pod> = Api::namespaced(identities.client(&tenant)?, ns);
     let shadows = StatusWriter {
         api: Api::namespaced(identities.own().clone(), ns),
-        desired,
+        own: own_writes,
         tenant: &tenant,
         namespace: ns,
         name,
@@ -568,50 +571,5 @@ pub fn pod_metadata_for(shadow: &KeptShadowPod) -> kube::api::ObjectMeta {
         annotations: Some(annotations),
         owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
         ..Default::default()
-    }
-}
-
-/// Writes one ShadowPod's status, and records the write in the desired store as the agent's
-/// own. The watch shows the ShadowPod changed at a resourceVersion the applier never wrote;
-/// without the record the restorer took each status write for someone else's edit and
-/// applied the whole desired state over it: one more request per status write, or a
-/// conflict (logged as a failed restore) when the next status write came first. At 10,000
-/// pods those restores fell minutes behind the ShadowPods' watch, which feeds the restorer.
-struct StatusWriter<'a> {
-    /// The ShadowPods of its namespace.
-    api: Api<ShadowPod>,
-    desired: &'a DesiredStore,
-    /// The ShadowPod's tenant, namespace and name: its desired record's key is built only when
-    /// a status is written, not on every reconcile (a resync reconciles every ShadowPod).
-    tenant: &'a ClusterId,
-    namespace: &'a str,
-    name: &'a str,
-}
-
-impl StatusWriter<'_> {
-    async fn write(&self, status: &ShadowPodStatus) -> Result<(), kube::Error> {
-        let patch = serde_json::json!({
-            "apiVersion": SHADOWPOD_API_VERSION,
-            "kind": "ShadowPod",
-            "status": status,
-        });
-        let written = self
-            .api
-            .patch_status(
-                self.name,
-                &PatchParams::apply(REMOTE_STATUS_FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
-        if let Some(version) = written.resource_version() {
-            let key = ObjectKey {
-                tenant: self.tenant.clone(),
-                kind: Allowed::ShadowPod,
-                namespace: self.namespace.into(),
-                name: self.name.into(),
-            };
-            self.desired.set_status_written(&key, &version);
-        }
-        Ok(())
     }
 }

@@ -104,6 +104,17 @@ struct Remembered {
     /// written even if the copy still carries that Upsert's hash, and a reconnect's inventory
     /// leaves it out so the tenant sends it.
     drifted: bool,
+    /// A status write of the agent's is under way (the ShadowPod controller's): boxed, as it
+    /// lives only for the write's round trip.
+    status_writing: Option<Box<StatusWriting>>,
+}
+
+/// What the watch showed of an object while the agent wrote its status.
+#[derive(Clone, Default)]
+struct StatusWriting {
+    /// The resourceVersions the store could not place: the status write's own, when its
+    /// event outran its answer, or someone's edit. Judged once the answer names the write's.
+    unplaced: Vec<Box<str>>,
 }
 
 impl Remembered {
@@ -128,6 +139,7 @@ impl Remembered {
             in_flight,
             uncertain: false,
             drifted: false,
+            status_writing: None,
         }
     }
 
@@ -252,6 +264,14 @@ impl DesiredStore {
             (Some(seen), Some(written)) if seen == written => None,
             // The event of the agent's write before the last, shown late.
             (Some(seen), _) if r.earlier.as_deref() == Some(seen) => None,
+            // Likeliest the agent's status write, whose event came before its answer: judged
+            // when the answer comes (`end_status_write`).
+            (Some(seen), _) if r.status_writing.is_some() => {
+                if let Some(writing) = r.status_writing.as_mut() {
+                    writing.unplaced.push(seen.into());
+                }
+                None
+            }
             _ => match r.object.as_ref().and_then(Remembered::object) {
                 Some(object) => Some(Restore::Here(object)),
                 None => Some(Restore::FromOrigin),
@@ -327,20 +347,40 @@ impl DesiredStore {
         self.finish_write(key, resource_version, false);
     }
 
-    /// The agent itself wrote `key`'s status (the ShadowPod controller), which the API server
-    /// stored at `resource_version`: the watch event of that write is the agent's own, not an
-    /// edit to restore. Left alone while a write of the desired state is under way or after
-    /// one whose answer was lost: those settle from their own events.
-    pub fn set_status_written(&self, key: &ObjectKey, resource_version: &str) {
+    /// The agent itself begins to write `key`'s status (the ShadowPod controller): until
+    /// [`DesiredStore::end_status_write`], a version the store cannot place is held, not
+    /// restored, as it is likeliest that write's own event outrunning its answer.
+    pub fn begin_status_write(&self, key: &ObjectKey) {
+        if let Some(r) = self.inner.locked().get_mut(key) {
+            r.status_writing = Some(Box::default());
+        }
+    }
+
+    /// The agent's status write of `key` ended: stored at `written`, or failed (`None`). The
+    /// watch event of a stored write is the agent's own, not an edit to restore. Left alone
+    /// while a write of the desired state is under way or after one whose answer was lost:
+    /// those settle from their own events. Returns whether a version held while it was under
+    /// way was not the write's own: someone else wrote the object, and the restorer is to
+    /// judge it again as it is now. The write is then not recorded as the agent's, so that
+    /// judgement restores whichever version it finds, the write's own too.
+    #[must_use]
+    pub fn end_status_write(&self, key: &ObjectKey, written: Option<&str>) -> bool {
         let mut map = self.inner.locked();
         let Some(r) = map.get_mut(key) else {
-            return;
+            return false;
         };
-        if r.in_flight || r.uncertain {
-            return;
+        let unplaced = r.status_writing.take().map(|w| w.unplaced);
+        let foreign = unplaced
+            .unwrap_or_default()
+            .iter()
+            .any(|seen| Some(&**seen) != written);
+        if let (Some(written), false) = (written, foreign) {
+            if !r.in_flight && !r.uncertain {
+                r.earlier = r.version_before_next();
+                r.resource_version = Some(written.to_string());
+            }
         }
-        r.earlier = r.version_before_next();
-        r.resource_version = Some(resource_version.to_string());
+        foreign
     }
 
     /// The write of `key` failed without an answer: it may or may not have been stored.
@@ -445,17 +485,36 @@ mod tests {
         );
     }
 
+    /// One status write of the agent's, stored at `written` (`None`: failed), with the watch
+    /// showing `meanwhile` before its answer came; whether someone else wrote meanwhile.
+    fn status_write(
+        store: &DesiredStore,
+        key: &ObjectKey,
+        meanwhile: &[&str],
+        written: Option<&str>,
+    ) -> bool {
+        store.begin_status_write(key);
+        for seen in meanwhile {
+            assert_eq!(
+                store.needs_restore(key, Some(seen), Some("pod")),
+                None,
+                "{seen} is held while the status write is under way"
+            );
+        }
+        store.end_status_write(key, written)
+    }
+
     #[test]
     fn the_agents_own_status_writes_are_not_edits_to_restore() {
         let store = DesiredStore::default();
         let key = key(Allowed::ShadowPod);
         store.begin_write(key.clone(), &desired("pod"), Keep::Whole);
         // While the desired state is in flight, its own answer says where it landed.
-        store.set_status_written(&key, "6");
+        assert!(!status_write(&store, &key, &[], Some("6")));
         store.set_written(&key, Some("7".into()));
         assert_eq!(store.needs_restore(&key, Some("7"), Some("pod")), None);
-        store.set_status_written(&key, "8");
-        store.set_status_written(&key, "9");
+        assert!(!status_write(&store, &key, &[], Some("8")));
+        assert!(!status_write(&store, &key, &[], Some("9")));
         for (seen, why) in [("9", "the status write"), ("8", "the one before, late")] {
             assert_eq!(
                 store.needs_restore(&key, Some(seen), Some("pod")),
@@ -477,8 +536,52 @@ mod tests {
             name: "never-written".into(),
             ..key.clone()
         };
-        store.set_status_written(&unknown, "3");
+        assert!(!status_write(&store, &unknown, &[], Some("3")));
         assert_eq!(store.needs_restore(&unknown, Some("3"), None), None);
+    }
+
+    #[test]
+    fn a_status_writes_event_before_its_answer_is_its_own_and_an_edit_beside_it_is_not() {
+        let store = DesiredStore::default();
+        let key = key(Allowed::ShadowPod);
+        store.begin_write(key.clone(), &desired("pod"), Keep::Whole);
+        store.set_written(&key, Some("7".into()));
+        assert!(
+            !status_write(&store, &key, &["8"], Some("8")),
+            "the write's own event, ahead of its answer"
+        );
+        assert_eq!(store.needs_restore(&key, Some("8"), Some("pod")), None);
+        // Someone else wrote beside the write: it is not recorded as the agent's, so judging
+        // the object as it is now restores it, whichever of the two versions it finds.
+        for (meanwhile, written, why) in [
+            (
+                &["9", "10"][..],
+                Some("10"),
+                "an edit just before the write's own event",
+            ),
+            (&["11", "12"][..], Some("11"), "an edit just after it"),
+            (
+                &["13"][..],
+                None,
+                "a version seen while a status write failed",
+            ),
+        ] {
+            assert!(status_write(&store, &key, meanwhile, written), "{why}");
+            for seen in meanwhile {
+                assert_eq!(
+                    store.needs_restore(&key, Some(seen), Some("pod")),
+                    Some(Restore::Here(desired("pod"))),
+                    "{why}: {seen} is judged as someone else's"
+                );
+            }
+        }
+        // A deletion is never held.
+        store.begin_status_write(&key);
+        assert_eq!(
+            store.needs_restore(&key, None, None),
+            Some(Restore::Here(desired("pod")))
+        );
+        assert!(!store.end_status_write(&key, Some("15")));
     }
 
     #[test]

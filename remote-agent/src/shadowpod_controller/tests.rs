@@ -15,10 +15,13 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::{
-    reconcile, ChangedKeys, KeptShadowPod, ProviderPod, Retries, Stores, MANAGED_BY_SHADOWPOD,
-    RETRY_MAX, RETRY_MIN,
+    reconcile, ChangedKeys, KeptShadowPod, OwnWrites, ProviderPod, Retries, Stores,
+    MANAGED_BY_SHADOWPOD, RETRY_MAX, RETRY_MIN,
 };
+use crate::apply::desired::DesiredStore;
+use crate::kinds::Allowed;
 use crate::mock_api::{bodies, conflict, forbidden, provider, writes, Log};
+use crate::objects::Feed;
 use crate::shadowpod::{ShadowPod, ShadowPodSpec, ShadowPodStatus, FAILED_CREATE};
 
 const NS: &str = "apps-origin";
@@ -106,8 +109,11 @@ async fn run_with_pod(
     );
     let stores = mk_stores(shadow, pod);
     let identities = crate::identity::Identities::shared(client);
-    let desired = crate::apply::desired::DesiredStore::default();
-    let result = reconcile(&identities, &recorder, &stores, &desired, NS, "web").await;
+    let own_writes = OwnWrites {
+        desired: DesiredStore::default(),
+        restorer: Feed::detached(Allowed::ShadowPod),
+    };
+    let result = reconcile(&identities, &recorder, &stores, &own_writes, NS, "web").await;
     (result, log)
 }
 
