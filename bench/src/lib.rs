@@ -11,6 +11,7 @@ pub mod fake_fleet;
 pub mod kube_ops;
 /// What `/proc` says of a process (shared with the end-to-end tests).
 pub use refract_testkit::procfs;
+pub mod requests;
 pub mod sightings;
 pub mod stats;
 

@@ -25,7 +25,6 @@ mod load;
 mod measure;
 mod phases;
 mod report;
-mod requests;
 mod sides;
 mod throughput;
 mod warm_up;

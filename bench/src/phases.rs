@@ -129,10 +129,10 @@ pub fn cpu_by_process(side: &impl Side, clusters: &[(String, u32)]) -> Vec<(Stri
 /// Each API server's request and watch-event counters, by cluster.
 async fn read_requests(
     api_servers: &[(String, kube::Client)],
-) -> Vec<(String, crate::requests::Counts)> {
+) -> Vec<(String, refract_bench::requests::Counts)> {
     let mut counts = Vec::new();
     for (cluster, client) in api_servers {
-        counts.push((cluster.clone(), crate::requests::read(client).await));
+        counts.push((cluster.clone(), refract_bench::requests::read(client).await));
     }
     counts
 }
@@ -242,7 +242,7 @@ pub async fn run(
     let requests_after = read_requests(api_servers).await;
     for ((cluster, before), (_, after)) in requests_before.iter().zip(&requests_after) {
         r.service_burst_requests.extend(
-            crate::requests::per_object(before, after, n)
+            refract_bench::requests::per_object(before, after, n)
                 .into_iter()
                 .map(|(what, per)| (format!("{cluster} {what}"), per)),
         );

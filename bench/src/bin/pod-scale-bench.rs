@@ -315,6 +315,15 @@ async fn main() -> anyhow::Result<()> {
         None
     };
 
+    // What the agents asked of the provider's API server about ShadowPods over the whole run:
+    // creates and status writes are the work; anything else (a restore's apply, a relist)
+    // answers a change the agents took for someone else's.
+    let shadowpod_requests: Vec<(String, f64)> = refract_bench::requests::read(&provider)
+        .await
+        .into_iter()
+        .filter(|(what, _)| what.contains(" shadowpods"))
+        .collect();
+
     // What agent `i` held a pod at `reading`, beyond what it held before the pods.
     let per_pod_at = |reading: &[u64; 2], i: usize| {
         reading[i].saturating_sub(rss_before[i]) as f64 / args.pods as f64
@@ -368,6 +377,14 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
+    let requests_text: Vec<String> = shadowpod_requests
+        .iter()
+        .map(|(what, n)| format!("{what} {n:.0}"))
+        .collect();
+    println!(
+        "| provider requests on ShadowPods over the run | {} |",
+        requests_text.join(", ")
+    );
     let report = json!({
         "args": {"pods": args.pods, "parallel": args.parallel, "status_rate": args.status_rate,
             "status_seconds": args.status_seconds, "remote_args": args.remote_args},
@@ -382,6 +399,8 @@ async fn main() -> anyhow::Result<()> {
         "bytes_per_pod": {"local_agent": per_pod(0), "remote_agent": per_pod(1)},
         "rss_bytes_after_status_changes": {"local_agent": rss_steady[0],
             "remote_agent": rss_steady[1]},
+        "provider_shadowpod_requests": shadowpod_requests.iter()
+            .map(|(what, n)| (what.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
         "rss_bytes_after_idle": rss_idle.map(|idle| json!({"idle_seconds": args.idle_seconds,
             "local_agent": idle[0], "remote_agent": idle[1]})),
     });
