@@ -170,7 +170,7 @@ fn free_for(
     for pod in pods.state() {
         let on_usable = pod.node_name.as_ref().is_some_and(|n| usable.contains(n));
         let finished = matches!(pod.phase.as_deref(), Some("Succeeded" | "Failed"));
-        let own = pod.labels().get(ORIGIN_LABEL).map(String::as_str) == Some(tenant.as_str());
+        let own = pod.meta().label(ORIGIN_LABEL) == Some(tenant.as_str());
         if !on_usable || finished || own {
             continue;
         }

@@ -100,10 +100,8 @@ impl KubeletService {
                     pod.namespace, pod.name
                 ))
             })?;
-        let created_from_shadow = found
-            .owner_references()
-            .iter()
-            .any(|o| o.controller == Some(true) && Some(&o.uid) == shadow.metadata.uid.as_ref());
+        let created_from_shadow = found.meta().controller_uid().is_some()
+            && found.meta().controller_uid() == shadow.metadata.uid.as_deref();
         if !created_from_shadow {
             return Err(not_offloaded());
         }
@@ -118,7 +116,10 @@ impl KubeletService {
         pod: Option<&PodRef>,
     ) -> Result<(Arc<ProviderPod>, KubeletSessionGuard), Status> {
         let found = self.owned_pod(tenant, pod)?;
-        let (namespace, name) = (found.namespace().unwrap_or_default(), found.name_any());
+        let (namespace, name) = (
+            found.meta().namespace().to_string(),
+            found.meta().name().to_string(),
+        );
         let guard = self
             .registry
             .open_kubelet_session(

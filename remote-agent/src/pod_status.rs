@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::outbox::{Outbox, Subject};
 use crate::shadowpod::FAILED_CREATE;
-use crate::shadowpod_controller::{of_shadowpod, KeptShadowPod, Stores};
+use crate::shadowpod_controller::{KeptShadowPod, Stores};
 
 /// The status the origin pod shows while the provider cannot create its pod: Pending, not
 /// scheduled, with the provider's reason.
@@ -58,21 +58,23 @@ fn report(
     let pod = stores
         .pods
         .get(&ObjectRef::new(name).within(namespace))
-        .filter(|p| of_shadowpod(p.as_ref()));
+        .filter(|p| p.of_shadowpod());
     // The pod's status as the store keeps it, serialized once and shared with the outbox (a
     // clone of `Bytes` copies no byte); a ShadowPod's made up here.
-    let (labels, status_json) = match (&pod, &shadow) {
-        (Some(pod), _) => (pod.labels(), pod.status_json().clone()),
-        (None, Some(shadow)) => (
-            shadow.labels(),
-            serde_json::to_vec(&failed_create(shadow)?)
-                .unwrap_or_default()
-                .into(),
-        ),
+    let label = |key: &str| match (&pod, &shadow) {
+        (Some(pod), _) => pod.meta().label(key).map(str::to_string),
+        (None, Some(shadow)) => shadow.labels().get(key).cloned(),
+        (None, None) => None,
+    };
+    let tenant = ClusterId::parse(&label(ORIGIN_LABEL)?).ok()?;
+    let origin_uid = label(ORIGIN_UID_LABEL)?;
+    let status_json = match (&pod, &shadow) {
+        (Some(pod), _) => pod.status_json().clone(),
+        (None, Some(shadow)) => serde_json::to_vec(&failed_create(shadow)?)
+            .unwrap_or_default()
+            .into(),
         (None, None) => return None,
     };
-    let tenant = ClusterId::parse(labels.get(ORIGIN_LABEL)?).ok()?;
-    let origin_uid = labels.get(ORIGIN_UID_LABEL)?.clone();
     let hash = format!("{}/{recreations}", bytes_hash(&status_json));
     let message = RemoteMessage {
         kind: Some(remote_message::Kind::PodStatus(PodStatus {
@@ -110,8 +112,8 @@ pub fn spawn(stores: Stores, outbox: Outbox, shutdown: CancellationToken) {
             .pods
             .state()
             .iter()
-            .filter(|p| of_shadowpod(p.as_ref()))
-            .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+            .filter(|p| p.of_shadowpod())
+            .map(|p| (p.meta().namespace().into(), p.meta().name().into()))
             .chain(
                 stores
                     .shadows

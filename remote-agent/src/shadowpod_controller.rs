@@ -34,6 +34,7 @@ use crate::objects::Feed;
 use crate::shadowpod::{ShadowPodStatus, FAILED_CREATE};
 use status_writer::{OwnWrites, StatusWriter};
 
+pub mod kept_meta;
 pub mod kept_shadow;
 pub mod metadata;
 mod projection;
@@ -84,11 +85,6 @@ impl Stores {
     pub async fn pods_listed(&self) {
         let _ = self.pods_ready.clone().wait_for(|listed| *listed).await;
     }
-}
-
-/// Whether `pod` was created by the controller from a ShadowPod.
-pub fn of_shadowpod(pod: &impl Resource) -> bool {
-    pod.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_SHADOWPOD)
 }
 
 /// Keys of objects that changed since they were last taken, and a wake-up for whoever takes
@@ -153,10 +149,13 @@ pub fn spawn(
         )
         .reflect(shadows_writer)
         .touched_objects();
+    // Kept as `reflect` would keep it, which asks for a whole `Resource` where the store needs
+    // only the identity a `ProviderPod` gives it (`Lookup`).
+    let mut pods_writer = pods_writer;
     let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .map_ok(provider_pod::kept)
-        .reflect(pods_writer)
+        .inspect_ok(move |event| pods_writer.apply_watcher_event(event))
         .touched_objects();
     let pods_changed = Arc::new(Notify::new());
     let changed = ChangedKeys::default();
@@ -185,9 +184,9 @@ pub fn spawn(
         pod_events
             .filter(move |r| {
                 pods_changed.notify_one();
-                futures::future::ready(r.as_ref().map_or(true, of_shadowpod))
+                futures::future::ready(r.as_ref().map_or(true, ProviderPod::of_shadowpod))
             })
-            .map(|r| r.map(|o: ProviderPod| (o.namespace().unwrap_or_default(), o.name_any())))
+            .map(|r| r.map(|o: ProviderPod| (o.meta().namespace().into(), o.meta().name().into())))
             .for_each(feed(key_tx.clone()))
     };
 
@@ -424,7 +423,7 @@ async fn reconcile(
             .map(|pod| Arc::new(ProviderPod::new(pod)));
     }
     match pod.as_deref() {
-        Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
+        Some(pod) if !pod.meta().deleting() => {
             if let Some(patch) = metadata::metadata_patch(pod, &pod_metadata_for(&shadow)) {
                 tracing::debug!(namespace = %ns, %name, "pod labels or annotations follow the ShadowPod");
                 pods.patch(name, &shadowpod_params(), &Patch::Merge(patch))
@@ -433,7 +432,7 @@ async fn reconcile(
             let next = ShadowPodStatus {
                 phase: pod.phase.clone(),
                 recreations: recreations_with(&status, pod),
-                pod_uid: pod.uid(),
+                pod_uid: pod.meta().uid().map(Into::into),
                 ..Default::default()
             };
             if next != status {
@@ -533,7 +532,7 @@ async fn reconcile(
 /// it. The same holds after a crash between a create and its status write.
 fn recreations_with(status: &ShadowPodStatus, pod: &ProviderPod) -> u32 {
     match &status.pod_uid {
-        Some(uid) if Some(uid) != pod.metadata.uid.as_ref() => status.recreations + 1,
+        Some(uid) if Some(uid.as_str()) != pod.meta().uid() => status.recreations + 1,
         _ => status.recreations,
     }
 }

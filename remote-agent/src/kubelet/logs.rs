@@ -3,7 +3,6 @@
 use futures::{AsyncReadExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
-use kube::ResourceExt;
 use refract_wire::proto::{LogChunk, LogsRequest};
 use tonic::Status;
 
@@ -36,9 +35,9 @@ pub async fn stream(
         tail_lines: request.tail_lines,
         timestamps: request.timestamps,
     };
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let api: Api<Pod> = Api::namespaced(client.clone(), pod.meta().namespace());
     let reader = api
-        .log_stream(&pod.name_any(), &params)
+        .log_stream(pod.meta().name(), &params)
         .await
         .map_err(kube_status)?;
     let chunks = futures::stream::unfold(

@@ -4,7 +4,6 @@
 //! writes) and a data stream, paired by port and request id.
 
 use bytes::Bytes;
-use kube::ResourceExt;
 use refract_wire::kubelet_protocol as kp;
 use refract_wire::proto::{
     port_forward_input, port_forward_output, PortForwardInput, PortForwardOutput,
@@ -31,8 +30,8 @@ pub async fn run(
 ) -> Result<Output<PortForwardOutput>, Status> {
     let path = format!(
         "/api/v1/namespaces/{}/pods/{}/portforward",
-        pod.namespace().unwrap_or_default(),
-        pod.name_any()
+        pod.meta().namespace(),
+        pod.meta().name()
     );
     let session = super::upgrade::connect(client, &path, kp::PORT_FORWARD_V1).await?;
     let headers = |role: &str| {

@@ -7,7 +7,6 @@
 //! have ended.
 
 use bytes::Bytes;
-use kube::ResourceExt;
 use refract_core::json;
 use refract_wire::kubelet_protocol::{self as kp, exit_from_status};
 use refract_wire::proto::{
@@ -83,8 +82,8 @@ pub async fn run(
     };
     let path = format!(
         "/api/v1/namespaces/{}/pods/{}/{subresource}{query}",
-        pod.namespace().unwrap_or_default(),
-        pod.name_any()
+        pod.meta().namespace(),
+        pod.meta().name()
     );
     let session = upgrade::connect(client, &path, kp::REMOTE_COMMAND_V4).await?;
     let open = |role: &'static str| {

@@ -78,14 +78,14 @@ pub fn tenant_pods(stores: &Stores, tenant: &ClusterId) -> Vec<TenantPod> {
         .state()
         .into_iter()
         .filter(|pod| {
-            pod.owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && tenant_shadows.contains(&o.uid))
+            pod.meta()
+                .controller_uid()
+                .is_some_and(|uid| tenant_shadows.contains(uid))
         })
         .filter_map(|pod| {
             Some(TenantPod {
-                namespace: pod.namespace().unwrap_or_default(),
-                name: pod.name_any(),
+                namespace: pod.meta().namespace().into(),
+                name: pod.meta().name().into(),
                 node: pod.node_name.clone()?,
                 status: pod.status(),
             })

@@ -11,19 +11,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use refract_core::keys::SHADOWPOD_FIELD_MANAGER;
 
+use super::kept_meta::{lookup, Pairs};
 use super::provider_pod::ProviderPod;
 
 /// The merge patch that brings `pod`'s labels and annotations to `desired`'s, or `None` when
 /// they agree already.
 pub fn metadata_patch(pod: &ProviderPod, desired: &ObjectMeta) -> Option<serde_json::Value> {
     let ours = &pod.owned;
-    let labels = map_patch(
-        pod.metadata.labels.as_ref(),
-        desired.labels.as_ref(),
-        &ours.labels,
-    );
+    let kept = pod.meta();
+    let labels = map_patch(kept.labels(), desired.labels.as_ref(), &ours.labels);
     let annotations = map_patch(
-        pod.metadata.annotations.as_ref(),
+        kept.annotations(),
         desired.annotations.as_ref(),
         &ours.annotations,
     );
@@ -43,22 +41,21 @@ pub fn metadata_patch(pod: &ProviderPod, desired: &ObjectMeta) -> Option<serde_j
 /// Sets what `desired` has and `current` lacks or holds otherwise; removes (null) what this
 /// controller set and `desired` no longer has.
 fn map_patch(
-    current: Option<&BTreeMap<String, String>>,
+    current: &Pairs,
     desired: Option<&BTreeMap<String, String>>,
     ours: &Keys,
 ) -> serde_json::Map<String, serde_json::Value> {
     let empty = BTreeMap::new();
-    let current = current.unwrap_or(&empty);
     let desired = desired.unwrap_or(&empty);
     let mut patch = serde_json::Map::new();
     for (k, v) in desired {
-        if current.get(k) != Some(v) {
+        if lookup(current, k) != Some(v.as_str()) {
             patch.insert(k.clone(), v.clone().into());
         }
     }
-    for k in current.keys() {
-        if !desired.contains_key(k) && ours.contains(k) {
-            patch.insert(k.clone(), serde_json::Value::Null);
+    for (k, _) in current.iter() {
+        if !desired.contains_key(&**k) && ours.contains(k) {
+            patch.insert(k.to_string(), serde_json::Value::Null);
         }
     }
     patch
@@ -195,7 +192,6 @@ mod tests {
             &["app", "gone"],
             &["theirs"],
         );
-        assert_eq!(pod.metadata.managed_fields, None);
         assert_eq!(
             pod.owned,
             Owned {

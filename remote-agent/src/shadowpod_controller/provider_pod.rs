@@ -3,25 +3,30 @@
 //! The agent watches every pod of the provider (capacity counts them all), so what it keeps of
 //! each pod is most of its memory. k8s-openapi's `Pod` is wide: one `Container` is about 2 KB
 //! before any of its strings, and a running pod deserialized whole holds about 10 KB without
-//! its managedFields. The store keeps a [`ProviderPod`] instead: the metadata, and of the rest
+//! its managedFields. The store keeps a [`ProviderPod`] instead: of the metadata and the rest
 //! only what the store's readers use (the ShadowPod controller, the status stream, capacity,
 //! pod statistics), each taken out once as the watch hands the pod over.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::{Lookup, ObjectRef};
 use kube::runtime::watcher;
+use kube::Resource;
+use refract_core::keys::MANAGED_BY_LABEL;
 
+use super::kept_meta::KeptMeta;
 use super::metadata::{owned_keys, Owned};
-use super::of_shadowpod;
 use super::projection::event_of;
+use super::MANAGED_BY_SHADOWPOD;
 use crate::capacity::requests;
 
 /// What the remote agent keeps of a provider pod.
 #[derive(Debug, Clone, Default)]
 pub struct ProviderPod {
-    /// The pod's metadata, without its managedFields.
-    pub metadata: ObjectMeta,
+    /// What is read of the pod's metadata.
+    meta: KeptMeta,
     /// The label and annotation keys the ShadowPod controller owns on the pod (read from its
     /// managedFields): its metadata patch removes only these.
     pub owned: Owned,
@@ -41,31 +46,40 @@ impl ProviderPod {
     /// What is kept of `pod`.
     pub fn new(pod: Pod) -> Self {
         let Pod {
-            mut metadata,
+            metadata,
             spec,
             status,
         } = pod;
         let owned = owned_keys(&metadata);
-        metadata.managed_fields = None;
         let requests = spec
             .as_ref()
             .map(|spec| requests(spec).into_iter().collect())
             .unwrap_or_default();
         let mut kept = Self {
-            metadata,
+            meta: KeptMeta::of(metadata),
             owned,
             node_name: spec.and_then(|s| s.node_name),
             phase: status.as_ref().and_then(|s| s.phase.clone()),
             requests,
             status_json: Bytes::new(),
         };
-        if of_shadowpod(&kept) {
+        if kept.of_shadowpod() {
             // Through a boxed slice: that drops the capacity the serializer grew beyond the
             // text, which a `Bytes` made straight from the `Vec` would keep.
             let json = serde_json::to_vec(&status).unwrap_or_default();
             kept.status_json = Bytes::from(json.into_boxed_slice());
         }
         kept
+    }
+
+    /// What is kept of the pod's metadata.
+    pub fn meta(&self) -> &KeptMeta {
+        &self.meta
+    }
+
+    /// Whether the pod was created by the controller from a ShadowPod.
+    pub fn of_shadowpod(&self) -> bool {
+        self.meta.label(MANAGED_BY_LABEL) == Some(MANAGED_BY_SHADOWPOD)
     }
 
     /// The status as JSON (`null` when the pod has none); empty when the pod is not a
@@ -86,14 +100,55 @@ pub fn kept(event: watcher::Event<Pod>) -> watcher::Event<ProviderPod> {
     event_of(event, ProviderPod::new)
 }
 
-// A `ProviderPod` is a Pod to the watch machinery (stores, object references): its identity
-// is the pod's.
-refract_shared::resource_as!(ProviderPod, Pod);
+/// A `ProviderPod` is a Pod to the watch machinery (stores, object references): its identity
+/// is the pod's. Its store's keys leave out the resourceVersion and uid that kube copies into
+/// each key by default: nothing reads them there, and they are two more strings a pod.
+impl Lookup for ProviderPod {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::kind(&())
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::group(&())
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::version(&())
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        <Pod as Resource>::plural(&())
+    }
+
+    fn name(&self) -> Option<Cow<'_, str>> {
+        self.meta.name_cow()
+    }
+
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.meta.namespace_cow()
+    }
+
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.meta.resource_version().map(Cow::Borrowed)
+    }
+
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        self.meta.uid().map(Cow::Borrowed)
+    }
+
+    fn to_object_ref(&self, (): ()) -> ObjectRef<Self> {
+        let at = ObjectRef::new(self.meta.name());
+        match self.meta.namespace() {
+            "" => at,
+            namespace => at.within(namespace),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
-    use kube::ResourceExt;
-    use refract_core::keys::MANAGED_BY_LABEL;
     use serde_json::json;
 
     use super::*;
@@ -117,10 +172,15 @@ mod tests {
         let pod = ProviderPod::new(running(
             json!({MANAGED_BY_LABEL: MANAGED_BY_SHADOWPOD, "app": "web"}),
         ));
-        assert_eq!(pod.name_any(), "web");
-        assert_eq!(pod.uid().as_deref(), Some("u1"));
-        assert_eq!(pod.labels()["app"], "web");
-        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(pod.meta().name(), "web");
+        assert_eq!(pod.meta().uid(), Some("u1"));
+        assert_eq!(pod.meta().label("app"), Some("web"));
+        assert!(pod.of_shadowpod());
+        assert_eq!(
+            pod.to_object_ref(()),
+            ObjectRef::new("web").within("ns"),
+            "found under the pod's own name"
+        );
         assert_eq!(pod.node_name.as_deref(), Some("n1"));
         assert_eq!(pod.phase.as_deref(), Some("Running"));
         assert_eq!(
@@ -138,6 +198,7 @@ mod tests {
     #[test]
     fn another_pod_keeps_no_status_but_its_phase() {
         let pod = ProviderPod::new(running(json!({"app": "web"})));
+        assert!(!pod.of_shadowpod());
         assert!(pod.status_json().is_empty());
         assert_eq!(pod.status(), None);
         assert_eq!(pod.phase.as_deref(), Some("Running"));
