@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 use futures::Stream;
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 use refract_core::keys::ORIGIN_LABEL;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::kubelet_server::Kubelet;
@@ -87,7 +86,7 @@ impl KubeletService {
             .shadows
             .get(&ObjectRef::new(&pod.name).within(&pod.namespace))
             .ok_or_else(not_offloaded)?;
-        if shadow.labels().get(ORIGIN_LABEL).map(String::as_str) != Some(tenant.as_str()) {
+        if shadow.meta().label(ORIGIN_LABEL) != Some(tenant.as_str()) {
             return Err(not_offloaded());
         }
         let found = self
@@ -101,7 +100,7 @@ impl KubeletService {
                 ))
             })?;
         let created_from_shadow = found.meta().controller_uid().is_some()
-            && found.meta().controller_uid() == shadow.metadata.uid.as_deref();
+            && found.meta().controller_uid() == shadow.meta().uid();
         if !created_from_shadow {
             return Err(not_offloaded());
         }

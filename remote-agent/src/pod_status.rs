@@ -7,7 +7,6 @@
 //! provider cannot create is reported too, as a Pending status saying why.
 
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 use refract_core::hash::bytes_hash;
 use refract_core::keys::{ORIGIN_LABEL, ORIGIN_UID_LABEL};
 use refract_shared::tls::ClusterId;
@@ -63,7 +62,7 @@ fn report(
     // clone of `Bytes` copies no byte); a ShadowPod's made up here.
     let label = |key: &str| match (&pod, &shadow) {
         (Some(pod), _) => pod.meta().label(key).map(str::to_string),
-        (None, Some(shadow)) => shadow.labels().get(key).cloned(),
+        (None, Some(shadow)) => shadow.meta().label(key).map(str::to_string),
         (None, None) => None,
     };
     let tenant = ClusterId::parse(&label(ORIGIN_LABEL)?).ok()?;
@@ -119,7 +118,7 @@ pub fn spawn(stores: Stores, outbox: Outbox, shutdown: CancellationToken) {
                     .shadows
                     .state()
                     .iter()
-                    .map(|s| (s.namespace().unwrap_or_default(), s.name_any())),
+                    .map(|s| (s.meta().namespace().into(), s.meta().name().into())),
             )
             .collect();
         for (namespace, name) in everything {

@@ -16,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use refract_core::backoff::PerKey;
 use refract_core::keys::{
     DESTINATION_LABEL, MANAGED_BY_LABEL, ORIGIN_FINISHED_ANNOTATION, ORIGIN_LABEL,
@@ -43,7 +43,7 @@ mod status_writer;
 #[cfg(test)]
 mod tests;
 
-pub use kept_shadow::KeptShadowPod;
+pub use kept_shadow::{KeptShadowPod, WatchedShadowPod};
 pub use provider_pod::ProviderPod;
 
 /// The value of [`MANAGED_BY_LABEL`] on the pods the controller created.
@@ -128,8 +128,10 @@ pub fn spawn(
     mut leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> Stores {
-    let (shadows, shadows_writer) = reflector::store::<KeptShadowPod>();
-    let (pods, pods_writer) = reflector::store::<ProviderPod>();
+    // Both stores are kept as `reflect` would keep them, which asks for a whole `Resource`
+    // where a store needs only the identity its projection gives it (`Lookup`).
+    let (shadows, mut shadows_writer) = reflector::store::<KeptShadowPod>();
+    let (pods, mut pods_writer) = reflector::store::<ProviderPod>();
     let (key_tx, mut key_rx) = mpsc::channel::<(String, String)>(1024);
     let client = identities.own().clone();
 
@@ -142,16 +144,14 @@ pub fn spawn(
             // Every pod is kept twice, as its ShadowPod and as itself: only what is read of
             // each stays (memory per pod), and the ShadowPod is decoded as that directly.
             watcher(
-                Api::<KeptShadowPod>::all(client.clone()),
+                Api::<WatchedShadowPod>::all(client.clone()),
                 watcher::Config::default().labels(&format!("{DESTINATION_LABEL}={provider}")),
             )
             .default_backoff(),
         )
-        .reflect(shadows_writer)
+        .map_ok(kept_shadow::kept)
+        .inspect_ok(move |event| shadows_writer.apply_watcher_event(event))
         .touched_objects();
-    // Kept as `reflect` would keep it, which asks for a whole `Resource` where the store needs
-    // only the identity a `ProviderPod` gives it (`Lookup`).
-    let mut pods_writer = pods_writer;
     let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .map_ok(provider_pod::kept)
@@ -176,7 +176,7 @@ pub fn spawn(
         }
     };
     let shadow_feed = shadow_events
-        .map(|r| r.map(|o: KeptShadowPod| (o.namespace().unwrap_or_default(), o.name_any())))
+        .map(|r| r.map(|o: KeptShadowPod| (o.meta().namespace().into(), o.meta().name().into())))
         .for_each(feed(key_tx.clone()));
     // Every pod change wakes capacity; only those of ShadowPods go on to the controller.
     let pod_feed = {
@@ -263,7 +263,7 @@ pub fn spawn(
                             // start a second chain of attempts.
                             let retries = retries.locked();
                             for s in stores.shadows.state() {
-                                let key = (s.namespace().unwrap_or_default(), s.name_any());
+                                let key = (s.meta().namespace().into(), s.meta().name().into());
                                 if !retries.scheduled.contains(&key) {
                                     queue.add(key);
                                 }
@@ -386,7 +386,7 @@ async fn reconcile(
     let Some(shadow) = stores.shadows.get(&ObjectRef::new(name).within(ns)) else {
         return Ok(()); // gone: the pod follows through its owner reference
     };
-    if shadow.meta().deletion_timestamp.is_some() {
+    if shadow.meta().deleting() {
         return Ok(());
     }
     let status = shadow.status.clone().unwrap_or_default();
@@ -396,8 +396,8 @@ async fn reconcile(
     // The pod is the tenant's: written as the tenant, so the API server itself keeps it in the
     // tenant's namespaces. The ShadowPod's status is the controller's own.
     let Some(tenant) = shadow
-        .labels()
-        .get(ORIGIN_LABEL)
+        .meta()
+        .label(ORIGIN_LABEL)
         .and_then(|t| ClusterId::parse(t).ok())
     else {
         tracing::warn!(namespace = %ns, %name, "ShadowPod without a valid {ORIGIN_LABEL} label; no pod for it");
@@ -441,8 +441,9 @@ async fn reconcile(
         }
         Some(_) => {} // terminating: re-created once it is gone
         None if shadow
-            .annotations()
-            .contains_key(ORIGIN_FINISHED_ANNOTATION) =>
+            .meta()
+            .annotation(ORIGIN_FINISHED_ANNOTATION)
+            .is_some() =>
         {
             // The origin pod finished: whatever became of its provider pod, it never runs again.
             tracing::debug!(namespace = %ns, %name, "origin pod finished; not starting a pod");
@@ -495,7 +496,7 @@ async fn reconcile(
                             ..pending
                         };
                         shadows.write(&failed).await?;
-                        let reference = shadow.object_ref(&());
+                        let reference = shadow.object_reference();
                         let event = Event {
                             type_: EventType::Warning,
                             reason: FAILED_CREATE.into(),
@@ -557,18 +558,25 @@ pub fn pod_for(shadow: &KeptShadowPod) -> Result<Pod, kube::Error> {
 /// The metadata of the pod a ShadowPod stands for: its labels plus the managed-by label, its
 /// annotations, owned by the ShadowPod.
 pub fn pod_metadata_for(shadow: &KeptShadowPod) -> kube::api::ObjectMeta {
-    let mut labels: BTreeMap<String, String> = shadow.labels().clone();
+    let map = |pairs: &kept_meta::Pairs| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let meta = shadow.meta();
+    let mut labels = map(meta.labels());
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_SHADOWPOD.into());
-    let mut annotations = shadow.annotations().clone();
+    let mut annotations = map(meta.annotations());
     // The ShadowPod's write bookkeeping, which changes with every write of it.
     annotations.remove(refract_core::keys::DESIRED_HASH_ANNOTATION);
     annotations.remove(refract_core::keys::ORIGIN_HASH_ANNOTATION);
     kube::api::ObjectMeta {
-        name: shadow.metadata.name.clone(),
-        namespace: shadow.metadata.namespace.clone(),
+        name: Some(meta.name().into()),
+        namespace: Some(meta.namespace().into()),
         labels: Some(labels),
         annotations: Some(annotations),
-        owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
+        owner_references: shadow.controller_owner_ref().map(|o| vec![o]),
         ..Default::default()
     }
 }

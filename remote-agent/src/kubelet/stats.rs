@@ -19,7 +19,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::PodStatus;
-use kube::ResourceExt;
 use refract_core::keys::ORIGIN_LABEL;
 use refract_shared::tls::ClusterId;
 use refract_wire::proto::PodStats;
@@ -70,8 +69,8 @@ pub fn tenant_pods(stores: &Stores, tenant: &ClusterId) -> Vec<TenantPod> {
         .shadows
         .state()
         .iter()
-        .filter(|s| s.labels().get(ORIGIN_LABEL).map(String::as_str) == Some(tenant.as_str()))
-        .filter_map(|s| s.metadata.uid.clone())
+        .filter(|s| s.meta().label(ORIGIN_LABEL) == Some(tenant.as_str()))
+        .filter_map(|s| s.meta().uid().map(Into::into))
         .collect();
     stores
         .pods

@@ -1,4 +1,4 @@
-//! The metadata the controller's pod store keeps of each provider pod.
+//! The metadata the controller's stores keep of each provider pod and ShadowPod.
 //!
 //! k8s-openapi's `ObjectMeta` keeps labels and annotations as two `BTreeMap`s, and a B-tree
 //! allocates a whole node (about 540 bytes, 640 in the allocator's size class) as soon as it
@@ -117,15 +117,69 @@ impl KeptMeta {
         &self.annotations
     }
 
-    /// The name and namespace as the watch machinery's object reference asks for them.
-    pub(super) fn name_cow(&self) -> Option<Cow<'_, str>> {
+    /// The name as the watch machinery asks for it.
+    pub fn name_cow(&self) -> Option<Cow<'_, str>> {
         Some(Cow::Borrowed(&self.name))
     }
 
-    pub(super) fn namespace_cow(&self) -> Option<Cow<'_, str>> {
+    /// The namespace as the watch machinery asks for it: none when empty.
+    pub fn namespace_cow(&self) -> Option<Cow<'_, str>> {
         (!self.namespace.is_empty()).then_some(Cow::Borrowed(&self.namespace))
     }
 }
+
+/// Makes `$kept`, a projection of `$kind` with a `meta: KeptMeta` field, an object of `$kind`
+/// to a store (kube's `Lookup`). Its keys in the store leave out the resourceVersion and uid
+/// that kube copies into each key by default: nothing reads them there, and they are two more
+/// strings an object.
+macro_rules! lookup_as {
+    ($kept:ty, $kind:ty) => {
+        impl kube::runtime::reflector::Lookup for $kept {
+            type DynamicType = ();
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::kind(&())
+            }
+
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::group(&())
+            }
+
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::version(&())
+            }
+
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                <$kind as kube::Resource>::plural(&())
+            }
+
+            fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.meta.name_cow()
+            }
+
+            fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.meta.namespace_cow()
+            }
+
+            fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.meta.resource_version().map(std::borrow::Cow::Borrowed)
+            }
+
+            fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.meta.uid().map(std::borrow::Cow::Borrowed)
+            }
+
+            fn to_object_ref(&self, (): ()) -> kube::runtime::reflector::ObjectRef<Self> {
+                let at = kube::runtime::reflector::ObjectRef::new(self.meta.name());
+                match self.meta.namespace() {
+                    "" => at,
+                    namespace => at.within(namespace),
+                }
+            }
+        }
+    };
+}
+pub(super) use lookup_as;
 
 #[cfg(test)]
 mod tests {

@@ -7,13 +7,9 @@
 //! only what the store's readers use (the ShadowPod controller, the status stream, capacity,
 //! pod statistics), each taken out once as the watch hands the pod over.
 
-use std::borrow::Cow;
-
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use kube::runtime::reflector::{Lookup, ObjectRef};
 use kube::runtime::watcher;
-use kube::Resource;
 use refract_core::keys::MANAGED_BY_LABEL;
 
 use super::kept_meta::KeptMeta;
@@ -100,55 +96,13 @@ pub fn kept(event: watcher::Event<Pod>) -> watcher::Event<ProviderPod> {
     event_of(event, ProviderPod::new)
 }
 
-/// A `ProviderPod` is a Pod to the watch machinery (stores, object references): its identity
-/// is the pod's. Its store's keys leave out the resourceVersion and uid that kube copies into
-/// each key by default: nothing reads them there, and they are two more strings a pod.
-impl Lookup for ProviderPod {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::kind(&())
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::group(&())
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::version(&())
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        <Pod as Resource>::plural(&())
-    }
-
-    fn name(&self) -> Option<Cow<'_, str>> {
-        self.meta.name_cow()
-    }
-
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.meta.namespace_cow()
-    }
-
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.meta.resource_version().map(Cow::Borrowed)
-    }
-
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        self.meta.uid().map(Cow::Borrowed)
-    }
-
-    fn to_object_ref(&self, (): ()) -> ObjectRef<Self> {
-        let at = ObjectRef::new(self.meta.name());
-        match self.meta.namespace() {
-            "" => at,
-            namespace => at.within(namespace),
-        }
-    }
-}
+// A `ProviderPod` is a Pod to the watch machinery (stores, object references): its identity
+// is the pod's.
+super::kept_meta::lookup_as!(ProviderPod, Pod);
 
 #[cfg(test)]
 mod tests {
+    use kube::runtime::reflector::{Lookup, ObjectRef};
     use serde_json::json;
 
     use super::*;
