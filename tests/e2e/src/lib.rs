@@ -102,9 +102,12 @@ pub fn webhook_configuration(port: u16, ca_bundle: &str) -> serde_json::Value {
     config
 }
 
-/// The 99th percentile of `n` ConfigMap upserts of a tenant speaking the wire, in its namespace
-/// `ns`, 50 ms apart: how fast the remote agent answers it.
-pub async fn ack_p99(wire: &mut wire::Wire, ns: &str, n: usize) -> Duration {
+/// The 95th percentile of `n` ConfigMap upserts of a tenant speaking the wire, in its namespace
+/// `ns`, 50 ms apart: how fast the remote agent answers it. Not the 99th: of 50 samples that is
+/// the largest, and one stall of the shared test machine's control plane (seen: a single answer
+/// of 51 ms or 178 ms among 49 of 6–14 ms, with or without load on the agent) then decides a
+/// comparison. A tenant slowed by another shows in every sample, so in this one too.
+pub async fn ack_p95(wire: &mut wire::Wire, ns: &str, n: usize) -> Duration {
     let mut took = Vec::with_capacity(n);
     for i in 0..n {
         let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{}", i % 5), "namespace": ns}, "data": {"i": format!("{n}-{i}")}});
@@ -120,7 +123,7 @@ pub async fn ack_p99(wire: &mut wire::Wire, ns: &str, n: usize) -> Duration {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     took.sort();
-    took[(n * 99).div_ceil(100) - 1]
+    took[(n * 95).div_ceil(100) - 1]
 }
 
 /// A free port on 127.0.0.1.
