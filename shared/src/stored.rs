@@ -34,21 +34,7 @@ macro_rules! resource_as {
             type DynamicType = ();
             type Scope = k8s_openapi::NamespaceResourceScope;
 
-            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::kind(&())
-            }
-
-            fn group(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::group(&())
-            }
-
-            fn version(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::version(&())
-            }
-
-            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::plural(&())
-            }
+            $crate::names_of!($kind);
 
             fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 &self.metadata
@@ -59,6 +45,30 @@ macro_rules! resource_as {
             ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 &mut self.metadata
             }
+        }
+    };
+}
+
+/// The kind, group, version and plural of `$kind`, as functions of a `kube::Resource` or a
+/// `Lookup` (both ask for them alike) that stands for `$kind`: for [`resource_as!`] and for
+/// a projection that is only an identity to its store.
+#[macro_export]
+macro_rules! names_of {
+    ($kind:ty) => {
+        fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+            <$kind as kube::Resource>::kind(&())
+        }
+
+        fn group(_: &()) -> std::borrow::Cow<'_, str> {
+            <$kind as kube::Resource>::group(&())
+        }
+
+        fn version(_: &()) -> std::borrow::Cow<'_, str> {
+            <$kind as kube::Resource>::version(&())
+        }
+
+        fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+            <$kind as kube::Resource>::plural(&())
         }
     };
 }

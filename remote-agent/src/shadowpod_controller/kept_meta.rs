@@ -137,21 +137,7 @@ macro_rules! lookup_as {
         impl kube::runtime::reflector::Lookup for $kept {
             type DynamicType = ();
 
-            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::kind(&())
-            }
-
-            fn group(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::group(&())
-            }
-
-            fn version(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::version(&())
-            }
-
-            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-                <$kind as kube::Resource>::plural(&())
-            }
+            refract_shared::names_of!($kind);
 
             fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
                 self.meta.name_cow()
