@@ -732,18 +732,36 @@ pub fn agent_state(cp: &ControlPlane, agent: &str) -> String {
     )
 }
 
-/// The logs of every replica of `refract-<agent>`.
+/// The logs of every replica of `refract-<agent>` that is not being deleted. A replica a
+/// rollout replaced can linger a while as a pod being deleted whose container is gone, and
+/// `kubectl logs -l` then fails as a whole ("container ... is terminated").
 pub fn agent_logs(cp: &ControlPlane, agent: &str) -> String {
-    kubectl(
+    let selector = format!("app.kubernetes.io/name=refract-{agent}");
+    let pods = kubectl(
         cp,
         &[
             "-n",
             "refract-system",
-            "logs",
+            "get",
+            "pods",
             "-l",
-            &format!("app.kubernetes.io/name=refract-{agent}"),
-            "--tail=-1",
-            "--prefix",
+            &selector,
+            "-o",
+            "json",
         ],
-    )
+    );
+    let pods: serde_json::Value = serde_json::from_str(&pods).expect("kubectl prints JSON");
+    let live = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|pod| pod["metadata"]["name"].as_str());
+    live.map(|pod| {
+        kubectl(
+            cp,
+            &["-n", "refract-system", "logs", pod, "--tail=-1", "--prefix"],
+        )
+    })
+    .collect()
 }
