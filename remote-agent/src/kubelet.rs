@@ -99,8 +99,10 @@ impl KubeletService {
                     pod.namespace, pod.name
                 ))
             })?;
-        let created_from_shadow = found.meta().controller_uid().is_some()
-            && found.meta().controller_uid() == shadow.meta().uid();
+        let created_from_shadow = found
+            .meta()
+            .controller_uid()
+            .is_some_and(|uid| shadow.meta().uid() == Some(uid));
         if !created_from_shadow {
             return Err(not_offloaded());
         }

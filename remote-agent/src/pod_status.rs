@@ -60,20 +60,18 @@ fn report(
         .filter(|p| p.of_shadowpod());
     // The pod's status as the store keeps it, serialized once and shared with the outbox (a
     // clone of `Bytes` copies no byte); a ShadowPod's made up here.
-    let label = |key: &str| match (&pod, &shadow) {
-        (Some(pod), _) => pod.meta().label(key).map(str::to_string),
-        (None, Some(shadow)) => shadow.meta().label(key).map(str::to_string),
-        (None, None) => None,
-    };
-    let tenant = ClusterId::parse(&label(ORIGIN_LABEL)?).ok()?;
-    let origin_uid = label(ORIGIN_UID_LABEL)?;
-    let status_json = match (&pod, &shadow) {
-        (Some(pod), _) => pod.status_json().clone(),
-        (None, Some(shadow)) => serde_json::to_vec(&failed_create(shadow)?)
-            .unwrap_or_default()
-            .into(),
+    let (meta, status_json) = match (&pod, &shadow) {
+        (Some(pod), _) => (pod.meta(), pod.status_json().clone()),
+        (None, Some(shadow)) => (
+            shadow.meta(),
+            serde_json::to_vec(&failed_create(shadow)?)
+                .unwrap_or_default()
+                .into(),
+        ),
         (None, None) => return None,
     };
+    let tenant = ClusterId::parse(meta.label(ORIGIN_LABEL)?).ok()?;
+    let origin_uid = meta.label(ORIGIN_UID_LABEL)?.to_string();
     let hash = format!("{}/{recreations}", bytes_hash(&status_json));
     let message = RemoteMessage {
         kind: Some(remote_message::Kind::PodStatus(PodStatus {
