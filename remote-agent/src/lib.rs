@@ -31,6 +31,7 @@ pub mod network_fence;
 pub mod networks;
 pub mod objects;
 pub mod outbox;
+mod packed_strs;
 pub mod peer;
 pub mod pod_status;
 pub mod policy;

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::apply::desired::DesiredStore;
 use crate::identity::Identities;
 use crate::objects::Feed;
+use crate::packed_strs::Pairs;
 use crate::shadowpod::{ShadowPodStatus, FAILED_CREATE};
 use status_writer::{OwnWrites, StatusWriter};
 
@@ -558,7 +559,7 @@ pub fn pod_for(shadow: &KeptShadowPod) -> Result<Pod, kube::Error> {
 /// The metadata of the pod a ShadowPod stands for: its labels plus the managed-by label, its
 /// annotations, owned by the ShadowPod.
 pub fn pod_metadata_for(shadow: &KeptShadowPod) -> kube::api::ObjectMeta {
-    let map = |pairs: &kept_meta::Pairs| -> BTreeMap<String, String> {
+    let map = |pairs: Pairs<'_>| -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -6,8 +6,8 @@
 //! `Arc`: a heap profile at 10,000 ConfigMaps showed about 2.3 KB an object, mostly two
 //! B-tree nodes (labels and annotations, 544 bytes each however few entries they hold), the
 //! struct itself and the origin's labels and annotations copied with the object, none of which
-//! the agent reads. [`Kept`] holds the agent's own keys as boxed slices, and the metadata is
-//! rebuilt when read (one object per write, or an inventory at a reconnect).
+//! the agent reads. [`Kept`] holds the agent's own keys, all its strings in one allocation, and
+//! the metadata is rebuilt when read (one object per write, or an inventory at a reconnect).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
 use kube::api::ObjectMeta;
@@ -17,21 +17,24 @@ use refract_core::keys::ORIGIN_LABEL;
 
 use super::Meta;
 use crate::kinds::Allowed;
+use crate::packed_strs::{PackedStrs, Pairs};
 use crate::quota::footprint::{self, Footprint};
 
 /// The parts of a tenant object's metadata the applier, the inventory and restoring read.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Kept {
-    resource_version: Option<Box<str>>,
+    /// The resourceVersion (empty when absent), every label's key and value, every
+    /// annotation's, then the agent's own managedFields entries as FieldsV1 text, on the kinds
+    /// it writes without server-side apply (they say which keys it set; see `apply::merge`),
+    /// all in one allocation ([`PackedStrs`]). Labels and annotations are sorted by key.
+    strings: PackedStrs,
+    labels: u32,
+    annotations: u32,
     deletion_timestamp: Option<Time>,
-    labels: Pairs,
-    annotations: Pairs,
-    /// The agent's own managedFields entries as FieldsV1 text, on the kinds it writes without
-    /// server-side apply (they say which keys it set; see `apply::merge`); empty otherwise.
-    own_fields: Box<[Box<str>]>,
 }
 
-type Pairs = Box<[(Box<str>, Box<str>)]>;
+/// Where the labels start in [`Kept::strings`], after the resourceVersion.
+const FIRST_LABEL: usize = 1;
 
 /// Whether a label or annotation is one the agent reads back: every one it reads (origin,
 /// destination, tenant, service account; the desired and origin hashes, the original name,
@@ -42,15 +45,14 @@ fn read_back(key: &str) -> bool {
     key.contains("refract.io/") || Allowed::is_own_label(key)
 }
 
-fn pairs(map: Option<&std::collections::BTreeMap<String, String>>) -> Pairs {
-    map.into_iter()
-        .flatten()
-        .filter(|(k, _)| read_back(k))
-        .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
-        .collect()
+/// `map`'s pairs the agent reads back, sorted by key (as a `BTreeMap` hands them over).
+fn pairs(
+    map: Option<&std::collections::BTreeMap<String, String>>,
+) -> impl Iterator<Item = (&String, &String)> + Clone {
+    map.into_iter().flatten().filter(|(k, _)| read_back(k))
 }
 
-fn map(pairs: &Pairs) -> Option<std::collections::BTreeMap<String, String>> {
+fn map(pairs: Pairs<'_>) -> Option<std::collections::BTreeMap<String, String>> {
     (!pairs.is_empty()).then(|| {
         pairs
             .iter()
@@ -72,7 +74,7 @@ fn fields_text(fields: &FieldsV1) -> Box<str> {
 impl Kept {
     /// What to keep of `meta`; `own_fields` whether its kind needs the agent's managedFields.
     pub(super) fn of(meta: &ObjectMeta, own_fields: bool) -> Self {
-        let own_fields = if own_fields {
+        let own_fields: Vec<Box<str>> = if own_fields {
             meta.managed_fields
                 .iter()
                 .flatten()
@@ -81,23 +83,54 @@ impl Kept {
                 .map(fields_text)
                 .collect()
         } else {
-            Box::default()
+            Vec::new()
         };
+        let labels = pairs(meta.labels.as_ref());
+        let annotations = pairs(meta.annotations.as_ref());
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let (label_count, annotation_count) = (
+            count(labels.clone().count()),
+            count(annotations.clone().count()),
+        );
+        let strings = std::iter::once(meta.resource_version.as_deref().unwrap_or_default())
+            .chain(
+                labels
+                    .chain(annotations)
+                    .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
+            )
+            .chain(own_fields.iter().map(|text| &**text))
+            .collect();
         Self {
-            resource_version: meta.resource_version.as_deref().map(Into::into),
+            strings,
+            labels: label_count,
+            annotations: annotation_count,
             deletion_timestamp: meta.deletion_timestamp.clone(),
-            labels: pairs(meta.labels.as_ref()),
-            annotations: pairs(meta.annotations.as_ref()),
-            own_fields,
         }
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        let rv = self.strings.get(0);
+        (!rv.is_empty()).then_some(rv)
+    }
+
+    fn labels(&self) -> Pairs<'_> {
+        self.strings.pairs(FIRST_LABEL, self.labels as usize)
+    }
+
+    fn annotations(&self) -> Pairs<'_> {
+        let first = FIRST_LABEL + 2 * self.labels as usize;
+        self.strings.pairs(first, self.annotations as usize)
+    }
+
+    /// The agent's own managedFields entries, as FieldsV1 text.
+    fn own_fields(&self) -> impl Iterator<Item = &str> {
+        let first = FIRST_LABEL + 2 * (self.labels as usize + self.annotations as usize);
+        (first..self.strings.len()).map(|i| self.strings.get(i))
     }
 
     /// The value of label `key`, if it is one the store keeps.
     pub(super) fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| &**k == key)
-            .map(|(_, v)| &**v)
+        self.labels().get(key)
     }
 
     /// The tenant the object (of `kind`) is of, and what it counts for against the tenant's
@@ -105,12 +138,8 @@ impl Kept {
     /// until it is written again.
     pub(super) fn footprint(&self, kind: Allowed) -> Option<(&str, Footprint)> {
         let tenant = self.label(ORIGIN_LABEL)?;
-        let stamped = self
-            .annotations
-            .iter()
-            .find(|(k, _)| &**k == footprint::ANNOTATION);
-        let fp = match stamped {
-            Some((_, text)) => Footprint::decode(text),
+        let fp = match self.annotations().get(footprint::ANNOTATION) {
+            Some(text) => Footprint::decode(text),
             None => footprint::unstamped(kind),
         };
         Some((tenant, fp))
@@ -123,9 +152,9 @@ impl Kept {
 
     /// The metadata again, for object `namespace/name` (namespace empty for namespaces).
     pub(super) fn meta(&self, namespace: &str, name: &str) -> Meta {
-        let managed_fields = (!self.own_fields.is_empty()).then(|| {
-            self.own_fields
-                .iter()
+        let mut own_fields = self.own_fields().peekable();
+        let managed_fields = own_fields.peek().is_some().then(|| {
+            own_fields
                 .map(|text| ManagedFieldsEntry {
                     manager: Some(REMOTE_FIELD_MANAGER.into()),
                     fields_type: Some("FieldsV1".into()),
@@ -139,10 +168,10 @@ impl Kept {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: (!namespace.is_empty()).then(|| namespace.into()),
-                resource_version: self.resource_version.as_deref().map(Into::into),
+                resource_version: self.resource_version().map(Into::into),
                 deletion_timestamp: self.deletion_timestamp.clone(),
-                labels: map(&self.labels),
-                annotations: map(&self.annotations),
+                labels: map(self.labels()),
+                annotations: map(self.annotations()),
                 managed_fields,
                 ..Default::default()
             },
@@ -232,6 +261,16 @@ mod tests {
     #[test]
     fn keeps_the_agents_managed_fields_as_text_where_they_are_read() {
         let meta = Kept::of(&provider_object(), true).meta("apps-origin", "cfg");
+        assert_eq!(
+            meta.metadata.annotations,
+            Some(BTreeMap::from([(
+                DESIRED_HASH_ANNOTATION.into(),
+                "abc".into()
+            )])),
+            "kept beside the fields, each in its place"
+        );
+        assert_eq!(meta.metadata.labels.map(|l| l.len()), Some(3));
+        assert_eq!(meta.metadata.resource_version.as_deref(), Some("42"));
         let managed = meta.metadata.managed_fields.expect("kept");
         assert_eq!(managed.len(), 1, "only the agent's own entry");
         assert_eq!(managed[0].manager.as_deref(), Some(REMOTE_FIELD_MANAGER));

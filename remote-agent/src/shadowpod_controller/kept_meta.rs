@@ -3,47 +3,40 @@
 //! k8s-openapi's `ObjectMeta` keeps labels and annotations as two `BTreeMap`s, and a B-tree
 //! allocates a whole node (about 540 bytes, 640 in the allocator's size class) as soon as it
 //! holds one entry: 1.3 KB a pod before any key or value, on top of the struct's own 400 bytes,
-//! most of them fields no reader of the store uses. [`KeptMeta`] keeps the pairs as sorted
-//! boxed slices and, of the rest, only the fields read back.
+//! most of them fields no reader of the store uses. [`KeptMeta`] keeps only the fields read
+//! back, every string of them packed in one allocation ([`PackedStrs`]); the labels and
+//! annotations stay sorted by key, as a `BTreeMap` hands them over.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// Labels or annotations, sorted by key.
-pub type Pairs = Box<[(Box<str>, Box<str>)]>;
+use crate::packed_strs::{PackedStrs, Pairs};
+
+/// Where each string of the metadata is in [`KeptMeta::strings`]; the labels' keys and values
+/// follow, then the annotations'.
+const NAME: usize = 0;
+const NAMESPACE: usize = 1;
+const UID: usize = 2;
+const RESOURCE_VERSION: usize = 3;
+const CONTROLLER_UID: usize = 4;
+const FIRST_LABEL: usize = 5;
 
 /// What is kept of an object's metadata.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeptMeta {
-    name: Box<str>,
-    namespace: Box<str>,
-    uid: Option<Box<str>>,
-    resource_version: Option<Box<str>>,
+    /// The name, namespace, uid, resourceVersion and controlling owner's uid (each empty when
+    /// absent: the API server never sets one empty), then every label's key and value, then
+    /// every annotation's.
+    strings: PackedStrs,
+    /// How many labels.
+    labels: u32,
     deleting: bool,
-    /// The uid of the object's controlling owner (a pod's ShadowPod), if it has one.
-    controller_uid: Option<Box<str>>,
-    labels: Pairs,
-    annotations: Pairs,
 }
 
-/// `map`'s pairs; a `BTreeMap` hands them over sorted already.
-fn pairs(map: Option<BTreeMap<String, String>>) -> Pairs {
-    map.into_iter()
-        .flatten()
-        .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-        .collect()
-}
-
-fn boxed(text: Option<String>) -> Option<Box<str>> {
-    text.map(String::into_boxed_str)
-}
-
-/// The value of `key` in `pairs`.
-pub fn lookup<'a>(pairs: &'a Pairs, key: &str) -> Option<&'a str> {
-    let at = pairs.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
-    Some(&pairs[at].1)
+/// `Some` unless empty.
+fn present(text: &str) -> Option<&str> {
+    (!text.is_empty()).then_some(text)
 }
 
 impl KeptMeta {
@@ -51,40 +44,54 @@ impl KeptMeta {
     pub fn of(meta: ObjectMeta) -> Self {
         let controller_uid = meta
             .owner_references
-            .into_iter()
+            .iter()
             .flatten()
             .find(|o| o.controller == Some(true))
-            .map(|o| o.uid.into_boxed_str());
-        Self {
-            name: meta.name.unwrap_or_default().into_boxed_str(),
-            namespace: meta.namespace.unwrap_or_default().into_boxed_str(),
-            uid: boxed(meta.uid),
-            resource_version: boxed(meta.resource_version),
-            deleting: meta.deletion_timestamp.is_some(),
+            .map(|o| o.uid.as_str());
+        let labels = meta.labels.iter().flatten();
+        let annotations = meta.annotations.iter().flatten();
+        let fixed = [
+            meta.name.as_deref(),
+            meta.namespace.as_deref(),
+            meta.uid.as_deref(),
+            meta.resource_version.as_deref(),
             controller_uid,
-            labels: pairs(meta.labels),
-            annotations: pairs(meta.annotations),
+        ];
+        let strings = fixed
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .chain(
+                labels
+                    .clone()
+                    .chain(annotations)
+                    .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
+            )
+            .collect();
+        Self {
+            strings,
+            labels: u32::try_from(labels.count()).unwrap_or(u32::MAX),
+            deleting: meta.deletion_timestamp.is_some(),
         }
     }
 
     /// The object's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.strings.get(NAME)
     }
 
     /// The namespace; empty for an object that has none.
     pub fn namespace(&self) -> &str {
-        &self.namespace
+        self.strings.get(NAMESPACE)
     }
 
     /// The object's uid.
     pub fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
+        present(self.strings.get(UID))
     }
 
     /// The object's resourceVersion, as the watch last showed it.
     pub fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
+        present(self.strings.get(RESOURCE_VERSION))
     }
 
     /// Whether the object is being deleted.
@@ -94,37 +101,39 @@ impl KeptMeta {
 
     /// The uid of the object's controlling owner (a pod's ShadowPod).
     pub fn controller_uid(&self) -> Option<&str> {
-        self.controller_uid.as_deref()
+        present(self.strings.get(CONTROLLER_UID))
     }
 
     /// The value of label `key`.
     pub fn label(&self, key: &str) -> Option<&str> {
-        lookup(&self.labels, key)
+        self.labels().get(key)
     }
 
     /// The value of annotation `key`.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        lookup(&self.annotations, key)
+        self.annotations().get(key)
     }
 
     /// Every label, sorted by key.
-    pub fn labels(&self) -> &Pairs {
-        &self.labels
+    pub fn labels(&self) -> Pairs<'_> {
+        self.strings.pairs(FIRST_LABEL, self.labels as usize)
     }
 
     /// Every annotation, sorted by key.
-    pub fn annotations(&self) -> &Pairs {
-        &self.annotations
+    pub fn annotations(&self) -> Pairs<'_> {
+        let first = FIRST_LABEL + 2 * self.labels as usize;
+        let count = self.strings.len().saturating_sub(first) / 2;
+        self.strings.pairs(first, count)
     }
 
     /// The name as the watch machinery asks for it.
     pub fn name_cow(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
+        Some(Cow::Borrowed(self.name()))
     }
 
     /// The namespace as the watch machinery asks for it: none when empty.
     pub fn namespace_cow(&self) -> Option<Cow<'_, str>> {
-        (!self.namespace.is_empty()).then_some(Cow::Borrowed(&self.namespace))
+        present(self.namespace()).map(Cow::Borrowed)
     }
 }
 
@@ -169,6 +178,8 @@ pub(super) use lookup_as;
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     use super::*;
@@ -207,7 +218,12 @@ mod tests {
             [Some("1"), Some("2"), Some("3"), None]
         );
         assert_eq!(kept.annotation("note"), Some("x"));
-        assert_eq!(kept.annotation("a"), None);
+        assert_eq!(kept.annotation("a"), None, "a label is not an annotation");
+        assert_eq!(kept.label("note"), None, "nor the other way round");
+        assert_eq!(
+            kept.labels().iter().collect::<Vec<_>>(),
+            [("a", "1"), ("b", "2"), ("c", "3")]
+        );
     }
 
     #[test]
@@ -216,6 +232,7 @@ mod tests {
         assert_eq!(kept.namespace_cow(), None);
         assert!(kept.labels().is_empty() && kept.annotations().is_empty());
         assert_eq!(kept.controller_uid(), None);
+        assert_eq!((kept.uid(), kept.resource_version()), (None, None));
         assert!(!kept.deleting());
     }
 }
