@@ -136,20 +136,35 @@ pub struct Due {
 /// The latest state of one subject.
 #[derive(Debug, Clone)]
 struct Latest {
-    hash: String,
+    hash: Box<str>,
     message: RemoteMessage,
+    /// What the tenant's current session has of the subject.
+    session_has: SessionHas,
+}
+
+/// What a session has of one subject. Kept with the subject's latest state rather than in a
+/// map of its own: two maps of every subject cost a key and a slot each twice over.
+#[derive(Debug, Clone, Default, PartialEq)]
+enum SessionHas {
+    /// Nothing yet.
+    #[default]
+    Nothing,
+    /// The latest state.
+    Latest,
+    /// An earlier state, with this hash (the subject changed since it was sent).
+    Earlier(Box<str>),
 }
 
 /// One tenant's record.
 #[derive(Debug, Default)]
 struct Tenant {
     /// The latest state of each subject, kept while the tenant is away so that its next
-    /// session gets it without the producers being asked.
-    latest: HashMap<Subject, Latest>,
+    /// session gets it without the producers being asked. Boxed: a map keeps a third to a half
+    /// of its slots empty, and a message is some 200 bytes (two subjects a pod, a pod's status
+    /// and its event).
+    latest: HashMap<Subject, Box<Latest>>,
     /// The current session's id.
     session: Option<String>,
-    /// What the current session has: subject → hash.
-    delivered: HashMap<Subject, String>,
     /// Subjects the current session may lack, in the order they are sent.
     due: BTreeSet<Subject>,
     /// How many of `latest` are events.
@@ -165,15 +180,19 @@ impl Tenant {
             self.events -= 1;
             self.events_refused = false;
         }
-        self.delivered.remove(subject);
         self.due.remove(subject);
     }
 
     fn lacks(&self, subject: &Subject) -> bool {
-        match (self.latest.get(subject), self.delivered.get(subject)) {
-            (Some(latest), Some(hash)) => latest.hash != *hash,
-            (Some(_), None) => true,
-            (None, _) => false,
+        self.latest
+            .get(subject)
+            .is_some_and(|l| l.session_has != SessionHas::Latest)
+    }
+
+    /// A new session, or none: it has nothing yet.
+    fn forget_delivered(&mut self) {
+        for latest in self.latest.values_mut() {
+            latest.session_has = SessionHas::Nothing;
         }
     }
 }
@@ -194,19 +213,36 @@ impl Ledger {
         message: RemoteMessage,
     ) -> Put {
         let t = self.tenants.entry(tenant.clone()).or_default();
-        match t.latest.get(&subject) {
-            Some(latest) if latest.hash == hash => return Put::Held,
-            Some(_) => {}
-            None if subject.topic == Topic::Event => {
-                if t.events >= MAX_EVENTS {
-                    let first = !std::mem::replace(&mut t.events_refused, true);
-                    return Put::Refused { first };
-                }
-                t.events += 1;
+        match t.latest.get_mut(&subject) {
+            Some(latest) if *latest.hash == *hash => return Put::Held,
+            Some(latest) => {
+                let session_has = match std::mem::take(&mut latest.session_has) {
+                    SessionHas::Latest => SessionHas::Earlier(std::mem::take(&mut latest.hash)),
+                    SessionHas::Earlier(had) if *had == *hash => SessionHas::Latest,
+                    other => other,
+                };
+                **latest = Latest {
+                    hash: hash.into_boxed_str(),
+                    message,
+                    session_has,
+                };
             }
-            None => {}
+            None => {
+                if subject.topic == Topic::Event {
+                    if t.events >= MAX_EVENTS {
+                        let first = !std::mem::replace(&mut t.events_refused, true);
+                        return Put::Refused { first };
+                    }
+                    t.events += 1;
+                }
+                let latest = Latest {
+                    hash: hash.into_boxed_str(),
+                    message,
+                    session_has: SessionHas::Nothing,
+                };
+                t.latest.insert(subject.clone(), Box::new(latest));
+            }
         }
-        t.latest.insert(subject.clone(), Latest { hash, message });
         if t.session.is_none() || !t.lacks(&subject) {
             return Put::Held;
         }
@@ -242,7 +278,7 @@ impl Ledger {
     pub fn open(&mut self, tenant: &ClusterId, session: &str) -> bool {
         let t = self.tenants.entry(tenant.clone()).or_default();
         t.session = Some(session.to_string());
-        t.delivered.clear();
+        t.forget_delivered();
         t.due = t.latest.keys().cloned().collect();
         !t.due.is_empty()
     }
@@ -255,7 +291,7 @@ impl Ledger {
         if let Some(t) = self.tenants.get_mut(tenant) {
             if t.session.as_deref() == Some(session) {
                 t.session = None;
-                t.delivered.clear();
+                t.forget_delivered();
                 t.due.clear();
                 t.latest
                     .retain(|s, _| !matches!(s.topic, Topic::Capacity | Topic::Notice));
@@ -276,7 +312,7 @@ impl Ledger {
             }
             let latest = t.latest.get(&subject)?;
             return Some(Due {
-                hash: latest.hash.clone(),
+                hash: latest.hash.to_string(),
                 message: latest.message.clone(),
                 subject,
             });
@@ -287,14 +323,20 @@ impl Ledger {
     /// Session `session` of `tenant` was sent `subject` at `hash`.
     pub fn delivered(&mut self, tenant: &ClusterId, session: &str, subject: Subject, hash: String) {
         if let Some(t) = self.tenants.get_mut(tenant) {
-            if t.session.as_deref() != Some(session) || !t.latest.contains_key(&subject) {
+            if t.session.as_deref() != Some(session) {
                 return;
             }
+            let Some(latest) = t.latest.get_mut(&subject) else {
+                return;
+            };
             if subject.topic == Topic::Notice {
                 // Said once; saying it again is a new notice.
                 t.latest.remove(&subject);
+            } else if *latest.hash == *hash {
+                latest.session_has = SessionHas::Latest;
             } else {
-                t.delivered.insert(subject, hash);
+                // The state changed while this one was on its way: the latest is due.
+                latest.session_has = SessionHas::Earlier(hash.into_boxed_str());
             }
         }
     }
