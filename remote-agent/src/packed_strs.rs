@@ -65,6 +65,62 @@ impl PackedStrs {
     }
 }
 
+/// An object's metadata strings as the remote agent's stores keep them, in one [`PackedStrs`]:
+/// `FIXED` strings of the store's own (a name, a resourceVersion, …; empty when absent), then
+/// every label's key and value, then every annotation's, then any further strings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetaStrs<const FIXED: usize> {
+    strings: PackedStrs,
+    labels: u32,
+    annotations: u32,
+}
+
+impl<const FIXED: usize> MetaStrs<FIXED> {
+    /// Packs `fixed`, the `labels`, the `annotations` and the `rest`, in that order; the
+    /// labels and annotations sorted by key, as a `BTreeMap` hands them over.
+    pub fn new<'a>(
+        fixed: [&'a str; FIXED],
+        labels: impl Iterator<Item = (&'a String, &'a String)> + Clone,
+        annotations: impl Iterator<Item = (&'a String, &'a String)> + Clone,
+        rest: impl Iterator<Item = &'a str>,
+    ) -> Self {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let label_count = count(labels.clone().count());
+        let annotation_count = count(annotations.clone().count());
+        let pairs = labels
+            .chain(annotations)
+            .flat_map(|(k, v)| [k.as_str(), v.as_str()]);
+        Self {
+            strings: fixed.into_iter().chain(pairs).chain(rest).collect(),
+            labels: label_count,
+            annotations: annotation_count,
+        }
+    }
+
+    /// The `index`th fixed string (below `FIXED`).
+    pub fn fixed(&self, index: usize) -> &str {
+        debug_assert!(index < FIXED);
+        self.strings.get(index)
+    }
+
+    /// Every label, sorted by key.
+    pub fn labels(&self) -> Pairs<'_> {
+        self.strings.pairs(FIXED, self.labels as usize)
+    }
+
+    /// Every annotation, sorted by key.
+    pub fn annotations(&self) -> Pairs<'_> {
+        let first = FIXED + 2 * self.labels as usize;
+        self.strings.pairs(first, self.annotations as usize)
+    }
+
+    /// The strings after the annotations.
+    pub fn rest(&self) -> impl Iterator<Item = &str> {
+        let first = FIXED + 2 * (self.labels as usize + self.annotations as usize);
+        (first..self.strings.len()).map(|i| self.strings.get(i))
+    }
+}
+
 impl<S: AsRef<str>> FromIterator<S> for PackedStrs {
     /// Packs `strings` in order. Metadata is bounded far below 4 GiB (an object is at most a
     /// few MiB), so a `u32` end never overflows; should one, the strings past it are left out
@@ -150,6 +206,39 @@ mod tests {
         let none: PackedStrs = std::iter::empty::<&str>().collect();
         assert_eq!(none.len(), 0);
         assert_eq!(none.get(0), "");
+    }
+
+    #[test]
+    fn metadata_keeps_each_section_apart() {
+        use std::collections::BTreeMap;
+        let labels = BTreeMap::from([("a".to_string(), "1".to_string())]);
+        let annotations = BTreeMap::from([
+            ("a".to_string(), "note".to_string()),
+            ("b".to_string(), "2".to_string()),
+        ]);
+        let meta = MetaStrs::new(
+            ["web", ""],
+            labels.iter(),
+            annotations.iter(),
+            ["x", "y"].into_iter(),
+        );
+        assert_eq!((meta.fixed(0), meta.fixed(1)), ("web", ""));
+        assert_eq!(meta.labels().iter().collect::<Vec<_>>(), [("a", "1")]);
+        assert_eq!(
+            meta.annotations().get("a"),
+            Some("note"),
+            "its own, not the label"
+        );
+        assert_eq!(meta.annotations().get("b"), Some("2"));
+        assert_eq!(meta.rest().collect::<Vec<_>>(), ["x", "y"]);
+        let bare: MetaStrs<1> = MetaStrs::new(
+            [""],
+            labels.iter().take(0),
+            labels.iter().take(0),
+            std::iter::empty(),
+        );
+        assert!(bare.labels().is_empty() && bare.annotations().is_empty());
+        assert_eq!(bare.rest().count(), 0);
     }
 
     #[test]

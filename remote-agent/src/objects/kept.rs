@@ -17,7 +17,7 @@ use refract_core::keys::ORIGIN_LABEL;
 
 use super::Meta;
 use crate::kinds::Allowed;
-use crate::packed_strs::{PackedStrs, Pairs};
+use crate::packed_strs::{MetaStrs, Pairs};
 use crate::quota::footprint::{self, Footprint};
 
 /// The parts of a tenant object's metadata the applier, the inventory and restoring read.
@@ -26,15 +26,10 @@ pub(super) struct Kept {
     /// The resourceVersion (empty when absent), every label's key and value, every
     /// annotation's, then the agent's own managedFields entries as FieldsV1 text, on the kinds
     /// it writes without server-side apply (they say which keys it set; see `apply::merge`),
-    /// all in one allocation ([`PackedStrs`]). Labels and annotations are sorted by key.
-    strings: PackedStrs,
-    labels: u32,
-    annotations: u32,
+    /// all in one allocation ([`MetaStrs`]).
+    strings: MetaStrs<1>,
     deletion_timestamp: Option<Time>,
 }
-
-/// Where the labels start in [`Kept::strings`], after the resourceVersion.
-const FIRST_LABEL: usize = 1;
 
 /// Whether a label or annotation is one the agent reads back: every one it reads (origin,
 /// destination, tenant, service account; the desired and origin hashes, the original name,
@@ -85,52 +80,26 @@ impl Kept {
         } else {
             Vec::new()
         };
-        let labels = pairs(meta.labels.as_ref());
-        let annotations = pairs(meta.annotations.as_ref());
-        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        let (label_count, annotation_count) = (
-            count(labels.clone().count()),
-            count(annotations.clone().count()),
+        let strings = MetaStrs::new(
+            [meta.resource_version.as_deref().unwrap_or_default()],
+            pairs(meta.labels.as_ref()),
+            pairs(meta.annotations.as_ref()),
+            own_fields.iter().map(|text| &**text),
         );
-        let strings = std::iter::once(meta.resource_version.as_deref().unwrap_or_default())
-            .chain(
-                labels
-                    .chain(annotations)
-                    .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
-            )
-            .chain(own_fields.iter().map(|text| &**text))
-            .collect();
         Self {
             strings,
-            labels: label_count,
-            annotations: annotation_count,
             deletion_timestamp: meta.deletion_timestamp.clone(),
         }
     }
 
     fn resource_version(&self) -> Option<&str> {
-        let rv = self.strings.get(0);
+        let rv = self.strings.fixed(0);
         (!rv.is_empty()).then_some(rv)
-    }
-
-    fn labels(&self) -> Pairs<'_> {
-        self.strings.pairs(FIRST_LABEL, self.labels as usize)
-    }
-
-    fn annotations(&self) -> Pairs<'_> {
-        let first = FIRST_LABEL + 2 * self.labels as usize;
-        self.strings.pairs(first, self.annotations as usize)
-    }
-
-    /// The agent's own managedFields entries, as FieldsV1 text.
-    fn own_fields(&self) -> impl Iterator<Item = &str> {
-        let first = FIRST_LABEL + 2 * (self.labels as usize + self.annotations as usize);
-        (first..self.strings.len()).map(|i| self.strings.get(i))
     }
 
     /// The value of label `key`, if it is one the store keeps.
     pub(super) fn label(&self, key: &str) -> Option<&str> {
-        self.labels().get(key)
+        self.strings.labels().get(key)
     }
 
     /// The tenant the object (of `kind`) is of, and what it counts for against the tenant's
@@ -138,7 +107,7 @@ impl Kept {
     /// until it is written again.
     pub(super) fn footprint(&self, kind: Allowed) -> Option<(&str, Footprint)> {
         let tenant = self.label(ORIGIN_LABEL)?;
-        let fp = match self.annotations().get(footprint::ANNOTATION) {
+        let fp = match self.strings.annotations().get(footprint::ANNOTATION) {
             Some(text) => Footprint::decode(text),
             None => footprint::unstamped(kind),
         };
@@ -152,7 +121,8 @@ impl Kept {
 
     /// The metadata again, for object `namespace/name` (namespace empty for namespaces).
     pub(super) fn meta(&self, namespace: &str, name: &str) -> Meta {
-        let mut own_fields = self.own_fields().peekable();
+        // The rest: the agent's own managedFields entries, as FieldsV1 text.
+        let mut own_fields = self.strings.rest().peekable();
         let managed_fields = own_fields.peek().is_some().then(|| {
             own_fields
                 .map(|text| ManagedFieldsEntry {
@@ -170,8 +140,8 @@ impl Kept {
                 namespace: (!namespace.is_empty()).then(|| namespace.into()),
                 resource_version: self.resource_version().map(Into::into),
                 deletion_timestamp: self.deletion_timestamp.clone(),
-                labels: map(self.labels()),
-                annotations: map(self.annotations()),
+                labels: map(self.strings.labels()),
+                annotations: map(self.strings.annotations()),
                 managed_fields,
                 ..Default::default()
             },

@@ -4,33 +4,28 @@
 //! allocates a whole node (about 540 bytes, 640 in the allocator's size class) as soon as it
 //! holds one entry: 1.3 KB a pod before any key or value, on top of the struct's own 400 bytes,
 //! most of them fields no reader of the store uses. [`KeptMeta`] keeps only the fields read
-//! back, every string of them packed in one allocation ([`PackedStrs`]); the labels and
+//! back, every string of them packed in one allocation ([`MetaStrs`]); the labels and
 //! annotations stay sorted by key, as a `BTreeMap` hands them over.
 
 use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::packed_strs::{PackedStrs, Pairs};
+use crate::packed_strs::{MetaStrs, Pairs};
 
-/// Where each string of the metadata is in [`KeptMeta::strings`]; the labels' keys and values
-/// follow, then the annotations'.
+/// Where each of the metadata's own strings is in [`KeptMeta::strings`].
 const NAME: usize = 0;
 const NAMESPACE: usize = 1;
 const UID: usize = 2;
 const RESOURCE_VERSION: usize = 3;
 const CONTROLLER_UID: usize = 4;
-const FIRST_LABEL: usize = 5;
 
 /// What is kept of an object's metadata.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeptMeta {
     /// The name, namespace, uid, resourceVersion and controlling owner's uid (each empty when
-    /// absent: the API server never sets one empty), then every label's key and value, then
-    /// every annotation's.
-    strings: PackedStrs,
-    /// How many labels.
-    labels: u32,
+    /// absent: the API server never sets one empty), the labels and the annotations.
+    strings: MetaStrs<5>,
     deleting: bool,
 }
 
@@ -48,50 +43,43 @@ impl KeptMeta {
             .flatten()
             .find(|o| o.controller == Some(true))
             .map(|o| o.uid.as_str());
-        let labels = meta.labels.iter().flatten();
-        let annotations = meta.annotations.iter().flatten();
         let fixed = [
             meta.name.as_deref(),
             meta.namespace.as_deref(),
             meta.uid.as_deref(),
             meta.resource_version.as_deref(),
             controller_uid,
-        ];
-        let strings = fixed
-            .into_iter()
-            .map(Option::unwrap_or_default)
-            .chain(
-                labels
-                    .clone()
-                    .chain(annotations)
-                    .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
-            )
-            .collect();
+        ]
+        .map(Option::unwrap_or_default);
         Self {
-            strings,
-            labels: u32::try_from(labels.count()).unwrap_or(u32::MAX),
+            strings: MetaStrs::new(
+                fixed,
+                meta.labels.iter().flatten(),
+                meta.annotations.iter().flatten(),
+                std::iter::empty(),
+            ),
             deleting: meta.deletion_timestamp.is_some(),
         }
     }
 
     /// The object's name.
     pub fn name(&self) -> &str {
-        self.strings.get(NAME)
+        self.strings.fixed(NAME)
     }
 
     /// The namespace; empty for an object that has none.
     pub fn namespace(&self) -> &str {
-        self.strings.get(NAMESPACE)
+        self.strings.fixed(NAMESPACE)
     }
 
     /// The object's uid.
     pub fn uid(&self) -> Option<&str> {
-        present(self.strings.get(UID))
+        present(self.strings.fixed(UID))
     }
 
     /// The object's resourceVersion, as the watch last showed it.
     pub fn resource_version(&self) -> Option<&str> {
-        present(self.strings.get(RESOURCE_VERSION))
+        present(self.strings.fixed(RESOURCE_VERSION))
     }
 
     /// Whether the object is being deleted.
@@ -101,7 +89,7 @@ impl KeptMeta {
 
     /// The uid of the object's controlling owner (a pod's ShadowPod).
     pub fn controller_uid(&self) -> Option<&str> {
-        present(self.strings.get(CONTROLLER_UID))
+        present(self.strings.fixed(CONTROLLER_UID))
     }
 
     /// The value of label `key`.
@@ -116,14 +104,12 @@ impl KeptMeta {
 
     /// Every label, sorted by key.
     pub fn labels(&self) -> Pairs<'_> {
-        self.strings.pairs(FIRST_LABEL, self.labels as usize)
+        self.strings.labels()
     }
 
     /// Every annotation, sorted by key.
     pub fn annotations(&self) -> Pairs<'_> {
-        let first = FIRST_LABEL + 2 * self.labels as usize;
-        let count = self.strings.len().saturating_sub(first) / 2;
-        self.strings.pairs(first, count)
+        self.strings.annotations()
     }
 
     /// The name as the watch machinery asks for it.
